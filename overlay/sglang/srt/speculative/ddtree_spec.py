@@ -1,0 +1,144 @@
+"""DDTREE registration: the spec class, its server-args hook and the worker factory.
+
+Imported at the end of ``spec_info.py`` so every process that resolves
+``--speculative-algorithm`` names (the engine, schedulers, launch_server)
+knows DDTREE. Keep module-level imports light: spec_info is still finishing
+its own import when this runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.speculative.spec_registry import CustomSpecAlgo
+
+if TYPE_CHECKING:
+    from sglang.srt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+DDTREE_DEFAULT_BUDGET = 15
+DDTREE_ATTENTION_BACKENDS = ("triton", "flashinfer")
+
+
+class DDTreeSpecAlgo(CustomSpecAlgo):
+    """DDTREE answers as DFLASH wherever DFlash plumbing applies.
+
+    ``is_dflash()`` is True on purpose: target aux-hidden capture at
+    ``target_layer_ids``, draft KV pool sizing, the draft runner's
+    TARGET_VERIFY graphs with input_embeds, direct-carry overlap state, the
+    no-pre-claim ``kv_committed_len`` accounting and DFlash's request
+    validation are all keyed on it.
+    """
+
+    def is_dflash(self) -> bool:
+        return True
+
+    def supports_target_verify_for_draft(self) -> bool:
+        return True
+
+    def has_draft_kv(self) -> bool:
+        return True
+
+    def need_topk(self) -> bool:
+        return False
+
+    def carries_draft_hidden_states(self) -> bool:
+        return False
+
+    def create_future_map(self, device, req_to_token_pool, needs_cpu_seq_lens: bool = True):
+        from sglang.srt.managers.overlap_utils import FutureMap
+
+        return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens)
+
+    def handle_server_args(self, server_args: "ServerArgs") -> None:
+        _handle_ddtree(server_args)
+
+
+def _handle_ddtree(server_args: "ServerArgs") -> None:
+    """Validate DDTREE flags and set the verify width.
+
+    Afterwards ``speculative_dflash_block_size`` is the drafter's block and
+    ``speculative_num_draft_tokens`` the verify width N (tree nodes incl. the
+    root, padded up to the block): the target runner, its CUDA graphs and
+    DFlash's KV over-allocation all read the latter.
+    """
+    from sglang.srt.arg_groups.speculative_hook import _handle_dflash
+    from sglang.srt.speculative.ddtree_utils import num_verify_tokens_for
+
+    budget = server_args.speculative_ddtree_budget
+    if budget is None:
+        budget = DDTREE_DEFAULT_BUDGET
+    if int(budget) < 1:
+        raise ValueError(f"DDTREE requires --speculative-ddtree-budget >= 1, got {budget}.")
+    server_args.speculative_ddtree_budget = int(budget)
+
+    for reason in _unsupported_ddtree_settings(server_args):
+        raise ValueError(reason)
+
+    if server_args.speculative_num_draft_tokens is not None:
+        raise ValueError(
+            "DDTREE sets the verify width from --speculative-ddtree-budget; "
+            "do not pass --speculative-num-draft-tokens "
+            f"(got {server_args.speculative_num_draft_tokens}). "
+            "Use --speculative-dflash-block-size for the drafter's block."
+        )
+    _handle_dflash(server_args)  # resolves the block size into num_draft_tokens
+    block_size = int(server_args.speculative_num_draft_tokens)
+    server_args.speculative_dflash_block_size = block_size
+    server_args.speculative_num_draft_tokens = num_verify_tokens_for(budget, block_size)
+    logger.info(
+        "DDTREE budget=%d, block_size=%d, verify width=%d",
+        budget,
+        block_size,
+        server_args.speculative_num_draft_tokens,
+    )
+
+
+def _unsupported_ddtree_settings(server_args: "ServerArgs"):
+    prefill_backend, decode_backend = server_args.get_attention_backends()
+    for name, backend in (("prefill", prefill_backend), ("decode", decode_backend)):
+        if backend not in DDTREE_ATTENTION_BACKENDS:
+            yield (
+                "DDTREE requires --attention-backend triton or flashinfer, "
+                f"got {backend} ({name}); its tree-mask path is not wired for DDTREE "
+                "(on Hopper fa3 is the default: pass --attention-backend triton)."
+            )
+    if server_args.tp_size != 1:
+        yield f"DDTREE supports tp_size == 1 only for now, got {server_args.tp_size}."
+    if server_args.speculative_draft_window_size is not None:
+        yield (
+            "DDTREE does not support --speculative-draft-window-size yet, "
+            f"got {server_args.speculative_draft_window_size}."
+        )
+    if server_args.speculative_use_rejection_sampling:
+        yield (
+            "DDTREE verifies by target-only tree sampling (lossless); "
+            "--speculative-use-rejection-sampling is not supported."
+        )
+    thresholds = (
+        server_args.speculative_accept_threshold_single,
+        server_args.speculative_accept_threshold_acc,
+    )
+    if thresholds != (1.0, 1.0):
+        yield (
+            "DDTREE requires --speculative-accept-threshold-single/acc == 1.0 "
+            f"to stay lossless, got {thresholds}."
+        )
+    if server_args.speculative_adaptive:
+        yield "DDTREE does not support --speculative-adaptive."
+    if server_args.enable_return_hidden_states:
+        yield "DDTREE does not support --enable-return-hidden-states."
+
+
+def _ddtree_worker_factory(server_args: "ServerArgs"):
+    from sglang.srt.speculative.ddtree_worker_v2 import DDTreeWorkerV2
+
+    return DDTreeWorkerV2
+
+
+SpeculativeAlgorithm.register(
+    "DDTREE", supports_overlap=True, spec_class=DDTreeSpecAlgo
+)(_ddtree_worker_factory)

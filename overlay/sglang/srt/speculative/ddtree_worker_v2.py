@@ -1,0 +1,285 @@
+"""DDTREE speculative decoding worker (spec-v2): a DFlash draft grown into a tree.
+
+One decode round, as the paper defines it:
+  draft     DFlash block [bonus, MASK x (L)] through the drafter (slot 0 = bonus)
+  topk      per-position top-K log-probs, fp32, full-vocabulary normaliser
+  tree      the best B prefixes (best-first rule), nodes in pop order
+  verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
+            depth, ancestor-only mask
+  accept    SGLang's tree kernels: verify_tree_greedy at T=0, target-only tree
+            sampling at T>0 (lossless, honours temperature / top-p / top-k)
+  commit    the accepted path's KV moved to the front of the verify block, and
+            the accepted nodes' target features written into the draft KV
+Prefill and idle batches are DFlash's own.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from sglang.srt.managers.schedule_batch import ScheduleBatch
+from sglang.srt.managers.scheduler import GenerationBatchResult
+from sglang.srt.model_executor.forward_batch_info import (
+    CaptureHiddenMode,
+    ForwardBatch,
+    ForwardMode,
+)
+from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
+from sglang.srt.speculative.ddtree_utils import (
+    DDTreeDraftTopK,
+    build_ddtree_tree,
+    build_tree_custom_mask,
+    compute_draft_topk,
+    max_accept_width,
+    tree_to_verify_buffers,
+)
+from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
+from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
+from sglang.srt.speculative.eagle_utils import eagle_sample
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
+
+logger = logging.getLogger(__name__)
+
+
+class DDTreeWorkerV2(DFlashWorkerV2):
+    """DDTREE worker: DFlash's drafter and prefill, a tree verify per decode round."""
+
+    def __init__(self, server_args, *args, **kwargs):
+        # The draft runner deep-copies server_args inside DFlash's __init__: give
+        # it the block size, keep the verify width for the target (see _handle_ddtree).
+        num_verify_tokens = int(server_args.speculative_num_draft_tokens)
+        server_args.speculative_num_draft_tokens = int(
+            server_args.speculative_dflash_block_size
+        )
+        try:
+            super().__init__(server_args, *args, **kwargs)
+        finally:
+            server_args.speculative_num_draft_tokens = num_verify_tokens
+
+        if hasattr(
+            self.target_worker.model_runner.attn_backend,
+            "update_mamba_state_after_mtp_verify",
+        ):
+            raise ValueError(
+                "DDTREE does not support hybrid (Mamba / linear-attention) targets yet."
+            )
+        self.budget = int(server_args.speculative_ddtree_budget)
+        self.num_verify_tokens = num_verify_tokens
+        self.accept_width = max_accept_width(self.budget, self.block_size)
+        self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
+        self.draft_topk = min(self.budget, self.vocab_size)
+        self._verify_offsets = torch.arange(
+            num_verify_tokens, dtype=torch.int64, device=self.device
+        )
+        if self.tp_rank == 0:
+            logger.info(
+                "DDTREE worker ready: budget=%d, block_size=%d, verify width=%d, "
+                "accept width=%d, top-k=%d",
+                self.budget,
+                self.block_size,
+                self.num_verify_tokens,
+                self.accept_width,
+                self.draft_topk,
+            )
+
+    def forward_batch_generation(
+        self, model_worker_batch: ScheduleBatch, on_publish=None
+    ) -> GenerationBatchResult:
+        batch = model_worker_batch
+        if getattr(batch, "return_logprob", False):
+            raise ValueError(
+                "DDTREE speculative decoding does not support return_logprob yet."
+            )
+        if (
+            batch.forward_mode.is_extend()
+            or batch.is_extend_in_batch
+            or batch.forward_mode.is_idle()
+            or batch.spec_info is None
+        ):
+            return super().forward_batch_generation(batch, on_publish=on_publish)
+        return self._tree_round(batch, on_publish)
+
+    def _tree_round(self, batch: ScheduleBatch, on_publish) -> GenerationBatchResult:
+        draft_input = batch.spec_info
+        if not isinstance(draft_input, DFlashDraftInputV2):
+            raise RuntimeError("DDTREE expected DFlashDraftInputV2 state on the running batch.")
+        # seq_lens may come from the previous overlap iteration on another stream.
+        batch.seq_lens.record_stream(torch.get_device_module(self.device).current_stream())
+
+        bs = len(batch.seq_lens)
+        prefix_lens = batch.seq_lens
+        seq_lens_cpu, seq_lens_sum = self._planning_seq_lens(batch, draft_input)
+        # KV slots of the verify block; the draft block uses the first block_size.
+        cache_loc_2d = self.model_runner.req_to_token_pool.req_to_token[
+            batch.req_pool_indices.view(bs, 1),
+            prefix_lens.view(bs, 1) + self._verify_offsets,
+        ].to(torch.int64)  # [bs, N]
+
+        draft_hidden = self._draft(
+            batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum
+        )
+        tree = build_ddtree_tree(self._draft_topk(draft_hidden), self.budget)
+        buffers = tree_to_verify_buffers(
+            tree,
+            root_tokens=draft_input.verified_id,
+            prefix_lens=prefix_lens,
+            num_verify_tokens=self.num_verify_tokens,
+            max_depth=self.block_size - 1,
+        )
+        n = self.num_verify_tokens
+        verify_input = DDTreeVerifyInput.from_tree(
+            buffers=buffers,
+            custom_mask=build_tree_custom_mask(
+                buffers.ancestor_mask, prefix_lens, n * (seq_lens_sum + bs * n)
+            ),
+            max_accept_width=self.accept_width,
+        )
+        logits_output, can_run_cuda_graph = self._verify(
+            batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum
+        )
+
+        predict, accept_lens, accept_index = eagle_sample(
+            verify_input, batch, logits_output
+        )
+        safe_index = accept_index.to(torch.int64).clamp(min=0)  # [bs, W], -1 -> 0
+        out_tokens = predict.to(torch.int64)[safe_index]  # accepted tokens, bonus last
+        bonus = out_tokens.gather(1, (accept_lens.to(torch.int64) - 1).view(bs, 1))
+        new_seq_lens = prefix_lens + accept_lens.to(prefix_lens.dtype)
+        if on_publish is not None:
+            on_publish(new_seq_lens)
+
+        self._commit(
+            batch,
+            logits_output=logits_output,
+            accept_index=accept_index,
+            safe_index=safe_index,
+            accept_lens=accept_lens,
+            cache_loc_2d=cache_loc_2d,
+        )
+        logits_output.hidden_states = None  # no D2H of aux features under overlap
+
+        next_draft_input = self._make_next_draft_input_decode(
+            verified_id=bonus.view(-1),
+            new_seq_lens=new_seq_lens,
+            cur_allocated_seq_lens_cpu=draft_input.reserved_seq_lens_cpu,
+        )
+        verify_done = torch.get_device_module(self.device).Event()
+        verify_done.record()
+        next_draft_input.verify_done = verify_done
+        return GenerationBatchResult(
+            logits_output=logits_output,
+            next_token_ids=out_tokens.reshape(-1),
+            accept_lens=accept_lens,
+            can_run_cuda_graph=can_run_cuda_graph,
+            next_draft_input=next_draft_input,
+            speculative_num_draft_tokens=self.accept_width,  # stride of next_token_ids
+            new_seq_lens=new_seq_lens,
+        )
+
+    def _planning_seq_lens(self, batch: ScheduleBatch, draft_input: DFlashDraftInputV2):
+        """Host-side upper bounds of the committed lengths (DFlash's planning view)."""
+        if draft_input.planning_seq_lens_cpu is not None:
+            return draft_input.planning_seq_lens_cpu, int(draft_input.planning_seq_lens_sum)
+        if draft_input.reserved_seq_lens_cpu is not None:
+            return draft_input.reserved_seq_lens_cpu, int(draft_input.reserved_seq_lens_sum)
+        seq_lens_cpu = batch.seq_lens.to("cpu", dtype=torch.int32)
+        return seq_lens_cpu, int(seq_lens_cpu.sum())
+
+    def _draft(self, batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum):
+        """DFlash's draft pass: block [bonus, MASK...] at positions prefix..prefix+L."""
+        bs = len(batch.seq_lens)
+        block_size = int(self.block_size)
+        block_ids = torch.full(
+            (bs, block_size), int(self._mask_token_id), dtype=torch.long, device=self.device
+        )
+        block_ids[:, 0].copy_(draft_input.verified_id)
+        positions = batch.seq_lens.view(bs, 1).to(torch.int64) + self._block_pos_offsets
+        embed = self.target_worker.model_runner.model.get_input_embeddings()
+        input_embeds = embed(block_ids)
+        forward_batch = ForwardBatch(
+            forward_mode=ForwardMode.TARGET_VERIFY,
+            batch_size=bs,
+            input_ids=block_ids.flatten(),
+            req_pool_indices=batch.req_pool_indices,
+            seq_lens=batch.seq_lens,
+            out_cache_loc=cache_loc_2d[:, :block_size].reshape(-1),
+            seq_lens_sum=seq_lens_sum,
+            seq_lens_cpu=seq_lens_cpu,
+            positions=positions.reshape(-1),
+            input_embeds=input_embeds.view(-1, input_embeds.shape[-1]),
+            spec_algorithm=SpeculativeAlgorithm.DFLASH,
+            spec_info=self._draft_block_spec_info,
+            capture_hidden_mode=CaptureHiddenMode.NULL,
+        )
+        with torch.inference_mode():
+            out = self.draft_model_runner.forward(forward_batch).logits_output
+        if out.hidden_states is None:
+            raise RuntimeError("DDTREE draft model returned no hidden states.")
+        return out.hidden_states.view(bs, block_size, -1)
+
+    def _draft_topk(self, draft_hidden: torch.Tensor) -> DDTreeDraftTopK:
+        """Top-K of the target lm_head over draft slots 1..L (slot 0 is the bonus)."""
+        lm_head = self.target_worker.model_runner.model.lm_head
+        weight = lm_head.weight[: self.vocab_size]  # drop vocab padding rows
+        hidden = draft_hidden[:, 1:, :].to(weight.dtype)
+        logits = torch.matmul(hidden, weight.T)  # [bs, L, V]
+        return compute_draft_topk(logits, self.draft_topk)
+
+    def _verify(self, batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum):
+        batch.out_cache_loc = cache_loc_2d.reshape(-1)
+        saved = batch.seq_lens_cpu, batch.seq_lens_sum
+        batch.seq_lens_cpu, batch.seq_lens_sum = seq_lens_cpu, seq_lens_sum
+        try:
+            verify_forward_batch, _ = verify_input.prepare_for_verify(
+                batch, self.target_worker
+            )
+        finally:
+            batch.seq_lens_cpu, batch.seq_lens_sum = saved
+        target_out = self.target_worker.forward_batch_generation(
+            batch=None,
+            forward_batch=verify_forward_batch,
+            is_verify=True,
+            skip_attn_backend_init=True,
+        )
+        return target_out.logits_output, target_out.can_run_cuda_graph
+
+    def _commit(
+        self,
+        batch,
+        *,
+        logits_output,
+        accept_index: torch.Tensor,
+        safe_index: torch.Tensor,
+        accept_lens: torch.Tensor,
+        cache_loc_2d: torch.Tensor,
+    ) -> None:
+        """Accepted path -> committed slots prefix..prefix+accept_len, in both pools.
+
+        Target: copy the accepted nodes' KV to the front of the verify block.
+        Draft: project the accepted nodes' target features (root included) and
+        write them as context KV at the same slots and positions prefix + r.
+        """
+        bs = len(batch.seq_lens)
+        move_accept_tokens_to_target_kvcache(
+            batch,
+            accept_index,
+            accept_lens - 1,
+            self.target_worker.model_runner.token_to_kv_pool_allocator,
+        )
+        hidden = logits_output.hidden_states
+        if hidden is None:
+            raise RuntimeError("DDTREE verify requires target hidden states, but got None.")
+        width = self.accept_width
+        accepted_hidden = hidden[safe_index.reshape(-1)]  # [bs * W, K * H]
+        commit_loc_2d = cache_loc_2d[:, :width]
+        positions = batch.seq_lens.view(bs, 1).to(torch.int64) + self._verify_offsets[:width]
+        self._append_target_hidden_to_draft_kv_by_loc(
+            target_hidden=accepted_hidden,
+            cache_loc=commit_loc_2d.reshape(-1),
+            positions=positions.reshape(-1),
+            cache_loc_2d=commit_loc_2d,
+            commit_lens=accept_lens,
+        )

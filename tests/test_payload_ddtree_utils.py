@@ -1,0 +1,247 @@
+"""The payload's tree math (overlay/.../ddtree_utils.py) on CPU.
+
+The module is a whole new file we ship into sglang; it imports only torch, so
+it is loaded here straight from the overlay tree, without sglang.
+"""
+
+from __future__ import annotations
+
+import heapq
+import importlib.util
+import itertools
+import math
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+UTILS_PATH = (
+    Path(__file__).resolve().parents[1] / "overlay/sglang/srt/speculative/ddtree_utils.py"
+)
+
+
+def _load_utils():
+    spec = importlib.util.spec_from_file_location("ddtree_utils_under_test", UTILS_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+du = _load_utils()
+
+
+def brute_force_top_prefixes(log_probs, budget):
+    """All prefixes of every depth, scored by sum of per-position log-probs; best B."""
+    depth_limit, vocab = log_probs.shape
+    scored = []
+    for depth in range(1, depth_limit + 1):
+        for prefix in itertools.product(range(vocab), repeat=depth):
+            score = sum(float(log_probs[i, t]) for i, t in enumerate(prefix))
+            scored.append((score, prefix))
+    scored.sort(key=lambda x: -x[0])
+    return scored[:budget], scored
+
+
+def heap_reference_tree(log_probs, token_ids, budget):
+    """liranringel/ddtree build_ddtree_tree, transcribed: pops in heap order."""
+    depth_limit, k = log_probs.shape
+    heap = [(-float(log_probs[0, 0]), (0,), 0, 1, 0, float(log_probs[0, 0]))]
+    tokens, parents, depths = [], [], []
+    while heap and len(tokens) < budget:
+        _, ranks, parent, depth, rank, logw = heapq.heappop(heap)
+        tokens.append(int(token_ids[depth - 1, rank]))
+        parents.append(parent)
+        depths.append(depth)
+        node = len(tokens)
+        if rank + 1 < k:
+            sib = logw - float(log_probs[depth - 1, rank]) + float(log_probs[depth - 1, rank + 1])
+            heapq.heappush(heap, (-sib, ranks[:-1] + (rank + 1,), parent, depth, rank + 1, sib))
+        if depth < depth_limit:
+            child = logw + float(log_probs[depth, 0])
+            heapq.heappush(heap, (-child, ranks + (0,), node, depth + 1, 0, child))
+    return tokens, parents, depths
+
+
+def node_prefixes(tokens, parents):
+    prefixes = []
+    for tok, par in zip(tokens, parents):
+        base = () if par == 0 else prefixes[par - 1]
+        prefixes.append(base + (tok,))
+    return prefixes
+
+
+def random_topk(bs, depth_limit, vocab, budget, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(bs, depth_limit, vocab, generator=g) * 2.0
+    return logits, du.compute_draft_topk(logits, min(budget, vocab))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_tree_is_exactly_the_top_b_prefixes(seed):
+    vocab, depth_limit = 4, 3
+    budget = 1 + seed % 20
+    logits, topk = random_topk(2, depth_limit, vocab, budget, seed)
+    tree = du.build_ddtree_tree(topk, budget)
+    for b in range(2):
+        log_probs = torch.log_softmax(logits[b].double(), dim=-1)
+        best, everything = brute_force_top_prefixes(log_probs, budget)
+        got = node_prefixes(tree.tokens[b].tolist(), tree.parent_indices[b].tolist())
+        assert len(got) == len(set(got)) == budget
+        # Same set up to exact ties at the boundary.
+        cutoff = best[-1][0]
+        strictly_better = {p for s, p in everything if s > cutoff + 1e-9}
+        assert strictly_better <= set(got)
+        scores = {p: s for s, p in everything}
+        assert all(scores[p] >= cutoff - 1e-5 for p in got)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tree_matches_heap_reference_in_pop_order(seed):
+    vocab, depth_limit, budget = 50, 15, 8 + 7 * seed
+    _, topk = random_topk(1, depth_limit, vocab, budget, 1000 + seed)
+    tree = du.build_ddtree_tree(topk, budget)
+    tokens, parents, depths = heap_reference_tree(
+        topk.log_probs[0], topk.token_ids[0], budget
+    )
+    assert tree.tokens[0].tolist() == tokens
+    assert tree.parent_indices[0].tolist() == parents
+    assert tree.depths[0].tolist() == depths
+
+
+def test_parents_precede_children_and_depths_follow_parents():
+    _, topk = random_topk(4, 15, 300, 64, 7)
+    tree = du.build_ddtree_tree(topk, 64)
+    for b in range(4):
+        parents = tree.parent_indices[b].tolist()
+        depths = tree.depths[b].tolist()
+        for i, (par, dep) in enumerate(zip(parents, depths), start=1):
+            assert 0 <= par < i
+            assert dep == (1 if par == 0 else depths[par - 1] + 1)
+
+
+def test_budget_zero_gives_an_empty_tree_and_a_root_only_verify():
+    _, topk = random_topk(3, 15, 10, 1, 0)
+    tree = du.build_ddtree_tree(topk, 0)
+    assert tree.tokens.shape == (3, 0)
+    buf = du.tree_to_verify_buffers(
+        tree, torch.tensor([5, 6, 7]), torch.tensor([10, 0, 3]), 1, max_depth=15
+    )
+    assert buf.draft_token.tolist() == [[5], [6], [7]]
+    assert buf.positions.tolist() == [[10], [0], [3]]
+    assert buf.retrieve_next_token.tolist() == [[-1]] * 3
+    assert buf.ancestor_mask.all()
+
+
+def test_budget_one_is_the_top1_token_at_depth_one():
+    logits, topk = random_topk(2, 15, 30, 1, 3)
+    tree = du.build_ddtree_tree(topk, 1)
+    assert tree.tokens[:, 0].tolist() == logits[:, 0].argmax(-1).tolist()
+    assert tree.parent_indices.tolist() == [[0], [0]]
+    assert tree.depths.tolist() == [[1], [1]]
+
+
+def test_budget_beyond_reachable_prefixes_marks_the_rest_unreachable():
+    # vocab 2, depth 2: 2 + 4 = 6 prefixes exist; ask for 10.
+    _, topk = random_topk(1, 2, 2, 10, 5)
+    tree = du.build_ddtree_tree(topk, 10)
+    reachable = tree.parent_indices[0] >= 0
+    assert int(reachable.sum()) == 6
+    assert (tree.depths[0][~reachable] == 0).all()
+    buf = du.tree_to_verify_buffers(
+        tree, torch.tensor([1]), torch.tensor([4]), 11, max_depth=2
+    )
+    for node in range(7, 11):  # unreachable: sees only itself, no links
+        assert buf.ancestor_mask[0, node].nonzero().flatten().tolist() == [node]
+        assert buf.retrieve_next_sibling[0, node] == -1
+
+
+def test_verify_buffers_encode_the_same_tree():
+    _, topk = random_topk(3, 15, 100, 40, 11)
+    tree = du.build_ddtree_tree(topk, 40)
+    prefix = torch.tensor([7, 100, 0])
+    buf = du.tree_to_verify_buffers(tree, torch.tensor([1, 2, 3]), prefix, 48, max_depth=15)
+    n = 48
+    for b in range(3):
+        parents = [0] + tree.parent_indices[b].tolist() + [-1] * 7
+        depths = [0] + tree.depths[b].tolist() + [0] * 7
+        assert buf.positions[b].tolist() == [int(prefix[b]) + d for d in depths]
+        assert buf.retrieve_index[b].tolist() == list(range(b * n, (b + 1) * n))
+        for i in range(n):
+            expect = set()
+            j = i
+            if i <= 40:
+                while True:
+                    expect.add(j)
+                    if j == 0:
+                        break
+                    j = parents[j]
+            else:
+                expect = {i}
+            assert set(buf.ancestor_mask[b, i].nonzero().flatten().tolist()) == expect
+        # Left-child / right-sibling links enumerate each node's children in index order.
+        for i in range(n):
+            kids = [c for c in range(1, n) if parents[c] == i]
+            walk, c = [], int(buf.retrieve_next_token[b, i])
+            while c != -1:
+                walk.append(c)
+                c = int(buf.retrieve_next_sibling[b, c])
+            assert walk == kids
+
+
+def test_custom_mask_blocks_follow_sglang_full_layout():
+    _, topk = random_topk(2, 15, 20, 6, 2)
+    tree = du.build_ddtree_tree(topk, 6)
+    buf = du.tree_to_verify_buffers(tree, torch.tensor([1, 2]), torch.tensor([3, 5]), 16, max_depth=15)
+    seq_lens = torch.tensor([3, 5])
+    exact = 16 * (3 + 16) + 16 * (5 + 16)
+    mask = du.build_tree_custom_mask(buf.ancestor_mask, seq_lens, exact + 37)
+    assert mask.shape == (exact + 37,)
+    offset = 0
+    for b, seq_len in enumerate([3, 5]):
+        block = mask[offset : offset + 16 * (seq_len + 16)].view(16, seq_len + 16)
+        assert block[:, :seq_len].all()
+        assert torch.equal(block[:, seq_len:], buf.ancestor_mask[b])
+        offset += block.numel()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_sglang_greedy_walk_over_links_equals_the_reference_walk(seed):
+    """What verify_tree_greedy does over retrieve_next_* equals the paper's walk."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = 6
+    _, topk = random_topk(1, 6, vocab, 12, seed)
+    tree = du.build_ddtree_tree(topk, 12)
+    buf = du.tree_to_verify_buffers(tree, torch.tensor([0]), torch.tensor([0]), 16, max_depth=6)
+    target = torch.randint(0, vocab, (16,), generator=g).tolist()
+    draft = buf.draft_token[0].tolist()
+    # LCRS walk, as the kernel does it.
+    path, cur = [0], 0
+    while True:
+        c = int(buf.retrieve_next_token[0, cur])
+        while c != -1 and draft[c] != target[cur]:
+            c = int(buf.retrieve_next_sibling[0, c])
+        if c == -1:
+            break
+        path.append(c)
+        cur = c
+    parents = [0] + tree.parent_indices[0].tolist() + [-1] * 3
+    ref_path, bonus = du.follow_verified_tree_cpu(draft, parents, target)
+    assert path == ref_path
+    assert bonus == target[path[-1]]
+
+
+def test_topk_uses_the_full_vocabulary_normaliser():
+    logits = torch.randn(1, 2, 1000)
+    topk = du.compute_draft_topk(logits, 5)
+    expect = torch.log_softmax(logits.float(), -1).topk(5, -1)
+    assert torch.allclose(topk.log_probs, expect.values, atol=1e-6)
+    assert torch.equal(topk.token_ids, expect.indices)
+    assert math.isclose(float(topk.log_probs.exp().sum()), float(expect.values.exp().sum()), rel_tol=1e-6)
+
+
+def test_widths():
+    assert du.num_verify_tokens_for(4, 16) == 16
+    assert du.num_verify_tokens_for(32, 16) == 33
+    assert du.max_accept_width(4, 16) == 5
+    assert du.max_accept_width(64, 16) == 16
