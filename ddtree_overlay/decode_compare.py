@@ -1,0 +1,123 @@
+"""Judge decode arms against each other: losslessness, acceptance, sampled distributions.
+
+Inputs are the per-arm records that ``gpu/engine_runner.py`` writes. Exact
+token equality is the gate at T=0, except where the target's own top1-top2
+margin at the first divergence is within bf16 noise (prefill and decode
+kernels round differently, so near-ties can flip); every divergence is
+reported with its margin either way.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+# A divergence is explained when the target's top1-top2 log-prob margin at that
+# step is at most this: a few bf16 ulps of a logit of magnitude ~8-16 (ulp 2^-4).
+BF16_MARGIN_NOISE = 0.125
+
+
+@dataclass(frozen=True)
+class Divergence:
+    prompt: int
+    index: int
+    expected: int
+    got: int
+    margin: float | None
+    explained: bool
+
+
+def first_divergence(expected: list[int], got: list[int]) -> int | None:
+    for i, (a, b) in enumerate(zip(expected, got)):
+        if a != b:
+            return i
+    if len(expected) != len(got):
+        return min(len(expected), len(got))
+    return None
+
+
+def lossless_report(reference: dict, arm: dict, *, margin_noise: float = BF16_MARGIN_NOISE) -> dict:
+    """Compare ``arm``'s greedy outputs with ``reference``'s, prompt by prompt."""
+    margins = reference.get("top2_margins") or [[] for _ in reference["outputs"]]
+    divergences = []
+    for prompt, (expected, got) in enumerate(zip(reference["outputs"], arm["outputs"])):
+        index = first_divergence(expected, got)
+        if index is None:
+            continue
+        margin = margins[prompt][index] if index < len(margins[prompt]) else None
+        divergences.append(
+            Divergence(
+                prompt=prompt,
+                index=index,
+                expected=expected[index] if index < len(expected) else -1,
+                got=got[index] if index < len(got) else -1,
+                margin=margin,
+                explained=margin is not None and margin <= margin_noise,
+            )
+        )
+    unexplained = [d for d in divergences if not d.explained]
+    return {
+        "arm": arm["arm"],
+        "reference": reference["arm"],
+        "prompts": len(reference["outputs"]),
+        "identical": len(reference["outputs"]) - len(divergences),
+        "divergences": [asdict(d) for d in divergences],
+        "unexplained": len(unexplained),
+        "margin_noise": margin_noise,
+        "passed": not unexplained,
+    }
+
+
+def acceptance_per_prompt(arm: dict) -> list[float | None]:
+    """Tokens committed per verify round, bonus included, prefill token excluded."""
+    values = []
+    for meta in arm["meta"]:
+        rounds = meta.get("spec_verify_ct") or 0
+        tokens = (meta.get("completion_tokens") or 0) - 1
+        values.append(tokens / rounds if rounds else None)
+    return values
+
+
+def acceptance_summary(arm: dict) -> dict:
+    per_prompt = [v for v in acceptance_per_prompt(arm) if v is not None]
+    rounds = sum(m.get("spec_verify_ct") or 0 for m in arm["meta"])
+    tokens = sum((m.get("completion_tokens") or 0) - 1 for m in arm["meta"])
+    return {
+        "arm": arm["arm"],
+        "mean_acceptance_length": tokens / rounds if rounds else None,
+        "per_prompt_mean": sum(per_prompt) / len(per_prompt) if per_prompt else None,
+        "rounds": rounds,
+        "tok_per_s": arm.get("tok_per_s"),
+    }
+
+
+def token_histograms(arm: dict, position: int) -> Counter:
+    return Counter(out[position] for out in arm["outputs"] if len(out) > position)
+
+
+def distribution_test(reference: dict, arm: dict, position: int) -> dict:
+    """Chi-square homogeneity test of the token at ``position`` across two sampled arms.
+
+    Categories seen fewer than 5 times in total are pooled into one bin.
+    """
+    from scipy.stats import chi2_contingency
+
+    ref, got = token_histograms(reference, position), token_histograms(arm, position)
+    tokens = sorted(set(ref) | set(got))
+    common = [t for t in tokens if ref[t] + got[t] >= 5]
+    rare = [t for t in tokens if ref[t] + got[t] < 5]
+    rows = [[ref[t] for t in common], [got[t] for t in common]]
+    if rare:
+        rows[0].append(sum(ref[t] for t in rare))
+        rows[1].append(sum(got[t] for t in rare))
+    if len(rows[0]) < 2:
+        return {"position": position, "categories": len(rows[0]), "p_value": 1.0}
+    stat, p_value, dof, _ = chi2_contingency(rows)
+    return {
+        "position": position,
+        "categories": len(rows[0]),
+        "chi2": float(stat),
+        "dof": int(dof),
+        "p_value": float(p_value),
+        "draws": [sum(rows[0]), sum(rows[1])],
+    }

@@ -1,0 +1,102 @@
+"""GPU check of the DDTREE payload: arms through sglang.Engine, then lossless/acceptance analysis.
+
+    python scripts/gpu/payload_check.py --target DIR --draft DIR --prompts FILE --out DIR [--preset NAME]
+
+Runs on the H200 in the interpreter that has the patched sglang on its path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from ddtree_overlay import decode_compare as dc  # noqa: E402
+
+GRAPH = {"attention_backend": "triton"}
+
+
+def ddtree(budget, **extra):
+    return dict(GRAPH, speculative_algorithm="DDTREE", speculative_ddtree_budget=budget, **extra)
+
+
+def presets(n_prompts, max_new):
+    greedy = {"temperature": 0.0, "max_new_tokens": max_new, "ignore_eos": True}
+    sampled = {"temperature": 1.0, "max_new_tokens": 4, "ignore_eos": True}
+    return {
+        "first": [
+            {"name": "plain", "engine": GRAPH, "sampling": greedy, "top2": True},
+            {"name": "dflash", "engine": dict(GRAPH, speculative_algorithm="DFLASH"), "sampling": greedy},
+            {"name": "ddtree-b15", "engine": ddtree(15), "sampling": greedy},
+            {"name": "ddtree-b32-eager", "engine": ddtree(32, disable_cuda_graph=True), "sampling": greedy},
+            {"name": "ddtree-b32", "engine": ddtree(32), "sampling": greedy},
+        ],
+        "lossless": [
+            {"name": "plain", "engine": GRAPH, "sampling": greedy, "top2": True},
+            {"name": "dflash", "engine": dict(GRAPH, speculative_algorithm="DFLASH"), "sampling": greedy},
+            {"name": "ddtree-b32", "engine": ddtree(32), "sampling": greedy},
+            {"name": "ddtree-b32-page16", "engine": ddtree(32, page_size=16), "sampling": greedy},
+            {"name": "ddtree-b32-flashinfer", "engine": dict(ddtree(32), attention_backend="flashinfer"), "sampling": greedy},
+            {"name": "plain-t1", "engine": GRAPH, "sampling": sampled, "repeat": 512, "prompts": 1},
+            {"name": "ddtree-b32-t1", "engine": ddtree(32), "sampling": sampled, "repeat": 512, "prompts": 1},
+        ],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--n-prompts", type=int, default=32)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--preset", default="first")
+    ap.add_argument("--only", default="", help="comma-separated arm names")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = json.loads(Path(args.prompts).read_text())[: args.n_prompts]
+    arms = presets(args.n_prompts, args.max_new_tokens)[args.preset]
+    if args.only:
+        keep = set(args.only.split(","))
+        arms = [a for a in arms if a["name"] in keep]
+    results_path = out / "arms.jsonl"
+    results_path.unlink(missing_ok=True)
+    for arm in arms:  # one runner process per prompt set keeps the plan simple
+        plan = {
+            "target": args.target,
+            "draft": args.draft,
+            "prompts": prompts[: arm.pop("prompts", len(prompts))],
+            "arms": [arm],
+        }
+        plan_path = out / f"plan-{arm['name']}.json"
+        plan_path.write_text(json.dumps(plan))
+        subprocess.run(
+            [sys.executable, str(ROOT / "ddtree_overlay/gpu/engine_runner.py"), str(plan_path), str(results_path)],
+            check=False,
+        )
+    records = {r["arm"]: r for r in map(json.loads, results_path.read_text().splitlines())}
+    summary = {"arms": {}, "lossless": [], "distribution": []}
+    for name, rec in records.items():
+        if not rec.get("ok"):
+            summary["arms"][name] = {"ok": False, "error": rec.get("error"), "traceback": rec.get("traceback")}
+            continue
+        summary["arms"][name] = dict(dc.acceptance_summary(rec), ok=True, start_s=rec.get("start_s"), decode_s=rec.get("decode_s"))
+        if name != "plain" and rec["sampling"]["temperature"] == 0 and "plain" in records and records["plain"].get("ok"):
+            summary["lossless"].append(dc.lossless_report(records["plain"], rec))
+        if name.endswith("-t1") and name != "plain-t1" and records.get("plain-t1", {}).get("ok"):
+            for pos in (1, 2, 3):
+                summary["distribution"].append(dict(dc.distribution_test(records["plain-t1"], rec, pos), arm=name))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=1)[:20000])
+
+
+if __name__ == "__main__":
+    main()
