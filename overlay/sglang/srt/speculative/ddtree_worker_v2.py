@@ -182,9 +182,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
     def _planning_seq_lens(self, batch: ScheduleBatch, draft_input: DFlashDraftInputV2):
         """Host-side upper bounds of the committed lengths (DFlash's planning view)."""
         if draft_input.planning_seq_lens_cpu is not None:
-            return draft_input.planning_seq_lens_cpu, int(draft_input.planning_seq_lens_sum)
+            return draft_input.planning_seq_lens_cpu.clone(), int(draft_input.planning_seq_lens_sum)
         if draft_input.reserved_seq_lens_cpu is not None:
-            return draft_input.reserved_seq_lens_cpu, int(draft_input.reserved_seq_lens_sum)
+            return draft_input.reserved_seq_lens_cpu.clone(), int(draft_input.reserved_seq_lens_sum)
         seq_lens_cpu = batch.seq_lens.to("cpu", dtype=torch.int32)
         return seq_lens_cpu, int(seq_lens_cpu.sum())
 
@@ -274,7 +274,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             raise RuntimeError("DDTREE verify requires target hidden states, but got None.")
         width = self.accept_width
         accepted_hidden = hidden[safe_index.reshape(-1)]  # [bs * W, K * H]
-        commit_loc_2d = cache_loc_2d[:, :width]
+        commit_loc_2d = cache_loc_2d[:, :width].contiguous()
         positions = batch.seq_lens.view(bs, 1).to(torch.int64) + self._verify_offsets[:width]
         self._append_target_hidden_to_draft_kv_by_loc(
             target_hidden=accepted_hidden,
