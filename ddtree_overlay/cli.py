@@ -1,0 +1,133 @@
+"""The Typer app: every verb is a thin function over one engine call.
+
+Adding a verb: write its engine function (returning a `Result`), add a view in `render.py`,
+and add a command here that calls `_run` with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ddtree_overlay import render
+from ddtree_overlay.apply import apply as apply_patch_set
+from ddtree_overlay.demo import run_demo
+from ddtree_overlay.diff import diff as diff_env
+from ddtree_overlay.envprobe import probe_env
+from ddtree_overlay.errors import OverlayError, exit_code_table
+from ddtree_overlay.recover import recover as recover_env
+from ddtree_overlay.refresh import refresh_manifest
+from ddtree_overlay.result import Result, error_result
+from ddtree_overlay.rollback import rollback as rollback_env
+from ddtree_overlay.status import status as status_of
+
+app = typer.Typer(
+    name="ddtree-overlay",
+    help="Bring the DDTree patch set into an installed SGLang, and take it out byte for byte.",
+    epilog="\b\nExit codes:\n" + exit_code_table(),
+    pretty_exceptions_show_locals=False,
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+EnvOption = Annotated[
+    Path, typer.Option("--env", help="virtualenv root or python executable of the target env")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON result envelope")]
+PatchSetOption = Annotated[
+    Optional[Path],  # noqa: UP045 - Typer reads this annotation at runtime on Python 3.10 too
+    typer.Option("--patch-set", help="a manifest to use instead of the bundled ones"),
+]
+
+
+def _run(command: tuple[str, ...], json_out: bool, call: Callable[[], Result]) -> None:
+    """The one place an `OverlayError` becomes output and an exit code."""
+    try:
+        result = call()
+    except OverlayError as error:
+        result = error_result(command, error)
+    render.emit(result, json_out=json_out)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def status(
+    env: EnvOption,
+    git_checkout: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--git-checkout", help="compare this sglang git checkout with the install"),
+    ] = None,
+    patch_set: PatchSetOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Describe ENV: sglang, runtime, matching patch set, overlay state."""
+    _run(
+        ("status",),
+        json_out,
+        lambda: status_of(probe_env(env), manifest=patch_set, git_checkout=git_checkout),
+    )
+
+
+@app.command()
+def apply(
+    env: EnvOption,
+    check: Annotated[bool, typer.Option("--check", help="plan and check only; write nothing")] = False,
+    patch_set: PatchSetOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Apply the matching patch set to ENV in one transaction."""
+    _run(("apply",), json_out, lambda: apply_patch_set(probe_env(env), manifest=patch_set, check=check))
+
+
+@app.command()
+def diff(
+    env: EnvOption,
+    stat: Annotated[bool, typer.Option("--stat", help="per-file line counts only")] = False,
+    patch_set: PatchSetOption = None,
+    json_out: JsonOption = False,
+) -> None:
+    """Show what apply would change, or what the applied overlay changed."""
+    _run(("diff",), json_out, lambda: diff_env(probe_env(env), manifest=patch_set, stat=stat))
+
+
+@app.command()
+def rollback(
+    env: EnvOption,
+    force: Annotated[
+        bool, typer.Option("--force", help="restore edited files too, saving the edits aside")
+    ] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Restore every file the overlay touched in ENV, byte for byte."""
+    _run(("rollback",), json_out, lambda: rollback_env(probe_env(env), force=force))
+
+
+@app.command()
+def recover(env: EnvOption, json_out: JsonOption = False) -> None:
+    """Finish or undo a transaction that was interrupted in ENV."""
+    _run(("recover",), json_out, lambda: recover_env(probe_env(env)))
+
+
+@app.command()
+def demo(json_out: JsonOption = False) -> None:
+    """Scratch env with stock sglang: status, apply, diff --stat, rollback."""
+    on_step = (lambda _: None) if json_out else render.emit_demo_step
+    _run(("demo",), json_out, lambda: run_demo(on_step))
+
+
+@app.command("manifest-refresh", hidden=True)
+def manifest_refresh(
+    manifest: Annotated[Path, typer.Argument(help="the manifest whose [[file]] tables to rewrite")],
+    env: EnvOption,
+    json_out: JsonOption = False,
+) -> None:
+    """Regenerate MANIFEST's pre/post sha256 tables by applying it in memory to ENV."""
+    _run(("manifest-refresh",), json_out, lambda: refresh_manifest(manifest, probe_env(env)))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,38 @@
+"""Offline reference decoder: target-only, DFlash and DDTree over a Qwen3 target + DFlash drafter.
+
+Pure torch (+ safetensors, numpy, stdlib); importable without the rest of `ddtree_overlay`, so it
+can run inside SGLang's env by path. Modules:
+- `model`   Qwen3 target (KV cache, aux-hidden capture) and DFlash drafter; checkpoint I/O
+- `tree`    DDTree best-first builder, ancestor mask, verification walk
+- `decode`  generate_ar / generate_dflash / generate_ddtree
+- `metrics` per-prompt and aggregate JSON
+- `cli`     `python -m ddtree_overlay.reference --help`
+
+Glossary (one meaning everywhere): node 0 = root = the token carried from the last verify
+(bonus token); budget B = drafted nodes, root excluded; N = B + 1 verify tokens; nodes in heap-pop
+order with parents[0] = -1 and parents[i] < i; position = committed length + depth; accept
+length = accepted drafts + 1 (bonus included), like SGLang's spec_accept_length.
+"""
+
+from .decode import DecodeResult, RoundTree, generate_ar, generate_ddtree, generate_dflash
+from .model import DFlashConfig, DFlashDraft, Qwen3Config, Qwen3Target, load_draft, load_target
+from .tree import Acceptance, DDTreeDraft, ancestor_mask, build_ddtree_tree, follow_verified_tree
+
+__all__ = [
+    "Acceptance",
+    "DDTreeDraft",
+    "DFlashConfig",
+    "DFlashDraft",
+    "DecodeResult",
+    "Qwen3Config",
+    "Qwen3Target",
+    "RoundTree",
+    "ancestor_mask",
+    "build_ddtree_tree",
+    "follow_verified_tree",
+    "generate_ar",
+    "generate_ddtree",
+    "generate_dflash",
+    "load_draft",
+    "load_target",
+]

@@ -1,0 +1,165 @@
+"""The only module that writes to the terminal: data on stdout, diagnostics on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from ddtree_overlay.result import Result
+
+stdout = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
+stderr = Console(stderr=True, markup=False, highlight=False, emoji=False, soft_wrap=True)
+
+_DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
+
+
+def emit(result: Result, *, json_out: bool) -> None:
+    if json_out:
+        sys.stdout.write(json.dumps(result.envelope(), sort_keys=True, indent=2) + "\n")
+        sys.stdout.flush()
+    elif result.status != "error":
+        _VIEWS[result.command[0]](result.data)
+    _diagnostics(result)
+
+
+def emit_demo_step(result: Result) -> None:
+    if result.command == ("demo",):
+        how = "created" if result.data.get("created") else "reused"
+        stdout.print(f"scratch env with stock sglang: {result.data['env']} ({how})")
+        return
+    stdout.print(f"\n== ddtree-overlay {result.command[0]} ==", style="bold")
+    emit(result, json_out=False)
+
+
+def _diagnostics(result: Result) -> None:
+    for message in result.messages:
+        stderr.print(f"note: {message}")
+    for issue in result.issues:
+        prefix = "error" if result.status == "error" else "warning"
+        stderr.print(f"{prefix}: {issue.message}", style="red" if prefix == "error" else "yellow")
+    if result.status == "error":
+        for detail in result.data.get("details", ()):
+            stderr.print(f"  {detail}")
+        if result.data.get("hint"):
+            stderr.print(f"\nhint: {result.data['hint']}")
+
+
+def _status_view(data: Mapping[str, Any]) -> None:
+    env, sglang, runtime = data["env"], data["sglang"], data["runtime"]
+    record = sglang["record"]
+    lines = [
+        f"env:          {env['path']} (python {env['python_version']}"
+        f"{', venv' if env['is_venv'] else ''})",
+        f"sglang:       {sglang['version']} at {sglang['location']} ({sglang['install_kind']}"
+        f"{', commit ' + sglang['commit'] if sglang['commit'] else ''})",
+        f"RECORD:       {record['files']} files, {len(record['modified'])} modified, "
+        f"{len(record['missing'])} missing" if record["present"] else "RECORD:       absent",
+        f"torch:        {runtime['torch'] or 'not installed'}"
+        f"{' (CUDA ' + runtime['torch_cuda'] + ')' if runtime['torch_cuda'] else ''}",
+        f"sgl_kernel:   {runtime['sgl_kernel'] or 'not installed'}"
+        f"{' links ' + ', '.join(runtime['sgl_kernel_cudart']) if runtime['sgl_kernel_cudart'] else ''}",
+        f"driver CUDA:  {runtime['driver_cuda'] or 'no nvidia-smi'}",
+        _patch_set_line(data["patch_set"]),
+        _overlay_line(data["overlay"]),
+    ]
+    lines += [f"  {path}: {state}" for path, state in data["overlay"].get("files", {}).items()]
+    lines += [f"  note: {note}" for note in data["overlay"].get("notes", ())]
+    lines += [f"  modified vs RECORD: {path}" for path in record["modified"]]
+    lines += [f"  missing vs RECORD: {path}" for path in record["missing"]]
+    if "git" in data:
+        lines += _git_lines(data["git"])
+    stdout.print("\n".join(lines))
+
+
+def _patch_set_line(match: Mapping[str, Any]) -> str:
+    if match["id"] is None:
+        return f"patch set:    none ({match['reason']})"
+    return f"patch set:    {match['id']} ({match['versions']})"
+
+
+def _overlay_line(overlay: Mapping[str, Any]) -> str:
+    applied = f" {overlay['applied']}" if overlay.get("applied") else ""
+    return f"overlay:      {overlay['state']}{applied}"
+
+
+def _git_lines(git: Mapping[str, Any]) -> list[str]:
+    lines = [f"git checkout: {git['checkout']} vs installed {git['installed']}"]
+    for key, label in (
+        ("only_installed", "only installed"),
+        ("only_in_checkout", "only in checkout"),
+        ("differing", "differs"),
+    ):
+        lines.append(f"  {label}: {len(git[key])}")
+        lines += [f"    {path}" for path in git[key]]
+    return lines
+
+
+def _apply_view(data: Mapping[str, Any]) -> None:
+    if data.get("already_applied"):
+        stdout.print(f"{data['patch_set']}: already applied, nothing to do")
+        return
+    verb = "applied" if data["applied"] else "would apply (check only, nothing written)"
+    stdout.print(f"{verb} {data['patch_set']}: {len(data['files'])} file(s)")
+    for file in data["files"]:
+        hunks = ", ".join(
+            f"hunk #{h['number']} at line {h['line']}" + (f" (offset {h['offset']:+d})" if h["offset"] else "")
+            for h in file["hunks"]
+        )
+        stdout.print(f"  {file['kind']:<9} {file['path']}" + (f": {hunks}" if hunks else ""))
+
+
+def _diff_view(data: Mapping[str, Any]) -> None:
+    if "diff" not in data:
+        for file in data["files"]:
+            stdout.print(f" {file['path']} | +{file['added']} -{file['removed']} ({file['kind']})")
+        added = sum(f["added"] for f in data["files"])
+        removed = sum(f["removed"] for f in data["files"])
+        stdout.print(f" {len(data['files'])} file(s) changed, {added} insertions(+), {removed} deletions(-)")
+        return
+    if not stdout.is_terminal or stdout.no_color:
+        sys.stdout.write(data["diff"])
+        sys.stdout.flush()
+        return
+    for line in data["diff"].splitlines():
+        style = next((s for prefix, s in _DIFF_STYLES if line.startswith(prefix)), "")
+        stdout.print(Text(line, style=style))
+
+
+def _rollback_view(data: Mapping[str, Any]) -> None:
+    if not data["files"]:
+        return
+    stdout.print(f"rolled back {data['patch_set']}: {len(data['files'])} file(s) restored")
+    for path in data["files"]:
+        stdout.print(f"  {path}")
+    for path in data.get("saved_edits", ()):
+        stdout.print(f"  your edit was saved to {path}")
+
+
+def _recover_view(data: Mapping[str, Any]) -> None:
+    stdout.print(f"overlay: {data['overlay']}")
+
+
+def _refresh_view(data: Mapping[str, Any]) -> None:
+    stdout.print(f"refreshed {data['manifest']}")
+    for file in data["files"]:
+        stdout.print(f"  {file['path']}: {file['pre_sha256'] or 'new'} -> {file['post_sha256']}")
+
+
+def _demo_view(data: Mapping[str, Any]) -> None:
+    stdout.print(f"\ndemo finished; the scratch env is pristine again: {data['env']}")
+
+
+_VIEWS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
+    "status": _status_view,
+    "apply": _apply_view,
+    "diff": _diff_view,
+    "rollback": _rollback_view,
+    "recover": _recover_view,
+    "manifest-refresh": _refresh_view,
+    "demo": _demo_view,
+}
