@@ -1,0 +1,3 @@
+from ddtree_overlay.cli import main
+
+main()

@@ -1,0 +1,71 @@
+"""Shared fixtures: a real sglang 0.5.14 wheel, installed by pip into scratch venvs.
+
+The wheel is downloaded once (cached under ~/.cache/ddtree-overlay/test-wheels), installed once
+per session into a pristine venv, and each test that writes gets its own `cp -a` copy.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from overlay_helpers import SGLANG_VERSION
+
+WHEEL_CACHE = Path.home() / ".cache" / "ddtree-overlay" / "test-wheels"
+
+
+def _pip(*args: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        check=True, capture_output=True,
+    )
+
+
+def _cached_wheel() -> Path | None:
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    found = sorted(WHEEL_CACHE.glob(f"sglang-{SGLANG_VERSION}-*{tag}*.whl"))
+    return found[-1] if found else None
+
+
+@pytest.fixture(scope="session")
+def sglang_wheel() -> Path:
+    """The sglang wheel matching this interpreter, downloaded from PyPI once."""
+    if _cached_wheel() is None:
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        _pip("download", "--no-deps", "-d", str(WHEEL_CACHE), f"sglang=={SGLANG_VERSION}")
+    wheel = _cached_wheel()
+    assert wheel is not None, f"pip download left no sglang {SGLANG_VERSION} wheel in {WHEEL_CACHE}"
+    return wheel
+
+
+def make_sglang_venv(root: Path, wheel: Path) -> Path:
+    """A venv holding the wheel, installed the way users do: by pip, --no-deps."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    _pip("--python", str(root / "bin" / "python"), "install", "--no-deps", "--no-compile", str(wheel))
+    return root
+
+
+@pytest.fixture(scope="session")
+def pristine_sglang_env(tmp_path_factory: pytest.TempPathFactory, sglang_wheel: Path) -> Path:
+    """Read-only by convention: copy it (`sglang_env`) before writing."""
+    return make_sglang_venv(tmp_path_factory.mktemp("pristine") / "venv", sglang_wheel)
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Hermetic ddtree-overlay state (ledger, backups, scratch envs) for one test."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("DDTREE_OVERLAY_STATE_DIR", str(state))
+    monkeypatch.setenv("DDTREE_OVERLAY_LOCK_TIMEOUT", "0.5")
+    return state
+
+
+@pytest.fixture
+def sglang_env(pristine_sglang_env: Path, tmp_path: Path, state_dir: Path) -> Path:
+    """A private copy of the pristine env, plus hermetic state."""
+    copy = tmp_path / "venv"
+    subprocess.run(["cp", "-a", str(pristine_sglang_env), str(copy)], check=True)
+    return copy

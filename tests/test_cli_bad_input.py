@@ -1,0 +1,181 @@
+"""Every bad input: one clear error line, its own exit code, and nothing written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from overlay_helpers import REPO_ROOT, copy_repo_data, run_cli, site_packages, snapshot
+
+from ddtree_overlay.errors import ExitCode
+
+SPEC_REGISTRY = "sglang/srt/speculative/spec_registry.py"
+
+
+def assert_refused(done: subprocess.CompletedProcess[str], code: ExitCode, fragment: str) -> None:
+    assert done.returncode == code, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("error: ") and fragment in first, done.stderr
+
+
+def assert_untouched(env: Path, before: dict[str, bytes], state: Path) -> None:
+    assert snapshot(env) == before
+    assert not list(state.glob("envs/*/ledger.json")) and not list(state.glob("envs/*/journal.json"))
+
+
+def test_unknown_env_path(tmp_path: Path, state_dir: Path) -> None:
+    assert_refused(run_cli("apply", "--env", str(tmp_path / "nope")), ExitCode.ENV_NOT_FOUND, "env not found")
+
+
+def test_env_without_sglang(tmp_path: Path, state_dir: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    done = run_cli("apply", "--env", str(tmp_path / "bare"))
+    assert_refused(done, ExitCode.ENV_NOT_FOUND, "sglang is not installed")
+
+
+def test_unsupported_version_names_the_supported_ones(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    manifest.write_text(manifest.read_text().replace('versions = "==0.5.14"', 'versions = "==0.5.13"'))
+    before = snapshot(sglang_env)
+    done = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest))
+    assert_refused(done, ExitCode.UNSUPPORTED_VERSION, "supported: ==0.5.13")
+    assert_untouched(sglang_env, before, state_dir)
+
+
+def test_editable_install_names_the_checkout(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
+    checkout = tmp_path / "sglang-checkout"
+    (checkout / "python").mkdir(parents=True)
+    site = site_packages(sglang_env)
+    shutil.move(site / "sglang", checkout / "python" / "sglang")
+    (site / "__editable__.sglang-0.5.14.pth").write_text(f"{checkout / 'python'}\n")
+    direct_url = {"url": f"file://{checkout}", "dir_info": {"editable": True}}
+    (site / "sglang-0.5.14.dist-info" / "direct_url.json").write_text(json.dumps(direct_url))
+    done = run_cli("apply", "--env", str(sglang_env))
+    assert_refused(done, ExitCode.EDITABLE_INSTALL, str(checkout))
+
+
+def test_read_only_site_packages(sglang_env: Path, state_dir: Path) -> None:
+    speculative = site_packages(sglang_env) / "sglang" / "srt" / "speculative"
+    before = snapshot(sglang_env)
+    done = _apply_with_read_only_dir(sglang_env, speculative)
+    assert_refused(done, ExitCode.READ_ONLY, "read-only")
+    assert_untouched(sglang_env, before, state_dir)
+
+
+def _apply_with_read_only_dir(env: Path, directory: Path) -> subprocess.CompletedProcess[str]:
+    """Root writes through any mode bit, so as root the directory becomes a read-only mount."""
+    command = [sys.executable, "-m", "ddtree_overlay", "apply", "--env", str(env)]
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        try:
+            return run_cli(*command[3:])
+        finally:
+            directory.chmod(0o755)
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare(1) to make a read-only mount as root")
+    script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
+    done = subprocess.run(
+        ["unshare", "--mount", "sh", "-c", script, "sh", str(directory), *command],
+        capture_output=True, text=True, check=False, cwd=REPO_ROOT,
+    )
+    if "mount:" in done.stderr or "unshare:" in done.stderr:
+        pytest.skip(f"cannot make a read-only mount here: {done.stderr.strip()}")
+    return done
+
+
+def test_malformed_manifest(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    manifest.write_text(manifest.read_text() + "\n[patchset\n")
+    done = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest))
+    assert_refused(done, ExitCode.BAD_PATCH_SET, "malformed manifest")
+
+
+def test_malformed_patch(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    patch = next((tmp_path / "data" / "patches" / "0.5.14").glob("*.patch"))
+    patch.write_text(patch.read_text().replace("@@ -137,6 +137,10 @@", "@@ -137,6 +137,12 @@"))
+    before = snapshot(sglang_env)
+    done = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest))
+    assert_refused(done, ExitCode.BAD_PATCH_SET, "malformed patch")
+    assert_untouched(sglang_env, before, state_dir)
+
+
+@pytest.mark.parametrize("bad_path", ["../../etc/passwd", "/etc/passwd", "patches/../../x.patch"])
+def test_patch_path_escaping_the_data_dir(sglang_env: Path, tmp_path: Path, state_dir: Path, bad_path: str) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    text = manifest.read_text()
+    manifest.write_text(text.replace('path = "patches/0.5.14/', f'path = "{bad_path}" # ', 1))
+    done = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest))
+    assert_refused(done, ExitCode.BAD_PATCH_SET, "unsafe patch path")
+
+
+def test_diff_target_escaping_site_packages(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    patch = next((tmp_path / "data" / "patches" / "0.5.14").glob("*.patch"))
+    patch.write_text(patch.read_text().replace("a/sglang/", "a/../../sglang/").replace("b/sglang/", "b/../../sglang/"))
+    done = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest))
+    assert_refused(done, ExitCode.BAD_PATCH_SET, "unsafe")
+
+
+def test_symlinked_target(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
+    target = site_packages(sglang_env) / SPEC_REGISTRY
+    real = tmp_path / "spec_registry.py"
+    shutil.move(target, real)
+    target.symlink_to(real)
+    done = run_cli("apply", "--env", str(sglang_env))
+    assert_refused(done, ExitCode.CONFLICT, "through a symlink")
+    assert target.is_symlink() and not list(state_dir.glob("envs/*/ledger.json"))
+
+
+def test_second_concurrent_run_names_the_holder(sglang_env: Path, state_dir: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(site_packages(sglang_env))],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        before = snapshot(sglang_env)
+        done = run_cli("apply", "--env", str(sglang_env))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert_refused(done, ExitCode.LOCKED, f"pid {holder.pid}")
+    assert snapshot(sglang_env) == before
+
+
+_HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from ddtree_overlay import ledger
+with ledger.locked(ledger.env_state(Path(sys.argv[1])), "test holder"):
+    print("locked", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_files_edited_after_apply(sglang_env: Path, state_dir: Path) -> None:
+    assert run_cli("apply", "--env", str(sglang_env)).returncode == 0
+    target = site_packages(sglang_env) / SPEC_REGISTRY
+    target.write_bytes(target.read_bytes() + b"# local edit\n")
+    before = snapshot(sglang_env)
+    assert_refused(run_cli("apply", "--env", str(sglang_env)), ExitCode.CONFLICT, "changed since")
+    done = run_cli("rollback", "--env", str(sglang_env))
+    assert_refused(done, ExitCode.CONFLICT, "changed since apply")
+    assert "+# local edit" in done.stderr
+    assert snapshot(sglang_env) == before
+
+
+def test_patch_set_changed_after_it_was_applied(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    assert run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest)).returncode == 0
+    overlay_file = tmp_path / "data" / "overlay" / "sglang" / "srt" / "speculative" / "ddtree_placeholder.py"
+    overlay_file.write_text(overlay_file.read_text() + "\n# changed\n")
+    before = snapshot(sglang_env)
+    done = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest))
+    assert_refused(done, ExitCode.CONFLICT, "changed since it was applied")
+    assert snapshot(sglang_env) == before
