@@ -126,7 +126,8 @@ def to_stream(files: list[bytes], device: str) -> torch.Tensor:
     """Files joined as bytes, each followed by EOS -> int64 [total]."""
     parts = []
     for data in files:
-        parts.append(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64))
+        if data:  # torch.frombuffer rejects empty buffers (empty __init__.py files)
+            parts.append(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64))
         parts.append(torch.tensor([EOS]))
     return torch.cat(parts).to(device)
 
