@@ -6,6 +6,7 @@ manifest is rewritten; the hand-written part above it is kept byte for byte.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +77,10 @@ def _failure_report(result: PostImages) -> tuple[str, ...]:
 
 
 def _rewritten(text: str, entries: list[tuple[str, str, str]]) -> str:
+    first_table = re.search(r"^\[\[file\]\]", text, flags=re.MULTILINE)
     cut = text.find(GENERATED_MARKER)
-    if cut < 0:
-        cut = text.find("[[file]]")
+    if cut < 0 and first_table:
+        cut = first_table.start()
     head = (text if cut < 0 else text[:cut]).rstrip("\n")
     tables = "".join(
         f'\n[[file]]\npath = "{path}"\npre_sha256 = "{pre}"\npost_sha256 = "{post}"\n'

@@ -1,0 +1,41 @@
+"""manifest-refresh: one command regenerates the [[file]] hashes, or says which hunk fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from overlay_helpers import REPO_ROOT, copy_repo_data, run_cli
+
+from ddtree_overlay.patchset import load_patch_set
+from ddtree_overlay.refresh import GENERATED_MARKER
+
+
+def test_refresh_regenerates_the_shipped_manifest_byte_for_byte(sglang_env: Path, tmp_path: Path) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    text = manifest.read_text()
+    manifest.write_text(text[: text.index("\n[[file]]")].replace(GENERATED_MARKER, ""))
+    done = run_cli("manifest-refresh", str(manifest), "--env", str(sglang_env))
+    assert done.returncode == 0, done.stderr
+    assert manifest.read_text() == (REPO_ROOT / "manifests" / "0.5.14.toml").read_text()
+
+
+def test_refresh_after_a_payload_change_makes_the_set_apply(sglang_env: Path, tmp_path: Path) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    overlay_file = tmp_path / "data/overlay/sglang/srt/speculative/ddtree_placeholder.py"
+    overlay_file.write_text(overlay_file.read_text() + "\nVERSION = 2\n")
+    stale = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest), "--check")
+    assert stale.returncode == 7 and "manifest-refresh" in stale.stderr
+    assert run_cli("manifest-refresh", str(manifest), "--env", str(sglang_env)).returncode == 0
+    load_patch_set(manifest)
+    assert run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest)).returncode == 0
+
+
+def test_refresh_names_the_hunk_that_does_not_apply(sglang_env: Path, tmp_path: Path) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    patch = next((tmp_path / "data/patches/0.5.14").glob("*.patch"))
+    patch.write_text(patch.read_text().replace(' _RESERVED_ALIASES = frozenset({"NEXTN"})', ' _RESERVED_ALIASES = frozenset({"NEXT"})'))
+    before = manifest.read_text()
+    done = run_cli("manifest-refresh", str(manifest), "--env", str(sglang_env))
+    assert done.returncode == 8
+    assert "hunk #1 does not match near line 137" in done.stderr
+    assert manifest.read_text() == before
