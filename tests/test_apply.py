@@ -12,8 +12,13 @@ from ddtree_overlay.apply import apply
 from ddtree_overlay.envprobe import probe_env
 from ddtree_overlay.rollback import rollback
 
-SPEC_REGISTRY = "sglang/srt/speculative/spec_registry.py"
-PLACEHOLDER = "sglang/srt/speculative/ddtree_placeholder.py"
+SPEC_INFO = "sglang/srt/speculative/spec_info.py"
+NEW_MODULE = "sglang/srt/speculative/ddtree_utils.py"
+PATCHED = (
+    "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
+    "sglang/srt/server_args.py",
+    SPEC_INFO,
+)
 
 
 def target_python(env: Path, code: str, *args: Path) -> str:
@@ -27,22 +32,22 @@ def test_apply_then_rollback_restores_every_file_to_record(sglang_env: Path) -> 
     result = apply(probe_env(sglang_env))
     assert result.status == "ok"
     site = site_packages(sglang_env)
-    assert b"_OVERLAY_ALGORITHMS" in (site / SPEC_REGISTRY).read_bytes()
-    # sglang's own __init__ needs its dependencies, which --no-deps left out: load the new
-    # module by path and byte-compile the patched one, in the target interpreter
-    load = (
-        "import importlib.util as u, py_compile, sys; "
-        "s = u.spec_from_file_location('m', sys.argv[1]); m = u.module_from_spec(s); "
-        "s.loader.exec_module(m); py_compile.compile(sys.argv[2], doraise=True); "
-        "print(m.overlay_installed())"
+    assert b"import sglang.srt.speculative.ddtree_spec" in (site / SPEC_INFO).read_bytes()
+    # sglang's own __init__ needs torch and the rest, which --no-deps left out: byte-compile
+    # every new and patched module in the target interpreter (GPU import is `verify`'s job)
+    compile_all = (
+        "import py_compile, sys; "
+        "[py_compile.compile(f, doraise=True) for f in sys.argv[1:]]; print('ok')"
     )
-    assert target_python(sglang_env, load, site / PLACEHOLDER, site / SPEC_REGISTRY) == "True"
-    assert probe_env(sglang_env).sglang.record.modified == (SPEC_REGISTRY,)
+    new = sorted((site / "sglang/srt/speculative").glob("ddtree_*.py"))
+    assert len(new) == 4
+    assert target_python(sglang_env, compile_all, *new, *(site / p for p in PATCHED)) == "ok"
+    assert probe_env(sglang_env).sglang.record.modified == PATCHED
     rollback(probe_env(sglang_env))
     assert snapshot(sglang_env) == pristine
     record = probe_env(sglang_env).sglang.record
     assert (record.modified, record.missing) == ((), ())
-    assert not (site / PLACEHOLDER).exists()
+    assert not (site / NEW_MODULE).exists()
 
 
 def test_second_apply_is_a_no_op_that_exits_zero(sglang_env: Path) -> None:
@@ -62,7 +67,7 @@ def test_check_writes_nothing(sglang_env: Path, state_dir: Path) -> None:
 
 
 def test_mode_is_kept_and_hardlinks_are_superseded(sglang_env: Path, tmp_path: Path) -> None:
-    target = site_packages(sglang_env) / SPEC_REGISTRY
+    target = site_packages(sglang_env) / SPEC_INFO
     target.chmod(0o640)
     cache_copy = tmp_path / "uv-cache-copy.py"
     os.link(target, cache_copy)
@@ -77,8 +82,8 @@ def test_stale_bytecode_of_touched_modules_is_purged(sglang_env: Path) -> None:
     site = site_packages(sglang_env)
     cache = site / "sglang" / "srt" / "speculative" / "__pycache__"
     cache.mkdir(exist_ok=True)
-    stale = [cache / "spec_registry.cpython-311.pyc", cache / "spec_registry.cpython-311.opt-1.pyc"]
-    unrelated = cache / "spec_info.cpython-311.pyc"
+    stale = [cache / "spec_info.cpython-311.pyc", cache / "spec_info.cpython-311.opt-1.pyc"]
+    unrelated = cache / "spec_registry.cpython-311.pyc"
     for path in (*stale, unrelated):
         path.write_bytes(b"stale")
     apply(probe_env(sglang_env))
@@ -88,7 +93,7 @@ def test_stale_bytecode_of_touched_modules_is_purged(sglang_env: Path) -> None:
 def test_rollback_force_restores_and_sets_the_edit_aside(sglang_env: Path) -> None:
     pristine = snapshot(sglang_env)
     apply(probe_env(sglang_env))
-    target = site_packages(sglang_env) / SPEC_REGISTRY
+    target = site_packages(sglang_env) / SPEC_INFO
     edited = target.read_bytes() + b"# my edit\n"
     target.write_bytes(edited)
     result = rollback(probe_env(sglang_env), force=True)
@@ -97,17 +102,15 @@ def test_rollback_force_restores_and_sets_the_edit_aside(sglang_env: Path) -> No
 
 
 def test_rollback_after_reinstall_removes_orphaned_new_files(sglang_env: Path) -> None:
-    apply(probe_env(sglang_env))
     site = site_packages(sglang_env)
-    # what `pip install --force-reinstall` does to the patched file: back to the wheel's bytes
-    pristine_registry = (site / SPEC_REGISTRY).read_bytes().replace(
-        b'\n# ddtree-overlay: algorithms the overlay registers; their module is\n'
-        b'# ``sglang.srt.speculative.ddtree_placeholder`` until the DDTree payload lands.\n'
-        b'_OVERLAY_ALGORITHMS = frozenset({"DDTREE"})\n', b"")
-    (site / SPEC_REGISTRY).write_bytes(pristine_registry)
+    wheel_bytes = {p: (site / p).read_bytes() for p in PATCHED}
+    apply(probe_env(sglang_env))
+    # what `pip install --force-reinstall` does to the patched files: back to the wheel's bytes
+    for path, data in wheel_bytes.items():
+        (site / path).write_bytes(data)
     assert "partial" in run_cli("status", "--env", str(sglang_env)).stdout
     assert run_cli("rollback", "--env", str(sglang_env)).returncode == 0
-    assert not (site / PLACEHOLDER).exists()
+    assert not (site / NEW_MODULE).exists()
     assert probe_env(sglang_env).sglang.record.modified == ()
 
 

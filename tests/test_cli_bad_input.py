@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from overlay_helpers import REPO_ROOT, copy_repo_data, run_cli, site_packages, s
 
 from ddtree_overlay.errors import ExitCode
 
-SPEC_REGISTRY = "sglang/srt/speculative/spec_registry.py"
+SPEC_INFO = "sglang/srt/speculative/spec_info.py"
 
 
 def assert_refused(done: subprocess.CompletedProcess[str], code: ExitCode, fragment: str) -> None:
@@ -98,7 +99,11 @@ def test_malformed_manifest(sglang_env: Path, tmp_path: Path, state_dir: Path) -
 def test_malformed_patch(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
     manifest = copy_repo_data(tmp_path / "data")
     patch = next((tmp_path / "data" / "patches" / "0.5.14").glob("*.patch"))
-    patch.write_text(patch.read_text().replace("@@ -137,6 +137,10 @@", "@@ -137,6 +137,12 @@"))
+    # claim two more new lines in the first hunk than its body has
+    text = patch.read_text()
+    header = re.search(r"@@ -(\d+),(\d+) \+(\d+),(\d+) @@", text)
+    wrong = f"@@ -{header[1]},{header[2]} +{header[3]},{int(header[4]) + 2} @@"
+    patch.write_text(text.replace(header[0], wrong, 1))
     before = snapshot(sglang_env)
     done = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest))
     assert_refused(done, ExitCode.BAD_PATCH_SET, "malformed patch")
@@ -123,8 +128,8 @@ def test_diff_target_escaping_site_packages(sglang_env: Path, tmp_path: Path, st
 
 
 def test_symlinked_target(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
-    target = site_packages(sglang_env) / SPEC_REGISTRY
-    real = tmp_path / "spec_registry.py"
+    target = site_packages(sglang_env) / SPEC_INFO
+    real = tmp_path / "spec_info.py"
     shutil.move(target, real)
     target.symlink_to(real)
     done = run_cli("apply", "--env", str(sglang_env))
@@ -160,7 +165,7 @@ with ledger.locked(ledger.env_state(Path(sys.argv[1])), "test holder"):
 
 def test_files_edited_after_apply(sglang_env: Path, state_dir: Path) -> None:
     assert run_cli("apply", "--env", str(sglang_env)).returncode == 0
-    target = site_packages(sglang_env) / SPEC_REGISTRY
+    target = site_packages(sglang_env) / SPEC_INFO
     target.write_bytes(target.read_bytes() + b"# local edit\n")
     before = snapshot(sglang_env)
     assert_refused(run_cli("apply", "--env", str(sglang_env)), ExitCode.CONFLICT, "changed since")
@@ -173,7 +178,7 @@ def test_files_edited_after_apply(sglang_env: Path, state_dir: Path) -> None:
 def test_patch_set_changed_after_it_was_applied(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
     manifest = copy_repo_data(tmp_path / "data")
     assert run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest)).returncode == 0
-    overlay_file = tmp_path / "data" / "overlay" / "sglang" / "srt" / "speculative" / "ddtree_placeholder.py"
+    overlay_file = tmp_path / "data" / "overlay" / "sglang" / "srt" / "speculative" / "ddtree_utils.py"
     overlay_file.write_text(overlay_file.read_text() + "\n# changed\n")
     before = snapshot(sglang_env)
     done = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest))

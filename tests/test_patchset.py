@@ -14,10 +14,15 @@ from ddtree_overlay.patchset import load_patch_set, safe_relative_path
 def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
     patch_set = load_patch_set(REPO_ROOT / "manifests" / "0.5.14.toml")
     assert patch_set.touched_paths() == (
-        "sglang/srt/speculative/spec_registry.py",
-        "sglang/srt/speculative/ddtree_placeholder.py",
+        "sglang/srt/speculative/spec_info.py",
+        "sglang/srt/server_args.py",
+        "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
+        "sglang/srt/speculative/ddtree_spec.py",
+        "sglang/srt/speculative/ddtree_utils.py",
+        "sglang/srt/speculative/ddtree_info.py",
+        "sglang/srt/speculative/ddtree_worker_v2.py",
     )
-    assert patch_set.expectation("sglang/srt/speculative/ddtree_placeholder.py").pre_sha256 is None
+    assert patch_set.expectation("sglang/srt/speculative/ddtree_utils.py").pre_sha256 is None
 
 
 @pytest.mark.parametrize("raw", ["../x", "/abs", "a/../../b", '"quoted"', "a\\b"])

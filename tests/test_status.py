@@ -31,8 +31,8 @@ def test_status_reports_the_install_and_the_matching_patch_set(sglang_env: Path)
 def test_status_follows_the_overlay_state(sglang_env: Path) -> None:
     assert run_cli("apply", "--env", str(sglang_env)).returncode == 0
     assert status(probe_env(sglang_env)).data["overlay"]["state"] == "applied"
-    placeholder = site_packages(sglang_env) / "sglang/srt/speculative/ddtree_placeholder.py"
-    placeholder.write_text("edited\n")
+    new_module = site_packages(sglang_env) / "sglang/srt/speculative/ddtree_utils.py"
+    new_module.write_text("edited\n")
     assert status(probe_env(sglang_env)).data["overlay"]["state"] == "drifted"
 
 
