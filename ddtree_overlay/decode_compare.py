@@ -13,8 +13,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 
 # A divergence is explained when the target's top1-top2 log-prob margin at that
-# step is at most this: a few bf16 ulps of a logit of magnitude ~8-16 (ulp 2^-4).
-BF16_MARGIN_NOISE = 0.125
+# step is at most this. On the fixture pair logits are ~4-8 (bf16 ulp 2^-5) and
+# upstream DFLASH itself leaves plain decoding at margins up to 0.19 (H200,
+# 2026-11-29), so 0.25 = 8 ulps.
+BF16_MARGIN_NOISE = 0.25
 
 
 @dataclass(frozen=True)

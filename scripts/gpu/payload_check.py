@@ -38,14 +38,35 @@ def presets(n_prompts, max_new):
         ],
         "lossless": [
             {"name": "plain", "engine": GRAPH, "sampling": greedy, "top2": True},
+            {"name": "ddtree-b32", "engine": ddtree(32), "sampling": greedy,
+             "on_fail": {"name": "ddtree-b32-eager", "engine": ddtree(32, disable_cuda_graph=True), "sampling": greedy}},
             {"name": "dflash", "engine": dict(GRAPH, speculative_algorithm="DFLASH"), "sampling": greedy},
-            {"name": "ddtree-b32", "engine": ddtree(32), "sampling": greedy},
+            {"name": "ddtree-b15", "engine": ddtree(15), "sampling": greedy},
             {"name": "ddtree-b32-page16", "engine": ddtree(32, page_size=16), "sampling": greedy},
-            {"name": "ddtree-b32-flashinfer", "engine": dict(ddtree(32), attention_backend="flashinfer"), "sampling": greedy},
             {"name": "plain-t1", "engine": GRAPH, "sampling": sampled, "repeat": 512, "prompts": 1},
             {"name": "ddtree-b32-t1", "engine": ddtree(32), "sampling": sampled, "repeat": 512, "prompts": 1},
         ],
+        "flashinfer": [
+            {"name": "plain-flashinfer", "engine": {"attention_backend": "flashinfer"}, "sampling": greedy, "top2": True},
+            {"name": "ddtree-b32-flashinfer", "engine": dict(ddtree(32), attention_backend="flashinfer"), "sampling": greedy},
+        ],
     }
+
+
+def run_one(args, prompts, arm, out, results_path) -> bool:
+    plan = {
+        "target": args.target,
+        "draft": args.draft,
+        "prompts": prompts[: arm.pop("prompts", len(prompts))],
+        "arms": [arm],
+    }
+    plan_path = Path("/tmp") / f"plan-{arm['name']}.json"
+    plan_path.write_text(json.dumps(plan))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "ddtree_overlay/gpu/engine_runner.py"), str(plan_path), str(results_path)],
+        check=False,
+    )
+    return done.returncode == 0
 
 
 def main():
@@ -69,19 +90,16 @@ def main():
         arms = [a for a in arms if a["name"] in keep]
     results_path = out / "arms.jsonl"
     results_path.unlink(missing_ok=True)
-    for arm in arms:  # one runner process per prompt set keeps the plan simple
-        plan = {
-            "target": args.target,
-            "draft": args.draft,
-            "prompts": prompts[: arm.pop("prompts", len(prompts))],
-            "arms": [arm],
-        }
-        plan_path = out / f"plan-{arm['name']}.json"
-        plan_path.write_text(json.dumps(plan))
-        subprocess.run(
-            [sys.executable, str(ROOT / "ddtree_overlay/gpu/engine_runner.py"), str(plan_path), str(results_path)],
-            check=False,
-        )
+    ddtree_broken = False
+    for arm in arms:  # one runner process per arm keeps a crash contained
+        if ddtree_broken and "ddtree" in arm["name"]:
+            print(f"skip {arm['name']}: an earlier DDTREE arm failed", flush=True)
+            continue
+        on_fail = arm.pop("on_fail", None)
+        if not run_one(args, prompts, arm, out, results_path) and "ddtree" in arm["name"]:
+            ddtree_broken = True
+            if on_fail:
+                run_one(args, prompts, on_fail, out, results_path)
     records = {r["arm"]: r for r in map(json.loads, results_path.read_text().splitlines())}
     summary = {"arms": {}, "lossless": [], "distribution": []}
     for name, rec in records.items():
@@ -89,8 +107,9 @@ def main():
             summary["arms"][name] = {"ok": False, "error": rec.get("error"), "traceback": rec.get("traceback")}
             continue
         summary["arms"][name] = dict(dc.acceptance_summary(rec), ok=True, start_s=rec.get("start_s"), decode_s=rec.get("decode_s"))
-        if name != "plain" and rec["sampling"]["temperature"] == 0 and "plain" in records and records["plain"].get("ok"):
-            summary["lossless"].append(dc.lossless_report(records["plain"], rec))
+        base = "plain-flashinfer" if name.endswith("-flashinfer") else "plain"
+        if name != base and rec["sampling"]["temperature"] == 0 and records.get(base, {}).get("ok"):
+            summary["lossless"].append(dc.lossless_report(records[base], rec))
         if name.endswith("-t1") and name != "plain-t1" and records.get("plain-t1", {}).get("ok"):
             for pos in (1, 2, 3):
                 summary["distribution"].append(dict(dc.distribution_test(records["plain-t1"], rec, pos), arm=name))

@@ -59,13 +59,6 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         finally:
             server_args.speculative_num_draft_tokens = num_verify_tokens
 
-        if hasattr(
-            self.target_worker.model_runner.attn_backend,
-            "update_mamba_state_after_mtp_verify",
-        ):
-            raise ValueError(
-                "DDTREE does not support hybrid (Mamba / linear-attention) targets yet."
-            )
         self.budget = int(server_args.speculative_ddtree_budget)
         self.num_verify_tokens = num_verify_tokens
         self.accept_width = max_accept_width(self.budget, self.block_size)
@@ -84,6 +77,17 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 self.accept_width,
                 self.draft_topk,
             )
+
+    def init_attention_backends(self):
+        # The scheduler sets up the target's backends first, so the target is known here.
+        if hasattr(
+            self.target_worker.model_runner.attn_backend,
+            "update_mamba_state_after_mtp_verify",
+        ):
+            raise ValueError(
+                "DDTREE does not support hybrid (Mamba / linear-attention) targets yet."
+            )
+        super().init_attention_backends()
 
     def forward_batch_generation(
         self, model_worker_batch: ScheduleBatch, on_publish=None
