@@ -12,8 +12,9 @@ build gives the same corpus.
 Vocabulary: ids 0..255 are bytes, 256 BOS, 257 EOS (between files), 258 PAD (unused),
 259 MASK (drafter only; never in text); vocab_size 272 (padded to a multiple of 16).
 
-Phases (each time-boxed by wall clock; the chosen step counts are logged, and passing them back
-with --target-steps/--draft-steps repeats the run up to GPU kernel nondeterminism):
+Phases (each time-boxed by wall clock; the chosen step/row counts are logged, and passing them
+back with --target-steps/--draft-steps/--rollouts plus a large --gen-seconds repeats the run up to
+GPU kernel nondeterminism; see ddtree_overlay/fixtures/README.md for the exact command):
 1. target: causal LM on [BOS] + 1023-byte windows of the training files, bf16 autocast, fp32
    master weights, AdamW, warmup then cosine.
 2. rollouts: greedy continuations by the (bf16) target of [BOS] + 64..128-byte training windows,
@@ -69,15 +70,32 @@ GAMMA = 7.0
 TARGET_LAYER_IDS = (1, 3, 4)
 
 TARGET_CFG = Qwen3Config(
-    vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=6,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-6,
-    rope_theta=10000.0, max_position_embeddings=2048,
+    vocab_size=VOCAB,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    max_position_embeddings=2048,
 )
 DRAFT_CFG = DFlashConfig(
-    vocab_size=VOCAB, hidden_size=256, intermediate_size=512, num_hidden_layers=3,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=64, rms_norm_eps=1e-6,
-    rope_theta=10000.0, max_position_embeddings=2048,
-    block_size=BLOCK, mask_token_id=MASK, target_layer_ids=TARGET_LAYER_IDS, num_target_layers=6,
+    vocab_size=VOCAB,
+    hidden_size=256,
+    intermediate_size=512,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    max_position_embeddings=2048,
+    block_size=BLOCK,
+    mask_token_id=MASK,
+    target_layer_ids=TARGET_LAYER_IDS,
+    num_target_layers=6,
 )
 
 
@@ -179,7 +197,18 @@ class Schedule:
         return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def train_loop(name: str, step_fn, params, *, lr: float, warmup: int, steps: int | None, budget_s: float, log_every: int, device: str) -> dict:
+def train_loop(
+    name: str,
+    step_fn,
+    params,
+    *,
+    lr: float,
+    warmup: int,
+    steps: int | None,
+    budget_s: float,
+    log_every: int,
+    device: str,
+) -> dict:
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
     sched = Schedule(lr, warmup, steps)
     curve, t0, step = [], time.perf_counter(), 0
@@ -187,8 +216,7 @@ def train_loop(name: str, step_fn, params, *, lr: float, warmup: int, steps: int
     while True:
         if sched.total is not None and step >= sched.total:
             break
-        elapsed = time.perf_counter() - t0
-        if elapsed > budget_s * (1.15 if steps is not None else 1.0):
+        if steps is None and time.perf_counter() - t0 > budget_s:  # explicit steps: no time box
             log(f"{name}: wall-clock stop at step {step}")
             break
         for grp in opt.param_groups:
@@ -205,15 +233,41 @@ def train_loop(name: str, step_fn, params, *, lr: float, warmup: int, steps: int
         if steps is None and step == calib_at:
             sync(device)
             per = (time.perf_counter() - t_calib) / (calib_at - 5)
-            sched.total = max(calib_at + 1, int((budget_s - (time.perf_counter() - t0)) / per) + calib_at)
+            sched.total = max(
+                calib_at + 1, int((budget_s - (time.perf_counter() - t0)) / per) + calib_at
+            )
             log(f"{name}: {per * 1e3:.1f} ms/step -> {sched.total} steps in {budget_s:.0f} s")
         if step % log_every == 0 or step == 1:
-            row = {"step": step, "lr": sched(step - 1), "loss": float(loss.detach()), "grad_norm": float(gnorm), "t": round(time.perf_counter() - t0, 2)}
-            row.update({k: (round(float(v), 4) if v.numel() == 1 else [round(a, 3) for a in v.tolist()]) for k, v in stats.items()})
+            row = {
+                "step": step,
+                "lr": sched(step - 1),
+                "loss": float(loss.detach()),
+                "grad_norm": float(gnorm),
+                "t": round(time.perf_counter() - t0, 2),
+            }
+            row.update(
+                {
+                    k: (round(float(v), 4) if v.numel() == 1 else [round(a, 3) for a in v.tolist()])
+                    for k, v in stats.items()
+                }
+            )
             curve.append(row)
-            log(f"{name} step {step}/{sched.total} loss {row['loss']:.4f} " + " ".join(f"{k}={v}" for k, v in row.items() if k not in ("step", "loss", "t", "lr", "grad_norm") and not isinstance(v, list)))
+            log(
+                f"{name} step {step}/{sched.total} loss {row['loss']:.4f} "
+                + " ".join(
+                    f"{k}={v}"
+                    for k, v in row.items()
+                    if k not in ("step", "loss", "t", "lr", "grad_norm") and not isinstance(v, list)
+                )
+            )
     sync(device)
-    return {"steps": step, "seconds": round(time.perf_counter() - t0, 2), "lr": lr, "warmup": warmup, "curve": curve}
+    return {
+        "steps": step,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "lr": lr,
+        "warmup": warmup,
+        "curve": curve,
+    }
 
 
 def sync(device: str) -> None:
@@ -222,7 +276,11 @@ def sync(device: str) -> None:
 
 
 def amp(device: str):
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
+    return (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if device == "cuda"
+        else contextlib.nullcontext()
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,7 +301,17 @@ def train_target(stream: torch.Tensor, args, device: str) -> tuple[Qwen3Target, 
         loss = F.cross_entropy(logits.view(-1, VOCAB), x[:, 1:].reshape(-1))
         return loss, {"bits_per_byte": loss.detach() / math.log(2)}
 
-    info = train_loop("target", step, list(model.parameters()), lr=args.target_lr, warmup=args.warmup, steps=args.target_steps, budget_s=args.target_seconds, log_every=args.log_every, device=device)
+    info = train_loop(
+        "target",
+        step,
+        list(model.parameters()),
+        lr=args.target_lr,
+        warmup=args.warmup,
+        steps=args.target_steps,
+        budget_s=args.target_seconds,
+        log_every=args.log_every,
+        device=device,
+    )
     return model.eval(), info
 
 
@@ -256,29 +324,49 @@ def target_eval(model: Qwen3Target, held: torch.Tensor, device: str, n: int, seq
     loss = F.cross_entropy(logits.reshape(-1, VOCAB), x[:, 1:].reshape(-1))
     top = torch.topk(logits.float(), 2, dim=-1).values
     gaps = (top[..., 0] - top[..., 1]).flatten()
-    gaps = gaps[torch.randperm(gaps.numel(), generator=torch.Generator().manual_seed(0))[:20000].to(gaps.device)]
+    gaps = gaps[
+        torch.randperm(gaps.numel(), generator=torch.Generator().manual_seed(0))[:20000].to(
+            gaps.device
+        )
+    ]
     acc = (logits.argmax(-1) == x[:, 1:]).float().mean()
-    return {"heldout_bits_per_byte": float(loss) / math.log(2), "heldout_top1_acc": float(acc), "teacher_forced_top1_top2_gap": margin_stats(gaps.tolist())}
+    return {
+        "heldout_bits_per_byte": float(loss) / math.log(2),
+        "heldout_top1_acc": float(acc),
+        "teacher_forced_top1_top2_gap": margin_stats(gaps.tolist()),
+    }
 
 
 @torch.no_grad()
-def make_rollouts(tgt: Qwen3Target, stream: torch.Tensor, args, device: str) -> tuple[torch.Tensor, torch.Tensor, dict]:
+def make_rollouts(
+    tgt: Qwen3Target, stream: torch.Tensor, args, device: str
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Greedy continuations to length args.roll_len of [BOS] + 64..128-byte training windows."""
     g = torch.Generator(device=device).manual_seed(args.seed + 7)
     rng = random.Random(args.seed + 7)
     rows, plens, t0 = [], [], time.perf_counter()
     s = args.roll_len
-    while sum(r.shape[0] for r in rows) < args.rollouts and time.perf_counter() - t0 < args.gen_seconds:
+    while (
+        sum(r.shape[0] for r in rows) < args.rollouts
+        and time.perf_counter() - t0 < args.gen_seconds
+    ):
         p = rng.randint(65, 129)  # BOS + 64..128 bytes
         b = args.roll_batch
         x = torch.empty(b, s, dtype=torch.long, device=device)
         x[:, :p] = windows(stream, b, p, g)
         cache = tgt.new_cache(b, s)
-        logits = tgt(x[:, :p], torch.arange(p, device=device).expand(b, p), cache=cache).logits[:, -1]
+        logits = tgt(x[:, :p], torch.arange(p, device=device).expand(b, p), cache=cache).logits[
+            :, -1
+        ]
         for t in range(p, s):
             x[:, t] = logits.argmax(-1)
             if t + 1 < s:
-                logits = tgt(x[:, t : t + 1], torch.full((b, 1), t, device=device), cache=cache, cache_start=t).logits[:, -1]
+                logits = tgt(
+                    x[:, t : t + 1],
+                    torch.full((b, 1), t, device=device),
+                    cache=cache,
+                    cache_start=t,
+                ).logits[:, -1]
         rows.append(x)
         plens.append(torch.full((b,), p, device=device))
         log(f"rollouts: {sum(r.shape[0] for r in rows)} rows ({time.perf_counter() - t0:.1f} s)")
@@ -295,7 +383,9 @@ def make_rollouts(tgt: Qwen3Target, stream: torch.Tensor, args, device: str) -> 
     return x, pl, info
 
 
-def train_draft(tgt: Qwen3Target, rows: torch.Tensor, plens: torch.Tensor, args, device: str) -> tuple[DFlashDraft, dict]:
+def train_draft(
+    tgt: Qwen3Target, rows: torch.Tensor, plens: torch.Tensor, args, device: str
+) -> tuple[DFlashDraft, dict]:
     draft = DFlashDraft(DRAFT_CFG)
     init_weights(draft, seed=args.seed + 1)
     draft.to(device).train()
@@ -325,16 +415,35 @@ def train_draft(tgt: Qwen3Target, rows: torch.Tensor, plens: torch.Tensor, args,
         with amp(device):
             h = draft.forward_anchor_blocks(emb, anchors, aux)
             logits = F.linear(h[:, :, 1:], head)  # frozen target lm_head
-        ce = F.cross_entropy(logits.float().reshape(-1, VOCAB), labels.reshape(-1), reduction="none").view_as(labels)
+        ce = F.cross_entropy(
+            logits.float().reshape(-1, VOCAB), labels.reshape(-1), reduction="none"
+        ).view_as(labels)
         w = w_k * ok
         loss = (ce * w).sum() / w.sum()
         with torch.no_grad():
             hit = (logits.argmax(-1) == labels) & ok
             slot_acc = hit.float().sum((0, 1)) / ok.float().sum((0, 1))
-            tau = 1 + hit.long().cumprod(-1).sum(-1).float().mean()  # block accept length, bonus included
-        return loss, {"slot1_acc": slot_acc[0], "slot8_acc": slot_acc[7], "block_tau": tau, "slot_acc": slot_acc}
+            tau = (
+                1 + hit.long().cumprod(-1).sum(-1).float().mean()
+            )  # block accept length, bonus included
+        return loss, {
+            "slot1_acc": slot_acc[0],
+            "slot8_acc": slot_acc[7],
+            "block_tau": tau,
+            "slot_acc": slot_acc,
+        }
 
-    info = train_loop("draft", step, list(draft.parameters()), lr=args.draft_lr, warmup=args.warmup, steps=args.draft_steps, budget_s=args.draft_seconds, log_every=args.log_every, device=device)
+    info = train_loop(
+        "draft",
+        step,
+        list(draft.parameters()),
+        lr=args.draft_lr,
+        warmup=args.warmup,
+        steps=args.draft_steps,
+        budget_s=args.draft_seconds,
+        log_every=args.log_every,
+        device=device,
+    )
     return draft.eval(), info
 
 
@@ -348,7 +457,9 @@ def evaluate(out: Path, prompts: list[list[int]], args, device: str) -> dict:
             break
         results.append(generate_dflash(tgt, dft, p, max_new_tokens=args.eval_new_tokens))
         baselines.append(generate_ar(tgt, p, max_new_tokens=args.eval_new_tokens))
-        log(f"eval: prompt {len(results)} tau {sum(results[-1].accept_lens) / len(results[-1].accept_lens):.3f}")
+        log(
+            f"eval: prompt {len(results)} tau {sum(results[-1].accept_lens) / len(results[-1].accept_lens):.3f}"
+        )
     agg = aggregate(results, block_size=BLOCK, baselines=baselines)
     agg["device"], agg["dtype"], agg["max_new_tokens"] = device, "float32", args.eval_new_tokens
     return agg
@@ -359,7 +470,11 @@ def evaluate(out: Path, prompts: list[list[int]], args, device: str) -> dict:
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    p.add_argument("--out", required=True, help="fixtures dir to write (target/, draft/, heldout_prompts.json, training_log.json)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="fixtures dir to write (target/, draft/, heldout_prompts.json, training_log.json)",
+    )
     p.add_argument("--smoke", action="store_true", help="tiny CPU run for testing the script")
     p.add_argument("--device", default=None, help="cuda|cpu (default: cuda if available)")
     p.add_argument("--seed", type=int, default=0)
@@ -367,8 +482,18 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--gen-seconds", type=float, default=45)
     p.add_argument("--draft-seconds", type=float, default=140)
     p.add_argument("--eval-seconds", type=float, default=40)
-    p.add_argument("--target-steps", type=int, default=None, help="fixed step count (default: fill --target-seconds)")
-    p.add_argument("--draft-steps", type=int, default=None, help="fixed step count (default: fill --draft-seconds)")
+    p.add_argument(
+        "--target-steps",
+        type=int,
+        default=None,
+        help="fixed step count (default: fill --target-seconds)",
+    )
+    p.add_argument(
+        "--draft-steps",
+        type=int,
+        default=None,
+        help="fixed step count (default: fill --draft-seconds)",
+    )
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--target-lr", type=float, default=2e-3)
@@ -408,7 +533,12 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    run_log: dict = {"argv": sys.argv[1:], "args": {k: v for k, v in vars(args).items()}, "torch": torch.__version__, "device": device}
+    run_log: dict = {
+        "argv": sys.argv[1:],
+        "args": {k: v for k, v in vars(args).items()},
+        "torch": torch.__version__,
+        "device": device,
+    }
 
     def save_log() -> None:
         run_log["total_seconds"] = round(time.perf_counter() - t_start, 2)
@@ -422,8 +552,12 @@ def main() -> int:
     train_stream, held_stream = to_stream(train_files, device), to_stream(held_files, device)
 
     target, run_log["target"] = train_target(train_stream, args, device)
-    run_log["target"].update(target_eval(target, held_stream, device, n=16 if args.smoke else 64, seq=args.seq))
-    save_checkpoint(target, qwen3_config_json(TARGET_CFG, bos=BOS, eos=EOS, pad=PAD), out / "target")
+    run_log["target"].update(
+        target_eval(target, held_stream, device, n=16 if args.smoke else 64, seq=args.seq)
+    )
+    save_checkpoint(
+        target, qwen3_config_json(TARGET_CFG, bos=BOS, eos=EOS, pad=PAD), out / "target"
+    )
     log(f"target saved: {json.dumps({k: v for k, v in run_log['target'].items() if k != 'curve'})}")
     save_log()
 
@@ -440,10 +574,14 @@ def main() -> int:
     del rows, plens
 
     run_log["eval_dflash"] = evaluate(out, prompts, args, device)
-    log(f"eval: {json.dumps({k: v for k, v in run_log['eval_dflash'].items() if k != 'target_margin'})}")
+    log(
+        f"eval: {json.dumps({k: v for k, v in run_log['eval_dflash'].items() if k != 'target_margin'})}"
+    )
     save_log()
     sizes = {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*.safetensors"))}
-    log(f"sizes {sizes} total {sum(sizes.values())} bytes; done in {time.perf_counter() - t_start:.0f} s")
+    log(
+        f"sizes {sizes} total {sum(sizes.values())} bytes; done in {time.perf_counter() - t_start:.0f} s"
+    )
     return 0
 
 

@@ -85,9 +85,11 @@ def test_dflash_equals_target_greedy(pair, greedy, i: int) -> None:
 @pytest.mark.parametrize(("i", "budget"), [(0, 8), (1, 32), (2, 64), (0, 1)])
 def test_ddtree_equals_target_greedy(pair, greedy, i: int, budget: int) -> None:
     target, draft, prompts = pair
-    r = generate_ddtree(target, draft, prompts[i], budget=budget, max_new_tokens=NEW_TOKENS, record_trees=True)
+    r = generate_ddtree(
+        target, draft, prompts[i], budget=budget, max_new_tokens=NEW_TOKENS, record_trees=True
+    )
     assert_same_as_greedy(r, greedy[i])
-    for tree, accept_len in zip(r.trees, r.accept_lens):
+    for tree, accept_len in zip(r.trees, r.accept_lens, strict=True):
         assert len(tree.tokens) == 1 + budget  # exactly B drafted nodes (V^15 prefixes reachable)
         assert tree.accepted[0] == 0 and len(tree.accepted) == accept_len
 
@@ -126,7 +128,9 @@ def test_aux_feature_k_is_the_output_of_layer_k(pair) -> None:
         h = feats[k]
         for j in range(k + 1, cfg.num_hidden_layers):
             h = target.model.layers[j](h, cos, sin, index=j, **kw)
-        torch.testing.assert_close(target.lm_head(target.model.norm(h)).float(), out.logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            target.lm_head(target.model.norm(h)).float(), out.logits, rtol=1e-5, atol=1e-5
+        )
     with pytest.raises(AssertionError, match="not capturable"):
         target(ids, pos, capture=(cfg.num_hidden_layers - 1,))
 
@@ -138,7 +142,9 @@ def test_training_block_form_equals_serving_form(pair) -> None:
     seq = prompts[5] + list(generate_ar(target, prompts[5], max_new_tokens=40).tokens)
     x = torch.tensor([seq])
     s = x.shape[1]
-    aux = target(x, torch.arange(s).unsqueeze(0), capture=draft.cfg.target_layer_ids, logits=False).aux
+    aux = target(
+        x, torch.arange(s).unsqueeze(0), capture=draft.cfg.target_layer_ids, logits=False
+    ).aux
     anchors = torch.tensor([[len(prompts[5]), s - 20, s - 2]])
     q = draft.cfg.block_size
     block = torch.full((1, 3, q), draft.cfg.mask_token_id)

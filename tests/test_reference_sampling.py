@@ -29,9 +29,25 @@ def _one_thread():
 
 
 def toy_pair() -> tuple[M.Qwen3Target, M.DFlashDraft]:
-    base = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16}
+    base = {
+        "vocab_size": VOCAB,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 16,
+    }
     target = M.Qwen3Target(M.Qwen3Config(num_hidden_layers=3, **base))
-    draft = M.DFlashDraft(M.DFlashConfig(num_hidden_layers=1, block_size=4, mask_token_id=MASK, target_layer_ids=(0, 1), num_target_layers=3, **base))
+    draft = M.DFlashDraft(
+        M.DFlashConfig(
+            num_hidden_layers=1,
+            block_size=4,
+            mask_token_id=MASK,
+            target_layer_ids=(0, 1),
+            num_target_layers=3,
+            **base,
+        )
+    )
     M.init_weights(target, seed=11, std=0.35)
     M.init_weights(draft, seed=12, std=0.35)
     return target.eval(), draft.eval()
@@ -46,7 +62,9 @@ def exact_joint(target: M.Qwen3Target) -> dict[tuple[int, int, int], float]:
     joint = {}
     for n, (a, b) in enumerate(itertools.product(range(VOCAB), repeat=2)):
         for c in range(VOCAB):
-            joint[(a, b, c)] = float(p[n, len(PROMPT) - 1, a] * p[n, len(PROMPT), b] * p[n, len(PROMPT) + 1, c])
+            joint[(a, b, c)] = float(
+                p[n, len(PROMPT) - 1, a] * p[n, len(PROMPT), b] * p[n, len(PROMPT) + 1, c]
+            )
     return joint
 
 
@@ -70,10 +88,16 @@ def test_sampled_output_matches_the_target_distribution(algo: str) -> None:
     for seed in range(RUNS):
         g = torch.Generator().manual_seed(seed)
         if algo == "ddtree":
-            r = generate_ddtree(target, draft, PROMPT, budget=6, max_new_tokens=3, temperature=TEMP, generator=g)
+            r = generate_ddtree(
+                target, draft, PROMPT, budget=6, max_new_tokens=3, temperature=TEMP, generator=g
+            )
         else:
-            r = generate_dflash(target, draft, PROMPT, max_new_tokens=3, temperature=TEMP, generator=g)
+            r = generate_dflash(
+                target, draft, PROMPT, max_new_tokens=3, temperature=TEMP, generator=g
+            )
         counts[r.tokens] = counts.get(r.tokens, 0) + 1
         accepted_drafts += sum(a - 1 for a in r.accept_lens)
-    assert accepted_drafts > RUNS * 0.3, "drafts were rarely accepted: the test would not exercise the walk"
+    assert accepted_drafts > RUNS * 0.3, (
+        "drafts were rarely accepted: the test would not exercise the walk"
+    )
     assert chi2_pvalue(counts, joint) > 1e-3

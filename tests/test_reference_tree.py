@@ -61,7 +61,9 @@ def check_invariants(tree: DDTreeDraft, logits: torch.Tensor) -> None:
         assert tree.child_maps[p][tree.tokens[i]] == i
         expect = tree.log_probs[p] + float(lp[tree.depths[i] - 1, tree.tokens[i]])
         assert math.isclose(tree.log_probs[i], expect, abs_tol=1e-4)
-    assert all(a >= b - 1e-6 for a, b in zip(tree.log_probs[1:], tree.log_probs[2:]))  # pop order
+    assert all(
+        a >= b - 1e-6 for a, b in zip(tree.log_probs[1:], tree.log_probs[2:], strict=False)
+    )  # pop order
     assert sum(len(c) for c in tree.child_maps) == tree.num_nodes - 1
     assert len(set(prefixes_of(tree))) == tree.num_nodes - 1
 
@@ -85,20 +87,29 @@ def test_budget_zero_is_root_only() -> None:
     tree = build_ddtree_tree(torch.randn(15, 32), 0, root_token=5)
     assert tree.tokens == (5,) and tree.parents == (-1,) and tree.depths == (0,)
     assert ancestor_mask(tree).tolist() == [[True]]
-    assert follow_verified_tree(tree, [9]).path == (0,) and follow_verified_tree(tree, [9]).next_token == 9
+    assert (
+        follow_verified_tree(tree, [9]).path == (0,)
+        and follow_verified_tree(tree, [9]).next_token == 9
+    )
 
 
 def test_budget_one_is_the_top1_first_token() -> None:
     logits = torch.randn(15, 32, generator=torch.Generator().manual_seed(1))
     tree = build_ddtree_tree(logits, 1, root_token=3)
-    assert tree.tokens == (3, int(logits[0].argmax())) and tree.parents == (-1, 0) and tree.depths == (0, 1)
+    assert (
+        tree.tokens == (3, int(logits[0].argmax()))
+        and tree.parents == (-1, 0)
+        and tree.depths == (0, 1)
+    )
 
 
 def test_budget_above_reachable_takes_every_prefix() -> None:
     logits = torch.randn(2, 3, generator=torch.Generator().manual_seed(2))
     tree = build_ddtree_tree(logits, 1000, root_token=0)
     assert tree.num_nodes - 1 == 3 + 9
-    assert set(prefixes_of(tree)) == set(itertools.product(range(3), repeat=1)) | set(itertools.product(range(3), repeat=2))
+    assert set(prefixes_of(tree)) == set(itertools.product(range(3), repeat=1)) | set(
+        itertools.product(range(3), repeat=2)
+    )
 
 
 def test_no_draft_positions_is_root_only() -> None:
@@ -110,7 +121,19 @@ def test_ties_are_deterministic_and_follow_rank_tuples() -> None:
     a = build_ddtree_tree(logits, 10, root_token=0)
     b = build_ddtree_tree(logits, 10, root_token=0)
     assert a == b
-    assert a.depths == (0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2)  # all 4 depth-1 nodes before any depth-2 node
+    assert a.depths == (
+        0,
+        1,
+        1,
+        1,
+        1,
+        2,
+        2,
+        2,
+        2,
+        2,
+        2,
+    )  # all 4 depth-1 nodes before any depth-2 node
     assert a.parents[5:] == (1, 1, 1, 1, 2, 2)  # rank tuples (0,0) < (0,1) < ... < (1,0)
 
 
@@ -133,7 +156,13 @@ def test_follow_verified_tree_walks_the_targets_choices() -> None:
     #   1:a     2:b
     #    |
     #   3:c
-    tree = DDTreeDraft(tokens=(9, 10, 11, 12), parents=(-1, 0, 0, 1), depths=(0, 1, 1, 2), log_probs=(0.0, -0.1, -0.2, -0.3), child_maps=({10: 1, 11: 2}, {12: 3}, {}, {}))
+    tree = DDTreeDraft(
+        tokens=(9, 10, 11, 12),
+        parents=(-1, 0, 0, 1),
+        depths=(0, 1, 1, 2),
+        log_probs=(0.0, -0.1, -0.2, -0.3),
+        child_maps=({10: 1, 11: 2}, {12: 3}, {}, {}),
+    )
     acc = follow_verified_tree(tree, [10, 12, 0, 42])  # root->a, a->c, c says 42
     assert acc.path == (0, 1, 3) and acc.next_token == 42
     acc = follow_verified_tree(tree, [11, 0, 7, 0])  # root->b, b says 7 (no child)

@@ -4,7 +4,10 @@ SGLang's env, without the rest of ddtree_overlay installed), `python path/to/ddt
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run by path: import this folder as the top-level package `reference`
+if __package__ in (
+    None,
+    "",
+):  # run by path: import this folder as the top-level package `reference`
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from reference.cli import main
 else:

@@ -22,22 +22,47 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ddtree_overlay.reference", description=__doc__.splitlines()[2])
-    p.add_argument("--target", required=True, help="dir with config.json + model.safetensors (Qwen3ForCausalLM)")
-    p.add_argument("--draft", help="dir with config.json + model.safetensors (DFlashDraftModel); needed for dflash/ddtree")
+    p = argparse.ArgumentParser(
+        prog="python -m ddtree_overlay.reference", description=__doc__.splitlines()[2]
+    )
+    p.add_argument(
+        "--target",
+        required=True,
+        help="dir with config.json + model.safetensors (Qwen3ForCausalLM)",
+    )
+    p.add_argument(
+        "--draft",
+        help="dir with config.json + model.safetensors (DFlashDraftModel); needed for dflash/ddtree",
+    )
     p.add_argument("--prompts", required=True, help="JSON file: list of token-id lists")
     p.add_argument("--algo", choices=("ar", "dflash", "ddtree"), required=True)
-    p.add_argument("--budget", type=int, default=16, help="DDTree budget B: drafted nodes per round, root excluded")
+    p.add_argument(
+        "--budget",
+        type=int,
+        default=16,
+        help="DDTree budget B: drafted nodes per round, root excluded",
+    )
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--dtype", default="float32", choices=tuple(DTYPES))
     p.add_argument("--seed", type=int, default=0, help="sampling seed; prompt i uses seed + i")
     p.add_argument("--json", required=True, help="output JSON path")
-    p.add_argument("--trees", action="store_true", help="record every round's tree (tokens, parents, depths, accepted)")
+    p.add_argument(
+        "--trees",
+        action="store_true",
+        help="record every round's tree (tokens, parents, depths, accepted)",
+    )
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts")
-    p.add_argument("--stop-token", type=int, default=None, help="stop after this token (default: none, like ignore_eos)")
-    p.add_argument("--no-baseline", action="store_true", help="skip the target-only greedy comparison at T=0")
+    p.add_argument(
+        "--stop-token",
+        type=int,
+        default=None,
+        help="stop after this token (default: none, like ignore_eos)",
+    )
+    p.add_argument(
+        "--no-baseline", action="store_true", help="skip the target-only greedy comparison at T=0"
+    )
     return p.parse_args(argv)
 
 
@@ -51,19 +76,28 @@ def run(args: argparse.Namespace) -> dict:
     results, baselines, rows = [], [], []
     for i, prompt in enumerate(prompts):
         gen = torch.Generator(device=args.device).manual_seed(args.seed + i)
-        kw = {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "generator": gen, "stop_token": args.stop_token}
+        kw = {
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "generator": gen,
+            "stop_token": args.stop_token,
+        }
         if args.algo == "ar":
             r = generate_ar(target, prompt, **kw)
         elif args.algo == "dflash":
             r = generate_dflash(target, draft, prompt, record_trees=args.trees, **kw)
         else:
-            r = generate_ddtree(target, draft, prompt, budget=args.budget, record_trees=args.trees, **kw)
+            r = generate_ddtree(
+                target, draft, prompt, budget=args.budget, record_trees=args.trees, **kw
+            )
         b = generate_ar(target, prompt, **kw) if want_baseline else None
         results.append(r)
         baselines.append(b)
         rows.append(prompt_metrics(r, block_size=block_size, baseline=b, trees=args.trees))
         tau = rows[-1].get("accept_len_mean")
-        print(f"[{i + 1}/{len(prompts)}] {args.algo} new={len(r.tokens)} tau={tau if tau is None else round(tau, 3)}", file=sys.stderr)
+        sys.stderr.write(
+            f"[{i + 1}/{len(prompts)}] {args.algo} new={len(r.tokens)} tau={tau if tau is None else round(tau, 3)}\n"
+        )
     agg = aggregate(results, block_size=block_size, baselines=baselines if want_baseline else None)
     config = {k: v for k, v in vars(args).items()}
     config["torch"] = torch.__version__
@@ -75,6 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     report = run(args)
     Path(args.json).write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     agg = report["aggregate"]
-    keys = ("prompts", "new_tokens", "accept_len_mean", "tokens_per_round", "tokens_per_s", "divergent_prompts")
-    print(json.dumps({k: agg[k] for k in keys if k in agg}, sort_keys=True))
+    keys = (
+        "prompts",
+        "new_tokens",
+        "accept_len_mean",
+        "tokens_per_round",
+        "tokens_per_s",
+        "divergent_prompts",
+    )
+    sys.stdout.write(json.dumps({k: agg[k] for k in keys if k in agg}, sort_keys=True) + "\n")
     return 0

@@ -28,7 +28,13 @@ from dataclasses import dataclass
 import torch
 
 from .model import DFlashDraft, KVCache, Qwen3Target
-from .tree import DDTreeDraft, ancestor_mask, build_ddtree_tree, follow_verified_tree, tree_positions
+from .tree import (
+    DDTreeDraft,
+    ancestor_mask,
+    build_ddtree_tree,
+    follow_verified_tree,
+    tree_positions,
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +56,9 @@ class DecodeResult:
     seconds: float  # wall time of the whole call, prefill included
 
 
-def choose(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> list[int]:
+def choose(
+    logits: torch.Tensor, temperature: float, generator: torch.Generator | None
+) -> list[int]:
     """logits: [N, V] fp32 -> the target's token at each of the N rows (model/utils.py:sample)."""
     if temperature < 1e-5:
         return logits.argmax(dim=-1).tolist()
@@ -63,7 +71,9 @@ def top2_gap(logits: torch.Tensor) -> float:
     return float(top[..., 0] - top[..., 1])
 
 
-def _finish(tokens: list[int], max_new: int, stop_token: int | None) -> tuple[tuple[int, ...], bool]:
+def _finish(
+    tokens: list[int], max_new: int, stop_token: int | None
+) -> tuple[tuple[int, ...], bool]:
     out = tokens[:max_new]
     if stop_token is not None and stop_token in out:
         return tuple(out[: out.index(stop_token) + 1]), True
@@ -101,11 +111,26 @@ def generate_ar(
         p = len(prompt) + len(tokens) - 1
         step = torch.tensor([[tokens[-1]]], device=dev)
         logits = target(step, torch.tensor([[p]], device=dev), cache=cache, cache_start=p).logits[0]
-    return DecodeResult("ar", len(prompt), out, (), tuple(margins[: len(out)]), None, time.perf_counter() - t0)
+    return DecodeResult(
+        algo="ar",
+        prompt_len=len(prompt),
+        tokens=out,
+        accept_lens=(),
+        margins=tuple(margins[: len(out)]),
+        trees=None,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def draft_block_logits(
-    target: Qwen3Target, draft: DFlashDraft, cache: KVCache, *, root: int, start: int, ctx_aux: torch.Tensor, ctx_start: int
+    target: Qwen3Target,
+    draft: DFlashDraft,
+    cache: KVCache,
+    *,
+    root: int,
+    start: int,
+    ctx_aux: torch.Tensor,
+    ctx_start: int,
 ) -> torch.Tensor:
     """One drafter pass for the block [root, MASK x L] at positions start..start+L.
     ctx_aux: [1, C, K*H] features of the tokens at positions ctx_start..start-1 (not yet in the
@@ -148,7 +173,9 @@ def generate_dflash(
     ctx_aux, ctx_start, start = out.aux, 0, len(prompt)
     dev = out.logits.device
     while not _finish(tokens, max_new_tokens, stop_token)[1]:
-        dl = draft_block_logits(target, draft, dcache, root=root, start=start, ctx_aux=ctx_aux, ctx_start=ctx_start)
+        dl = draft_block_logits(
+            target, draft, dcache, root=root, start=start, ctx_aux=ctx_aux, ctx_start=ctx_start
+        )
         block = [root, *dl.argmax(dim=-1).tolist()]  # greedy drafts d_1..d_L
         ids = torch.tensor([block], device=dev)
         pos = start + torch.arange(q, device=dev).unsqueeze(0)
@@ -160,11 +187,21 @@ def generate_dflash(
         tokens += [*block[1 : acc + 1], y[acc]]
         accept_lens.append(acc + 1)
         if record_trees:
-            trees.append(RoundTree(tuple(block), (-1, *range(q - 1)), tuple(range(q)), tuple(range(acc + 1))))
+            trees.append(
+                RoundTree(tuple(block), (-1, *range(q - 1)), tuple(range(q)), tuple(range(acc + 1)))
+            )
         ctx_aux, ctx_start = out.aux[:, : acc + 1], start  # KV of the accepted prefix is in place
         start, root = start + acc + 1, y[acc]
     final, _ = _finish(tokens, max_new_tokens, stop_token)
-    return DecodeResult("dflash", len(prompt), final, tuple(accept_lens), (), tuple(trees) if record_trees else None, time.perf_counter() - t0)
+    return DecodeResult(
+        algo="dflash",
+        prompt_len=len(prompt),
+        tokens=final,
+        accept_lens=tuple(accept_lens),
+        margins=(),
+        trees=tuple(trees) if record_trees else None,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def verify_tree(
@@ -203,7 +240,9 @@ def generate_ddtree(
     tokens, accept_lens, trees = [root], [], []
     ctx_aux, ctx_start, start = out.aux, 0, len(prompt)
     while not _finish(tokens, max_new_tokens, stop_token)[1]:
-        dl = draft_block_logits(target, draft, dcache, root=root, start=start, ctx_aux=ctx_aux, ctx_start=ctx_start)
+        dl = draft_block_logits(
+            target, draft, dcache, root=root, start=start, ctx_aux=ctx_aux, ctx_start=ctx_start
+        )
         tree = build_ddtree_tree(dl, budget, root)  # top-B prefixes of prod_i q_i
         out = verify_tree(target, tree, tcache, start=start, capture=ids_k)
         y = choose(out.logits[0], temperature, generator)  # y(u): target's token after node u
@@ -217,4 +256,12 @@ def generate_ddtree(
         ctx_aux, ctx_start = out.aux[:, path], start
         start, root = start + len(path), acc.next_token
     final, _ = _finish(tokens, max_new_tokens, stop_token)
-    return DecodeResult("ddtree", len(prompt), final, tuple(accept_lens), (), tuple(trees) if record_trees else None, time.perf_counter() - t0)
+    return DecodeResult(
+        algo="ddtree",
+        prompt_len=len(prompt),
+        tokens=final,
+        accept_lens=tuple(accept_lens),
+        margins=(),
+        trees=tuple(trees) if record_trees else None,
+        seconds=time.perf_counter() - t0,
+    )

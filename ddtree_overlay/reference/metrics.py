@@ -27,7 +27,7 @@ def accept_histogram(accept_lens: Sequence[int], block_size: int) -> list[int]:
 def first_divergence(result: DecodeResult, baseline: DecodeResult) -> dict | None:
     """First index where `result` leaves target-only greedy output, with the target's top1-top2
     logit margin at that step (a divergence is a bug unless that margin is within dtype noise)."""
-    for i, (a, b) in enumerate(zip(result.tokens, baseline.tokens)):
+    for i, (a, b) in enumerate(zip(result.tokens, baseline.tokens, strict=False)):
         if a != b:
             return {"index": i, "token": a, "target_token": b, "target_margin": baseline.margins[i]}
     if len(result.tokens) != len(baseline.tokens):
@@ -60,7 +60,13 @@ def margin_stats(margins: Sequence[float]) -> dict:
     }
 
 
-def prompt_metrics(result: DecodeResult, *, block_size: int, baseline: DecodeResult | None = None, trees: bool = False) -> dict:
+def prompt_metrics(
+    result: DecodeResult,
+    *,
+    block_size: int,
+    baseline: DecodeResult | None = None,
+    trees: bool = False,
+) -> dict:
     rounds = len(result.accept_lens)
     d = {
         "prompt_len": result.prompt_len,
@@ -81,16 +87,31 @@ def prompt_metrics(result: DecodeResult, *, block_size: int, baseline: DecodeRes
         d["divergence"] = first_divergence(result, baseline)
     if trees and result.trees is not None:
         d["trees"] = [
-            {"tokens": list(t.tokens), "parents": list(t.parents), "depths": list(t.depths), "accepted": list(t.accepted)}
+            {
+                "tokens": list(t.tokens),
+                "parents": list(t.parents),
+                "depths": list(t.depths),
+                "accepted": list(t.accepted),
+            }
             for t in result.trees
         ]
     return d
 
 
-def aggregate(results: Sequence[DecodeResult], *, block_size: int, baselines: Sequence[DecodeResult] | None = None) -> dict:
+def aggregate(
+    results: Sequence[DecodeResult],
+    *,
+    block_size: int,
+    baselines: Sequence[DecodeResult] | None = None,
+) -> dict:
     new_tokens = sum(len(r.tokens) for r in results)
     seconds = sum(r.seconds for r in results)
-    d: dict = {"prompts": len(results), "new_tokens": new_tokens, "seconds": seconds, "tokens_per_s": new_tokens / seconds if seconds else None}
+    d: dict = {
+        "prompts": len(results),
+        "new_tokens": new_tokens,
+        "seconds": seconds,
+        "tokens_per_s": new_tokens / seconds if seconds else None,
+    }
     lens = [a for r in results if r.algo != "ar" for a in r.accept_lens]
     if lens:
         per_prompt = [sum(r.accept_lens) / len(r.accept_lens) for r in results if r.accept_lens]
@@ -106,7 +127,7 @@ def aggregate(results: Sequence[DecodeResult], *, block_size: int, baselines: Se
     if margin_src:
         d["target_margin"] = margin_stats([m for r in margin_src for m in r.margins])
     if baselines is not None:
-        divs = [first_divergence(r, b) for r, b in zip(results, baselines)]
+        divs = [first_divergence(r, b) for r, b in zip(results, baselines, strict=True)]
         d["divergent_prompts"] = sum(x is not None for x in divs)
         d["divergence_margins"] = [x["target_margin"] for x in divs if x is not None]
     return d

@@ -31,7 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
 # ----------------------------------------------------------------------------------------------
 # Configs
 
@@ -74,7 +73,9 @@ class DFlashConfig(Qwen3Config):
             **asdict(base),
             block_size=int(dc.get("block_size", d.get("block_size", 16))),
             mask_token_id=int(dc["mask_token_id"]),
-            target_layer_ids=tuple(int(i) for i in dc.get("target_layer_ids", d.get("target_layer_ids"))),
+            target_layer_ids=tuple(
+                int(i) for i in dc.get("target_layer_ids", d.get("target_layer_ids"))
+            ),
             num_target_layers=int(dc.get("num_target_layers", d.get("num_target_layers", 0))),
         )
 
@@ -146,9 +147,14 @@ class RMSNorm(nn.Module):
         return (xf * self.weight.float()).to(x.dtype)
 
 
-def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, head_dim: int, theta: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     # positions: [...] int64 -> cos, sin: [..., D] fp32 (neox layout: halves repeated)
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim))
+    inv_freq = 1.0 / (
+        theta
+        ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
+    )
     freqs = positions.to(torch.float32).unsqueeze(-1) * inv_freq
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()
@@ -162,7 +168,13 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (xf * cos.unsqueeze(1) + rot * sin.unsqueeze(1)).to(x.dtype)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    causal: bool = False,
+) -> torch.Tensor:
     # q: [B, Hq, S, D]; k, v: [B, Hkv, T, D]; mask: bool [B or 1, 1, S, T] (True = visible)
     groups = q.shape[1] // k.shape[1]
     if groups > 1:
@@ -201,9 +213,13 @@ class Attention(nn.Module):
         return x.view(*x.shape[:2], n, self.cfg.head_dim).transpose(1, 2)
 
     def project_q(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        return apply_rope(self.q_norm(self.heads(self.q_proj(x), self.cfg.num_attention_heads)), cos, sin)
+        return apply_rope(
+            self.q_norm(self.heads(self.q_proj(x), self.cfg.num_attention_heads)), cos, sin
+        )
 
-    def project_kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def project_kv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # x: [B, S, H] -> k, v: [B, Hkv, S, D]; k gets k_norm then RoPE (SGLang apply_k_norm/apply_k_rope)
         hkv = self.cfg.num_key_value_heads
         k = apply_rope(self.k_norm(self.heads(self.k_proj(x), hkv)), cos, sin)
@@ -222,7 +238,18 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, cache: KVCache | None, index: int, cache_start: int, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    def forward(
+        self,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        *,
+        cache: KVCache | None,
+        index: int,
+        cache_start: int,
+        mask: torch.Tensor | None,
+        causal: bool,
+    ) -> torch.Tensor:
         """Target layer: h [B, S, H] residual stream in -> residual stream out."""
         a = self.self_attn
         x = self.input_layernorm(h)
@@ -244,13 +271,24 @@ class KVCache:
     The decoders own the committed length; this object only stores, reads and compacts.
     """
 
-    def __init__(self, n_layers: int, batch: int, n_kv: int, max_len: int, head_dim: int, dtype: torch.dtype, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        n_layers: int,
+        batch: int,
+        n_kv: int,
+        max_len: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
         shape = (batch, n_kv, max_len, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.max_len = max_len
 
-    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def write(
+        self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # k, v: [B, Hkv, S, D] written at slots [start, start+S); returns views of slots [0, start+S)
         end = start + k.shape[2]
         assert end <= self.max_len, f"KV cache overflow: {end} > {self.max_len}"
@@ -297,7 +335,15 @@ class Qwen3Target(nn.Module):
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         p = self.lm_head.weight
         c = self.cfg
-        return KVCache(c.num_hidden_layers, batch, c.num_key_value_heads, max_len, c.head_dim, p.dtype, p.device)
+        return KVCache(
+            c.num_hidden_layers,
+            batch,
+            c.num_key_value_heads,
+            max_len,
+            c.head_dim,
+            p.dtype,
+            p.device,
+        )
 
     def forward(
         self,
@@ -315,7 +361,7 @@ class Qwen3Target(nn.Module):
         True = visible); mask=None means causal over the new tokens with the whole prefix visible.
         `capture` = target_layer_ids: feature for id k is the residual stream after layer k."""
         assert input_ids.shape == positions.shape, (input_ids.shape, positions.shape)
-        b, s = input_ids.shape
+        s = input_ids.shape[1]
         if mask is None and cache_start > 0 and s > 1:
             mask = causal_mask_with_prefix(cache_start, s, input_ids.device)
         causal = mask is None and cache_start == 0 and s > 1  # a single new token sees everything
@@ -323,7 +369,9 @@ class Qwen3Target(nn.Module):
         h = self.model.embed_tokens(input_ids)
         feats: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(self.model.layers):
-            h = layer(h, cos, sin, cache=cache, index=i, cache_start=cache_start, mask=mask, causal=causal)
+            h = layer(
+                h, cos, sin, cache=cache, index=i, cache_start=cache_start, mask=mask, causal=causal
+            )
             if i in capture:
                 feats[i] = h  # SGLang: captured before layer i+1 == output of layer i
         if capture:
@@ -352,14 +400,24 @@ class DFlashDraft(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.layers = nn.ModuleList([DecoderLayer(cfg) for _ in range(cfg.num_hidden_layers)])
-        self.fc = nn.Linear(len(cfg.target_layer_ids) * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.fc = nn.Linear(
+            len(cfg.target_layer_ids) * cfg.hidden_size, cfg.hidden_size, bias=False
+        )
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
         p = self.fc.weight
         c = self.cfg
-        return KVCache(c.num_hidden_layers, batch, c.num_key_value_heads, max_len, c.head_dim, p.dtype, p.device)
+        return KVCache(
+            c.num_hidden_layers,
+            batch,
+            c.num_key_value_heads,
+            max_len,
+            c.head_dim,
+            p.dtype,
+            p.device,
+        )
 
     def project_target_hidden(self, aux: torch.Tensor) -> torch.Tensor:
         # aux: [B, S, K*H] -> [B, S, H]
@@ -383,7 +441,10 @@ class DFlashDraft(nn.Module):
         ctx_positions [B, C]; they are appended to the draft cache at slots [ctx_start, +C).
         The cache holds context only: block K/V are used for this pass and never stored.
         Returns hidden [B, Q, H] after the final norm (logits = target lm_head of it)."""
-        assert block_emb.shape[:2] == block_positions.shape and ctx_aux.shape[:2] == ctx_positions.shape
+        assert (
+            block_emb.shape[:2] == block_positions.shape
+            and ctx_aux.shape[:2] == ctx_positions.shape
+        )
         ctx = self.project_target_hidden(ctx_aux)
         ccos, csin = rope_cos_sin(ctx_positions, self.cfg.head_dim, self.cfg.rope_theta)
         bcos, bsin = rope_cos_sin(block_positions, self.cfg.head_dim, self.cfg.rope_theta)
@@ -395,12 +456,16 @@ class DFlashDraft(nn.Module):
             x = layer.input_layernorm(h)
             kb, vb = a.project_kv(x, bcos, bsin)
             q = a.project_q(x, bcos, bsin)
-            o = attend(q, torch.cat([kc, kb], dim=2), torch.cat([vc, vb], dim=2), None)  # non-causal
+            o = attend(
+                q, torch.cat([kc, kb], dim=2), torch.cat([vc, vb], dim=2), None
+            )  # non-causal
             h = h + a.out(o)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.norm(h)
 
-    def forward_anchor_blocks(self, block_emb: torch.Tensor, anchors: torch.Tensor, ctx_aux: torch.Tensor) -> torch.Tensor:
+    def forward_anchor_blocks(
+        self, block_emb: torch.Tensor, anchors: torch.Tensor, ctx_aux: torch.Tensor
+    ) -> torch.Tensor:
         """Training form: N blocks per sequence in one pass, each as if served at its anchor.
 
         block_emb: [B, N, Q, H] (slot 0 = embed(x_anchor), others = embed(MASK));
@@ -413,10 +478,14 @@ class DFlashDraft(nn.Module):
         c = self.cfg
         g = c.num_attention_heads // c.num_key_value_heads
         ctx = self.project_target_hidden(ctx_aux)
-        ccos, csin = rope_cos_sin(torch.arange(s, device=ctx.device).expand(b, s), c.head_dim, c.rope_theta)
+        ccos, csin = rope_cos_sin(
+            torch.arange(s, device=ctx.device).expand(b, s), c.head_dim, c.rope_theta
+        )
         bpos = (anchors.unsqueeze(-1) + torch.arange(qn, device=anchors.device)).view(b, n * qn)
         bcos, bsin = rope_cos_sin(bpos, c.head_dim, c.rope_theta)
-        ctx_ok = torch.arange(s, device=anchors.device).view(1, 1, 1, 1, 1, s) < anchors.view(b, 1, 1, n, 1, 1)
+        ctx_ok = torch.arange(s, device=anchors.device).view(1, 1, 1, 1, 1, s) < anchors.view(
+            b, 1, 1, n, 1, 1
+        )
         h = block_emb.reshape(b, n * qn, hd)
         for layer in self.layers:
             a = layer.self_attn
@@ -432,7 +501,9 @@ class DFlashDraft(nn.Module):
             s_ctx = s_ctx.masked_fill(~ctx_ok, float("-inf"))
             s_blk = torch.einsum("bhgnqd,bhnkd->bhgnqk", q, kb).float() * scale
             p = torch.softmax(torch.cat([s_ctx, s_blk], dim=-1), dim=-1).to(q.dtype)
-            o = torch.einsum("bhgnqs,bhsd->bhgnqd", p[..., :s], vc) + torch.einsum("bhgnqk,bhnkd->bhgnqd", p[..., s:], vb)
+            o = torch.einsum("bhgnqs,bhsd->bhgnqd", p[..., :s], vc) + torch.einsum(
+                "bhgnqk,bhnkd->bhgnqd", p[..., s:], vb
+            )
             h = h + a.out(o.reshape(b, c.num_attention_heads, n * qn, c.head_dim))
             h = h + layer.mlp(layer.post_attention_layernorm(h))
         return self.norm(h).view(b, n, qn, hd)
@@ -459,7 +530,9 @@ def save_checkpoint(module: nn.Module, config: dict, out_dir: str | Path) -> Non
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    sd = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in module.state_dict().items()}
+    sd = {
+        k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in module.state_dict().items()
+    }
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
 
 
@@ -467,14 +540,19 @@ def _load_state(module: nn.Module, path: Path, dtype: torch.dtype, device: str) 
     from safetensors.torch import load_file
 
     sd = load_file(str(path))
-    sd = {k[len("model.") :] if isinstance(module, DFlashDraft) and k.startswith("model.") else k: v for k, v in sd.items()}
+    sd = {
+        k[len("model.") :] if isinstance(module, DFlashDraft) and k.startswith("model.") else k: v
+        for k, v in sd.items()
+    }
     missing, unexpected = module.load_state_dict(sd, strict=False)
     assert not missing, f"{path}: missing weights {missing}"
     assert not unexpected, f"{path}: unexpected weights {unexpected}"
     module.to(device=device, dtype=dtype).eval()
 
 
-def load_target(model_dir: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu") -> Qwen3Target:
+def load_target(
+    model_dir: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> Qwen3Target:
     d = Path(model_dir)
     cfg_json = json.loads((d / "config.json").read_text())
     assert cfg_json.get("architectures") == ["Qwen3ForCausalLM"], cfg_json.get("architectures")
@@ -484,7 +562,9 @@ def load_target(model_dir: str | Path, *, dtype: torch.dtype = torch.float32, de
     return m
 
 
-def load_draft(model_dir: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu") -> DFlashDraft:
+def load_draft(
+    model_dir: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> DFlashDraft:
     d = Path(model_dir)
     cfg_json = json.loads((d / "config.json").read_text())
     assert cfg_json.get("architectures") == ["DFlashDraftModel"], cfg_json.get("architectures")

@@ -29,7 +29,9 @@ class DDTreeDraft:
     tokens: tuple[int, ...]  # [N] token ids, tokens[0] = root
     parents: tuple[int, ...]  # [N] parents[0] = -1, parents[i] < i
     depths: tuple[int, ...]  # [N] depths[0] = 0
-    log_probs: tuple[float, ...]  # [N] cumulative log q of the prefix (root 0.0), pop order => non-increasing
+    log_probs: tuple[
+        float, ...
+    ]  # [N] cumulative log q of the prefix (root 0.0), pop order => non-increasing
     child_maps: tuple[dict[int, int], ...]  # [N] token -> child index
 
     @property
@@ -60,12 +62,16 @@ def build_ddtree_tree(draft_logits: torch.Tensor, budget: int, root_token: int) 
     logits = draft_logits.float()
     top_logits, top_ids = torch.topk(logits, k=topk, dim=-1)
     log_z = torch.logsumexp(logits, dim=-1, keepdim=True)
-    lp = (top_logits - log_z).to(device="cpu", dtype=torch.float32).numpy()  # [L, K] log q_depth(rank)
+    lp = (
+        (top_logits - log_z).to(device="cpu", dtype=torch.float32).numpy()
+    )  # [L, K] log q_depth(rank)
     ids = top_ids.to(device="cpu", dtype=torch.long).numpy()  # [L, K]
 
     # heap entry: (-logw, rank tuple, parent index, depth, rank, logw); Python floats as in ddtree.py
     first = float(lp[0, 0])
-    heap: list[tuple[float, tuple[int, ...], int, int, int, float]] = [(-first, (0,), 0, 1, 0, first)]
+    heap: list[tuple[float, tuple[int, ...], int, int, int, float]] = [
+        (-first, (0,), 0, 1, 0, first)
+    ]
     tokens, parents, depths, log_probs = [int(root_token)], [-1], [0], [0.0]
     child_maps: list[dict[int, int]] = [{}]
     while heap and len(tokens) - 1 < budget:
@@ -84,7 +90,9 @@ def build_ddtree_tree(draft_logits: torch.Tensor, budget: int, root_token: int) 
         if depth < depth_limit:  # first child: extend by this depth+1's top-1 token
             child = logw + float(lp[depth, 0])
             heapq.heappush(heap, (-child, (*ranks, 0), index, depth + 1, 0, child))
-    return DDTreeDraft(tuple(tokens), tuple(parents), tuple(depths), tuple(log_probs), tuple(child_maps))
+    return DDTreeDraft(
+        tuple(tokens), tuple(parents), tuple(depths), tuple(log_probs), tuple(child_maps)
+    )
 
 
 def ancestor_mask(tree: DDTreeDraft) -> torch.Tensor:
