@@ -23,6 +23,7 @@ from ddtree_overlay.refresh import refresh_manifest
 from ddtree_overlay.result import Result, error_result
 from ddtree_overlay.rollback import rollback as rollback_env
 from ddtree_overlay.status import status as status_of
+from ddtree_overlay.verify import verify as verify_env
 
 app = typer.Typer(
     name="ddtree-overlay",
@@ -110,6 +111,39 @@ def rollback(
 def recover(env: EnvOption, json_out: JsonOption = False) -> None:
     """Finish or undo a transaction that was interrupted in ENV."""
     _run(("recover",), json_out, lambda: recover_env(probe_env(env)))
+
+
+@app.command()
+def verify(
+    env: EnvOption,
+    import_only: Annotated[
+        bool, typer.Option("--import-only", help="import the patched modules only (the default)")
+    ] = False,
+    smoke: Annotated[
+        bool, typer.Option("--smoke", help="also decode target-only, DFLASH and DDTREE on the GPU")
+    ] = False,
+    target: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--target", help="target model dir (default: the bundled fixture pair)"),
+    ] = None,
+    draft: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--draft", help="DFlash drafter dir (default: the bundled fixture pair)"),
+    ] = None,
+    budget: Annotated[int, typer.Option("--budget", min=1, help="DDTREE budget for the smoke")] = 15,
+    json_out: JsonOption = False,
+) -> None:
+    """Import the applied overlay in ENV's interpreter; with --smoke, decode on its GPU."""
+    if import_only and smoke:
+        raise typer.BadParameter("--import-only and --smoke exclude each other")
+    with render.arm_progress(enabled=smoke and not json_out) as on_arm:
+        _run(
+            ("verify",),
+            json_out,
+            lambda: verify_env(
+                probe_env(env), smoke=smoke, target=target, draft=draft, budget=budget, on_arm=on_arm
+            ),
+        )
 
 
 @app.command()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.text import Text
 
 from ddtree_overlay.result import Result
@@ -154,6 +156,45 @@ def _demo_view(data: Mapping[str, Any]) -> None:
     stdout.print(f"\ndemo finished; the scratch env is pristine again: {data['env']}")
 
 
+def _verify_view(data: Mapping[str, Any]) -> None:
+    imports = data["imports"]
+    failed = [name for name, error in imports.items() if error]
+    stdout.print(f"imports: {len(imports) - len(failed)}/{len(imports)} modules import in the env")
+    for name in failed:
+        stdout.print(f"  failed  {name}: {imports[name]}")
+    stdout.print(f"GPU:     {data['gpu'] or 'none'}")
+    stdout.print(f"smoke:   {data['smoke']}")
+    for name, arm in data.get("arms", {}).items():
+        if not arm["ok"]:
+            stdout.print(f"  {name:<12} FAILED  {arm['error']}")
+            continue
+        accept = arm["acceptance_length"]
+        stdout.print(
+            f"  {name:<12} ok  {arm['tok_per_s']:.0f} tok/s"
+            + (f"  acceptance length {accept:.2f}" if accept is not None else "")
+            + (f"  same as target-only: {arm['identical']} prompts" if "identical" in arm else "")
+        )
+
+
+@contextmanager
+def arm_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], None]]:
+    """A progress display for GPU decode arms on stderr; a no-op when disabled."""
+    if not enabled:
+        yield lambda _: None
+        return
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=stderr, transient=True
+    ) as progress:
+        task = progress.add_task("starting sglang engines (the first one compiles kernels)", total=3)
+
+        def on_arm(arm: Mapping[str, Any]) -> None:
+            outcome = "ok" if arm.get("ok") else f"failed: {arm.get('error')}"
+            progress.console.print(f"  {arm['arm']}: {outcome}")
+            progress.update(task, advance=1, description=f"{arm['arm']} done")
+
+        yield on_arm
+
+
 _VIEWS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "status": _status_view,
     "apply": _apply_view,
@@ -162,4 +203,5 @@ _VIEWS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "recover": _recover_view,
     "manifest-refresh": _refresh_view,
     "demo": _demo_view,
+    "verify": _verify_view,
 }

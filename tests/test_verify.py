@@ -1,0 +1,93 @@
+"""verify: import check in the env's interpreter, GPU smoke tier and its verdicts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from overlay_helpers import run_cli, snapshot
+
+from ddtree_overlay import verify as verify_module
+from ddtree_overlay.apply import apply
+from ddtree_overlay.envprobe import probe_env
+from ddtree_overlay.errors import ExitCode
+
+PAYLOAD_MODULES = [
+    "sglang.srt.speculative.spec_info",
+    "sglang.srt.server_args",
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner",
+    "sglang.srt.speculative.ddtree_spec",
+    "sglang.srt.speculative.ddtree_utils",
+    "sglang.srt.speculative.ddtree_info",
+    "sglang.srt.speculative.ddtree_worker_v2",
+]
+
+
+def test_verify_refuses_an_env_without_the_overlay(sglang_env: Path) -> None:
+    before = snapshot(sglang_env)
+    done = run_cli("verify", "--env", str(sglang_env))
+    assert done.returncode == ExitCode.VERIFY_FAILED
+    assert "no overlay is applied" in done.stderr and "hint: ddtree-overlay apply" in done.stderr
+    assert snapshot(sglang_env) == before
+
+
+def test_import_check_runs_in_the_env_and_names_each_failing_module(sglang_env: Path) -> None:
+    """A --no-deps install has no torch: every payload module must be tried and reported."""
+    apply(probe_env(sglang_env))
+    done = run_cli("verify", "--env", str(sglang_env), "--import-only", "--json")
+    envelope = json.loads(done.stdout)
+    assert done.returncode == envelope["exit_code"] == ExitCode.VERIFY_FAILED
+    imports = envelope["data"]["imports"]
+    assert sorted(imports) == sorted(PAYLOAD_MODULES)
+    assert all("No module named" in error for error in imports.values())
+    assert envelope["data"]["smoke"] == "not requested"
+
+
+def test_smoke_without_a_gpu_says_skipped(sglang_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    apply(probe_env(sglang_env))
+    monkeypatch.setattr(
+        verify_module,
+        "run_import_check",
+        lambda python, modules: {"modules": dict.fromkeys(modules), "gpu": None},
+    )
+    result = verify_module.verify(probe_env(sglang_env), smoke=True)
+    assert (result.status, result.exit_code) == ("ok", 0)
+    assert result.data["smoke"] == "skipped (no GPU)"
+
+
+def test_import_only_and_smoke_exclude_each_other(sglang_env: Path) -> None:
+    done = run_cli("verify", "--env", str(sglang_env), "--import-only", "--smoke")
+    assert done.returncode == ExitCode.USAGE
+
+
+def record(name, outputs, ok=True, **extra):
+    meta = [{"completion_tokens": len(o), "spec_verify_ct": 2} for o in outputs]
+    return {"arm": name, "ok": ok, "outputs": outputs, "meta": meta, "tok_per_s": 100.0} | extra
+
+
+def test_smoke_passes_when_speculative_arms_match_target_only() -> None:
+    plain = record("target-only", [[1, 2, 3]], top2_margins=[[5.0, 5.0, 5.0]])
+    verdict = verify_module.judge_smoke(
+        [plain, record("DFLASH", [[1, 2, 3]]), record("DDTREE", [[1, 2, 3]])],
+        expected=["target-only", "DFLASH", "DDTREE"],
+    )
+    assert verdict["passed"] and verdict["arms"]["DDTREE"]["identical"] == "1/1"
+    assert verdict["arms"]["DDTREE"]["acceptance_length"] == pytest.approx(1.0)
+
+
+def test_smoke_fails_on_a_crashed_arm_or_a_wide_margin_divergence() -> None:
+    plain = record("target-only", [[1, 2, 3]], top2_margins=[[5.0, 5.0, 5.0]])
+    crashed = {"arm": "DFLASH", "ok": False, "error": "RuntimeError: boom"}
+    wrong = record("DDTREE", [[1, 9, 3]])
+    verdict = verify_module.judge_smoke([plain, crashed, wrong], expected=["target-only", "DFLASH", "DDTREE"])
+    assert not verdict["passed"]
+    assert verdict["problems"][0] == "DFLASH: RuntimeError: boom"
+    assert "largest top1-top2 margin 5.000" in verdict["problems"][1]
+
+
+def test_smoke_plan_runs_the_three_arms_on_one_backend() -> None:
+    plan = verify_module.smoke_plan(Path("/t"), Path("/d"), 32, [[1, 2]])
+    assert [arm["name"] for arm in plan["arms"]] == ["target-only", "DFLASH", "DDTREE"]
+    assert {arm["engine"]["attention_backend"] for arm in plan["arms"]} == {"triton"}
+    assert plan["arms"][2]["engine"]["speculative_ddtree_budget"] == 32
