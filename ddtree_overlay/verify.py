@@ -41,6 +41,10 @@ for name in sys.argv[1:]:
         report["modules"][name] = None
     except BaseException as exc:
         report["modules"][name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+        # a failed package import leaves half-initialised entries behind: start clean
+        top = name.split(".")[0]
+        for loaded in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+            del sys.modules[loaded]
 try:
     import torch
     if torch.cuda.is_available():

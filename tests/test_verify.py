@@ -40,7 +40,7 @@ def test_import_check_runs_in_the_env_and_names_each_failing_module(sglang_env: 
     assert done.returncode == envelope["exit_code"] == ExitCode.VERIFY_FAILED
     imports = envelope["data"]["imports"]
     assert sorted(imports) == sorted(PAYLOAD_MODULES)
-    assert all("No module named" in error for error in imports.values())
+    assert all(error and "No module named" in error for error in imports.values()), imports
     assert envelope["data"]["smoke"] == "not requested"
 
 
