@@ -24,7 +24,7 @@ scheduling; it also runs on CPU, where the tests compare it with a heap oracle.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import List
 
 import torch
 
@@ -319,12 +319,3 @@ def follow_verified_tree_cpu(
         path.append(children[path[-1]][nxt])
         nxt = target_predict[path[-1]]
     return path, nxt
-
-
-def validate_ddtree_request(req) -> Optional[str]:
-    """Why a request cannot run under DDTREE, or None."""
-    if getattr(req, "return_logprob", False):
-        return "DDTREE speculative decoding does not support return_logprob yet."
-    if getattr(req, "grammar", None) is not None:
-        return "DDTREE speculative decoding does not support grammar-constrained decoding yet."
-    return None
