@@ -1,0 +1,274 @@
+"""DDTREE: opt-in per-round GPU time split of the decode round.
+
+Enable it with one environment variable, read once per process:
+
+    SGLANG_DDTREE_PROFILE=/path/to/ddtree_profile.jsonl
+
+Unset (the default), ``get_ddtree_profiler()`` returns a profiler whose
+``stage()`` hands back one shared no-op context manager and whose
+``round_done()`` returns at once: no events, no allocations, no host sync.
+
+Set, the worker brackets each stage of a round with CUDA events::
+
+    with profiler.stage("draft"):
+        ...
+    profiler.round_done(bs, cuda_graph=can_run_cuda_graph)
+
+A round is folded into the current window only once its last event has
+completed (``Event.query()``, which does not block), so profiling adds no host
+sync in the steady state either. A window of ``WINDOW_ROUNDS`` rounds, or
+whatever is pending when a round starts after ``IDLE_GAP_S`` without one, is
+appended to the file as one JSON line::
+
+    {"profile_version": 1, "pid": 4242, "t_first": 1764400000.1,
+     "t_last": 1764400000.9, "rounds": 64, "requests": 1024,
+     "cuda_graph_rounds": 64, "batch_sizes": {"16": 64},
+     "ms_sum": {"draft": 40.1, "topk": 6.0, "tree": 9.3, "verify": 80.2,
+                "accept": 5.5, "commit": 7.7, "round": 160.4}}
+
+``ms_sum[stage]`` is the GPU time between a stage's start and end events,
+summed over the window's rounds; ``round`` runs from a round's first event to
+its last, so ``round`` minus the stages is GPU time spent between them (launch
+gaps). ``t_first`` / ``t_last`` are host wall-clock times (``time.time()``) of
+the window's first and last ``round_done``, so a benchmark can match windows to
+the requests it sent; ``requests`` sums the batch size over the rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import Counter, deque
+from contextlib import nullcontext
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+
+logger = logging.getLogger(__name__)
+
+PROFILE_ENV = "SGLANG_DDTREE_PROFILE"
+PROFILE_VERSION = 1
+WINDOW_ROUNDS = 64
+IDLE_GAP_S = 0.2
+
+_NULL_STAGE = nullcontext()
+
+
+class DDTreeNullProfiler:
+    """The disabled profiler: every call is a no-op."""
+
+    enabled = False
+
+    def stage(self, name: str):
+        return _NULL_STAGE
+
+    def round_done(self, batch_size: int, cuda_graph: Optional[bool] = None) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
+
+
+def _cuda_event():
+    import torch
+
+    return torch.cuda.Event(enable_timing=True)
+
+
+def _cuda_capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_current_stream_capturing()
+
+
+class _Stage:
+    """One ``with profiler.stage(name):`` block: a start and an end event."""
+
+    __slots__ = ("_profiler", "_name", "_start")
+
+    def __init__(self, profiler: "DDTreeProfiler", name: str):
+        self._profiler = profiler
+        self._name = name
+        self._start = None
+
+    def __enter__(self):
+        self._start = self._profiler._record()
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        self._profiler._close_stage(self._name, self._start)
+        return False
+
+
+class _Round:
+    __slots__ = ("spans", "first", "last", "batch_size", "cuda_graph", "t")
+
+    def __init__(self, spans, first, last, batch_size, cuda_graph, t):
+        self.spans = spans  # [(name, start_event, end_event)] in closing order
+        self.first = first  # the round's first recorded event
+        self.last = last  # the round's last recorded event
+        self.batch_size = batch_size
+        self.cuda_graph = cuda_graph
+        self.t = t
+
+
+class _Window:
+    """Sums over the rounds folded since the last write."""
+
+    def __init__(self) -> None:
+        self.rounds = 0
+        self.requests = 0
+        self.cuda_graph_rounds = 0
+        self.batch_sizes: Counter = Counter()
+        self.ms_sum: Dict[str, float] = {}
+        self.t_first: Optional[float] = None
+        self.t_last: Optional[float] = None
+
+    def add(self, rnd: _Round, stage_ms: List[Tuple[str, float]], round_ms: float) -> None:
+        self.rounds += 1
+        self.requests += int(rnd.batch_size)
+        self.cuda_graph_rounds += 1 if rnd.cuda_graph else 0
+        self.batch_sizes[str(int(rnd.batch_size))] += 1
+        for name, ms in stage_ms:
+            self.ms_sum[name] = self.ms_sum.get(name, 0.0) + ms
+        self.ms_sum["round"] = self.ms_sum.get("round", 0.0) + round_ms
+        self.t_first = rnd.t if self.t_first is None else self.t_first
+        self.t_last = rnd.t
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "profile_version": PROFILE_VERSION,
+            "pid": os.getpid(),
+            "t_first": self.t_first,
+            "t_last": self.t_last,
+            "rounds": self.rounds,
+            "requests": self.requests,
+            "cuda_graph_rounds": self.cuda_graph_rounds,
+            "batch_sizes": dict(self.batch_sizes),
+            "ms_sum": {name: round(ms, 4) for name, ms in self.ms_sum.items()},
+        }
+
+
+class DDTreeProfiler:
+    """CUDA-event stage timer that writes per-window sums as JSON lines.
+
+    ``new_event``, ``is_capturing`` and ``clock`` are injectable so the logic
+    runs without a GPU; by default they are ``torch.cuda.Event(enable_timing=
+    True)``, ``torch.cuda.is_current_stream_capturing`` and ``time.time``.
+    """
+
+    enabled = True
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        window_rounds: int = WINDOW_ROUNDS,
+        idle_gap_s: float = IDLE_GAP_S,
+        new_event: Optional[Callable[[], Any]] = None,
+        is_capturing: Optional[Callable[[], bool]] = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        if window_rounds < 1:
+            raise ValueError(f"window_rounds must be >= 1, got {window_rounds}.")
+        self.path = path
+        self.window_rounds = int(window_rounds)
+        self.idle_gap_s = float(idle_gap_s)
+        self._new_event = new_event or _cuda_event
+        self._is_capturing = is_capturing or _cuda_capturing
+        self._clock = clock
+        self._free_events: List[Any] = []
+        self._spans: List[Tuple[str, Any, Any]] = []  # the open round
+        self._first: Any = None
+        self._last: Any = None
+        self._pending: Deque[_Round] = deque()
+        self._window = _Window()
+        self._last_round_t: Optional[float] = None
+        self._write_failed = False
+
+    def stage(self, name: str):
+        if self._first is None:
+            self._flush_if_idle()
+        if self._is_capturing():
+            return _NULL_STAGE
+        return _Stage(self, name)
+
+    def round_done(self, batch_size: int, cuda_graph: Optional[bool] = None) -> None:
+        if self._first is None:
+            return  # nothing was recorded this round (e.g. during graph capture)
+        now = self._clock()
+        self._pending.append(
+            _Round(self._spans, self._first, self._last, batch_size, cuda_graph, now)
+        )
+        self._spans, self._first, self._last = [], None, None
+        self._last_round_t = now
+        self._fold(block=False)
+        if self._window.rounds >= self.window_rounds:
+            self._write()
+
+    def flush(self) -> None:
+        """Fold every pending round (waiting for its events) and write them."""
+        self._fold(block=True)
+        if self._window.rounds:
+            self._write()
+
+    def _flush_if_idle(self) -> None:
+        if self._last_round_t is None or not (self._pending or self._window.rounds):
+            return
+        if self._clock() - self._last_round_t >= self.idle_gap_s:
+            self.flush()  # an idle engine's events completed long ago: no stall
+
+    def _record(self):
+        event = self._free_events.pop() if self._free_events else self._new_event()
+        event.record()
+        if self._first is None:
+            self._first = event
+        self._last = event
+        return event
+
+    def _close_stage(self, name: str, start) -> None:
+        self._spans.append((name, start, self._record()))
+
+    def _fold(self, *, block: bool) -> None:
+        while self._pending:
+            rnd = self._pending[0]
+            if block:
+                rnd.last.synchronize()
+            elif not rnd.last.query():
+                return
+            self._pending.popleft()
+            stage_ms = [(name, start.elapsed_time(end)) for name, start, end in rnd.spans]
+            self._window.add(rnd, stage_ms, rnd.first.elapsed_time(rnd.last))
+            for _, start, end in rnd.spans:
+                self._free_events.extend((start, end))
+
+    def _write(self) -> None:
+        line = json.dumps(self._window.to_json(), sort_keys=True)
+        self._window = _Window()
+        try:
+            with open(self.path, "a") as f:
+                f.write(line + "\n")
+        except OSError as exc:
+            if not self._write_failed:
+                logger.warning("DDTREE profile: cannot append to %s: %s", self.path, exc)
+                self._write_failed = True
+
+
+_PROFILER: Optional[Any] = None
+
+
+def get_ddtree_profiler():
+    """The process's profiler; ``SGLANG_DDTREE_PROFILE`` is read on the first call."""
+    global _PROFILER
+    if _PROFILER is None:
+        path = os.environ.get(PROFILE_ENV, "")
+        if path:
+            _PROFILER = DDTreeProfiler(path)
+            logger.info(
+                "DDTREE profile: per-stage GPU ms, %d rounds per line, appended to %s",
+                WINDOW_ROUNDS,
+                path,
+            )
+        else:
+            _PROFILER = DDTreeNullProfiler()
+    return _PROFILER

@@ -1,0 +1,219 @@
+"""The DDTREE per-round profiler (overlay/.../ddtree_profile.py), with fake CUDA events.
+
+The module is a whole new file we ship into sglang and imports only the standard library at
+module level, so it is loaded here straight from the overlay tree, without sglang or a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROFILE_PATH = (
+    Path(__file__).resolve().parents[1] / "overlay/sglang/srt/speculative/ddtree_profile.py"
+)
+STAGES = ("draft", "topk", "tree", "verify", "accept", "commit")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("ddtree_profile_under_test", PROFILE_PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+dp = _load()
+
+
+class FakeGPU:
+    """A stream whose clock the test moves; events complete up to `completed`."""
+
+    def __init__(self) -> None:
+        self.now = 0.0  # ms
+        self.completed = float("inf")
+        self.created = 0
+        self.syncs = 0
+
+    def event(self) -> FakeEvent:
+        self.created += 1
+        return FakeEvent(self)
+
+
+class FakeEvent:
+    def __init__(self, gpu: FakeGPU) -> None:
+        self.gpu = gpu
+        self.t: float | None = None
+
+    def record(self) -> None:
+        self.t = self.gpu.now
+
+    def query(self) -> bool:
+        return self.t is not None and self.t <= self.gpu.completed
+
+    def synchronize(self) -> None:
+        self.gpu.syncs += 1
+        self.gpu.completed = max(self.gpu.completed, self.t)
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.query() and end.query(), "elapsed_time on an event that has not completed"
+        return end.t - self.t
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(tmp_path: Path, **kwargs):
+    gpu, clock = FakeGPU(), FakeClock()
+    profiler = dp.DDTreeProfiler(
+        str(tmp_path / "profile.jsonl"),
+        new_event=gpu.event,
+        is_capturing=kwargs.pop("is_capturing", lambda: False),
+        clock=clock,
+        **kwargs,
+    )
+    return profiler, gpu, clock
+
+
+def one_round(profiler, gpu: FakeGPU, clock: FakeClock, *, bs: int = 4, graph: bool = True) -> None:
+    """Stage i takes i + 1 ms of GPU time, with a 0.5 ms gap before each stage."""
+    for i, stage in enumerate(STAGES):
+        gpu.now += 0.5
+        with profiler.stage(stage):
+            gpu.now += i + 1
+    clock.t += 0.01
+    profiler.round_done(bs, cuda_graph=graph)
+
+
+def lines(tmp_path: Path) -> list[dict]:
+    path = tmp_path / "profile.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_disabled_profiler_is_one_shared_no_op(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(dp.PROFILE_ENV, raising=False)
+    monkeypatch.setattr(dp, "_PROFILER", None)
+    profiler = dp.get_ddtree_profiler()
+    assert not profiler.enabled
+    first, second = profiler.stage("draft"), profiler.stage("verify")
+    assert first is second
+    with first:
+        pass
+    profiler.round_done(16, cuda_graph=True)
+    profiler.flush()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_environment_variable_is_read_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(dp, "_PROFILER", None)
+    monkeypatch.setenv(dp.PROFILE_ENV, str(tmp_path / "p.jsonl"))
+    profiler = dp.get_ddtree_profiler()
+    monkeypatch.delenv(dp.PROFILE_ENV)
+    assert profiler.enabled and profiler.path == str(tmp_path / "p.jsonl")
+    assert dp.get_ddtree_profiler() is profiler
+
+
+def test_module_import_pulls_in_neither_torch_nor_sglang() -> None:
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('p', {str(PROFILE_PATH)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "m.get_ddtree_profiler()\n"
+        "print(sorted(k for k in sys.modules if k.split('.')[0] in ('torch', 'sglang')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_full_window_is_one_json_line_of_stage_sums(tmp_path: Path) -> None:
+    profiler, gpu, clock = make(tmp_path, window_rounds=4)
+    for _ in range(3):
+        one_round(profiler, gpu, clock)
+    assert lines(tmp_path) == []
+    one_round(profiler, gpu, clock, bs=3, graph=False)
+    (window,) = lines(tmp_path)
+    assert window["profile_version"] == dp.PROFILE_VERSION
+    assert window["rounds"] == 4 and window["requests"] == 4 + 4 + 4 + 3
+    assert window["cuda_graph_rounds"] == 3
+    assert window["batch_sizes"] == {"4": 3, "3": 1}
+    expected = {stage: 4.0 * (i + 1) for i, stage in enumerate(STAGES)}
+    # a round spans its first event to its last: stages plus the five gaps between them
+    expected["round"] = 4.0 * (sum(range(1, 7)) + 5 * 0.5)
+    assert window["ms_sum"] == pytest.approx(expected)
+    assert window["t_first"] == pytest.approx(1000.01) and window["t_last"] == pytest.approx(1000.04)
+    assert gpu.syncs == 0
+
+
+def test_rounds_wait_for_their_events_without_a_host_sync(tmp_path: Path) -> None:
+    profiler, gpu, clock = make(tmp_path, window_rounds=2)
+    gpu.completed = -1.0  # the GPU has finished nothing yet
+    for _ in range(5):
+        one_round(profiler, gpu, clock)
+    assert lines(tmp_path) == [] and gpu.syncs == 0
+    gpu.completed = float("inf")  # the GPU caught up
+    one_round(profiler, gpu, clock)
+    assert [w["rounds"] for w in lines(tmp_path)] == [6]
+    assert gpu.syncs == 0
+
+
+def test_a_round_after_an_idle_gap_writes_what_was_pending(tmp_path: Path) -> None:
+    profiler, gpu, clock = make(tmp_path, window_rounds=64, idle_gap_s=0.2)
+    for _ in range(3):
+        one_round(profiler, gpu, clock, bs=16)
+    assert lines(tmp_path) == []
+    clock.t += 0.1
+    one_round(profiler, gpu, clock, bs=16)  # no gap: same window
+    assert lines(tmp_path) == []
+    clock.t += 5.0  # the engine went idle between two benchmark cells
+    one_round(profiler, gpu, clock, bs=1)
+    (window,) = lines(tmp_path)
+    assert window["rounds"] == 4 and window["batch_sizes"] == {"16": 4}
+    profiler.flush()
+    assert [w["batch_sizes"] for w in lines(tmp_path)] == [{"16": 4}, {"1": 1}]
+
+
+def test_nothing_is_recorded_while_a_cuda_graph_is_captured(tmp_path: Path) -> None:
+    profiler, gpu, clock = make(tmp_path, window_rounds=1, is_capturing=lambda: True)
+    one_round(profiler, gpu, clock)
+    profiler.flush()
+    assert gpu.created == 0 and lines(tmp_path) == []
+
+
+def test_events_are_reused_across_windows(tmp_path: Path) -> None:
+    profiler, gpu, clock = make(tmp_path, window_rounds=8)
+    for _ in range(100):
+        one_round(profiler, gpu, clock)
+    assert len(lines(tmp_path)) == 12
+    assert gpu.created == 2 * len(STAGES)  # one round of events, folded and reused every round
+
+
+def test_an_unwritable_file_logs_one_warning_and_decoding_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gpu, clock = FakeGPU(), FakeClock()
+    profiler = dp.DDTreeProfiler(
+        str(tmp_path / "missing-dir" / "p.jsonl"),
+        window_rounds=1,
+        new_event=gpu.event,
+        is_capturing=lambda: False,
+        clock=clock,
+    )
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            one_round(profiler, gpu, clock)
+    assert len([r for r in caplog.records if "cannot append" in r.getMessage()]) == 1
+
+
+def test_window_size_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="window_rounds"):
+        dp.DDTreeProfiler(str(tmp_path / "p"), window_rounds=0)
