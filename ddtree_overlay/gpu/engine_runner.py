@@ -14,6 +14,24 @@ times each, as concurrent requests), checks the engine is still healthy after
 going idle (SGLang's strict KV-leak check raises on idle), shuts down, and
 appends one JSON line to OUT. A line per arm also goes to stdout, prefixed
 ``ARM``, so a caller can show progress.
+
+An arm with ``"cells"`` instead serves several measurements from one engine
+(engine starts cost ~45 s on an H200, so the bench groups by engine config):
+
+    {"name": str, "engine": {...}, "est_start_s": float, "profile": bool,
+     "cells": [{"name": str, "batch_size": int, "prompts": int,
+                "sampling": {...}, "top2": bool, "est_s": float}, ...]}
+
+Each cell decodes the first ``prompts`` prompts in waves of ``batch_size``
+concurrent requests and appends a ``{"kind": "cell", ...}`` line (``CELL`` on
+stdout); the engine appends a ``{"kind": "engine", ...}`` line (``ENGINE``)
+with its start time, health check and, when the plan has ``profile_path`` and
+the arm ``profile``, the DDTREE profile windows written while it ran
+(``SGLANG_DDTREE_PROFILE``, see ddtree_profile.py). With a plan-level
+``deadline`` (unix time), engines and cells that would not finish by then are
+recorded as skipped instead of run; with ``max_family_failures``, arms of a
+``family`` that failed that often are skipped. ``idle_gap_s`` (before each
+cell) and ``health_idle_s`` (before the health check) override the pauses.
 """
 
 from __future__ import annotations
@@ -31,6 +49,20 @@ BASE_ENGINE = {
     "log_level": "error",
     "random_seed": 0,
 }
+
+
+META_KEYS = (
+    "completion_tokens",
+    "spec_verify_ct",
+    "spec_accept_length",
+    "spec_correct_drafts_histogram",
+    "finish_reason",
+)
+PROFILE_ENV = "SGLANG_DDTREE_PROFILE"
+IDLE_GAP_S = 0.5  # > ddtree_profile.IDLE_GAP_S: profile windows split at cell boundaries
+HEALTH_IDLE_S = 1.0  # let the scheduler go idle before the health check
+# After going idle: SGLang's KV-leak check runs, and the profile writes the last cell's rounds.
+HEALTH_CHECK = {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": True}
 
 
 def _top2_margins(meta: dict) -> list:
@@ -77,7 +109,7 @@ def run_arm(plan: dict, arm: dict) -> dict:
         meta=[
             {
                 k: o["meta_info"].get(k)
-                for k in ("completion_tokens", "spec_verify_ct", "spec_accept_length", "finish_reason")
+                for k in META_KEYS
             }
             for o in outs
         ],
@@ -87,13 +119,206 @@ def run_arm(plan: dict, arm: dict) -> dict:
     return result
 
 
+class TimeBox:
+    """Skip what would end past ``deadline``; estimates are rescaled by what was measured."""
+
+    def __init__(self, deadline):
+        self.deadline = deadline
+        self.start_s = None  # the last measured engine start
+        self.starts = 0
+        self._estimated = 0.0
+        self._measured = 0.0
+
+    @property
+    def scale(self) -> float:
+        if self._estimated <= 0:
+            return 1.0
+        return min(4.0, max(0.25, self._measured / self._estimated))
+
+    def fits(self, seconds: float) -> bool:
+        return self.deadline is None or time.time() + seconds <= self.deadline
+
+    def fits_engine(self, arm: dict) -> bool:
+        # The first start compiles kernels: from the second on, the last one measured is the guess.
+        start = self.start_s if self.starts >= 2 else float(arm.get("est_start_s", 0))
+        cheapest = min((float(c.get("est_s", 0)) for c in arm["cells"]), default=0.0)
+        return self.fits(start + cheapest * self.scale)  # worth starting if one cell fits
+
+    def fits_cell(self, cell: dict) -> bool:
+        return self.fits(float(cell.get("est_s", 0)) * self.scale)
+
+    def observe(self, estimated: float, measured: float) -> None:
+        self._estimated += estimated
+        self._measured += measured
+
+
+def _emit(out_path: str, tag: str, record: dict, keys: tuple) -> None:
+    with open(out_path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(tag + " " + json.dumps({k: record.get(k) for k in keys}), flush=True)  # noqa: T201 - the protocol
+
+
+def _emit_cell(out_path: str, record: dict) -> None:
+    keys = ("arm", "group", "ok", "skipped", "error", "decode_s", "tok_per_s")
+    _emit(out_path, "CELL", dict(record, kind="cell"), keys)
+
+
+def _emit_engine(out_path: str, record: dict) -> None:
+    keys = ("arm", "ok", "skipped", "error", "start_s", "health")
+    _emit(out_path, "ENGINE", dict(record, kind="engine"), keys)
+
+
+def _cell_base(arm: dict, cell: dict) -> dict:
+    sampling = dict({"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True}, **cell.get("sampling", {}))
+    return {
+        "arm": cell["name"],
+        "group": arm["name"],
+        "batch_size": int(cell["batch_size"]),
+        "sampling": sampling,
+        "timed": not cell.get("top2", False),
+    }
+
+
+def run_cell(engine, plan: dict, arm: dict, cell: dict) -> dict:
+    """Decode the cell's prompts in waves of ``batch_size`` concurrent requests."""
+    record = _cell_base(arm, cell)
+    sampling, batch = record["sampling"], record["batch_size"]
+    prompts = plan["prompts"][: int(cell.get("prompts", len(plan["prompts"])))]
+    gen_extra = {"return_logprob": True, "top_logprobs_num": 2} if cell.get("top2") else {}
+    outs, wave_s = [], []
+    time.sleep(plan.get("idle_gap_s", IDLE_GAP_S))  # the profile closes the previous cell's window here
+    record["t_start"] = time.time()
+    for i in range(0, len(prompts), batch):
+        t0 = time.perf_counter()
+        outs.extend(engine.generate(input_ids=prompts[i : i + batch], sampling_params=sampling, **gen_extra))
+        wave_s.append(time.perf_counter() - t0)
+    record["t_end"] = time.time()
+    decode_s = sum(wave_s)
+    tokens = sum(len(o["output_ids"]) for o in outs)
+    record.update(
+        ok=True,
+        decode_s=decode_s,
+        wave_s=wave_s,
+        tokens=tokens,
+        tok_per_s=tokens / decode_s if decode_s > 0 else None,
+        outputs=[o["output_ids"] for o in outs],
+        meta=[{k: o["meta_info"].get(k) for k in META_KEYS} for o in outs],
+    )
+    if cell.get("top2"):
+        record["top2_margins"] = [_top2_margins(o["meta_info"]) for o in outs]
+    return record
+
+
+def _warm_up(engine, plan: dict, arm: dict) -> None:
+    """One short decode per temperature at the largest batch: JIT and allocator warm-up."""
+    widest = max(int(c["batch_size"]) for c in arm["cells"])
+    seen = set()
+    for cell in arm["cells"]:
+        sampling = _cell_base(arm, cell)["sampling"]
+        if sampling["temperature"] in seen:
+            continue
+        seen.add(sampling["temperature"])
+        warm = dict(sampling, max_new_tokens=min(16, sampling["max_new_tokens"]))
+        engine.generate(input_ids=plan["prompts"][:widest], sampling_params=warm)
+
+
+def _profile_windows(path, since: float) -> list:
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        windows = [json.loads(line) for line in f if line.strip()]
+    return [w for w in windows if (w.get("t_first") or 0) >= since]
+
+
+def _skip_cells(out_path: str, arm: dict, cells: list, reason: str) -> None:
+    for cell in cells:
+        _emit_cell(out_path, dict(_cell_base(arm, cell), ok=False, skipped=reason))
+
+
+def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
+    """One engine serving every cell of ``arm``; returns False when something failed."""
+    if not box.fits_engine(arm):
+        _skip_cells(out_path, arm, arm["cells"], "time box")
+        _emit_engine(out_path, {"arm": arm["name"], "ok": False, "skipped": "time box"})
+        return True
+    profile_path = plan.get("profile_path") if arm.get("profile") else None
+    if profile_path:
+        os.environ[PROFILE_ENV] = profile_path
+    kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))
+    if kwargs.get("speculative_algorithm"):
+        kwargs.setdefault("speculative_draft_model_path", plan["draft"])
+    engine_record = {"arm": arm["name"], "engine": arm.get("engine", {}), "ok": False}
+    since = time.time()
+    pending = list(arm["cells"])
+    try:
+        t0 = time.perf_counter()
+        import sglang as sgl  # an env whose sglang cannot import fails here, per engine
+
+        engine = sgl.Engine(**kwargs)
+    except Exception as exc:
+        os.environ.pop(PROFILE_ENV, None)
+        _skip_cells(out_path, arm, pending, "engine failed to start")
+        engine_record.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=20))
+        _emit_engine(out_path, engine_record)
+        return False
+    ok = True
+    try:
+        box.start_s = engine_record["start_s"] = time.perf_counter() - t0
+        box.starts += 1
+        _warm_up(engine, plan, arm)
+        while pending:
+            cell = pending.pop(0)
+            if not box.fits_cell(cell):
+                _skip_cells(out_path, arm, [cell], "time box")
+                continue
+            try:
+                record = run_cell(engine, plan, arm, cell)
+            except Exception as exc:
+                ok = False
+                record = dict(_cell_base(arm, cell), ok=False, error=f"{type(exc).__name__}: {exc}",
+                              traceback=traceback.format_exc(limit=20))
+                _emit_cell(out_path, record)
+                _skip_cells(out_path, arm, pending, "an earlier cell of this engine failed")
+                pending = []
+                break
+            box.observe(float(cell.get("est_s", 0)), record["decode_s"])
+            _emit_cell(out_path, record)
+        time.sleep(plan.get("health_idle_s", HEALTH_IDLE_S))  # SGLang's KV-leak check runs when idle
+        engine.generate(input_ids=plan["prompts"][:1], sampling_params=HEALTH_CHECK)
+        engine_record["health"] = "ok"
+        engine_record["ok"] = ok
+    except Exception as exc:
+        ok = False
+        _skip_cells(out_path, arm, pending, "engine failed")
+        engine_record.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=20))
+    finally:
+        engine.shutdown()
+        os.environ.pop(PROFILE_ENV, None)
+    engine_record["profile"] = _profile_windows(profile_path, since)
+    _emit_engine(out_path, engine_record)
+    return ok
+
+
 def main(argv: list) -> int:
     plan_path, out_path = argv[1], argv[2]
     with open(plan_path) as f:
         plan = json.load(f)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    box = TimeBox(plan.get("deadline"))
     failures = 0
+    family_failures: dict = {}
     for arm in plan["arms"]:
+        if "cells" in arm:
+            family = arm.get("family", arm["name"])
+            if family_failures.get(family, 0) >= plan.get("max_family_failures", 1 << 30):
+                reason = f"{family_failures[family]} earlier {family} engines failed"
+                _skip_cells(out_path, arm, arm["cells"], reason)
+                _emit_engine(out_path, {"arm": arm["name"], "ok": False, "skipped": reason})
+                continue
+            if not run_engine(plan, arm, out_path, box):
+                failures += 1
+                family_failures[family] = family_failures.get(family, 0) + 1
+            continue
         try:
             result = run_arm(plan, arm)
         except Exception as exc:  # one arm failing must not hide the others
@@ -107,7 +332,7 @@ def main(argv: list) -> int:
         with open(out_path, "a") as f:
             f.write(json.dumps(result) + "\n")
         summary = {k: result.get(k) for k in ("arm", "ok", "error", "start_s", "decode_s", "tok_per_s")}
-        print("ARM " + json.dumps(summary), flush=True)
+        print("ARM " + json.dumps(summary), flush=True)  # noqa: T201 - the protocol
     return 1 if failures else 0
 
 

@@ -1,0 +1,96 @@
+"""A stand-in `sglang` package for the bench tests: `Engine` with SGLang's generate() shapes.
+
+Outputs are a function of the prompt only, so every arm is "lossless"; speculative arms report
+`spec_verify_ct` and a histogram from a fixed acceptance length; a DDTREE engine started with
+SGLANG_DDTREE_PROFILE appends one profile window per generate() call, as ddtree_profile does.
+Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
+  fail_start_budgets: DDTREE budgets whose engine raises at start
+  crash_budgets:      DDTREE budgets whose engine kills its process at the first generate
+  diverge_budgets:    DDTREE budgets whose outputs differ from target-only at token 3
+  margin:             the target's top1-top2 log-prob gap at every token (default 5.0)
+  sleep_s:            seconds each generate() takes
+  fail_health:        the engine raises on the health-check request (max_new_tokens == 4)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+FAKE_SGLANG = r'''
+import json, math, os, time
+
+VOCAB = 272
+
+
+def _behaviour():
+    return json.loads(os.environ.get("FAKE_SGLANG", "{}"))
+
+
+class Engine:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        self.algo = kwargs.get("speculative_algorithm")
+        self.budget = kwargs.get("speculative_ddtree_budget")
+        self.b = _behaviour()
+        if self.algo == "DDTREE" and self.budget in self.b.get("fail_start_budgets", []):
+            raise RuntimeError(f"fake start failure at B={self.budget}")
+        self.profile = os.environ.get("SGLANG_DDTREE_PROFILE") if self.algo == "DDTREE" else None
+        with open(os.environ["FAKE_SGLANG_LOG"], "a") as f:
+            f.write(json.dumps(kwargs, sort_keys=True) + "\n")
+
+    def _tau(self):
+        if self.algo is None:
+            return 1.0
+        return 4.0 if self.algo == "DFLASH" else 4.0 + math.log2(self.budget) / 4
+
+    def generate(self, input_ids, sampling_params, return_logprob=False, top_logprobs_num=0):
+        if self.algo == "DDTREE" and self.budget in self.b.get("crash_budgets", []):
+            os._exit(9)
+        n = sampling_params["max_new_tokens"]
+        if n == 4 and self.b.get("fail_health"):
+            raise RuntimeError("fake KV leak")
+        t0 = time.time()
+        time.sleep(self.b.get("sleep_s", 0.0))
+        diverge = self.algo == "DDTREE" and self.budget in self.b.get("diverge_budgets", [])
+        tau = self._tau()
+        outs = []
+        for prompt in input_ids:
+            ids = [(sum(prompt) + 7 * i) % VOCAB for i in range(n)]
+            if diverge and n > 3:
+                ids[3] = (ids[3] + 1) % VOCAB
+            meta = {"completion_tokens": n, "finish_reason": {"type": "length"}}
+            if self.algo is not None:
+                rounds = max(1, math.ceil((n - 1) / tau))
+                hist = [0] * 16
+                hist[min(15, int(tau) - 1)] = rounds
+                meta.update(spec_verify_ct=rounds, spec_accept_length=n / rounds,
+                            spec_correct_drafts_histogram=hist)
+            if return_logprob:
+                gap = self.b.get("margin", 5.0)
+                meta["output_top_logprobs"] = [[[-0.01, t, None], [-0.01 - gap, 0, None]] for t in ids]
+            outs.append({"output_ids": ids, "meta_info": meta})
+        if self.profile and n > 4:
+            rounds = max(o["meta_info"]["spec_verify_ct"] for o in outs)
+            window = {
+                "profile_version": 1, "pid": os.getpid(), "t_first": t0, "t_last": time.time(),
+                "rounds": rounds, "requests": rounds * len(input_ids),
+                "cuda_graph_rounds": rounds, "batch_sizes": {str(len(input_ids)): rounds},
+                "ms_sum": {"draft": 1.0 * rounds, "topk": 0.2 * rounds, "tree": 0.3 * rounds,
+                           "verify": 2.0 * rounds, "accept": 0.1 * rounds, "commit": 0.4 * rounds,
+                           "round": 4.5 * rounds},
+            }
+            with open(self.profile, "a") as f:
+                f.write(json.dumps(window) + "\n")
+        return outs
+
+    def shutdown(self):
+        pass
+'''
+
+
+def install_fake_sglang(root: Path) -> Path:
+    """Write the fake package under ``root``; put ``root`` on PYTHONPATH to use it."""
+    package = root / "sglang"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(FAKE_SGLANG)
+    return root

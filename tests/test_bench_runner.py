@@ -1,0 +1,160 @@
+"""gpu/engine_runner.py serving bench cells, run by path against a stand-in sglang package."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench_fakes import install_fake_sglang
+
+RUNNER = Path(__file__).resolve().parents[1] / "ddtree_overlay" / "gpu" / "engine_runner.py"
+PROMPTS = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10], [11]]
+
+
+def cell(name: str, bs: int, temperature: float = 0.0, **extra: Any) -> dict[str, Any]:
+    sampling = {"temperature": temperature, "max_new_tokens": 6, "ignore_eos": True}
+    return {"name": name, "batch_size": bs, "prompts": 5, "sampling": sampling, "est_s": 0.1} | extra
+
+
+def arm(name: str, engine: dict[str, Any], cells: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    return {"name": name, "engine": engine, "est_start_s": 0.1, "cells": cells} | extra
+
+
+def ddtree(budget: int, **extra: Any) -> dict[str, Any]:
+    return arm(
+        f"ddtree-b{budget}",
+        {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": budget},
+        [cell(f"ddtree-b{budget}/bs1/t0", 1), cell(f"ddtree-b{budget}/bs2/t0", 2)],
+        family="DDTREE",
+        profile=True,
+        **extra,
+    )
+
+
+def run_runner(tmp_path: Path, plan: dict[str, Any], behaviour: dict[str, Any] | None = None):
+    root = install_fake_sglang(tmp_path / "fake")
+    full = {"target": "/t", "draft": "/d", "prompts": PROMPTS, "idle_gap_s": 0.01, "health_idle_s": 0.01} | plan
+    plan_path, out = tmp_path / "plan.json", tmp_path / "records.jsonl"
+    plan_path.write_text(json.dumps(full))
+    env = os.environ | {
+        "PYTHONPATH": str(root),
+        "FAKE_SGLANG": json.dumps(behaviour or {}),
+        "FAKE_SGLANG_LOG": str(tmp_path / "engines.log"),
+    }
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), str(plan_path), str(out)], capture_output=True, text=True, env=env, check=False
+    )
+    records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    log = tmp_path / "engines.log"
+    engines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return done, records, engines
+
+
+def by_arm(records: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {r["arm"]: r for r in records if r.get("kind") == kind}
+
+
+def test_one_engine_serves_every_cell_in_waves(tmp_path: Path) -> None:
+    plan = {
+        "profile_path": str(tmp_path / "profile.jsonl"),
+        "arms": [
+            arm("target-only", {"attention_backend": "triton"},
+                [cell("target-only/bs2/t0", 2), cell("target-only/margins", 5, top2=True),
+                 cell("target-only/bs2/t1", 2, 1.0)]),
+            ddtree(8),
+        ],
+    }
+    done, records, engines = run_runner(tmp_path, plan)
+    assert done.returncode == 0, done.stderr
+    assert len(engines) == 2 and engines[1]["speculative_ddtree_budget"] == 8
+    cells, engine_records = by_arm(records, "cell"), by_arm(records, "engine")
+    wave = cells["target-only/bs2/t0"]
+    assert wave["ok"] and len(wave["wave_s"]) == 3 and len(wave["outputs"]) == 5
+    assert wave["tokens"] == 30 and wave["tok_per_s"] == pytest.approx(30 / wave["decode_s"])
+    assert wave["timed"] and wave["t_start"] <= wave["t_end"] and wave["batch_size"] == 2
+    assert cells["target-only/bs2/t1"]["sampling"]["temperature"] == 1.0
+    margins = cells["target-only/margins"]
+    assert not margins["timed"] and margins["top2_margins"][0] == [pytest.approx(5.0)] * 6
+    assert cells["ddtree-b8/bs1/t0"]["meta"][0]["spec_correct_drafts_histogram"][3] > 0
+    assert engine_records["target-only"]["health"] == "ok" and engine_records["target-only"]["profile"] == []
+    windows = engine_records["ddtree-b8"]["profile"]
+    assert len(windows) >= 2 and all(w["t_first"] >= cells["ddtree-b8/bs1/t0"]["t_start"] - 5 for w in windows)
+    tags = [line.split(" ", 1)[0] for line in done.stdout.splitlines()]
+    assert tags == ["CELL", "CELL", "CELL", "ENGINE", "CELL", "CELL", "ENGINE"]
+    assert "SGLANG_DDTREE_PROFILE" not in os.environ
+
+
+def test_a_past_deadline_skips_engines_without_starting_them(tmp_path: Path) -> None:
+    plan = {"deadline": time.time() - 1, "arms": [ddtree(8), ddtree(16)]}
+    done, records, engines = run_runner(tmp_path, plan)
+    assert done.returncode == 0 and engines == []
+    assert {r["skipped"] for r in records} == {"time box"} and len(records) == 6
+
+
+def test_the_time_box_cuts_the_engine_that_would_not_fit(tmp_path: Path) -> None:
+    late = ddtree(16, est_start_s=3600)
+    _, records, engines = run_runner(tmp_path, {"deadline": time.time() + 60, "arms": [ddtree(8), late]})
+    assert len(engines) == 1
+    cells = by_arm(records, "cell")
+    assert cells["ddtree-b8/bs2/t0"]["ok"] and cells["ddtree-b16/bs1/t0"]["skipped"] == "time box"
+
+
+def test_a_cell_that_would_not_fit_is_skipped_and_the_rest_still_run(tmp_path: Path) -> None:
+    group = ddtree(8)
+    group["cells"].insert(0, cell("ddtree-b8/bs1/t1", 1, 1.0, est_s=3600))
+    _, records, _ = run_runner(tmp_path, {"deadline": time.time() + 60, "arms": [group]})
+    cells = by_arm(records, "cell")
+    assert cells["ddtree-b8/bs1/t1"]["skipped"] == "time box" and cells["ddtree-b8/bs2/t0"]["ok"]
+
+
+def test_a_failed_start_skips_its_cells_and_repeated_failures_skip_the_family(tmp_path: Path) -> None:
+    plan = {"max_family_failures": 1, "arms": [ddtree(8), ddtree(16), arm("dflash", {"speculative_algorithm": "DFLASH"},
+                                                                          [cell("dflash/bs1/t0", 1)], family="DFLASH")]}
+    done, records, engines = run_runner(tmp_path, plan, {"fail_start_budgets": [8, 16]})
+    assert done.returncode == 1
+    assert [e.get("speculative_algorithm") for e in engines] == ["DFLASH"]  # B=16 never started
+    engine_records = by_arm(records, "engine")
+    assert engine_records["ddtree-b8"]["error"] == "RuntimeError: fake start failure at B=8"
+    assert engine_records["ddtree-b16"]["skipped"] == "1 earlier DDTREE engines failed"
+    cells = by_arm(records, "cell")
+    assert cells["ddtree-b8/bs1/t0"]["skipped"] == "engine failed to start"
+    assert cells["dflash/bs1/t0"]["ok"]
+
+
+def test_a_failed_health_check_fails_the_engine_but_keeps_its_cells(tmp_path: Path) -> None:
+    done, records, _ = run_runner(tmp_path, {"arms": [ddtree(8)]}, {"fail_health": True})
+    assert done.returncode == 1
+    engine = by_arm(records, "engine")["ddtree-b8"]
+    assert not engine["ok"] and engine["error"] == "RuntimeError: fake KV leak" and "health" not in engine
+    assert all(c["ok"] for c in by_arm(records, "cell").values())
+
+
+def test_plain_arms_keep_their_one_record_format(tmp_path: Path) -> None:
+    plan = {"arms": [{"name": "plain", "engine": {}, "sampling": {"max_new_tokens": 3}, "top2": True}]}
+    done, records, _ = run_runner(tmp_path, plan)
+    assert done.returncode == 0 and done.stdout.startswith("ARM ")
+    (record,) = records
+    assert "kind" not in record and record["arm"] == "plain" and len(record["outputs"]) == 5
+    assert record["meta"][0]["completion_tokens"] == 3 and len(record["top2_margins"][0]) == 3
+
+
+def test_an_sglang_that_cannot_import_fails_each_engine_not_the_runner(tmp_path: Path) -> None:
+    broken = tmp_path / "broken" / "sglang"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("import orjson_that_is_missing\n")
+    plan_path, out = tmp_path / "plan.json", tmp_path / "records.jsonl"
+    plan_path.write_text(json.dumps({"target": "/t", "draft": "/d", "prompts": PROMPTS, "arms": [ddtree(8), ddtree(16)]}))
+    env = os.environ | {"PYTHONPATH": str(broken.parent)}
+    done = subprocess.run([sys.executable, str(RUNNER), str(plan_path), str(out)],
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 1
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    engines = by_arm(records, "engine")
+    assert {e["error"] for e in engines.values()} == {"ModuleNotFoundError: No module named 'orjson_that_is_missing'"}
+    assert {c["skipped"] for c in by_arm(records, "cell").values()} == {"engine failed to start"}
