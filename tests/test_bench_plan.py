@@ -1,0 +1,178 @@
+"""bench planning: settings, one engine per config, the order of engines and cells, time box."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddtree_overlay import bench_plan as bp
+
+
+def fixture_plan(tmp_path: Path, **config) -> bp.SweepPlan:
+    setting = bp.make_setting("fixture", scratch=tmp_path)
+    return bp.plan_sweep(setting, bp.BenchConfig(**config))
+
+
+def test_default_sweep_has_one_engine_per_algorithm_budget_and_scheduling(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    names = [g.name for g in plan.groups]
+    assert sorted(names) == sorted(
+        ["target-only", "dflash", "dflash-no-overlap"] + [f"ddtree-b{b}" for b in bp.DEFAULT_BUDGETS]
+    )
+    for group in plan.groups:
+        timed = [(c.batch_size, c.temperature) for c in group.cells if not c.top2]
+        assert sorted(timed) == sorted((bs, t) for bs in (1, 4, 16) for t in (0.0, 1.0))
+    assert len(plan.cells) == 10 * 6 + 1  # plus target-only's margins cell
+
+
+def test_every_arm_uses_the_same_backend_and_cuda_graph_settings(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, attention_backend="flashinfer")
+    shared = {
+        (g.engine["attention_backend"], tuple(g.engine["cuda_graph_bs_decode"]), g.engine["disable_prefill_cuda_graph"])
+        for g in plan.groups
+    }
+    assert shared == {("flashinfer", (1, 2, 4, 8, 16), True)}
+    assert not any("disable_cuda_graph" in g.engine for g in plan.groups)
+    by_name = {g.name: g.engine for g in plan.groups}
+    assert "speculative_algorithm" not in by_name["target-only"]
+    assert by_name["dflash"]["speculative_algorithm"] == "DFLASH"
+    assert "disable_overlap_schedule" not in by_name["dflash"]
+    assert by_name["dflash-no-overlap"]["disable_overlap_schedule"] is True
+    assert by_name["ddtree-b64"]["speculative_algorithm"] == "DDTREE"
+    assert by_name["ddtree-b64"]["speculative_ddtree_budget"] == 64
+    assert "disable_overlap_schedule" not in by_name["ddtree-b64"]
+
+
+def test_engines_run_baselines_first_then_budgets_by_interest(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    assert [g.name for g in plan.groups] == [
+        "target-only",
+        "dflash",
+        "ddtree-b16",
+        "ddtree-b32",
+        "ddtree-b64",
+        "dflash-no-overlap",
+        "ddtree-b8",
+        "ddtree-b128",
+        "ddtree-b4",
+        "ddtree-b256",
+    ]
+    assert plan.groups[0].est_start_s > plan.groups[1].est_start_s  # the first compiles kernels
+
+
+def test_budgets_outside_the_priority_list_run_after_it(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(3, 16, 1000))
+    assert [g.name for g in plan.groups] == [
+        "target-only", "dflash", "ddtree-b16", "ddtree-b3", "ddtree-b1000", "dflash-no-overlap",
+    ]
+
+
+def test_cells_run_greedy_first_batch_one_then_widest(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    dflash = plan.group("dflash")
+    assert [c.name for c in dflash.cells] == [
+        "dflash/bs1/t0", "dflash/bs16/t0", "dflash/bs4/t0", "dflash/bs1/t1", "dflash/bs16/t1", "dflash/bs4/t1",
+    ]
+    target = plan.group("target-only")
+    margins = [c for c in target.cells if c.top2]
+    assert [c.name for c in margins] == ["target-only/margins"]
+    assert target.cells.index(margins[0]) == 3  # after the greedy cells, before T = 1
+    assert margins[0].batch_size == 16 and margins[0].temperature == 0
+
+
+def test_every_cell_decodes_at_least_one_full_wave_of_shared_prompts(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    assert {c.prompts for c in plan.cells} == {16}
+    qwen = bp.plan_sweep(bp.make_setting("qwen3-8b-random", scratch=tmp_path), bp.BenchConfig())
+    assert {(c.batch_size, c.prompts) for c in qwen.cells} == {(1, 4), (4, 4), (16, 16)}
+
+
+def test_time_box_marks_what_the_estimates_cannot_fit(tmp_path: Path) -> None:
+    full = fixture_plan(tmp_path)
+    assert all(full.expected_to_fit) and full.notes == ()
+    boxed = fixture_plan(tmp_path, max_minutes=full.group("target-only").est_s / 60 + 0.1)
+    assert boxed.expected_to_fit[0] and not any(boxed.expected_to_fit[2:])
+    assert "leaves out" in boxed.notes[0] and "ddtree-b256" in boxed.notes[0]
+    assert [g.name for g in boxed.groups] == [g.name for g in full.groups]  # the runner decides
+
+
+def test_estimates_grow_with_verify_width_and_shrink_with_acceptance(tmp_path: Path) -> None:
+    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    common = {"algorithm": bp.DDTREE, "batch_size": 16, "temperature": 0.0, "prompts": 16, "max_new_tokens": 128}
+    assert bp.estimate_cell_s(setting, budget=256, **common) > bp.estimate_cell_s(setting, budget=32, **common)
+    fixture = bp.make_setting("fixture", scratch=tmp_path)
+    t0 = bp.estimate_cell_s(fixture, budget=16, **common)
+    t1 = bp.estimate_cell_s(fixture, budget=16, **(common | {"temperature": 1.0}))
+    assert t1 > t0
+
+
+def test_qwen3_8b_setting_writes_its_configs_and_uses_dummy_weights(tmp_path: Path) -> None:
+    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    target = json.loads((setting.target / "config.json").read_text())
+    draft = json.loads((setting.draft / "config.json").read_text())
+    assert (target["num_hidden_layers"], target["hidden_size"], target["vocab_size"]) == (36, 4096, 151936)
+    assert target["architectures"] == ["Qwen3ForCausalLM"]
+    assert draft["architectures"] == ["DFlashDraftModel"] and draft["num_hidden_layers"] == 5
+    assert draft["dflash_config"]["target_layer_ids"] == [1, 9, 17, 25, 33]
+    assert draft["dflash_config"]["block_size"] == 16
+    assert 0 <= draft["dflash_config"]["mask_token_id"] < draft["vocab_size"]
+    assert draft["num_target_layers"] == 36 and draft["hidden_size"] == target["hidden_size"]
+    assert setting.engine == {"load_format": "dummy", "speculative_draft_load_format": "dummy"}
+    assert not setting.real_weights and not setting.reference_parity
+    assert "meaningless" in setting.note
+    assert all(0 <= t < 151643 for p in setting.prompts for t in p)
+    plan = bp.plan_sweep(setting, bp.BenchConfig())
+    assert all(g.engine["load_format"] == "dummy" for g in plan.groups)
+    assert [g.name for g in plan.groups][:3] == ["dflash", "ddtree-b32", "ddtree-b256"]
+    assert plan.groups[-1].name == "target-only" and plan.groups[0].est_start_s > plan.groups[1].est_start_s
+
+
+def test_dry_run_setting_writes_nothing(tmp_path: Path) -> None:
+    bp.make_setting("qwen3-8b-random", scratch=tmp_path / "s", write=False)
+    assert not (tmp_path / "s").exists()
+
+
+def test_custom_pair_is_real_weights_without_reference_parity(tmp_path: Path) -> None:
+    setting = bp.make_setting("fixture", scratch=tmp_path, target=tmp_path / "t", draft=tmp_path / "d")
+    assert setting.name == "custom" and setting.real_weights and not setting.reference_parity
+
+
+@pytest.mark.parametrize(
+    "content", ["{", "[]", "[[]]", "[[1, -2]]", '[["a"]]', '{"a": 1}']
+)
+def test_bad_prompt_files_are_refused(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "prompts.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="prompts"):
+        bp.load_prompts(path)
+
+
+def test_runner_plan_is_the_json_engine_runner_reads(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(8,), batch_sizes=(1, 2), temperatures=(0.0,), max_new_tokens=5)
+    runner = bp.runner_plan(plan, deadline=123.0, profile_path=tmp_path / "p.jsonl")
+    json.dumps(runner)  # JSON-ready
+    assert runner["deadline"] == 123.0 and runner["profile_path"] == str(tmp_path / "p.jsonl")
+    assert len(runner["prompts"]) == 16
+    arms = {arm["name"]: arm for arm in runner["arms"]}
+    assert [a["name"] for a in runner["arms"]] == ["target-only", "dflash", "ddtree-b8", "dflash-no-overlap"]
+    assert arms["ddtree-b8"]["profile"] and not arms["dflash"]["profile"]
+    assert arms["ddtree-b8"]["family"] == "DDTREE"
+    cell = arms["ddtree-b8"]["cells"][0]
+    assert cell["sampling"] == {"temperature": 0.0, "max_new_tokens": 5, "ignore_eos": True}
+    assert cell["batch_size"] == 1 and cell["prompts"] == 16 and cell["est_s"] > 0
+    assert [c["top2"] for c in arms["target-only"]["cells"]] == [False, False, True]
+
+
+def test_describe_plan_summarises_groups_and_estimates(tmp_path: Path) -> None:
+    summary = bp.describe_plan(fixture_plan(tmp_path, max_minutes=1))
+    assert summary["setting"] == "fixture" and summary["max_minutes"] == 1
+    assert summary["estimated_minutes"] > 1
+    assert summary["groups"][0]["name"] == "target-only" and not summary["groups"][-1]["expected_to_fit"]
+
+
+def test_capture_sizes_cover_requested_batches_and_powers_of_two() -> None:
+    assert bp.capture_batch_sizes([1, 4, 16]) == [1, 2, 4, 8, 16]
+    assert bp.capture_batch_sizes([6, 24]) == [1, 2, 4, 6, 8, 16, 24]
+    assert bp.verify_width(4) == 16 and bp.verify_width(32) == 33

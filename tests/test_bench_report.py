@@ -1,0 +1,250 @@
+"""bench report: per-cell metrics, speedups, round split, correctness, markdown and plots,
+from synthetic runner records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ddtree_overlay import bench_plan as bp
+from ddtree_overlay import bench_report as br
+
+PROMPTS = 4
+NEW = 9
+
+
+def small_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
+    setting = bp.make_setting("fixture", scratch=tmp_path)
+    defaults = {"budgets": (8, 32), "batch_sizes": (1, 2), "temperatures": (0.0, 1.0),
+                "max_new_tokens": NEW, "prompts_per_cell": PROMPTS}
+    return bp.plan_sweep(setting, bp.BenchConfig(**(defaults | config)))
+
+
+def outputs(shift_at: dict[int, int] | None = None) -> list[list[int]]:
+    outs = [[(p * 10 + i) % 272 for i in range(NEW)] for p in range(PROMPTS)]
+    for prompt, index in (shift_at or {}).items():
+        outs[prompt][index] += 1
+    return outs
+
+
+def cell_record(cell: bp.Cell, group: bp.EngineGroup, *, tok_per_s: float, rounds: int = 0,
+                t: float = 100.0, **extra: Any) -> dict[str, Any]:
+    meta = []
+    for _ in range(PROMPTS):
+        m: dict[str, Any] = {"completion_tokens": NEW}
+        if group.algorithm != bp.TARGET_ONLY:
+            m |= {"spec_verify_ct": rounds, "spec_correct_drafts_histogram": [0, rounds]}
+        meta.append(m)
+    record = {
+        "kind": "cell", "arm": cell.name, "group": group.name, "batch_size": cell.batch_size, "ok": True,
+        "outputs": outputs(), "meta": meta, "tok_per_s": tok_per_s, "decode_s": PROMPTS * NEW / tok_per_s,
+        "tokens": PROMPTS * NEW, "t_start": t, "t_end": t + 1.0,
+    }
+    if cell.top2:
+        record["top2_margins"] = [[5.0] * NEW for _ in range(PROMPTS)]
+        record["top2_margins"][1][2] = 0.1
+    return record | extra
+
+
+def synthetic(plan: bp.SweepPlan) -> tuple[dict[str, dict], dict[str, dict]]:
+    """target-only 100 tok/s, DFLASH 200, DDTREE B 300 + B; every arm 2 rounds per prompt."""
+    cells, engines, t = {}, {}, 100.0
+    speed = {bp.TARGET_ONLY: 100.0, bp.DFLASH: 200.0}
+    for group in plan.groups:
+        windows = []
+        for cell in group.cells:
+            rate = speed.get(group.algorithm, 300.0 + (group.budget or 0))
+            if not group.overlap:
+                rate = 150.0
+            cells[cell.name] = cell_record(cell, group, tok_per_s=rate, rounds=4, t=t)
+            if group.algorithm == bp.DDTREE:
+                ms = {"draft": 8.0, "topk": 1.0, "tree": 2.0, "verify": 12.0, "accept": 1.0, "commit": 2.0,
+                      "round": 30.0}
+                windows.append({"t_first": t + 0.1, "t_last": t + 0.9, "rounds": 4, "requests": 4 * cell.batch_size,
+                                "cuda_graph_rounds": 3, "ms_sum": ms})
+            t += 2.0
+        windows.append({"t_first": t - 0.5, "t_last": t - 0.4, "rounds": 1, "requests": 1, "ms_sum": {"round": 99.0}})
+        engines[group.name] = {"kind": "engine", "arm": group.name, "ok": True, "start_s": 40.0, "health": "ok",
+                               "profile": windows}
+    return cells, engines
+
+
+def reference_for(tokens_per_round: float, tokens: list[list[int]] | None = None) -> dict[str, Any]:
+    rows = [{"tokens": out, "tokens_per_round": tokens_per_round} for out in (tokens or outputs())]
+    return {"aggregate": {"tokens_per_round": tokens_per_round, "accept_len_mean": tokens_per_round - 0.1},
+            "prompts": rows}
+
+
+def references(value: float = NEW / 4) -> dict[str, dict[str, Any]]:
+    return {"dflash": reference_for(value), "ddtree-b8": reference_for(value), "ddtree-b32": reference_for(value)}
+
+
+def test_cells_get_throughput_speedups_and_acceptance(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    report = br.analyse(plan, cells, engines, references=references())
+    rows = {r["name"]: r for r in report["cells"]}
+    assert "target-only/margins" not in rows  # not a timed cell
+    b32 = rows["ddtree-b32/bs2/t0"]
+    assert b32["tok_per_s"] == 332.0
+    assert b32["speedup_vs_target"] == pytest.approx(3.32) and b32["speedup_vs_dflash"] == pytest.approx(1.66)
+    assert rows["dflash-no-overlap/bs1/t1"]["speedup_vs_dflash"] == pytest.approx(0.75)
+    assert rows["dflash/bs1/t0"].get("speedup_vs_dflash") is None
+    assert rows["target-only/bs1/t0"].get("speedup_vs_target") is None
+    assert b32["acceptance_length"] == pytest.approx((NEW - 1) / 4)
+    assert b32["tokens_per_round"] == pytest.approx(NEW / 4) and b32["rounds"] == 16
+    assert b32["acceptance_histogram"] == [0, 16]  # SGLang counts correct drafts: index 1 = length 2
+    assert b32["steps"] == 4 * 2 and b32["step_ms"] == pytest.approx(1000 * b32["decode_s"] / 8)
+    assert rows["target-only/bs2/t0"]["steps"] == 2 * NEW
+    assert report["issues"] == [] and report["setting"]["real_weights"]
+
+
+def test_round_split_comes_from_the_profile_windows_inside_the_cell(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    report = br.analyse(plan, cells, engines, references=references())
+    profile = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs2/t1"]["profile"]
+    assert profile["rounds"] == 4 and profile["mean_batch"] == 2 and profile["cuda_graph_fraction"] == 0.75
+    split = profile["ms_per_round"]
+    assert split["verify"] == 3.0 and split["round"] == 7.5
+    assert split["other"] == pytest.approx(7.5 - (8 + 1 + 2 + 12 + 1 + 2) / 4)
+    assert all(r.get("profile") is None for r in report["cells"] if r["algorithm"] != bp.DDTREE)
+
+
+def test_missing_profile_windows_leave_a_hint(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    for engine in engines.values():
+        engine["profile"] = []
+    report = br.analyse(plan, cells, engines, references=references())
+    assert br.PROFILE_HINT in report["notes"] and report["issues"] == []
+
+
+def test_greedy_divergence_beyond_noise_is_an_issue_within_noise_is_not(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    cells["ddtree-b8/bs1/t0"]["outputs"] = outputs({1: 2})  # margin there 0.1: bf16 noise
+    cells["ddtree-b32/bs2/t0"]["outputs"] = outputs({3: 5})  # margin 5.0: a bug
+    report = br.analyse(plan, cells, engines, references=references())
+    rows = {r["name"]: r for r in report["cells"]}
+    explained = rows["ddtree-b8/bs1/t0"]["lossless"]
+    assert explained["passed"] and explained["identical"] == 3 and explained["first_divergence"]["margin"] == 0.1
+    wrong = rows["ddtree-b32/bs2/t0"]["lossless"]
+    assert not wrong["passed"] and wrong["worst_divergence"]["index"] == 5
+    assert report["issues"] == [
+        "ddtree-b32/bs2/t0: 1 of 4 prompts leave target-only greedy output beyond bf16 noise "
+        "(largest top1-top2 margin 5.000 at token 5)"
+    ]
+    assert "lossless" not in rows["ddtree-b32/bs2/t1"]  # sampled: no token-equality check
+    assert rows["dflash/bs1/t0"]["lossless"]["reference"] == "target-only/bs1/t0"
+
+
+def test_divergence_with_random_weights_is_reported_but_not_an_issue(tmp_path: Path) -> None:
+    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,), batch_sizes=(4,), temperatures=(0.0,),
+                                                 prompts_per_cell=PROMPTS, max_new_tokens=NEW))
+    cells, engines = synthetic(plan)
+    cells["ddtree-b8/bs4/t0"]["outputs"] = outputs({0: 1})
+    report = br.analyse(plan, cells, engines)
+    row = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs4/t0"]
+    assert not row["lossless"]["passed"] and report["issues"] == [] and report["parity"] == []
+    assert setting.note in report["notes"]
+
+
+def test_parity_with_the_reference_gates_on_the_aggregate_and_reports_per_prompt(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    refs = references()
+    refs["ddtree-b32"] = reference_for(NEW / 4 * 1.5)
+    refs["dflash"] = reference_for(NEW / 4 * 1.02, tokens=outputs({0: 1}))
+    del refs["ddtree-b8"]
+    report = br.analyse(plan, cells, engines, references=refs)
+    parity = {row["group"]: row for row in report["parity"]}
+    assert parity["dflash"]["status"] == "ok" and parity["dflash"]["cell"] == "dflash/bs1/t0"
+    assert parity["dflash"]["per_prompt_within"] == "4/4" and parity["dflash"]["same_sequence_prompts"] == "3/4"
+    assert parity["dflash-no-overlap"]["status"] == "ok"  # judged against DFLASH's reference too
+    assert parity["ddtree-b32"]["status"] == "off" and parity["ddtree-b32"]["ratio"] == pytest.approx(1 / 1.5)
+    assert parity["ddtree-b8"]["status"] == "missing"
+    assert any(i.startswith("ddtree-b32: tokens per round 2.250") for i in report["issues"])
+    assert any(i.startswith("ddtree-b8: no offline reference") for i in report["issues"])
+
+
+def test_failed_and_skipped_cells_and_engines(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    engines["ddtree-b32"] = {"kind": "engine", "arm": "ddtree-b32", "ok": False, "error": "RuntimeError: boom"}
+    for cell in plan.group("ddtree-b32").cells:
+        cells[cell.name] = {"kind": "cell", "arm": cell.name, "ok": False, "skipped": "engine failed to start"}
+    cells["ddtree-b8/bs2/t1"] = {"kind": "cell", "arm": "ddtree-b8/bs2/t1", "ok": False, "skipped": "time box"}
+    del cells["dflash/bs2/t1"]
+    report = br.analyse(plan, cells, engines, references=references())
+    rows = {r["name"]: r for r in report["cells"]}
+    assert rows["ddtree-b8/bs2/t1"]["status"] == "skipped" and rows["dflash/bs2/t1"]["status"] == "not run"
+    assert "ddtree-b32: the engine failed: RuntimeError: boom" in report["issues"]
+    assert any("time box" in note or "skipped" in note for note in report["notes"])
+    assert {g["name"]: g["status"] for g in report["groups"]}["ddtree-b32"] == "failed"
+    markdown = br.markdown_report(report)
+    assert "| DDTREE B=32 | skipped | skipped |" in markdown
+    assert "| ddtree-b32 | failed: RuntimeError: boom |" in markdown
+
+
+def test_markdown_has_the_tables_the_docs_need(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    report = br.analyse(plan, cells, engines, references=references(),
+                        context={"started": "2026-11-29T10:00:00+00:00", "gpu": "NVIDIA H200"})
+    markdown = br.markdown_report(report)
+    assert markdown.startswith("# DDTREE bench: fixture")
+    assert "2026-11-29T10:00:00+00:00; NVIDIA H200" in markdown
+    assert "| arm | T=0 bs=1 | T=0 bs=2 | T=1 bs=1 | T=1 bs=2 |" in markdown
+    assert "| DDTREE B=32 | 332 (x3.32, x1.66 DFLASH) |" in markdown
+    assert "| target-only | 100 | 100 | 100 | 100 |" in markdown
+    assert "| DDTREE B=8 | 2 | 0 | 308 | 3.08 | 1.54 | 2.00 | 2.25 | 16 |" in markdown
+    assert "| ddtree-b8/bs1/t0 | 0, 16 |" in markdown
+    assert "## Acceptance parity with the offline reference decoder" in markdown
+    throughput = br.throughput_table(report)
+    assert throughput.splitlines()[0] == "| arm | T=0 bs=1 | T=0 bs=2 | T=1 bs=1 | T=1 bs=2 |"
+
+
+def test_read_records_splits_cells_from_engines(tmp_path: Path) -> None:
+    path = tmp_path / "records.jsonl"
+    path.write_text(
+        json.dumps({"kind": "cell", "arm": "a/bs1/t0", "ok": False}) + "\n\n"
+        + json.dumps({"kind": "engine", "arm": "a", "ok": True}) + "\n"
+        + json.dumps({"kind": "cell", "arm": "a/bs1/t0", "ok": True}) + "\n"
+    )
+    cells, engines = br.read_records(path)
+    assert cells == {"a/bs1/t0": {"kind": "cell", "arm": "a/bs1/t0", "ok": True}}
+    assert list(engines) == ["a"]
+    assert br.read_records(tmp_path / "missing.jsonl") == ({}, {})
+
+
+def test_plots_are_written_as_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    report = br.analyse(plan, cells, engines, references=references())
+    files, why_not = br.write_plots(report, tmp_path)
+    assert why_not is None
+    assert sorted(p.name for p in files) == ["acceptance.png", "round_time.png", "speedup.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in files)
+
+
+def test_plots_degrade_with_a_message_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError("No module named 'matplotlib'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    plan = small_plan(tmp_path)
+    report = br.analyse(plan, *synthetic(plan))
+    assert br.write_plots(report, tmp_path) == ([], br.MATPLOTLIB_MISSING)
+    assert "pip install 'ddtree-overlay[bench]'" in br.MATPLOTLIB_MISSING
