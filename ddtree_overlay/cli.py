@@ -12,8 +12,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from ddtree_overlay import render
+from ddtree_overlay import bench_plan, render
 from ddtree_overlay.apply import apply as apply_patch_set
+from ddtree_overlay.bench import BenchRequest, default_out
+from ddtree_overlay.bench import bench as bench_env
 from ddtree_overlay.demo import run_demo
 from ddtree_overlay.diff import diff as diff_env
 from ddtree_overlay.envprobe import probe_env
@@ -144,6 +146,128 @@ def verify(
                 probe_env(env), smoke=smoke, target=target, draft=draft, budget=budget, on_arm=on_arm
             ),
         )
+
+
+def _number_list(kind: type, minimum: float) -> Callable[[str], tuple]:
+    """Typer callback: "4,8,16" -> (4, 8, 16), each at least `minimum`."""
+
+    def parse(text: str) -> tuple:
+        try:
+            values = tuple(kind(item) for item in text.split(",") if item.strip())
+        except ValueError:
+            raise typer.BadParameter(f"expected comma-separated numbers, got {text!r}") from None
+        if not values or min(values) < minimum:
+            raise typer.BadParameter(f"expected comma-separated numbers >= {minimum:g}, got {text!r}")
+        return tuple(sorted(set(values)))
+
+    return parse
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
+    if path is not None:
+        try:
+            bench_plan.load_prompts(path)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+    return path
+
+
+@app.command()
+def bench(
+    env: EnvOption,
+    setting: Annotated[
+        str,
+        typer.Option(
+            "--setting",
+            callback=_choice(bench_plan.SETTINGS),
+            help="fixture (the bundled pair, real acceptance) or qwen3-8b-random (Qwen3-8B shapes, "
+            "random weights: per-round cost only)",
+        ),
+    ] = "fixture",
+    target: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--target", exists=True, file_okay=False, help="target model dir (with --draft)"),
+    ] = None,
+    draft: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--draft", exists=True, file_okay=False, help="DFlash drafter dir (with --target)"),
+    ] = None,
+    budgets: Annotated[
+        str, typer.Option("--budgets", callback=_number_list(int, 1), help="DDTREE budgets B")
+    ] = "4,8,16,32,64,128,256",
+    batch_sizes: Annotated[
+        str,
+        typer.Option("--batch-sizes", callback=_number_list(int, 1), help="concurrent requests per wave"),
+    ] = "1,4,16",
+    temperatures: Annotated[
+        str, typer.Option("--temperatures", callback=_number_list(float, 0), help="sampling temperatures")
+    ] = "0,1",
+    attention_backend: Annotated[
+        str,
+        typer.Option(
+            "--attention-backend",
+            callback=_choice(bench_plan.ATTENTION_BACKENDS),
+            help="the same backend for every arm",
+        ),
+    ] = "triton",
+    max_new_tokens: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--max-new-tokens", min=1, help="new tokens per request (setting's default)"),
+    ] = None,
+    prompts: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--prompts", exists=True, dir_okay=False, callback=_prompts_file,
+                     help="JSON list of token-id lists"),
+    ] = None,
+    prompts_per_cell: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--prompts-per-cell", min=1, help="prompts each cell decodes (setting's default)"),
+    ] = None,
+    out: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--out", file_okay=False, help="results dir (default: bench-results/SETTING-TIME)"),
+    ] = None,
+    max_minutes: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option("--max-minutes", min=0.1, help="time box for the GPU sweep; cuts the least informative cells"),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and estimates; run nothing")] = False,
+    json_out: JsonOption = False,
+) -> None:
+    """Benchmark target-only, DFLASH and DDTREE budgets on ENV's GPU; write JSON, markdown, plots."""
+    if (target is None) != (draft is None):
+        raise typer.BadParameter("--target and --draft go together")
+    if target is not None and setting != "fixture":
+        raise typer.BadParameter(f"--target/--draft replace the fixture pair; --setting {setting} has its own")
+    config = bench_plan.BenchConfig(
+        budgets=budgets,  # type: ignore[arg-type] - the callbacks made tuples
+        batch_sizes=batch_sizes,  # type: ignore[arg-type]
+        temperatures=temperatures,  # type: ignore[arg-type]
+        attention_backend=attention_backend,
+        max_new_tokens=max_new_tokens,
+        prompts_per_cell=prompts_per_cell,
+        max_minutes=max_minutes,
+    )
+    request = BenchRequest(
+        setting=setting,
+        config=config,
+        out=out or default_out(setting),
+        target=target,
+        draft=draft,
+        prompts=prompts,
+        dry_run=dry_run,
+    )
+    with render.bench_progress(enabled=not (json_out or dry_run)) as on_event:
+        _run(("bench",), json_out, lambda: bench_env(probe_env(env), request, on_event=on_event))
 
 
 @app.command()

@@ -195,6 +195,61 @@ def arm_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], Non
         yield on_arm
 
 
+def _bench_view(data: Mapping[str, Any]) -> None:
+    if data.get("dry_run"):
+        plan = data["plan"]
+        stdout.print(
+            f"bench plan ({plan['setting']}, {plan['max_new_tokens']} new tokens): "
+            f"{len(plan['groups'])} engines, ~{plan['estimated_minutes']:g} GPU minutes estimated"
+        )
+        for i, group in enumerate(plan["groups"], 1):
+            cut = "" if group["expected_to_fit"] else "  (expected to be cut by --max-minutes)"
+            stdout.print(f"  {i:>2}. {group['name']:<18} {len(group['cells'])} cells  ~{group['estimated_s']} s{cut}")
+        stdout.print(f"results would go to {data['out']}")
+        return
+    if "bench" in data:
+        stdout.print(f"bench: {data['bench']}")
+        return
+    stdout.print(data["table"])
+    stdout.print(f"\nwrote {', '.join(data['files'])}")
+
+
+@contextmanager
+def bench_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], None]]:
+    """A progress bar over the bench's cells on stderr, a line per engine; no-op when disabled."""
+    if not enabled:
+        yield lambda _: None
+        return
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        console=stderr, transient=True,
+    ) as progress:
+        task = progress.add_task("starting sglang engines (the first one compiles kernels)", total=None)
+
+        def on_event(event: Mapping[str, Any]) -> None:
+            kind = event.get("event")
+            if kind == "plan":
+                progress.update(task, total=event["cells"])
+            elif kind == "cell":
+                if event.get("skipped"):
+                    outcome = f"skipped ({event['skipped']})"
+                elif event.get("ok"):
+                    outcome = f"{event.get('tok_per_s') or 0:.0f} tok/s"
+                else:
+                    outcome = f"FAILED: {event.get('error')}"
+                progress.console.print(f"  {event['arm']}: {outcome}")
+                progress.update(task, advance=1, description=f"{event['arm']} done")
+            elif kind == "engine" and not event.get("skipped"):
+                start = f", started in {event['start_s']:.0f} s" if event.get("start_s") else ""
+                outcome = "ok" if event.get("ok") else f"FAILED: {event.get('error')}"
+                progress.console.print(f"engine {event['arm']}: {outcome}{start}")
+            elif kind == "reference":
+                outcome = "ok" if event.get("ok") else f"failed: {event.get('error')}"
+                progress.console.print(f"  offline reference {event['key']}: {outcome}")
+
+        yield on_event
+
+
 _VIEWS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "status": _status_view,
     "apply": _apply_view,
@@ -204,4 +259,5 @@ _VIEWS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "manifest-refresh": _refresh_view,
     "demo": _demo_view,
     "verify": _verify_view,
+    "bench": _bench_view,
 }

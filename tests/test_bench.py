@@ -1,0 +1,245 @@
+"""bench: the CLI verb's arguments and outcomes, and the sweep run against a stand-in sglang."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench_fakes import install_fake_sglang
+from overlay_helpers import run_cli
+
+from ddtree_overlay import bench as bench_module
+from ddtree_overlay import bench_plan as bp
+from ddtree_overlay.envprobe import probe_env
+from ddtree_overlay.errors import ExitCode
+
+FAST_RUNNER = {"idle_gap_s": 0.01, "health_idle_s": 0.01}
+
+
+def assert_usage_error(done: subprocess.CompletedProcess[str], fragment: str) -> None:
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert fragment in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--budgets", "0,4"], "expected comma-separated numbers >= 1"),
+        (["--budgets", "4,many"], "expected comma-separated numbers"),
+        (["--batch-sizes", ""], "expected comma-separated numbers >= 1"),
+        (["--temperatures", "-1"], "expected comma-separated numbers >= 0"),
+        (["--setting", "llama"], "expected one of fixture, qwen3-8b-random"),
+        (["--attention-backend", "fa3"], "expected one of triton, flashinfer"),
+        (["--max-minutes", "0"], "--max-minutes"),
+        (["--max-new-tokens", "0"], "--max-new-tokens"),
+    ],
+)
+def test_bad_arguments_are_usage_errors(args: list[str], fragment: str) -> None:
+    assert_usage_error(run_cli("bench", "--env", sys.executable, "--dry-run", *args), fragment)
+
+
+def test_target_and_draft_go_together_and_only_with_the_fixture_setting(tmp_path: Path) -> None:
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--target", str(tmp_path))
+    assert_usage_error(done, "--target and --draft go together")
+    done = run_cli(
+        "bench", "--env", sys.executable, "--dry-run", "--setting", "qwen3-8b-random",
+        "--target", str(tmp_path), "--draft", str(tmp_path),
+    )
+    assert_usage_error(done, "--setting qwen3-8b-random has its own")
+
+
+def test_a_malformed_prompts_file_is_a_usage_error(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text('[["not", "ids"]]')
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--prompts", str(prompts))
+    assert_usage_error(done, "non-empty token-id lists")
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--setting", "qwen3-8b-random",
+                   "--out", str(out), "--max-minutes", "5")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("bench plan (qwen3-8b-random, 128 new tokens): 10 engines")
+    assert " 1. dflash " in done.stdout and "(expected to be cut by --max-minutes)" in done.stdout
+    assert "note: by the estimates, --max-minutes 5 leaves out" in done.stderr
+    assert not out.exists()
+    envelope = json.loads(run_cli("bench", "--env", sys.executable, "--dry-run", "--json").stdout)
+    assert envelope["command"] == ["bench"] and envelope["status"] == "ok"
+    assert envelope["data"]["plan"]["groups"][0]["name"] == "target-only"
+
+
+def test_an_env_without_sglang_is_refused_with_exit_3(tmp_path: Path, state_dir: Path) -> None:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    done = run_cli("bench", "--env", str(tmp_path / "bare"), "--out", str(tmp_path / "out"))
+    assert done.returncode == ExitCode.ENV_NOT_FOUND
+    assert done.stderr.splitlines()[0].startswith("error: sglang is not installed in")
+    assert not (tmp_path / "out").exists()
+
+
+def test_without_a_gpu_the_bench_says_skipped(sglang_env: Path, tmp_path: Path) -> None:
+    """The scratch env has sglang but no torch: nothing to run the engines on."""
+    done = run_cli("bench", "--env", str(sglang_env), "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "bench: skipped (no GPU)"
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("note: bench skipped (no GPU): ModuleNotFoundError")
+    assert not (tmp_path / "out").exists()
+    envelope = json.loads(run_cli("bench", "--env", str(sglang_env), "--json").stdout)
+    assert (envelope["status"], envelope["exit_code"]) == ("skipped", 0)
+    assert envelope["data"]["bench"] == "skipped (no GPU)"
+
+
+# --- the sweep against the stand-in sglang --------------------------------------------------
+
+
+@pytest.fixture
+def fake_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    root = install_fake_sglang(tmp_path / "fake")
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setenv("FAKE_SGLANG_LOG", str(tmp_path / "engines.log"))
+
+    def behave(**behaviour: Any) -> None:
+        monkeypatch.setenv("FAKE_SGLANG", json.dumps(behaviour))
+
+    behave()
+    return behave
+
+
+def small_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
+    setting = bp.make_setting("fixture", scratch=tmp_path / "models")
+    defaults = {"budgets": (8, 32), "batch_sizes": (1, 2), "temperatures": (0.0,),
+                "max_new_tokens": 9, "prompts_per_cell": 3}
+    return bp.plan_sweep(setting, bp.BenchConfig(**(defaults | config)))
+
+
+def run(tmp_path: Path, plan: bp.SweepPlan, events: list | None = None) -> dict[str, Any]:
+    return bench_module.run_bench(
+        Path(sys.executable), plan, tmp_path / "out", context={"gpu": "fake"},
+        on_event=(events if events is not None else []).append, runner_options=FAST_RUNNER,
+    )
+
+
+def test_sweep_runs_every_cell_and_writes_the_report(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    plan = small_plan(tmp_path)
+    events: list = []
+    report = run(tmp_path, plan, events)
+    out = tmp_path / "out"
+    assert {r["status"] for r in report["cells"]} == {"ok"}
+    assert [g["status"] for g in report["groups"]] == ["ok"] * 5
+    assert report["issues"] == [] and report["parity"] == []
+    engines = (tmp_path / "engines.log").read_text().splitlines()
+    assert len(engines) == len(plan.groups)  # one engine per group, every cell served by it
+    ddtree = {r["name"]: r for r in report["cells"]}["ddtree-b32/bs2/t0"]
+    assert ddtree["profile"]["ms_per_round"]["verify"] == pytest.approx(2.0)
+    assert ddtree["lossless"]["passed"] and ddtree["speedup_vs_target"] is not None
+    assert events[0] == {"event": "plan", "cells": len(plan.cells), "groups": 5}
+    assert sum(e["event"] == "cell" for e in events) == len(plan.cells)
+    result = bench_module._result(report, out)
+    assert (result.status, result.exit_code) == ("ok", 0)
+    assert (out / "bench.json").exists() and (out / "bench.md").read_text().startswith("# DDTREE bench")
+    assert json.loads((out / "bench.json").read_text())["cells"] == json.loads(json.dumps(report["cells"]))
+    assert "| DDTREE B=8 |" in result.data["table"]
+    runner_plan = json.loads((out / "plan.json").read_text())
+    assert runner_plan["idle_gap_s"] == 0.01 and runner_plan["profile_path"] == str(out / "profile.jsonl")
+
+
+def test_a_crashed_runner_fails_its_engine_and_a_new_one_runs_the_rest(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    fake_sglang(crash_budgets=[32])  # the process dies inside ddtree-b32's first cell
+    report = run(tmp_path, small_plan(tmp_path))
+    groups = {g["name"]: g for g in report["groups"]}
+    assert groups["ddtree-b32"]["status"] == "failed"
+    assert "the runner process exited with 9" in groups["ddtree-b32"]["reason"]
+    assert groups["ddtree-b8"]["status"] == "ok" and groups["dflash-no-overlap"]["status"] == "ok"
+    assert any(issue.startswith("ddtree-b32: the engine failed") for issue in report["issues"])
+    result = bench_module._result(report, tmp_path / "out")
+    assert (result.status, result.exit_code) == ("failed", ExitCode.VERIFY_FAILED)
+
+
+def test_a_wrong_greedy_output_fails_the_bench(tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    fake_sglang(diverge_budgets=[8], margin=3.0)
+    report = run(tmp_path, small_plan(tmp_path))
+    assert [i.split(":")[0] for i in report["issues"]] == ["ddtree-b8/bs1/t0", "ddtree-b8/bs2/t0"]
+
+
+def test_reference_runs_once_per_algorithm_and_budget_on_the_cpu(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    plan = small_plan(tmp_path, budgets=(4,), max_new_tokens=4, prompts_per_cell=1, batch_sizes=(1,))
+    assert bench_module.reference_jobs(plan) == {
+        "dflash": ["--algo", "dflash"], "ddtree-b4": ["--algo", "ddtree", "--budget", "4"],
+    }
+    events: list = []
+    runs = bench_module.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=events.append)
+    assert runs is not None
+    results = runs.wait()
+    assert sorted(results) == ["ddtree-b4", "dflash"]
+    assert results["ddtree-b4"]["config"]["device"] == "cpu" and results["ddtree-b4"]["config"]["limit"] == 1
+    assert results["ddtree-b4"]["aggregate"]["tokens_per_round"] > 0
+    assert {(e["key"], e["ok"]) for e in events} == {("dflash", True), ("ddtree-b4", True)}
+
+
+def test_random_weights_and_custom_pairs_get_no_reference(tmp_path: Path) -> None:
+    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,)))
+    assert bench_module.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=print) is None
+
+
+def test_bench_skips_ddtree_where_the_overlay_is_not_applied(
+    sglang_env: Path, tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_module, "probe_gpu", lambda python: {"gpu": "Fake GPU", "torch": "0", "error": None})
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(bench_module, "run_bench", _fast(bench_module.run_bench))
+    config = bp.BenchConfig(budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), max_new_tokens=5, prompts_per_cell=1)
+    request = bench_module.BenchRequest(config=config, out=tmp_path / "out")
+    result = bench_module.bench(probe_env(sglang_env), request)
+    assert result.status == "ok", result.issues
+    assert [g["name"] for g in result.data["report"]["groups"]] == ["target-only", "dflash", "dflash-no-overlap"]
+    assert any("DDTREE arms skipped" in m and "ddtree-overlay apply" in m for m in result.messages)
+    assert result.data["report"]["context"]["gpu"] == "Fake GPU"
+
+
+def _fast(run_bench):
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        return run_bench(*args, **kwargs, runner_options=FAST_RUNNER)
+
+    return wrapped
+
+
+def test_the_watchdog_stops_a_runner_that_outlives_the_time_box(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(bench_module, "GRACE_S", 0.5)
+    fake_sglang(sleep_s=60)  # every generate() hangs far past the deadline
+    plan = small_plan(tmp_path, max_minutes=0.02, budgets=(8,))
+    quick = replace(plan.setting.cost, engine_start_s=0, first_start_extra_s=0, engine_overhead_s=0)
+    plan = bp.plan_sweep(replace(plan.setting, cost=quick), plan.config)
+    started = time.monotonic()
+    report = run(tmp_path, plan)
+    assert time.monotonic() - started < 20
+    first = report["groups"][0]
+    assert first["status"] == "skipped" and first["reason"].startswith("time box (the runner was stopped")
+    assert report["issues"] == []
+
+
+def test_a_runner_that_records_nothing_fails_every_engine_in_turn(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path, budgets=(8,))
+    false = Path("/bin/false")
+    report = bench_module.run_bench(false, plan, tmp_path / "out", context={})
+    assert [g["status"] for g in report["groups"]] == ["failed"] * len(plan.groups)
+    assert all("exited with 1" in g["reason"] for g in report["groups"])
+    assert len(report["issues"]) >= len(plan.groups)
