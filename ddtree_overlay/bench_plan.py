@@ -233,7 +233,7 @@ def make_setting(
         real_weights=True,
         reference_parity=not custom,
         max_new_tokens=256,
-        prompts_per_cell=16,
+        prompts_per_cell=8,
         budget_priority=(16, 32, 64, 8, 128, 4, 256),
         cost=FIXTURE_COST,
         note=(

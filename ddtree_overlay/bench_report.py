@@ -212,8 +212,8 @@ def parity_row(
     metas = record["meta"]
     rounds = sum(int(m.get("spec_verify_ct") or 0) for m in metas)
     ours = sum(int(m.get("completion_tokens") or 0) for m in metas) / rounds if rounds else None
-    theirs = reference["aggregate"].get("tokens_per_round")
     ref_rows = reference.get("prompts") or []
+    theirs = _reference_tokens_per_round(ref_rows[: len(metas)]) or reference["aggregate"].get("tokens_per_round")
     rel, rel_same = [], []
     for i, (out, meta) in enumerate(zip(record["outputs"], metas, strict=True)):
         if i >= len(ref_rows) or not meta.get("spec_verify_ct") or not ref_rows[i].get("tokens_per_round"):
@@ -237,6 +237,14 @@ def parity_row(
         same_sequence_max_rel_diff=max(rel_same) if rel_same else None,
     )
     return row
+
+
+def _reference_tokens_per_round(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """Generated tokens / rounds over these reference prompts (the cell's own prompts)."""
+    if not rows or any(r.get("rounds") is None or r.get("new_tokens") is None for r in rows):
+        return None
+    rounds = sum(int(r["rounds"]) for r in rows)
+    return sum(int(r["new_tokens"]) for r in rows) / rounds if rounds else None
 
 
 def reference_key(group: EngineGroup) -> str | None:
@@ -313,7 +321,7 @@ def _correctness(
     if plan.setting.reference_parity and references is not None:
         for group in plan.groups:
             key = reference_key(group)
-            t0 = [c for c in group.cells if c.temperature == 0 and not c.top2]
+            t0 = sorted((c for c in group.cells if c.temperature == 0 and not c.top2), key=lambda c: -c.prompts)
             record = next((records[c.name] for c in t0 if records.get(c.name, {}).get("ok")), None)
             if key is None or record is None:
                 continue

@@ -84,7 +84,7 @@ def test_cells_run_greedy_first_batch_one_then_widest(tmp_path: Path) -> None:
 
 def test_every_cell_decodes_at_least_one_full_wave_of_shared_prompts(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path)
-    assert {c.prompts for c in plan.cells} == {16}
+    assert {(c.batch_size, c.prompts) for c in plan.cells} == {(1, 8), (4, 8), (16, 16)}
     qwen = bp.plan_sweep(bp.make_setting("qwen3-8b-random", scratch=tmp_path), bp.BenchConfig())
     assert {(c.batch_size, c.prompts) for c in qwen.cells} == {(1, 4), (4, 4), (16, 16)}
 
@@ -154,14 +154,14 @@ def test_runner_plan_is_the_json_engine_runner_reads(tmp_path: Path) -> None:
     runner = bp.runner_plan(plan, deadline=123.0, profile_path=tmp_path / "p.jsonl")
     json.dumps(runner)  # JSON-ready
     assert runner["deadline"] == 123.0 and runner["profile_path"] == str(tmp_path / "p.jsonl")
-    assert len(runner["prompts"]) == 16
+    assert len(runner["prompts"]) == 8
     arms = {arm["name"]: arm for arm in runner["arms"]}
     assert [a["name"] for a in runner["arms"]] == ["target-only", "dflash", "ddtree-b8", "dflash-no-overlap"]
     assert arms["ddtree-b8"]["profile"] and not arms["dflash"]["profile"]
     assert arms["ddtree-b8"]["family"] == "DDTREE"
     cell = arms["ddtree-b8"]["cells"][0]
     assert cell["sampling"] == {"temperature": 0.0, "max_new_tokens": 5, "ignore_eos": True}
-    assert cell["batch_size"] == 1 and cell["prompts"] == 16 and cell["est_s"] > 0
+    assert cell["batch_size"] == 1 and cell["prompts"] == 8 and cell["est_s"] > 0
     assert [c["top2"] for c in arms["target-only"]["cells"]] == [False, False, True]
 
 

@@ -248,3 +248,15 @@ def test_plots_degrade_with_a_message_without_matplotlib(tmp_path: Path, monkeyp
     report = br.analyse(plan, *synthetic(plan))
     assert br.write_plots(report, tmp_path) == ([], br.MATPLOTLIB_MISSING)
     assert "pip install 'ddtree-overlay[bench]'" in br.MATPLOTLIB_MISSING
+
+
+def test_parity_counts_the_reference_over_the_cells_own_prompts(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    rows = [{"tokens": out, "tokens_per_round": NEW / 4, "new_tokens": NEW, "rounds": 4} for out in outputs()]
+    rows += [{"tokens": [], "tokens_per_round": 1.0, "new_tokens": NEW, "rounds": NEW}] * 4  # not in the cell
+    refs = references()
+    refs["ddtree-b8"] = {"aggregate": {"tokens_per_round": 1.5}, "prompts": rows}
+    report = br.analyse(plan, cells, engines, references=refs)
+    row = {r["group"]: r for r in report["parity"]}["ddtree-b8"]
+    assert row["reference_tokens_per_round"] == pytest.approx(NEW / 4) and row["status"] == "ok"
