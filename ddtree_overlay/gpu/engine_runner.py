@@ -106,13 +106,7 @@ def run_arm(plan: dict, arm: dict) -> dict:
         tokens=tokens,
         tok_per_s=tokens / decode_s if decode_s > 0 else None,
         outputs=[o["output_ids"] for o in outs],
-        meta=[
-            {
-                k: o["meta_info"].get(k)
-                for k in META_KEYS
-            }
-            for o in outs
-        ],
+        meta=[{k: o["meta_info"].get(k) for k in META_KEYS} for o in outs],
     )
     if arm.get("top2"):
         result["top2_margins"] = [_top2_margins(o["meta_info"]) for o in outs]
