@@ -20,6 +20,7 @@ from ddtree_overlay.demo import run_demo
 from ddtree_overlay.diff import diff as diff_env
 from ddtree_overlay.envprobe import probe_env
 from ddtree_overlay.errors import OverlayError, exit_code_table
+from ddtree_overlay.matrix import run_matrix
 from ddtree_overlay.recover import recover as recover_env
 from ddtree_overlay.refresh import refresh_manifest
 from ddtree_overlay.result import Result, error_result
@@ -275,6 +276,25 @@ def demo(json_out: JsonOption = False) -> None:
     """Scratch env with stock sglang: status, apply, diff --stat, rollback."""
     on_step = (lambda _: None) if json_out else render.emit_demo_step
     _run(("demo",), json_out, lambda: run_demo(on_step))
+
+
+@app.command()
+def matrix(
+    versions: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--versions", help="releases to check (repeat or comma-separate); default: every supported one"),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="where matrix.json and matrix.md go")] = Path("matrix-report"),
+    json_out: JsonOption = False,
+) -> None:
+    """Per release: download, install, apply, compile, import on CPU, diff, roll back, check RECORD."""
+    releases = [v.strip() for item in versions or () for v in item.split(",") if v.strip()]
+
+    def call() -> Result:
+        with render.matrix_progress(enabled=not json_out) as progress:
+            return run_matrix(releases, out_dir=out, progress=progress)
+
+    _run(("matrix",), json_out, call)
 
 
 @app.command("manifest-refresh", hidden=True)

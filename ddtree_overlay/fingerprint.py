@@ -18,6 +18,7 @@ from ddtree_overlay.errors import (
     UnsupportedRelease,
 )
 from ddtree_overlay.patchset import PatchSet, load_patch_set
+from ddtree_overlay.releases import version_key, why_unsupported
 from ddtree_overlay.transaction import SiteTree
 
 
@@ -76,12 +77,24 @@ def select_patch_set(env: EnvInfo, manifest: Path | None) -> PatchSet:
             + ", ".join(ps.id for ps in fitting)
         )
     if not fitting:
-        supported = ", ".join(f"{ps.versions} ({ps.id})" for ps in candidates) or "none"
+        supported = ", ".join(_release_list(candidates)) or "none"
+        reason = why_unsupported(sglang.version)
         raise UnsupportedRelease(
             f"no patch set for sglang {sglang.version}; supported: {supported}",
+            details=(f"sglang {sglang.version} is not supported: {reason}",) if reason else (),
             hint="install a supported sglang release into the env",
         )
     return fitting[0]
+
+
+def _release_list(candidates: list[PatchSet]) -> list[str]:
+    """`==0.5.14 (sglang-0.5.14-ddtree), ...`, oldest release first."""
+
+    def key(ps: PatchSet) -> Any:
+        pinned = [spec.version for spec in ps.versions if spec.operator == "=="]
+        return version_key(pinned[0] if pinned else "0")
+
+    return [f"{ps.versions} ({ps.id})" for ps in sorted(candidates, key=key)]
 
 
 def describe_patch_set_match(env: EnvInfo, manifest: Path | None) -> dict[str, Any]:

@@ -250,6 +250,49 @@ def bench_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], N
         yield on_event
 
 
+def _matrix_view(data: Mapping[str, Any]) -> None:
+    for cell in data["cells"]:
+        style = "red" if cell["status"] in ("conflict", "obsolete", "import-failed", "rollback-failed") else ""
+        note = f"  {cell['details'][0]}" if cell["details"] and style else ""
+        stdout.print(Text(f"{cell['release']:<14} {cell['status']:<16} {cell['seconds']:>6.1f} s{note}", style=style))
+    stdout.print(f"\nwrote {data['out']}/matrix.json and {data['out']}/matrix.md ({data['seconds']:.0f} s)")
+
+
+class _MatrixProgress:
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task = progress.add_task("matrix", total=None)
+
+    def begin(self, releases: Any) -> None:
+        self._progress.update(self._task, total=len(releases))
+
+    def step(self, release: str, what: str) -> None:
+        self._progress.update(self._task, description=f"sglang {release}: {what}")
+
+    def done(self, cell: Any) -> None:
+        self._progress.console.print(f"  sglang {cell.release}: {cell.status} ({cell.seconds:.0f} s)")
+        self._progress.update(self._task, advance=1)
+
+
+class _QuietMatrixProgress:
+    def begin(self, releases: Any) -> None: ...
+    def step(self, release: str, what: str) -> None: ...
+    def done(self, cell: Any) -> None: ...
+
+
+@contextmanager
+def matrix_progress(*, enabled: bool) -> Iterator[Any]:
+    """A bar over the matrix's releases on stderr, a line per finished release; silent when disabled."""
+    if not enabled:
+        yield _QuietMatrixProgress()
+        return
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+        console=stderr, transient=True,
+    ) as progress:
+        yield _MatrixProgress(progress)
+
+
 _VIEWS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "status": _status_view,
     "apply": _apply_view,
@@ -260,4 +303,5 @@ _VIEWS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "demo": _demo_view,
     "verify": _verify_view,
     "bench": _bench_view,
+    "matrix": _matrix_view,
 }

@@ -1,0 +1,148 @@
+"""Run by a matrix scratch env's interpreter: import the patched modules on CPU, print JSON.
+
+`python -I _matrix_import_probe.py MODULE...`. Standard library plus what the env has; never
+run in the tool's own interpreter. What it checks, beyond "the module imports":
+
+* the DDTREE name resolves through SGLang's registry, and every predicate the builtin
+  `SpeculativeAlgorithm` enum has can be called on DDTREE's spec class (the scheduler calls
+  them on whatever `from_string` returns; a missing one is an AttributeError at server start);
+* the `--speculative-ddtree-budget` field reaches `ServerArgs` and its CLI parser;
+* `ddtree_compat.api_contract_problems()`: the private DFlash members the DDTree worker uses,
+  with the signatures its compat shim was written against.
+
+The one thing done to the environment: torchvision wheels on PyPI are CUDA builds whose `_C`
+cannot load against a CPU torch, and torchvision then registers fake kernels for two ops that
+`_C` would have defined (`nms`, `qnms`). Their schemas are defined here first, so the real
+torchvision Python package imports; its C++ ops stay unavailable (nothing imported uses them).
+"""
+
+import importlib
+import importlib.metadata as metadata
+import json
+import sys
+import time
+import traceback
+
+PREDICATE_PREFIXES = ("is_", "supports_", "has_", "need_", "carries_")
+IDENTITY_PREDICATES = {"is_none", "is_some", "is_speculative"}
+
+
+def torchvision_shim():
+    """Define the two op schemas a CUDA torchvision needs from `_C` when torch is CPU-only."""
+    import glob
+    import importlib.util
+    import os
+
+    import torch
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or torch.version.cuda is not None or not spec.submodule_search_locations:
+        return None
+    extensions = glob.glob(os.path.join(next(iter(spec.submodule_search_locations)), "_C*.so"))
+    if not extensions:
+        return None
+    try:
+        torch.ops.load_library(extensions[0])
+    except OSError as error:
+        reason = str(error).splitlines()[0]
+    else:
+        return None
+    schema = "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor"
+    torch.library.define("torchvision::nms", schema)
+    torch.library.define("torchvision::qnms", schema.replace("dets", "qdets"))
+    return (
+        f"torchvision {metadata.version('torchvision')}: `_C` does not load with CPU torch "
+        f"({reason}); the nms/qnms op schemas were defined so its Python package imports"
+    )
+
+
+def import_module(name):
+    started = time.monotonic()
+    try:
+        importlib.import_module(name)
+    except BaseException as error:  # report any failure, including SystemExit
+        frames = traceback.extract_tb(error.__traceback__)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        return {
+            "ok": False,
+            "error": f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
+            "where": where,
+            "seconds": round(time.monotonic() - started, 2),
+        }
+    return {"ok": True, "seconds": round(time.monotonic() - started, 2)}
+
+
+def registry_check():
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    problems, differs = [], {}
+    algo = SpeculativeAlgorithm.from_string("DDTREE")
+    dflash = SpeculativeAlgorithm.DFLASH
+    names = sorted(
+        name
+        for name, value in vars(SpeculativeAlgorithm).items()
+        if callable(value) and name.startswith(PREDICATE_PREFIXES)
+    )
+    for name in names:
+        method = getattr(algo, name, None)
+        if method is None:
+            problems.append(f"DDTREE's spec class lacks `{name}` (the enum has it)")
+            continue
+        try:
+            ours, theirs = method(), getattr(dflash, name)()
+        except TypeError:
+            continue  # takes arguments: presence is what matters
+        if ours != theirs and name not in IDENTITY_PREDICATES:
+            differs[name] = {"DDTREE": ours, "DFLASH": theirs}
+    for name in ("is_dflash", "is_dflash_family"):
+        if hasattr(dflash, name) and getattr(algo, name)() is not True:
+            problems.append(f"DDTREE must answer `{name}() == True`")
+    return {"class": type(algo).__name__, "problems": problems, "differs_from_dflash": differs}
+
+
+def server_args_check():
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    problems = []
+    if not hasattr(ServerArgs, "speculative_ddtree_budget"):
+        problems.append("ServerArgs has no `speculative_ddtree_budget` field")
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    options = {option for action in parser._actions for option in action.option_strings}
+    if "--speculative-ddtree-budget" not in options:
+        problems.append("the CLI parser has no `--speculative-ddtree-budget`")
+    return problems
+
+
+def compat_check():
+    try:
+        compat = importlib.import_module("sglang.srt.speculative.ddtree_compat")
+    except ImportError:
+        return None
+    return list(compat.api_contract_problems())
+
+
+def guarded(check):
+    try:
+        return check()
+    except BaseException as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def main(modules):
+    import torch
+
+    report = {"python": ".".join(map(str, sys.version_info[:3])), "torch": torch.__version__}
+    report["shims"] = [s for s in [torchvision_shim()] if s]
+    report["modules"] = {name: import_module(name) for name in modules}
+    if all(entry["ok"] for entry in report["modules"].values()):
+        report["registry"] = guarded(registry_check)
+        report["server_args"] = guarded(server_args_check)
+        report["compat"] = guarded(compat_check)
+    sys.stdout.write("\n@@MATRIX-JSON@@" + json.dumps(report, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
