@@ -21,6 +21,8 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_utils",
     "sglang.srt.speculative.ddtree_info",
     "sglang.srt.speculative.ddtree_worker_v2",
+    "sglang.srt.speculative.ddtree_contract",
+    "sglang.srt.speculative.ddtree_compat",
 ]
 
 

@@ -36,6 +36,10 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
     def is_dflash(self) -> bool:
         return True
 
+    def is_dflash_family(self) -> bool:
+        # sglang 0.5.16+ keys DFlash's plumbing on the family predicate.
+        return True
+
     def supports_target_verify_for_draft(self) -> bool:
         return True
 
@@ -48,10 +52,17 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
     def carries_draft_hidden_states(self) -> bool:
         return False
 
-    def create_future_map(self, device, req_to_token_pool, needs_cpu_seq_lens: bool = True):
+    def create_future_map(
+        self, device, req_to_token_pool, needs_cpu_seq_lens: bool = True, **kwargs
+    ):
+        # kwargs: what later releases add (0.5.16: needs_confidence_relay).
         from sglang.srt.managers.overlap_utils import FutureMap
 
-        return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens)
+        return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, **kwargs)
+
+    def get_platform_worker_cls(self):
+        # sglang 0.5.23 asks for an out-of-tree platform's worker; DDTREE has none.
+        return None
 
     def handle_server_args(self, server_args: "ServerArgs") -> None:
         _handle_ddtree(server_args)

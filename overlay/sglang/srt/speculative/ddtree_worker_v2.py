@@ -26,6 +26,11 @@ from sglang.srt.model_executor.forward_batch_info import (
     ForwardBatch,
     ForwardMode,
 )
+from sglang.srt.speculative.ddtree_compat import (
+    next_draft_input,
+    planning_seq_lens,
+    root_tokens,
+)
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
 from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTopK,
@@ -67,7 +72,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self._verify_offsets = torch.arange(
             num_verify_tokens, dtype=torch.int64, device=self.device
         )
-        if self.tp_rank == 0:
+        if getattr(self, "tp_rank", 0) == 0:
             logger.info(
                 "DDTREE worker ready: budget=%d, block_size=%d, verify width=%d, "
                 "accept width=%d, top-k=%d",
@@ -89,8 +94,13 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             )
         super().init_attention_backends()
 
+    def _maybe_build_draft_sampler(self):
+        # DFlash (0.5.15+) may fold its greedy draft head into the draft CUDA graph;
+        # DDTREE reads the draft hidden states instead, so it is never built.
+        return None
+
     def forward_batch_generation(
-        self, model_worker_batch: ScheduleBatch, on_publish=None
+        self, model_worker_batch: ScheduleBatch, on_publish=None, **kwargs
     ) -> GenerationBatchResult:
         batch = model_worker_batch
         if getattr(batch, "return_logprob", False):
@@ -103,7 +113,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             or batch.forward_mode.is_idle()
             or batch.spec_info is None
         ):
-            return super().forward_batch_generation(batch, on_publish=on_publish)
+            return super().forward_batch_generation(batch, on_publish=on_publish, **kwargs)
         return self._tree_round(batch, on_publish)
 
     def _tree_round(self, batch: ScheduleBatch, on_publish) -> GenerationBatchResult:
@@ -115,7 +125,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
 
         bs = len(batch.seq_lens)
         prefix_lens = batch.seq_lens
-        seq_lens_cpu, seq_lens_sum = self._planning_seq_lens(batch, draft_input)
+        seq_lens_cpu, seq_lens_sum = planning_seq_lens(
+            batch, draft_input, self.num_verify_tokens
+        )
         # KV slots of the verify block; the draft block uses the first block_size.
         cache_loc_2d = self.model_runner.req_to_token_pool.req_to_token[
             batch.req_pool_indices.view(bs, 1),
@@ -128,7 +140,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         tree = build_ddtree_tree(self._draft_topk(draft_hidden), self.budget)
         buffers = tree_to_verify_buffers(
             tree,
-            root_tokens=draft_input.verified_id,
+            root_tokens=root_tokens(draft_input),
             prefix_lens=prefix_lens,
             num_verify_tokens=self.num_verify_tokens,
             max_depth=self.block_size - 1,
@@ -165,32 +177,18 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         )
         logits_output.hidden_states = None  # no D2H of aux features under overlap
 
-        next_draft_input = self._make_next_draft_input_decode(
-            verified_id=bonus.view(-1),
-            new_seq_lens=new_seq_lens,
-            cur_allocated_seq_lens_cpu=draft_input.reserved_seq_lens_cpu,
+        next_input = next_draft_input(
+            self, bonus=bonus.view(-1), new_seq_lens=new_seq_lens, draft_input=draft_input
         )
-        verify_done = torch.get_device_module(self.device).Event()
-        verify_done.record()
-        next_draft_input.verify_done = verify_done
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=out_tokens.reshape(-1),
             accept_lens=accept_lens,
             can_run_cuda_graph=can_run_cuda_graph,
-            next_draft_input=next_draft_input,
+            next_draft_input=next_input,
             speculative_num_draft_tokens=self.accept_width,  # stride of next_token_ids
             new_seq_lens=new_seq_lens,
         )
-
-    def _planning_seq_lens(self, batch: ScheduleBatch, draft_input: DFlashDraftInputV2):
-        """Host-side upper bounds of the committed lengths (DFlash's planning view)."""
-        if draft_input.planning_seq_lens_cpu is not None:
-            return draft_input.planning_seq_lens_cpu.clone(), int(draft_input.planning_seq_lens_sum)
-        if draft_input.reserved_seq_lens_cpu is not None:
-            return draft_input.reserved_seq_lens_cpu.clone(), int(draft_input.reserved_seq_lens_sum)
-        seq_lens_cpu = batch.seq_lens.to("cpu", dtype=torch.int32)
-        return seq_lens_cpu, int(seq_lens_cpu.sum())
 
     def _draft(self, batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum):
         """DFlash's draft pass: block [bonus, MASK...] at positions prefix..prefix+L."""
@@ -199,7 +197,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         block_ids = torch.full(
             (bs, block_size), int(self._mask_token_id), dtype=torch.long, device=self.device
         )
-        block_ids[:, 0].copy_(draft_input.verified_id)
+        block_ids[:, 0].copy_(root_tokens(draft_input))
         positions = batch.seq_lens.view(bs, 1).to(torch.int64) + self._block_pos_offsets
         embed = self.target_worker.model_runner.model.get_input_embeddings()
         input_embeds = embed(block_ids)
