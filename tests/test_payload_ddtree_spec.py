@@ -27,6 +27,8 @@ FILES = (
     "sglang/srt/speculative/spec_registry.py",
     "sglang/srt/speculative/ddtree_spec.py",
     "sglang/srt/speculative/ddtree_utils.py",
+    "sglang/srt/speculative/ddtree_compat.py",
+    "sglang/srt/speculative/ddtree_contract.py",
     "sglang/srt/arg_groups/speculative_hook.py",
 )
 

@@ -8,6 +8,8 @@ module; the manifest of each release installs the shim written against that fami
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
+
 import torch
 
 from sglang.srt.speculative.ddtree_contract import contract_problems
@@ -20,6 +22,7 @@ CONTRACT = {
             "_append_target_hidden_to_draft_kv_by_loc",
             "_make_next_draft_input_decode",
             "init_attention_backends",
+            "init_cuda_graphs",
             "forward_batch_generation",
         ),
         "assigned": (
@@ -118,3 +121,72 @@ def next_draft_input(worker, *, bonus: torch.Tensor, new_seq_lens: torch.Tensor,
     verify_done.record()
     next_input.verify_done = verify_done
     return next_input
+
+
+# --- server args: plain attributes (resolution layers arrive in 0.5.19) ---------------------
+
+
+def server_args_view(server_args):
+    """What ``_handle_ddtree`` reads the flags from while server args are being resolved."""
+    return server_args
+
+
+def declare(server_args, **fields) -> None:
+    """``_handle_ddtree``'s writes, in order."""
+    for name, value in fields.items():
+        setattr(server_args, name, value)
+
+
+def attention_backends(cfg):
+    """(prefill, decode) attention backends."""
+    return cfg.get_attention_backends()
+
+
+def spec_arg(server_args, name: str):
+    """A resolved speculative flag, as the worker reads it at construction."""
+    return getattr(server_args, name)
+
+
+@contextmanager
+def draft_width_during_init(server_args, block_size: int):
+    """DFlash's __init__ deep-copies server_args for the draft runner: let it copy the
+    block size as speculative_num_draft_tokens, then restore the verify width."""
+    num_verify_tokens = int(server_args.speculative_num_draft_tokens)
+    server_args.speculative_num_draft_tokens = int(block_size)
+    try:
+        yield
+    finally:
+        server_args.speculative_num_draft_tokens = num_verify_tokens
+
+
+def draft_width_scope(worker):
+    """Draft-side initialisation after __init__: the draft runner has its own copy."""
+    return nullcontext()
+
+
+# --- the decode round -----------------------------------------------------------------------
+
+
+def open_window(worker, batch, draft_input, cache_loc_2d):
+    """The iteration's KV write window as the release tracks it (a KV-loc plan from 0.5.22)."""
+    return None
+
+
+def draft_forward_batch(worker, window, batch, **fields):
+    """The draft block's TARGET_VERIFY ForwardBatch, with what the release's DFlash adds."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    return ForwardBatch(**fields)
+
+
+def draft_forward_context(worker):
+    return nullcontext()
+
+
+def verify_input_extras(window) -> dict:
+    return {}
+
+
+def draft_commit_loc(worker, window, cache_loc_2d: torch.Tensor, width: int) -> torch.Tensor:
+    """Draft-pool KV slots of the first ``width`` verify positions. Shape: [bs, width]."""
+    return cache_loc_2d[:, :width].contiguous()

@@ -47,6 +47,7 @@ class DDTreeVerifyInput(DFlashVerifyInput):
         buffers: DDTreeVerifyBuffers,
         custom_mask: torch.Tensor,
         max_accept_width: int,
+        **extra,
     ) -> "DDTreeVerifyInput":
         bs, n = buffers.draft_token.shape
         return cls(
@@ -61,4 +62,5 @@ class DDTreeVerifyInput(DFlashVerifyInput):
             retrieve_next_token=buffers.retrieve_next_token,
             retrieve_next_sibling=buffers.retrieve_next_sibling,
             max_accept_width=max_accept_width,
+            **extra,  # what a release's DFlashVerifyInput adds (0.5.22+: kv_loc_plan)
         )

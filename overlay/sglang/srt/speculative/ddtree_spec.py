@@ -74,42 +74,51 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
     Afterwards ``speculative_dflash_block_size`` is the drafter's block and
     ``speculative_num_draft_tokens`` the verify width N (tree nodes incl. the
     root, padded up to the block): the target runner, its CUDA graphs and
-    DFlash's KV over-allocation all read the latter.
+    DFlash's KV over-allocation all read the latter. Reads and writes go through
+    the release's ``ddtree_compat`` (plain attributes up to 0.5.18, declared
+    resolutions from 0.5.19).
     """
     from sglang.srt.arg_groups.speculative_hook import _handle_dflash
+    from sglang.srt.speculative.ddtree_compat import declare, server_args_view
     from sglang.srt.speculative.ddtree_utils import num_verify_tokens_for
 
-    budget = server_args.speculative_ddtree_budget
+    cfg = server_args_view(server_args)
+    budget = cfg.speculative_ddtree_budget
     if budget is None:
         budget = DDTREE_DEFAULT_BUDGET
     if int(budget) < 1:
         raise ValueError(f"DDTREE requires --speculative-ddtree-budget >= 1, got {budget}.")
-    server_args.speculative_ddtree_budget = int(budget)
+    declare(server_args, speculative_ddtree_budget=int(budget))
 
-    for reason in _unsupported_ddtree_settings(server_args):
+    for reason in _unsupported_ddtree_settings(cfg):
         raise ValueError(reason)
 
-    if server_args.speculative_num_draft_tokens is not None:
+    if cfg.speculative_num_draft_tokens is not None:
         raise ValueError(
             "DDTREE sets the verify width from --speculative-ddtree-budget; "
             "do not pass --speculative-num-draft-tokens "
-            f"(got {server_args.speculative_num_draft_tokens}). "
+            f"(got {cfg.speculative_num_draft_tokens}). "
             "Use --speculative-dflash-block-size for the drafter's block."
         )
     _handle_dflash(server_args)  # resolves the block size into num_draft_tokens
-    block_size = int(server_args.speculative_num_draft_tokens)
-    server_args.speculative_dflash_block_size = block_size
-    server_args.speculative_num_draft_tokens = num_verify_tokens_for(budget, block_size)
+    block_size = int(cfg.speculative_num_draft_tokens)
+    declare(
+        server_args,
+        speculative_dflash_block_size=block_size,
+        speculative_num_draft_tokens=num_verify_tokens_for(budget, block_size),
+    )
     logger.info(
         "DDTREE budget=%d, block_size=%d, verify width=%d",
         budget,
         block_size,
-        server_args.speculative_num_draft_tokens,
+        cfg.speculative_num_draft_tokens,
     )
 
 
-def _unsupported_ddtree_settings(server_args: "ServerArgs"):
-    prefill_backend, decode_backend = server_args.get_attention_backends()
+def _unsupported_ddtree_settings(cfg):
+    from sglang.srt.speculative.ddtree_compat import attention_backends
+
+    prefill_backend, decode_backend = attention_backends(cfg)
     for name, backend in (("prefill", prefill_backend), ("decode", decode_backend)):
         if backend not in DDTREE_ATTENTION_BACKENDS:
             yield (
@@ -117,30 +126,30 @@ def _unsupported_ddtree_settings(server_args: "ServerArgs"):
                 f"got {backend} ({name}); its tree-mask path is not wired for DDTREE "
                 "(on Hopper fa3 is the default: pass --attention-backend triton)."
             )
-    if server_args.tp_size != 1:
-        yield f"DDTREE supports tp_size == 1 only for now, got {server_args.tp_size}."
-    if server_args.speculative_draft_window_size is not None:
+    if cfg.tp_size != 1:
+        yield f"DDTREE supports tp_size == 1 only for now, got {cfg.tp_size}."
+    if cfg.speculative_draft_window_size is not None:
         yield (
             "DDTREE does not support --speculative-draft-window-size yet, "
-            f"got {server_args.speculative_draft_window_size}."
+            f"got {cfg.speculative_draft_window_size}."
         )
-    if server_args.speculative_use_rejection_sampling:
+    if cfg.speculative_use_rejection_sampling:
         yield (
             "DDTREE verifies by target-only tree sampling (lossless); "
             "--speculative-use-rejection-sampling is not supported."
         )
     thresholds = (
-        server_args.speculative_accept_threshold_single,
-        server_args.speculative_accept_threshold_acc,
+        cfg.speculative_accept_threshold_single,
+        cfg.speculative_accept_threshold_acc,
     )
     if thresholds != (1.0, 1.0):
         yield (
             "DDTREE requires --speculative-accept-threshold-single/acc == 1.0 "
             f"to stay lossless, got {thresholds}."
         )
-    if server_args.speculative_adaptive:
+    if cfg.speculative_adaptive:
         yield "DDTREE does not support --speculative-adaptive."
-    if server_args.enable_return_hidden_states:
+    if cfg.enable_return_hidden_states:
         yield "DDTREE does not support --enable-return-hidden-states."
 
 

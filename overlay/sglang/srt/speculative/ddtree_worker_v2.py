@@ -21,15 +21,19 @@ import torch
 
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
-from sglang.srt.model_executor.forward_batch_info import (
-    CaptureHiddenMode,
-    ForwardBatch,
-    ForwardMode,
-)
+from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
 from sglang.srt.speculative.ddtree_compat import (
+    draft_commit_loc,
+    draft_forward_batch,
+    draft_forward_context,
+    draft_width_during_init,
+    draft_width_scope,
     next_draft_input,
+    open_window,
     planning_seq_lens,
     root_tokens,
+    spec_arg,
+    verify_input_extras,
 )
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
 from sglang.srt.speculative.ddtree_utils import (
@@ -53,18 +57,15 @@ class DDTreeWorkerV2(DFlashWorkerV2):
     """DDTREE worker: DFlash's drafter and prefill, a tree verify per decode round."""
 
     def __init__(self, server_args, *args, **kwargs):
-        # The draft runner deep-copies server_args inside DFlash's __init__: give
-        # it the block size, keep the verify width for the target (see _handle_ddtree).
-        num_verify_tokens = int(server_args.speculative_num_draft_tokens)
-        server_args.speculative_num_draft_tokens = int(
-            server_args.speculative_dflash_block_size
-        )
-        try:
+        # DFlash's __init__ builds the draft runner: while it runs, the draft side sees
+        # the block size as its speculative_num_draft_tokens; the target keeps the
+        # verify width (see _handle_ddtree and the release's ddtree_compat).
+        num_verify_tokens = int(spec_arg(server_args, "speculative_num_draft_tokens"))
+        block_size = int(spec_arg(server_args, "speculative_dflash_block_size"))
+        with draft_width_during_init(server_args, block_size):
             super().__init__(server_args, *args, **kwargs)
-        finally:
-            server_args.speculative_num_draft_tokens = num_verify_tokens
 
-        self.budget = int(server_args.speculative_ddtree_budget)
+        self.budget = int(spec_arg(server_args, "speculative_ddtree_budget"))
         self.num_verify_tokens = num_verify_tokens
         self.accept_width = max_accept_width(self.budget, self.block_size)
         self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
@@ -92,7 +93,12 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             raise ValueError(
                 "DDTREE does not support hybrid (Mamba / linear-attention) targets yet."
             )
-        super().init_attention_backends()
+        with draft_width_scope(self):
+            super().init_attention_backends()
+
+    def init_cuda_graphs(self):
+        with draft_width_scope(self):
+            super().init_cuda_graphs()
 
     def _maybe_build_draft_sampler(self):
         # DFlash (0.5.15+) may fold its greedy draft head into the draft CUDA graph;
@@ -134,8 +140,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             prefix_lens.view(bs, 1) + self._verify_offsets,
         ].to(torch.int64)  # [bs, N]
 
+        window = open_window(self, batch, draft_input, cache_loc_2d)
         draft_hidden = self._draft(
-            batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum
+            batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window
         )
         tree = build_ddtree_tree(self._draft_topk(draft_hidden), self.budget)
         buffers = tree_to_verify_buffers(
@@ -152,6 +159,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 buffers.ancestor_mask, prefix_lens, n * (seq_lens_sum + bs * n)
             ),
             max_accept_width=self.accept_width,
+            **verify_input_extras(window),
         )
         logits_output, can_run_cuda_graph = self._verify(
             batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum
@@ -174,6 +182,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             safe_index=safe_index,
             accept_lens=accept_lens,
             cache_loc_2d=cache_loc_2d,
+            window=window,
         )
         logits_output.hidden_states = None  # no D2H of aux features under overlap
 
@@ -190,7 +199,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             new_seq_lens=new_seq_lens,
         )
 
-    def _draft(self, batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum):
+    def _draft(self, batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window):
         """DFlash's draft pass: block [bonus, MASK...] at positions prefix..prefix+L."""
         bs = len(batch.seq_lens)
         block_size = int(self.block_size)
@@ -201,7 +210,10 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         positions = batch.seq_lens.view(bs, 1).to(torch.int64) + self._block_pos_offsets
         embed = self.target_worker.model_runner.model.get_input_embeddings()
         input_embeds = embed(block_ids)
-        forward_batch = ForwardBatch(
+        forward_batch = draft_forward_batch(
+            self,
+            window,
+            batch,
             forward_mode=ForwardMode.TARGET_VERIFY,
             batch_size=bs,
             input_ids=block_ids.flatten(),
@@ -216,7 +228,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             spec_info=self._draft_block_spec_info,
             capture_hidden_mode=CaptureHiddenMode.NULL,
         )
-        with torch.inference_mode():
+        with torch.inference_mode(), draft_forward_context(self):
             out = self.draft_model_runner.forward(forward_batch).logits_output
         if out.hidden_states is None:
             raise RuntimeError("DDTREE draft model returned no hidden states.")
@@ -257,6 +269,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         safe_index: torch.Tensor,
         accept_lens: torch.Tensor,
         cache_loc_2d: torch.Tensor,
+        window,
     ) -> None:
         """Accepted path -> committed slots prefix..prefix+accept_len, in both pools.
 
@@ -276,7 +289,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             raise RuntimeError("DDTREE verify requires target hidden states, but got None.")
         width = self.accept_width
         accepted_hidden = hidden[safe_index.reshape(-1)]  # [bs * W, K * H]
-        commit_loc_2d = cache_loc_2d[:, :width].contiguous()
+        commit_loc_2d = draft_commit_loc(self, window, cache_loc_2d, width)
         positions = batch.seq_lens.view(bs, 1).to(torch.int64) + self._verify_offsets[:width]
         self._append_target_hidden_to_draft_kv_by_loc(
             target_hidden=accepted_hidden,

@@ -1,0 +1,283 @@
+"""DDTREE compat shim for sglang 0.5.19 - 0.5.23 (installed as ``ddtree_compat.py``).
+
+Where the DFlash v2 worker of one release family differs, the DDTree worker asks this
+module; the manifest of each release installs the shim written against that family.
+0.5.19 - 0.5.23 (versus 0.5.15 - 0.5.18):
+
+* server args are resolved by declarations (``declare_resolution``, read through
+  ``resolving_view``) and published into runtime-context bags; DFlash's worker, the draft
+  runner's attention backends and its CUDA-graph runner read ``get_spec()``, not
+  ``server_args``. The draft side is built inside a scoped ``get_spec().override`` that
+  gives it the block size, while the target keeps the verify width;
+* the draft input's host bound of the KV lengths is ``nxt_kv_lens_*``;
+* per release, exactly what that release's DFlash decode path does around the draft
+  forward: ``num_token_non_padded`` (0.5.20+), the draft TP context (0.5.20+), the
+  iteration's KV-loc plan bound to the draft forward, the verify input and the draft-KV
+  commit (0.5.22+), ``can_run_decode_cuda_graph`` (0.5.23).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from importlib.metadata import version as _distribution_version
+
+import torch
+
+from sglang.srt.speculative.ddtree_contract import contract_problems
+
+
+def _release() -> tuple:
+    parts = []
+    for piece in _distribution_version("sglang").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+RELEASE = _release()
+FAMILY = "sglang 0.5.19 - 0.5.23"
+PASSES_NUM_TOKEN_NON_PADDED = RELEASE >= (0, 5, 20)
+USES_KV_LOC_PLAN = RELEASE >= (0, 5, 22)
+PASSES_CAN_RUN_DECODE_GRAPH = RELEASE >= (0, 5, 23)
+
+_WORKER = "sglang.srt.speculative.dflash_worker_v2:DFlashWorkerV2"
+CONTRACT = {
+    _WORKER: {
+        "members": (
+            "_append_target_hidden_to_draft_kv_by_loc",
+            "_make_next_draft_input_decode",
+            "init_attention_backends",
+            "init_cuda_graphs",
+            "forward_batch_generation",
+            "_maybe_build_draft_sampler",
+        )
+        + (("_draft_write_ids",) if USES_KV_LOC_PLAN else ()),
+        "assigned": (
+            "_block_pos_offsets",
+            "_mask_token_id",
+            "_draft_block_spec_info",
+            "draft_model_runner",
+            "block_size",
+        )
+        + (
+            ("draft_parallel_layout",)
+            if RELEASE >= (0, 5, 23)
+            else ("draft_owns_attention",)
+            if RELEASE >= (0, 5, 21)
+            else ("draft_tp_context",)
+            if RELEASE >= (0, 5, 20)
+            else ()
+        ),
+    },
+    _WORKER + "._append_target_hidden_to_draft_kv_by_loc": {
+        "params": ("target_hidden", "cache_loc", "positions", "cache_loc_2d", "commit_lens"),
+    },
+    _WORKER + "._make_next_draft_input_decode": {"params": ("bonus_tokens", "new_seq_lens")},
+    "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2": {
+        "fields": ("bonus_tokens", "nxt_kv_lens_cpu", "nxt_kv_lens_sum"),
+    },
+    "sglang.srt.speculative.dflash_info:DFlashVerifyInput": {
+        "fields": ("draft_token", "positions", "draft_token_num", "topk", "custom_mask", "capture_hidden_mode")
+        + (("kv_loc_plan",) if USES_KV_LOC_PLAN else ()),
+        "members": ("prepare_for_verify",),
+    },
+    "sglang.srt.speculative.dflash_info:DFlashVerifyInput.prepare_for_verify": {
+        "params": ("batch", "target_worker"),
+    },
+    "sglang.srt.speculative.eagle_utils:eagle_sample": {
+        "params": ("verify_input", "batch", "logits_output"),
+        "reads_subset_of": ("verify_input", "sglang.srt.speculative.ddtree_info:DDTreeVerifyInput"),
+    },
+    "sglang.srt.speculative.spec_utils:move_accept_tokens_to_target_kvcache": {
+        "params": ("batch", "accept_index", "num_correct_drafts", "token_to_kv_pool_allocator"),
+    },
+    "sglang.srt.model_executor.forward_batch_info:ForwardBatch": {
+        "fields": (
+            "forward_mode", "batch_size", "input_ids", "req_pool_indices", "seq_lens",
+            "out_cache_loc", "seq_lens_sum", "seq_lens_cpu", "positions", "input_embeds",
+            "spec_algorithm", "spec_info", "capture_hidden_mode",
+        )
+        + (("num_token_non_padded", "global_num_token_non_padded_cpu") if PASSES_NUM_TOKEN_NON_PADDED else ())
+        + (("can_run_decode_cuda_graph",) if PASSES_CAN_RUN_DECODE_GRAPH else ()),
+    },
+    "sglang.srt.managers.utils:GenerationBatchResult": {
+        "fields": (
+            "logits_output", "next_token_ids", "accept_lens", "can_run_cuda_graph",
+            "next_draft_input", "speculative_num_draft_tokens", "new_seq_lens",
+        ),
+    },
+    "sglang.srt.managers.tp_worker:TpModelWorker.forward_batch_generation": {
+        "params": ("batch", "forward_batch", "is_verify", "skip_attn_backend_init"),
+    },
+    "sglang.srt.managers.overlap_utils:FutureMap": {
+        "params": ("device", "spec_algo", "req_to_token_pool", "needs_cpu_seq_lens"),
+    },
+    "sglang.srt.arg_groups.speculative_hook:_handle_dflash": {"params": ("server_args",)},
+    "sglang.srt.arg_groups.overrides:declare_resolution": {"params": ("server_args", "source")},
+    "sglang.srt.arg_groups.model_override_base:resolving_view": {"params": ("server_args",)},
+    "sglang.srt.arg_groups.model_override_base:attention_backends_of": {"params": ("cfg",)},
+    "sglang.srt.runtime_context:get_spec": {},
+}
+
+
+def api_contract_problems():
+    problems = contract_problems(CONTRACT)
+    try:
+        from sglang.srt.runtime_context import _ConfigBag
+
+        if not hasattr(_ConfigBag, "override"):
+            problems.append("runtime_context._ConfigBag has no scoped `override`")
+    except ImportError as error:
+        problems.append(f"runtime_context._ConfigBag: not found ({error})")
+    return problems
+
+
+# --- server args: declarations, runtime-context bags ------------------------------------------
+
+
+def server_args_view(server_args):
+    """What ``_handle_ddtree`` reads while server args are being resolved: the live view."""
+    from sglang.srt.arg_groups.overrides import resolving_view
+
+    return resolving_view(server_args)
+
+
+def declare(server_args, **fields) -> None:
+    """``_handle_ddtree``'s writes, as declared resolutions (what ``_handle_dflash`` does)."""
+    from sglang.srt.arg_groups.overrides import declare_resolution
+
+    declare_resolution(server_args, "_handle_ddtree", **fields)
+
+
+def attention_backends(cfg):
+    """(prefill, decode) attention backends of the resolving view."""
+    from sglang.srt.arg_groups.model_override_base import attention_backends_of
+
+    return attention_backends_of(cfg)
+
+
+def spec_arg(server_args, name: str):
+    """A resolved speculative flag: the published ``spec`` bag is the source of truth."""
+    from sglang.srt.runtime_context import get_spec
+
+    return getattr(get_spec(), name)
+
+
+def _draft_width(block_size: int):
+    from sglang.srt.runtime_context import get_spec
+
+    return get_spec().override(speculative_num_draft_tokens=int(block_size))
+
+
+def draft_width_during_init(server_args, block_size: int):
+    """DFlash's __init__ reads the block size from ``get_spec()`` and builds the draft
+    runner: both see the block size; the bag is restored afterwards."""
+    return _draft_width(block_size)
+
+
+def draft_width_scope(worker):
+    """Draft attention backends and draft CUDA graphs read the width at construction."""
+    return _draft_width(worker.block_size)
+
+
+# --- the decode round -------------------------------------------------------------------------
+
+
+def root_tokens(draft_input) -> torch.Tensor:
+    """The bonus token of the last verify: the tree's root and the draft block's slot 0."""
+    return draft_input.bonus_tokens
+
+
+def planning_seq_lens(batch, draft_input, width: int):
+    """Host-side upper bounds of the KV lengths the draft and verify forwards see.
+
+    As DFlash computes them: the committed prefix plus the window the forward writes
+    (DDTREE: the verify width N >= the draft block), else ``nxt_kv_lens``, else (0.5.22+)
+    each request's allocated length, before that the device lengths.
+    """
+    if batch.seq_lens_cpu is not None:
+        seq_lens_cpu = batch.seq_lens_cpu.to(torch.int32) + int(width)
+        return seq_lens_cpu, int(seq_lens_cpu.sum())
+    if draft_input.nxt_kv_lens_cpu is not None:
+        return draft_input.nxt_kv_lens_cpu.clone(), int(draft_input.nxt_kv_lens_sum)
+    if USES_KV_LOC_PLAN:
+        seq_lens_cpu = torch.tensor([req.kv.kv_allocated_len for req in batch.reqs], dtype=torch.int32)
+    else:
+        seq_lens_cpu = batch.seq_lens.to("cpu", dtype=torch.int32)
+    return seq_lens_cpu, int(seq_lens_cpu.sum())
+
+
+def next_draft_input(worker, *, bonus: torch.Tensor, new_seq_lens: torch.Tensor, draft_input):
+    return worker._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
+
+
+def open_window(worker, batch, draft_input, cache_loc_2d: torch.Tensor):
+    """0.5.22+: the iteration's KV-loc plan over the verify window [bs, N], planned once
+    for the draft forward, the verify and the draft-KV commit (as DFlash does)."""
+    if not USES_KV_LOC_PLAN:
+        return None
+    translator = worker.target_worker.model_runner.kv_index_translator
+    return translator.plan(
+        req_pool_indices=batch.req_pool_indices,
+        seq_lens=batch.seq_lens,
+        seq_lens_cpu=(
+            batch.seq_lens_cpu if batch.seq_lens_cpu is not None else draft_input.nxt_kv_lens_cpu
+        ),
+        write_virtual=cache_loc_2d.reshape(-1),
+        read_extent=int(cache_loc_2d.shape[1]),
+    )
+
+
+def draft_forward_batch(worker, window, batch, **fields):
+    """The draft block's TARGET_VERIFY ForwardBatch, with what the release's DFlash adds."""
+    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+    tokens = int(fields["input_ids"].numel())
+    if PASSES_NUM_TOKEN_NON_PADDED:
+        from sglang.srt.model_executor.forward_batch_info import enable_num_token_non_padded
+
+        fields["num_token_non_padded"] = (
+            torch.full((), tokens, dtype=torch.int32, device=worker.device)
+            if enable_num_token_non_padded()
+            else None
+        )
+        fields["global_num_token_non_padded_cpu"] = tokens
+    if PASSES_CAN_RUN_DECODE_GRAPH:
+        fields["can_run_decode_cuda_graph"] = batch.can_run_decode_cuda_graph
+    forward_batch = ForwardBatch(**fields)
+    if window is not None:
+        # The draft writes the first block_size columns of the verify window.
+        draft_translator = worker.draft_model_runner.kv_index_translator
+        window.bind(forward_batch, draft_translator, cols=slice(0, int(worker.block_size)))
+    return forward_batch
+
+
+def draft_forward_context(worker):
+    """The draft runner's TP context around its forward, as the release's DFlash enters it."""
+    if RELEASE >= (0, 5, 23):
+        from sglang.srt.speculative.spec_utils import draft_tp_context
+
+        return draft_tp_context(worker.draft_parallel_layout)
+    if RELEASE >= (0, 5, 22):
+        from sglang.srt.speculative.spec_utils import draft_tp_context
+
+        return draft_tp_context(worker.draft_owns_attention)
+    if RELEASE >= (0, 5, 21):
+        return worker.draft_tp_context(
+            worker.draft_model_runner.tp_group, owns_attention=worker.draft_owns_attention
+        )
+    if RELEASE >= (0, 5, 20):
+        return worker.draft_tp_context(worker.draft_model_runner.tp_group)
+    return nullcontext()
+
+
+def verify_input_extras(window) -> dict:
+    return {} if window is None else {"kv_loc_plan": window}
+
+
+def draft_commit_loc(worker, window, cache_loc_2d: torch.Tensor, width: int) -> torch.Tensor:
+    """Draft-pool KV slots of the first ``width`` verify positions. Shape: [bs, width]."""
+    if window is None:
+        return cache_loc_2d[:, :width].contiguous()
+    bs, n = cache_loc_2d.shape
+    return worker._draft_write_ids(window).view(bs, n)[:, :width].contiguous()
