@@ -176,7 +176,8 @@ def _run_release(
 ) -> Cell:
     cell, started = Cell(release), time.monotonic()
     try:
-        _run_steps(cell, base=base, cache=cache, scratch=scratch, progress=progress)
+        _run_steps(cell, base=base, cache=cache, scratch=scratch, progress=progress,
+                   supported=release in supported_releases())
     except ScratchEnvFailed as error:
         cell.fail("import-failed", "setup", error.message, *error.details)
     cell.seconds = round(time.monotonic() - started, 1)
@@ -184,7 +185,9 @@ def _run_release(
     return cell
 
 
-def _run_steps(cell: Cell, *, base: _BaseEnv, cache: Path, scratch: Path, progress: MatrixProgress) -> None:
+def _run_steps(
+    cell: Cell, *, base: _BaseEnv, cache: Path, scratch: Path, progress: MatrixProgress, supported: bool
+) -> None:
     progress.step(cell.release, "download wheel")
     wheel = ensure_wheel(cell.release, cache / "wheels")
     requires = _wheel_requirements(wheel)
@@ -192,9 +195,11 @@ def _run_steps(cell: Cell, *, base: _BaseEnv, cache: Path, scratch: Path, progre
         cell.status, cell.steps["setup"] = "skipped", f"needs Python {requires['python']}"
         return
     cell.torch_pin = requires["pins"].get("torch")
-    cell.pins = {n: v for n, v in requires["pins"].items() if n in _closure_names()}
     progress.step(cell.release, "prepare envs")
-    layers = [base.ensure(), _ensure_pins_env(cell.pins, base, cache)]
+    layers = [base.ensure()]
+    if supported:  # a release `apply` will refuse needs no import closure
+        cell.pins = {n: v for n, v in requires["pins"].items() if n in _closure_names()}
+        layers.append(_ensure_pins_env(cell.pins, base, cache))
     env = _scratch_venv(cell.release, wheel, layers, scratch)
     cell.steps["install"] = "ok"
     progress.step(cell.release, "apply")

@@ -117,3 +117,41 @@ def test_matrix_over_every_dflash_v2_release_is_green(tmp_path: Path) -> None:
     committed = statuses_in_markdown((REPO_ROOT / "docs" / "matrix.md").read_text())
     fresh = statuses_in_markdown((out / "matrix.md").read_text())
     assert committed == fresh, "docs/matrix.md is stale: regenerate it with `ddtree-overlay matrix --out docs-tmp`"
+
+
+def test_contract_names_each_missing_parameter_field_member_and_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from payload_modules import load_payload_module
+
+    contract = load_payload_module("sglang.srt.speculative.ddtree_contract")
+    (tmp_path / "fake_dflash.py").write_text(
+        "import dataclasses\n"
+        "@dataclasses.dataclass\n"
+        "class DraftInput:\n"
+        "    bonus_tokens: int = 0\n"
+        "class Worker:\n"
+        "    def __init__(self):\n"
+        "        self.block_size = 16\n"
+        "    def make(self, *, bonus_tokens, new_seq_lens):\n"
+        "        return None\n"
+        "@dataclasses.dataclass\n"
+        "class Verify:\n"
+        "    draft_token: int = 0\n"
+        "def sample(verify_input):\n"
+        "    return verify_input.draft_token + verify_input.tree_topk\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    problems = contract.contract_problems({
+        "fake_dflash:Worker.make": {"params": ("bonus_tokens", "verified_id")},
+        "fake_dflash:DraftInput": {"fields": ("bonus_tokens", "nxt_kv_lens_cpu")},
+        "fake_dflash:Worker": {"members": ("make", "init_cuda_graphs"), "assigned": ("block_size", "_mask_token_id")},
+        "fake_dflash:sample": {"reads_subset_of": ("verify_input", "fake_dflash:Verify")},
+        "fake_dflash:Gone": {},
+    })
+    assert problems == [
+        "fake_dflash:Worker.make: no parameter `verified_id`",
+        "fake_dflash:DraftInput: no dataclass field `nxt_kv_lens_cpu`",
+        "fake_dflash:Worker: no member `init_cuda_graphs`",
+        "fake_dflash:Worker: never assigns `self._mask_token_id`",
+        "fake_dflash:sample reads `verify_input.tree_topk`, which fake_dflash:Verify lacks",
+        "fake_dflash:Gone: not found (module 'fake_dflash' has no attribute 'Gone')",
+    ]
