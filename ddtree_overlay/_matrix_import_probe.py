@@ -8,7 +8,10 @@ run in the tool's own interpreter. What it checks, beyond "the module imports":
   them on whatever `from_string` returns; a missing one is an AttributeError at server start);
 * the `--speculative-ddtree-budget` field reaches `ServerArgs` and its CLI parser;
 * `ddtree_compat.api_contract_problems()`: the private DFlash members the DDTree worker uses,
-  with the signatures its compat shim was written against.
+  with the signatures its compat shim was written against;
+* DDTREE's server-args hook on real `ServerArgs` (model paths: the bundled fixture pair, named
+  by `DDTREE_MATRIX_FIXTURES`): verify width, block size and budget as resolved, and two
+  refusals.
 
 The one thing done to the environment: torchvision wheels on PyPI are CUDA builds whose `_C`
 cannot load against a CPU torch, and torchvision then registers fake kernels for two ops that
@@ -116,6 +119,70 @@ def server_args_check():
     return problems
 
 
+RESOLUTION_CASES = (
+    # (extra ServerArgs kwargs, expected (verify width, block size, budget) or an error fragment)
+    ({"speculative_ddtree_budget": 31, "speculative_dflash_block_size": 16}, (32, 16, 31)),
+    ({"speculative_dflash_block_size": 16}, (16, 16, 15)),
+    ({"speculative_ddtree_budget": 4, "speculative_dflash_block_size": 8}, (8, 8, 4)),
+    ({"attention_backend": "fa3"}, "DDTREE requires --attention-backend triton or flashinfer"),
+    ({"speculative_num_draft_tokens": 16}, "DDTREE sets the verify width"),
+)
+
+
+def resolution_check():
+    """DDTREE's server-args hook on real ServerArgs (the bundled fixture pair as model paths).
+
+    Up to 0.5.18 ServerArgs resolves while it is constructed; from 0.5.19 resolution is a
+    separate pipeline of declarations, so `handle_speculative_decoding` is run and the result
+    read through the resolving view.
+    """
+    import os
+
+    fixtures = os.environ.get("DDTREE_MATRIX_FIXTURES")
+    if not fixtures:
+        return None
+    problems = []
+    for extra, expected in RESOLUTION_CASES:
+        try:
+            got = _resolve_ddtree_args(fixtures, extra)
+        except ValueError as error:
+            got = str(error)
+        ok = (isinstance(expected, str) and isinstance(got, str) and expected in got) or got == expected
+        if not ok:
+            problems.append(f"{extra}: expected {expected!r}, got {got!r}")
+    return problems
+
+
+def _resolve_ddtree_args(fixtures, extra):
+    import os
+
+    from sglang.srt.server_args import ServerArgs
+
+    kwargs = {
+        "model_path": os.path.join(fixtures, "target"),
+        "speculative_draft_model_path": os.path.join(fixtures, "draft"),
+        "speculative_algorithm": "DDTREE",
+        "attention_backend": "triton",
+        "device": "cuda",
+        "skip_tokenizer_init": True,
+    }
+    server_args = ServerArgs(**(kwargs | extra))
+    try:
+        from sglang.srt.arg_groups.overrides import resolving_view
+    except ImportError:
+        cfg = server_args  # resolved by ServerArgs.__post_init__
+    else:
+        from sglang.srt.arg_groups.speculative_hook import handle_speculative_decoding
+
+        handle_speculative_decoding(server_args)
+        cfg = resolving_view(server_args)
+    return (
+        cfg.speculative_num_draft_tokens,
+        cfg.speculative_dflash_block_size,
+        cfg.speculative_ddtree_budget,
+    )
+
+
 def compat_check():
     try:
         compat = importlib.import_module("sglang.srt.speculative.ddtree_compat")
@@ -141,6 +208,7 @@ def main(modules):
         report["registry"] = guarded(registry_check)
         report["server_args"] = guarded(server_args_check)
         report["compat"] = guarded(compat_check)
+        report["resolution"] = guarded(resolution_check)
     sys.stdout.write("\n@@MATRIX-JSON@@" + json.dumps(report, sort_keys=True) + "\n")
 
 

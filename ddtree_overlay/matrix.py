@@ -83,6 +83,7 @@ STATUS_MEANINGS = {
     "skipped": "not run here (the release needs a newer Python than the matrix interpreter)",
 }
 _PROBE = Path(__file__).with_name("_matrix_import_probe.py")
+_FIXTURES = Path(__file__).with_name("fixtures")  # config.json of the bundled target/drafter pair
 _JSON_MARK = "@@MATRIX-JSON@@"
 _STEP_TIMEOUT_S = 1800
 
@@ -250,13 +251,17 @@ def _compile_and_import(cell: Cell, env: Path, patch_set: PatchSet) -> bool:
         return False
     cell.steps["compile"] = "ok"
     modules = [_module_name(p) for p in patch_set.touched_paths() if p.endswith(".py")]
-    done = _run_python(env, ["-I", str(_PROBE), *modules], extra_env={"PYTHONDONTWRITEBYTECODE": "1"})
+    done = _run_python(
+        env,
+        ["-I", str(_PROBE), *modules],
+        extra_env={"PYTHONDONTWRITEBYTECODE": "1", "DDTREE_MATRIX_FIXTURES": str(_FIXTURES)},
+    )
     report = _probe_json(done.stdout)
     if report is None:
         cell.fail("import-failed", "import", *_tail(done.stderr or done.stdout))
         return False
     cell.imports = report["modules"]
-    cell.checks = {k: report.get(k) for k in ("registry", "server_args", "compat", "shims", "torch")}
+    cell.checks = {k: report.get(k) for k in ("registry", "server_args", "compat", "resolution", "shims", "torch")}
     problems = _import_problems(report)
     if problems:
         cell.fail("import-failed", "import", *problems)
@@ -272,7 +277,9 @@ def _import_problems(report: dict[str, Any]) -> list[str]:
         if not entry["ok"]
     ]
     registry = report.get("registry") or {}
-    for key, value in (("registry", registry), ("server_args", report.get("server_args")), ("compat", report.get("compat"))):
+    checks = ("registry", "server_args", "compat", "resolution")
+    for key in checks:
+        value = report.get(key)
         if isinstance(value, dict) and "error" in value:
             problems.append(f"{key} check: {value['error']}")
     problems += [f"registry: {p}" for p in registry.get("problems", [])]
@@ -280,6 +287,9 @@ def _import_problems(report: dict[str, Any]) -> list[str]:
     compat = report.get("compat")
     if isinstance(compat, list):
         problems += [f"compat contract: {p}" for p in compat]
+    resolution = report.get("resolution")
+    if isinstance(resolution, list):
+        problems += [f"server-args resolution: {p}" for p in resolution]
     return problems
 
 
@@ -572,6 +582,10 @@ def _markdown_notes(report: dict[str, Any]) -> list[str]:
         "- torchvision's `_C` (a CUDA build) cannot load with CPU torch; the import probe defines the",
         "  two op schemas torchvision registers fakes for (`nms`, `qnms`) so its Python package",
         "  imports. Nothing else is stubbed: no sglang module, no sgl_kernel, no flashinfer.",
+        "- Checked beyond the imports, in the release's interpreter: `DDTREE` resolves through the",
+        "  registry and answers every predicate of the builtin enum; `--speculative-ddtree-budget`",
+        "  reaches the CLI parser; the compat shim's contract (the DFlash internals the worker uses);",
+        "  the server-args hook on a real `ServerArgs` (verify width, block size, budget, refusals).",
         "- Not covered on CPU: CUDA kernels (sgl_kernel, flashinfer, JIT), CUDA-graph capture and",
         "  anything a forward pass does; that is `verify --smoke` on a GPU.",
     ]
