@@ -23,6 +23,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_worker_v2",
     "sglang.srt.speculative.ddtree_contract",
     "sglang.srt.speculative.ddtree_compat",
+    "sglang.srt.speculative.ddtree_profile",
 ]
 
 

@@ -36,6 +36,7 @@ from sglang.srt.speculative.ddtree_compat import (
     verify_input_extras,
 )
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
+from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler
 from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTopK,
     build_ddtree_tree,
@@ -73,6 +74,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self._verify_offsets = torch.arange(
             num_verify_tokens, dtype=torch.int64, device=self.device
         )
+        # SGLANG_DDTREE_PROFILE=path: per-stage GPU ms per round (a no-op when unset).
+        self.profiler = get_ddtree_profiler()
         if getattr(self, "tp_rank", 0) == 0:
             logger.info(
                 "DDTREE worker ready: budget=%d, block_size=%d, verify width=%d, "
@@ -134,61 +137,67 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         seq_lens_cpu, seq_lens_sum = planning_seq_lens(
             batch, draft_input, self.num_verify_tokens
         )
-        # KV slots of the verify block; the draft block uses the first block_size.
-        cache_loc_2d = self.model_runner.req_to_token_pool.req_to_token[
-            batch.req_pool_indices.view(bs, 1),
-            prefix_lens.view(bs, 1) + self._verify_offsets,
-        ].to(torch.int64)  # [bs, N]
-
-        window = open_window(self, batch, draft_input, cache_loc_2d)
-        draft_hidden = self._draft(
-            batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window
-        )
-        tree = build_ddtree_tree(self._draft_topk(draft_hidden), self.budget)
-        buffers = tree_to_verify_buffers(
-            tree,
-            root_tokens=root_tokens(draft_input),
-            prefix_lens=prefix_lens,
-            num_verify_tokens=self.num_verify_tokens,
-            max_depth=self.block_size - 1,
-        )
-        n = self.num_verify_tokens
-        verify_input = DDTreeVerifyInput.from_tree(
-            buffers=buffers,
-            custom_mask=build_tree_custom_mask(
-                buffers.ancestor_mask, prefix_lens, n * (seq_lens_sum + bs * n)
-            ),
-            max_accept_width=self.accept_width,
-            **verify_input_extras(window),
-        )
-        logits_output, can_run_cuda_graph = self._verify(
-            batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum
-        )
-
-        predict, accept_lens, accept_index = eagle_sample(
-            verify_input, batch, logits_output
-        )
-        safe_index = accept_index.to(torch.int64).clamp(min=0)  # [bs, W], -1 -> 0
-        out_tokens = predict.to(torch.int64)[safe_index]  # accepted tokens, bonus last
-        bonus = out_tokens.gather(1, (accept_lens.to(torch.int64) - 1).view(bs, 1))
-        new_seq_lens = prefix_lens + accept_lens.to(prefix_lens.dtype)
+        profiler = self.profiler
+        with profiler.stage("draft"):
+            # KV slots of the verify block; the draft block uses the first block_size.
+            cache_loc_2d = self.model_runner.req_to_token_pool.req_to_token[
+                batch.req_pool_indices.view(bs, 1),
+                prefix_lens.view(bs, 1) + self._verify_offsets,
+            ].to(torch.int64)  # [bs, N]
+            window = open_window(self, batch, draft_input, cache_loc_2d)
+            draft_hidden = self._draft(
+                batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window
+            )
+        with profiler.stage("topk"):
+            draft_topk = self._draft_topk(draft_hidden)
+        with profiler.stage("tree"):
+            tree = build_ddtree_tree(draft_topk, self.budget)
+            buffers = tree_to_verify_buffers(
+                tree,
+                root_tokens=root_tokens(draft_input),
+                prefix_lens=prefix_lens,
+                num_verify_tokens=self.num_verify_tokens,
+                max_depth=self.block_size - 1,
+            )
+            n = self.num_verify_tokens
+            verify_input = DDTreeVerifyInput.from_tree(
+                buffers=buffers,
+                custom_mask=build_tree_custom_mask(
+                    buffers.ancestor_mask, prefix_lens, n * (seq_lens_sum + bs * n)
+                ),
+                max_accept_width=self.accept_width,
+                **verify_input_extras(window),
+            )
+        with profiler.stage("verify"):
+            logits_output, can_run_cuda_graph = self._verify(
+                batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum
+            )
+        with profiler.stage("accept"):
+            predict, accept_lens, accept_index = eagle_sample(
+                verify_input, batch, logits_output
+            )
+            safe_index = accept_index.to(torch.int64).clamp(min=0)  # [bs, W], -1 -> 0
+            out_tokens = predict.to(torch.int64)[safe_index]  # accepted tokens, bonus last
+            bonus = out_tokens.gather(1, (accept_lens.to(torch.int64) - 1).view(bs, 1))
+            new_seq_lens = prefix_lens + accept_lens.to(prefix_lens.dtype)
         if on_publish is not None:
             on_publish(new_seq_lens)
 
-        self._commit(
-            batch,
-            logits_output=logits_output,
-            accept_index=accept_index,
-            safe_index=safe_index,
-            accept_lens=accept_lens,
-            cache_loc_2d=cache_loc_2d,
-            window=window,
-        )
-        logits_output.hidden_states = None  # no D2H of aux features under overlap
-
-        next_input = next_draft_input(
-            self, bonus=bonus.view(-1), new_seq_lens=new_seq_lens, draft_input=draft_input
-        )
+        with profiler.stage("commit"):
+            self._commit(
+                batch,
+                logits_output=logits_output,
+                accept_index=accept_index,
+                safe_index=safe_index,
+                accept_lens=accept_lens,
+                cache_loc_2d=cache_loc_2d,
+                window=window,
+            )
+            logits_output.hidden_states = None  # no D2H of aux features under overlap
+            next_input = next_draft_input(
+                self, bonus=bonus.view(-1), new_seq_lens=new_seq_lens, draft_input=draft_input
+            )
+        profiler.round_done(bs, cuda_graph=can_run_cuda_graph)
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=out_tokens.reshape(-1),
