@@ -11,7 +11,8 @@ run in the tool's own interpreter. What it checks, beyond "the module imports":
   with the signatures its compat shim was written against;
 * DDTREE's server-args hook on real `ServerArgs` (model paths: the bundled fixture pair, named
   by `DDTREE_MATRIX_FIXTURES`): verify width, block size and budget as resolved, and two
-  refusals.
+  refusals; then, published where the release has a runtime context, the widths the worker
+  reads through its shim, and the block-size scope DFlash's __init__ runs in.
 
 The one thing done to the environment: torchvision wheels on PyPI are CUDA builds whose `_C`
 cannot load against a CPU torch, and torchvision then registers fake kernels for two ops that
@@ -183,6 +184,59 @@ def _resolve_ddtree_args(fixtures, extra):
     )
 
 
+def worker_width_check():
+    """What the DDTree worker reads at construction, through the release's compat shim.
+
+    Resolve real ServerArgs (budget 31, block 16), publish them where the release has a
+    runtime context (0.5.19+), then: verify width 32, block 16, budget 31 as the worker
+    reads them; 16 while DFlash's __init__ builds the draft side; 32 again afterwards.
+    """
+    import os
+
+    fixtures = os.environ.get("DDTREE_MATRIX_FIXTURES")
+    if not fixtures:
+        return None
+    from sglang.srt.speculative import ddtree_compat as compat
+
+    server_args = _published_ddtree_args(fixtures)
+    names = ("speculative_num_draft_tokens", "speculative_dflash_block_size", "speculative_ddtree_budget")
+    problems = []
+    seen = tuple(compat.spec_arg(server_args, name) for name in names)
+    if seen != (32, 16, 31):
+        problems.append(f"worker reads (verify width, block, budget) = {seen}, expected (32, 16, 31)")
+    with compat.draft_width_during_init(server_args, 16):
+        inside = compat.spec_arg(server_args, names[0])
+    after = compat.spec_arg(server_args, names[0])
+    if (inside, after) != (16, 32):
+        problems.append(f"draft width scope: {inside} inside, {after} after; expected 16, 32")
+    return problems
+
+
+def _published_ddtree_args(fixtures):
+    import os
+
+    from sglang.srt.server_args import ServerArgs
+
+    server_args = ServerArgs(
+        model_path=os.path.join(fixtures, "target"),
+        speculative_draft_model_path=os.path.join(fixtures, "draft"),
+        speculative_algorithm="DDTREE",
+        attention_backend="triton",
+        device="cuda",
+        skip_tokenizer_init=True,
+        speculative_ddtree_budget=31,
+        speculative_dflash_block_size=16,
+    )
+    try:
+        from sglang.srt.arg_groups.pipeline import run_resolution_pipeline
+        from sglang.srt.runtime_context import publish
+    except ImportError:
+        return server_args  # resolved by ServerArgs.__post_init__; no runtime context
+    run_resolution_pipeline(server_args)
+    publish(server_args, role="scheduler")
+    return server_args
+
+
 def compat_check():
     try:
         compat = importlib.import_module("sglang.srt.speculative.ddtree_compat")
@@ -209,6 +263,7 @@ def main(modules):
         report["server_args"] = guarded(server_args_check)
         report["compat"] = guarded(compat_check)
         report["resolution"] = guarded(resolution_check)
+        report["worker_width"] = guarded(worker_width_check)
     sys.stdout.write("\n@@MATRIX-JSON@@" + json.dumps(report, sort_keys=True) + "\n")
 
 

@@ -261,7 +261,10 @@ def _compile_and_import(cell: Cell, env: Path, patch_set: PatchSet) -> bool:
         cell.fail("import-failed", "import", *_tail(done.stderr or done.stdout))
         return False
     cell.imports = report["modules"]
-    cell.checks = {k: report.get(k) for k in ("registry", "server_args", "compat", "resolution", "shims", "torch")}
+    cell.checks = {
+        k: report.get(k)
+        for k in ("registry", "server_args", "compat", "resolution", "worker_width", "shims", "torch")
+    }
     problems = _import_problems(report)
     if problems:
         cell.fail("import-failed", "import", *problems)
@@ -277,7 +280,7 @@ def _import_problems(report: dict[str, Any]) -> list[str]:
         if not entry["ok"]
     ]
     registry = report.get("registry") or {}
-    checks = ("registry", "server_args", "compat", "resolution")
+    checks = ("registry", "server_args", "compat", "resolution", "worker_width")
     for key in checks:
         value = report.get(key)
         if isinstance(value, dict) and "error" in value:
@@ -287,9 +290,10 @@ def _import_problems(report: dict[str, Any]) -> list[str]:
     compat = report.get("compat")
     if isinstance(compat, list):
         problems += [f"compat contract: {p}" for p in compat]
-    resolution = report.get("resolution")
-    if isinstance(resolution, list):
-        problems += [f"server-args resolution: {p}" for p in resolution]
+    for key, label in (("resolution", "server-args resolution"), ("worker_width", "worker widths")):
+        value = report.get(key)
+        if isinstance(value, list):
+            problems += [f"{label}: {p}" for p in value]
     return problems
 
 
@@ -585,7 +589,8 @@ def _markdown_notes(report: dict[str, Any]) -> list[str]:
         "- Checked beyond the imports, in the release's interpreter: `DDTREE` resolves through the",
         "  registry and answers every predicate of the builtin enum; `--speculative-ddtree-budget`",
         "  reaches the CLI parser; the compat shim's contract (the DFlash internals the worker uses);",
-        "  the server-args hook on a real `ServerArgs` (verify width, block size, budget, refusals).",
+        "  the server-args hook on a real `ServerArgs` (verify width, block size, budget, refusals);",
+        "  the widths the worker reads once the args are published, and its draft block-size scope.",
         "- Not covered on CPU: CUDA kernels (sgl_kernel, flashinfer, JIT), CUDA-graph capture and",
         "  anything a forward pass does; that is `verify --smoke` on a GPU.",
     ]
