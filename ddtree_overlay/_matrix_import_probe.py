@@ -204,12 +204,27 @@ def worker_width_check():
     seen = tuple(compat.spec_arg(server_args, name) for name in names)
     if seen != (32, 16, 31):
         problems.append(f"worker reads (verify width, block, budget) = {seen}, expected (32, 16, 31)")
-    with compat.draft_width_during_init(server_args, 16):
-        inside = compat.spec_arg(server_args, names[0])
+    with compat.draft_width_during_init(server_args, 16) as dflash_args:
+        inside = compat.spec_arg(dflash_args, names[0])
+        bag = _spec_bag_width()
     after = compat.spec_arg(server_args, names[0])
     if (inside, after) != (16, 32):
         problems.append(f"draft width scope: {inside} inside, {after} after; expected 16, 32")
+    if bag not in (None, 16):
+        problems.append(f"the spec bag says {bag} while DFlash's __init__ runs; expected 16")
+    if _spec_bag_width() not in (None, 32):
+        problems.append(f"the spec bag says {_spec_bag_width()} after DFlash's __init__; expected 32")
     return problems
+
+
+def _spec_bag_width():
+    """`get_spec().speculative_num_draft_tokens` where a runtime context is published."""
+    try:
+        from sglang.srt.runtime_context import get_spec
+
+        return get_spec().speculative_num_draft_tokens
+    except (ImportError, AttributeError, ValueError, RuntimeError):
+        return None
 
 
 def _published_ddtree_args(fixtures):
@@ -229,10 +244,14 @@ def _published_ddtree_args(fixtures):
     )
     try:
         from sglang.srt.arg_groups.pipeline import run_resolution_pipeline
+    except ImportError:
+        pass  # up to 0.5.18: resolved by ServerArgs.__post_init__
+    else:
+        run_resolution_pipeline(server_args)
+    try:
         from sglang.srt.runtime_context import publish
     except ImportError:
-        return server_args  # resolved by ServerArgs.__post_init__; no runtime context
-    run_resolution_pipeline(server_args)
+        return server_args  # no runtime context (up to 0.5.16)
     publish(server_args, role="scheduler")
     return server_args
 

@@ -149,12 +149,13 @@ def spec_arg(server_args, name: str):
 
 @contextmanager
 def draft_width_during_init(server_args, block_size: int):
-    """DFlash's __init__ deep-copies server_args for the draft runner: let it copy the
-    block size as speculative_num_draft_tokens, then restore the verify width."""
+    """The server_args DFlash's __init__ gets. It deep-copies them for the draft runner
+    (0.5.14): let it copy the block size as speculative_num_draft_tokens, then restore
+    the verify width."""
     num_verify_tokens = int(server_args.speculative_num_draft_tokens)
     server_args.speculative_num_draft_tokens = int(block_size)
     try:
-        yield
+        yield server_args
     finally:
         server_args.speculative_num_draft_tokens = num_verify_tokens
 

@@ -5,18 +5,35 @@ module; the manifest of each release installs the shim written against that fami
 0.5.15 - 0.5.18 (versus 0.5.14): the draft input carries ``bonus_tokens`` (int64) and
 only ``reserved_seq_lens_*``; the host bound of the KV lengths is the committed prefix
 plus the window the forward writes (``batch.seq_lens_cpu + width``); no ``verify_done``
-event (the scheduler no longer waits on one).
+event (the scheduler no longer waits on one); DFlash no longer deep-copies server_args
+for its draft runner, and from 0.5.17 the resolved record is read-only and the draft
+side reads its width from the ``spec`` runtime-context bag (see draft_width_during_init).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
+from copy import deepcopy
+from importlib.metadata import version as _distribution_version
 
 import torch
 
 from sglang.srt.speculative.ddtree_contract import contract_problems
 
+
+
+def _release() -> tuple:
+    parts = []
+    for piece in _distribution_version("sglang").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+RELEASE = _release()
 FAMILY = "sglang 0.5.15 - 0.5.18"
+# 0.5.17+: the draft runner's attention backends and graph runner read get_spec().
+SPEC_BAG_WIDTH = RELEASE >= (0, 5, 17)
 
 CONTRACT = {
     "sglang.srt.speculative.dflash_worker_v2:DFlashWorkerV2": {
@@ -84,7 +101,16 @@ CONTRACT = {
 
 
 def api_contract_problems():
-    return contract_problems(CONTRACT)
+    problems = contract_problems(CONTRACT)
+    if SPEC_BAG_WIDTH:
+        try:
+            from sglang.srt.runtime_context import _ConfigBag, get_spec  # noqa: F401
+        except ImportError as error:
+            problems.append(f"runtime_context.get_spec: not found ({error})")
+        else:
+            if not hasattr(_ConfigBag, "override"):
+                problems.append("runtime_context._ConfigBag has no scoped `override`")
+    return problems
 
 
 def root_tokens(draft_input) -> torch.Tensor:
@@ -139,19 +165,34 @@ def spec_arg(server_args, name: str):
 
 @contextmanager
 def draft_width_during_init(server_args, block_size: int):
-    """DFlash's __init__ deep-copies server_args for the draft runner: let it copy the
-    block size as speculative_num_draft_tokens, then restore the verify width."""
-    num_verify_tokens = int(server_args.speculative_num_draft_tokens)
-    server_args.speculative_num_draft_tokens = int(block_size)
-    try:
-        yield
-    finally:
-        server_args.speculative_num_draft_tokens = num_verify_tokens
+    """The server_args DFlash's __init__ gets: a private copy whose
+    speculative_num_draft_tokens is the block size.
+
+    From 0.5.15 DFlash no longer deep-copies server_args for its draft runner (0.5.15
+    shares them; 0.5.16/0.5.17 copy inside build_draft_tp_worker; 0.5.18 shares again),
+    and from 0.5.17 the resolved record is read-only. DFlash reasons in blocks
+    throughout, so it and its draft runner get the copy; the record the scheduler, the
+    target and the published config hold is never written. 0.5.17+: the draft runner's
+    attention backends and graphs read the ``spec`` bag instead, overridden in scope.
+    """
+    draft_args = deepcopy(server_args)
+    # A private copy: bypass the post-resolution guard (0.5.17+) that protects the record.
+    object.__setattr__(draft_args, "speculative_num_draft_tokens", int(block_size))
+    with _spec_bag_width(block_size):
+        yield draft_args
 
 
 def draft_width_scope(worker):
-    """Draft-side initialisation after __init__: the draft runner has its own copy."""
-    return nullcontext()
+    """Draft-side initialisation after __init__ (attention backends, CUDA graphs)."""
+    return _spec_bag_width(worker.block_size)
+
+
+def _spec_bag_width(block_size: int):
+    if not SPEC_BAG_WIDTH:
+        return nullcontext()
+    from sglang.srt.runtime_context import get_spec
+
+    return get_spec().override(speculative_num_draft_tokens=int(block_size))
 
 
 # --- the decode round -----------------------------------------------------------------------

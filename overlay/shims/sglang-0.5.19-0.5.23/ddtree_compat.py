@@ -18,7 +18,7 @@ module; the manifest of each release installs the shim written against that fami
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from importlib.metadata import version as _distribution_version
 
 import torch
@@ -169,10 +169,13 @@ def _draft_width(block_size: int):
     return get_spec().override(speculative_num_draft_tokens=int(block_size))
 
 
+@contextmanager
 def draft_width_during_init(server_args, block_size: int):
-    """DFlash's __init__ reads the block size from ``get_spec()`` and builds the draft
-    runner: both see the block size; the bag is restored afterwards."""
-    return _draft_width(block_size)
+    """The server_args DFlash's __init__ gets (the published record itself: the draft
+    ModelRunner asserts it). DFlash reads the block size from ``get_spec()`` and builds
+    the draft runner under the override; the bag is restored afterwards."""
+    with _draft_width(block_size):
+        yield server_args
 
 
 def draft_width_scope(worker):

@@ -63,8 +63,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         # verify width (see _handle_ddtree and the release's ddtree_compat).
         num_verify_tokens = int(spec_arg(server_args, "speculative_num_draft_tokens"))
         block_size = int(spec_arg(server_args, "speculative_dflash_block_size"))
-        with draft_width_during_init(server_args, block_size):
-            super().__init__(server_args, *args, **kwargs)
+        with draft_width_during_init(server_args, block_size) as dflash_server_args:
+            super().__init__(dflash_server_args, *args, **kwargs)
 
         self.budget = int(spec_arg(server_args, "speculative_ddtree_budget"))
         self.num_verify_tokens = num_verify_tokens
