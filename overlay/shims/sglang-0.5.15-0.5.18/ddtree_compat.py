@@ -14,29 +14,27 @@ from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
 from copy import deepcopy
-from importlib.metadata import version as _distribution_version
 
 import torch
 
-from sglang.srt.speculative.ddtree_contract import contract_problems
+from sglang.srt.speculative.ddtree_contract import (
+    DFLASH_WORKER,
+    DFLASH_WORKER_ASSIGNED,
+    SHARED_CONTRACT,
+    contract_problems,
+    installed_release,
+)
 
 
 
-def _release() -> tuple:
-    parts = []
-    for piece in _distribution_version("sglang").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
-RELEASE = _release()
+RELEASE = installed_release()
 FAMILY = "sglang 0.5.15 - 0.5.18"
 # 0.5.17+: the draft runner's attention backends and graph runner read get_spec().
 SPEC_BAG_WIDTH = RELEASE >= (0, 5, 17)
 
 CONTRACT = {
-    "sglang.srt.speculative.dflash_worker_v2:DFlashWorkerV2": {
+    **SHARED_CONTRACT,
+    DFLASH_WORKER: {
         "members": (
             "_append_target_hidden_to_draft_kv_by_loc",
             "_make_next_draft_input_decode",
@@ -45,57 +43,12 @@ CONTRACT = {
             "forward_batch_generation",
             "_maybe_build_draft_sampler",
         ),
-        "assigned": (
-            "_block_pos_offsets",
-            "_mask_token_id",
-            "_draft_block_spec_info",
-            "draft_model_runner",
-            "block_size",
-        ),
+        "assigned": DFLASH_WORKER_ASSIGNED,
     },
-    "sglang.srt.speculative.dflash_worker_v2:DFlashWorkerV2._append_target_hidden_to_draft_kv_by_loc": {
-        "params": ("target_hidden", "cache_loc", "positions", "cache_loc_2d", "commit_lens"),
-    },
-    "sglang.srt.speculative.dflash_worker_v2:DFlashWorkerV2._make_next_draft_input_decode": {
-        "params": ("bonus_tokens", "new_seq_lens"),
-    },
+    DFLASH_WORKER + "._make_next_draft_input_decode": {"params": ("bonus_tokens", "new_seq_lens")},
     "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2": {
         "fields": ("bonus_tokens", "reserved_seq_lens_cpu", "reserved_seq_lens_sum"),
     },
-    "sglang.srt.speculative.dflash_info:DFlashVerifyInput": {
-        "fields": ("draft_token", "positions", "draft_token_num", "topk", "custom_mask", "capture_hidden_mode"),
-        "members": ("prepare_for_verify",),
-    },
-    "sglang.srt.speculative.dflash_info:DFlashVerifyInput.prepare_for_verify": {
-        "params": ("batch", "target_worker"),
-    },
-    "sglang.srt.speculative.eagle_utils:eagle_sample": {
-        "params": ("verify_input", "batch", "logits_output"),
-        "reads_subset_of": ("verify_input", "sglang.srt.speculative.ddtree_info:DDTreeVerifyInput"),
-    },
-    "sglang.srt.speculative.spec_utils:move_accept_tokens_to_target_kvcache": {
-        "params": ("batch", "accept_index", "num_correct_drafts", "token_to_kv_pool_allocator"),
-    },
-    "sglang.srt.model_executor.forward_batch_info:ForwardBatch": {
-        "fields": (
-            "forward_mode", "batch_size", "input_ids", "req_pool_indices", "seq_lens",
-            "out_cache_loc", "seq_lens_sum", "seq_lens_cpu", "positions", "input_embeds",
-            "spec_algorithm", "spec_info", "capture_hidden_mode",
-        ),
-    },
-    "sglang.srt.managers.utils:GenerationBatchResult": {
-        "fields": (
-            "logits_output", "next_token_ids", "accept_lens", "can_run_cuda_graph",
-            "next_draft_input", "speculative_num_draft_tokens", "new_seq_lens",
-        ),
-    },
-    "sglang.srt.managers.tp_worker:TpModelWorker.forward_batch_generation": {
-        "params": ("batch", "forward_batch", "is_verify", "skip_attn_backend_init"),
-    },
-    "sglang.srt.managers.overlap_utils:FutureMap": {
-        "params": ("device", "spec_algo", "req_to_token_pool", "needs_cpu_seq_lens"),
-    },
-    "sglang.srt.arg_groups.speculative_hook:_handle_dflash": {"params": ("server_args",)},
     "sglang.srt.server_args:ServerArgs": {"members": ("get_attention_backends",)},
 }
 

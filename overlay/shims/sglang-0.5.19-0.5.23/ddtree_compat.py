@@ -19,30 +19,30 @@ module; the manifest of each release installs the shim written against that fami
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
-from importlib.metadata import version as _distribution_version
 
 import torch
 
-from sglang.srt.speculative.ddtree_contract import contract_problems
+from sglang.srt.speculative.ddtree_contract import (
+    DFLASH_WORKER,
+    DFLASH_WORKER_ASSIGNED,
+    FORWARD_BATCH,
+    FORWARD_BATCH_FIELDS,
+    SHARED_CONTRACT,
+    VERIFY_INPUT_FIELDS,
+    contract_problems,
+    installed_release,
+)
 
 
-def _release() -> tuple:
-    parts = []
-    for piece in _distribution_version("sglang").split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
-RELEASE = _release()
+RELEASE = installed_release()
 FAMILY = "sglang 0.5.19 - 0.5.23"
 PASSES_NUM_TOKEN_NON_PADDED = RELEASE >= (0, 5, 20)
 USES_KV_LOC_PLAN = RELEASE >= (0, 5, 22)
 PASSES_CAN_RUN_DECODE_GRAPH = RELEASE >= (0, 5, 23)
 
-_WORKER = "sglang.srt.speculative.dflash_worker_v2:DFlashWorkerV2"
 CONTRACT = {
-    _WORKER: {
+    **SHARED_CONTRACT,
+    DFLASH_WORKER: {
         "members": (
             "_append_target_hidden_to_draft_kv_by_loc",
             "_make_next_draft_input_decode",
@@ -52,13 +52,7 @@ CONTRACT = {
             "_maybe_build_draft_sampler",
         )
         + (("_draft_write_ids",) if USES_KV_LOC_PLAN else ()),
-        "assigned": (
-            "_block_pos_offsets",
-            "_mask_token_id",
-            "_draft_block_spec_info",
-            "draft_model_runner",
-            "block_size",
-        )
+        "assigned": DFLASH_WORKER_ASSIGNED
         + (
             ("draft_parallel_layout",)
             if RELEASE >= (0, 5, 23)
@@ -69,50 +63,19 @@ CONTRACT = {
             else ()
         ),
     },
-    _WORKER + "._append_target_hidden_to_draft_kv_by_loc": {
-        "params": ("target_hidden", "cache_loc", "positions", "cache_loc_2d", "commit_lens"),
-    },
-    _WORKER + "._make_next_draft_input_decode": {"params": ("bonus_tokens", "new_seq_lens")},
+    DFLASH_WORKER + "._make_next_draft_input_decode": {"params": ("bonus_tokens", "new_seq_lens")},
     "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2": {
         "fields": ("bonus_tokens", "nxt_kv_lens_cpu", "nxt_kv_lens_sum"),
     },
     "sglang.srt.speculative.dflash_info:DFlashVerifyInput": {
-        "fields": ("draft_token", "positions", "draft_token_num", "topk", "custom_mask", "capture_hidden_mode")
-        + (("kv_loc_plan",) if USES_KV_LOC_PLAN else ()),
+        "fields": VERIFY_INPUT_FIELDS + (("kv_loc_plan",) if USES_KV_LOC_PLAN else ()),
         "members": ("prepare_for_verify",),
     },
-    "sglang.srt.speculative.dflash_info:DFlashVerifyInput.prepare_for_verify": {
-        "params": ("batch", "target_worker"),
-    },
-    "sglang.srt.speculative.eagle_utils:eagle_sample": {
-        "params": ("verify_input", "batch", "logits_output"),
-        "reads_subset_of": ("verify_input", "sglang.srt.speculative.ddtree_info:DDTreeVerifyInput"),
-    },
-    "sglang.srt.speculative.spec_utils:move_accept_tokens_to_target_kvcache": {
-        "params": ("batch", "accept_index", "num_correct_drafts", "token_to_kv_pool_allocator"),
-    },
-    "sglang.srt.model_executor.forward_batch_info:ForwardBatch": {
-        "fields": (
-            "forward_mode", "batch_size", "input_ids", "req_pool_indices", "seq_lens",
-            "out_cache_loc", "seq_lens_sum", "seq_lens_cpu", "positions", "input_embeds",
-            "spec_algorithm", "spec_info", "capture_hidden_mode",
-        )
+    FORWARD_BATCH: {
+        "fields": FORWARD_BATCH_FIELDS
         + (("num_token_non_padded", "global_num_token_non_padded_cpu") if PASSES_NUM_TOKEN_NON_PADDED else ())
         + (("can_run_decode_cuda_graph",) if PASSES_CAN_RUN_DECODE_GRAPH else ()),
     },
-    "sglang.srt.managers.utils:GenerationBatchResult": {
-        "fields": (
-            "logits_output", "next_token_ids", "accept_lens", "can_run_cuda_graph",
-            "next_draft_input", "speculative_num_draft_tokens", "new_seq_lens",
-        ),
-    },
-    "sglang.srt.managers.tp_worker:TpModelWorker.forward_batch_generation": {
-        "params": ("batch", "forward_batch", "is_verify", "skip_attn_backend_init"),
-    },
-    "sglang.srt.managers.overlap_utils:FutureMap": {
-        "params": ("device", "spec_algo", "req_to_token_pool", "needs_cpu_seq_lens"),
-    },
-    "sglang.srt.arg_groups.speculative_hook:_handle_dflash": {"params": ("server_args",)},
     "sglang.srt.arg_groups.overrides:declare_resolution": {"params": ("server_args", "source")},
     "sglang.srt.arg_groups.model_override_base:resolving_view": {"params": ("server_args",)},
     "sglang.srt.arg_groups.model_override_base:attention_backends_of": {"params": ("cfg",)},

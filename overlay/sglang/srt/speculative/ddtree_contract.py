@@ -13,7 +13,67 @@ import dataclasses
 import importlib
 import inspect
 import re
-from typing import Dict, List
+from importlib.metadata import version as _distribution_version
+from typing import Dict, List, Tuple
+
+DFLASH_WORKER = "sglang.srt.speculative.dflash_worker_v2:DFlashWorkerV2"
+FORWARD_BATCH = "sglang.srt.model_executor.forward_batch_info:ForwardBatch"
+FORWARD_BATCH_FIELDS = (
+    "forward_mode", "batch_size", "input_ids", "req_pool_indices", "seq_lens",
+    "out_cache_loc", "seq_lens_sum", "seq_lens_cpu", "positions", "input_embeds",
+    "spec_algorithm", "spec_info", "capture_hidden_mode",
+)
+VERIFY_INPUT_FIELDS = (
+    "draft_token", "positions", "draft_token_num", "topk", "custom_mask", "capture_hidden_mode",
+)
+DFLASH_WORKER_ASSIGNED = (
+    "_block_pos_offsets", "_mask_token_id", "_draft_block_spec_info", "draft_model_runner", "block_size",
+)
+
+# What the payload needs in every supported release; each family's ddtree_compat adds
+# (or, for the same key, replaces) the entries where its release differs.
+SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
+    DFLASH_WORKER + "._append_target_hidden_to_draft_kv_by_loc": {
+        "params": ("target_hidden", "cache_loc", "positions", "cache_loc_2d", "commit_lens"),
+    },
+    "sglang.srt.speculative.dflash_info:DFlashVerifyInput": {
+        "fields": VERIFY_INPUT_FIELDS,
+        "members": ("prepare_for_verify",),
+    },
+    "sglang.srt.speculative.dflash_info:DFlashVerifyInput.prepare_for_verify": {
+        "params": ("batch", "target_worker"),
+    },
+    "sglang.srt.speculative.eagle_utils:eagle_sample": {
+        "params": ("verify_input", "batch", "logits_output"),
+        "reads_subset_of": ("verify_input", "sglang.srt.speculative.ddtree_info:DDTreeVerifyInput"),
+    },
+    "sglang.srt.speculative.spec_utils:move_accept_tokens_to_target_kvcache": {
+        "params": ("batch", "accept_index", "num_correct_drafts", "token_to_kv_pool_allocator"),
+    },
+    FORWARD_BATCH: {"fields": FORWARD_BATCH_FIELDS},
+    "sglang.srt.managers.utils:GenerationBatchResult": {
+        "fields": (
+            "logits_output", "next_token_ids", "accept_lens", "can_run_cuda_graph",
+            "next_draft_input", "speculative_num_draft_tokens", "new_seq_lens",
+        ),
+    },
+    "sglang.srt.managers.tp_worker:TpModelWorker.forward_batch_generation": {
+        "params": ("batch", "forward_batch", "is_verify", "skip_attn_backend_init"),
+    },
+    "sglang.srt.managers.overlap_utils:FutureMap": {
+        "params": ("device", "spec_algo", "req_to_token_pool", "needs_cpu_seq_lens"),
+    },
+    "sglang.srt.arg_groups.speculative_hook:_handle_dflash": {"params": ("server_args",)},
+}
+
+
+def installed_release() -> Tuple[int, ...]:
+    """(major, minor, patch) of the installed sglang; ``.postN`` and local tags dropped."""
+    parts = []
+    for piece in _distribution_version("sglang").split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
 
 
 def contract_problems(contract: Dict[str, Dict[str, object]]) -> List[str]:
