@@ -74,6 +74,22 @@ def _top2_margins(meta: dict) -> list:
     return margins
 
 
+def _decoded(outs: list, decode_s: float, *, top2: bool) -> dict:
+    """The record fields of one timed decode: outputs, meta, throughput, margins."""
+    tokens = sum(len(o["output_ids"]) for o in outs)
+    fields = {
+        "ok": True,
+        "decode_s": decode_s,
+        "tokens": tokens,
+        "tok_per_s": tokens / decode_s if decode_s > 0 else None,
+        "outputs": [o["output_ids"] for o in outs],
+        "meta": [{k: o["meta_info"].get(k) for k in META_KEYS} for o in outs],
+    }
+    if top2:
+        fields["top2_margins"] = [_top2_margins(o["meta_info"]) for o in outs]
+    return fields
+
+
 def run_arm(plan: dict, arm: dict) -> dict:
     import sglang as sgl
 
@@ -99,17 +115,7 @@ def run_arm(plan: dict, arm: dict) -> dict:
     finally:
         engine.shutdown()
 
-    tokens = sum(len(o["output_ids"]) for o in outs)
-    result.update(
-        ok=True,
-        decode_s=decode_s,
-        tokens=tokens,
-        tok_per_s=tokens / decode_s if decode_s > 0 else None,
-        outputs=[o["output_ids"] for o in outs],
-        meta=[{k: o["meta_info"].get(k) for k in META_KEYS} for o in outs],
-    )
-    if arm.get("top2"):
-        result["top2_margins"] = [_top2_margins(o["meta_info"]) for o in outs]
+    result.update(_decoded(outs, decode_s, top2=arm.get("top2", False)))
     return result
 
 
@@ -187,19 +193,7 @@ def run_cell(engine, plan: dict, arm: dict, cell: dict) -> dict:
         outs.extend(engine.generate(input_ids=prompts[i : i + batch], sampling_params=sampling, **gen_extra))
         wave_s.append(time.perf_counter() - t0)
     record["t_end"] = time.time()
-    decode_s = sum(wave_s)
-    tokens = sum(len(o["output_ids"]) for o in outs)
-    record.update(
-        ok=True,
-        decode_s=decode_s,
-        wave_s=wave_s,
-        tokens=tokens,
-        tok_per_s=tokens / decode_s if decode_s > 0 else None,
-        outputs=[o["output_ids"] for o in outs],
-        meta=[{k: o["meta_info"].get(k) for k in META_KEYS} for o in outs],
-    )
-    if cell.get("top2"):
-        record["top2_margins"] = [_top2_margins(o["meta_info"]) for o in outs]
+    record.update(_decoded(outs, sum(wave_s), top2=cell.get("top2", False)), wave_s=wave_s)
     return record
 
 

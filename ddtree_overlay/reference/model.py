@@ -286,6 +286,19 @@ class KVCache:
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.max_len = max_len
 
+    @classmethod
+    def for_model(cls, cfg: Qwen3Config, like: torch.Tensor, *, batch: int, max_len: int) -> KVCache:
+        """A cache shaped for ``cfg``'s layers and heads, in ``like``'s dtype and device."""
+        return cls(
+            cfg.num_hidden_layers,
+            batch,
+            cfg.num_key_value_heads,
+            max_len,
+            cfg.head_dim,
+            like.dtype,
+            like.device,
+        )
+
     def write(
         self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -333,17 +346,7 @@ class Qwen3Target(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        p = self.lm_head.weight
-        c = self.cfg
-        return KVCache(
-            c.num_hidden_layers,
-            batch,
-            c.num_key_value_heads,
-            max_len,
-            c.head_dim,
-            p.dtype,
-            p.device,
-        )
+        return KVCache.for_model(self.cfg, self.lm_head.weight, batch=batch, max_len=max_len)
 
     def forward(
         self,
@@ -407,17 +410,7 @@ class DFlashDraft(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def new_cache(self, batch: int, max_len: int) -> KVCache:
-        p = self.fc.weight
-        c = self.cfg
-        return KVCache(
-            c.num_hidden_layers,
-            batch,
-            c.num_key_value_heads,
-            max_len,
-            c.head_dim,
-            p.dtype,
-            p.device,
-        )
+        return KVCache.for_model(self.cfg, self.fc.weight, batch=batch, max_len=max_len)
 
     def project_target_hidden(self, aux: torch.Tensor) -> torch.Tensor:
         # aux: [B, S, K*H] -> [B, S, H]
