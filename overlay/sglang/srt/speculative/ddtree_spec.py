@@ -90,8 +90,9 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
         raise ValueError(f"DDTREE requires --speculative-ddtree-budget >= 1, got {budget}.")
     declare(server_args, speculative_ddtree_budget=int(budget))
 
-    for reason in _unsupported_ddtree_settings(cfg):
-        raise ValueError(reason)
+    problem = next(_unsupported_ddtree_settings(cfg), None)
+    if problem is not None:
+        raise ValueError(problem)
 
     if cfg.speculative_num_draft_tokens is not None:
         raise ValueError(
@@ -116,6 +117,7 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
 
 
 def _unsupported_ddtree_settings(cfg):
+    """Every reason DDTREE cannot run with these flags, in order of checking."""
     from sglang.srt.speculative.ddtree_compat import attention_backends
 
     prefill_backend, decode_backend = attention_backends(cfg)
