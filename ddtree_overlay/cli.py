@@ -26,6 +26,7 @@ from ddtree_overlay.refresh import refresh_manifest
 from ddtree_overlay.result import Result, error_result
 from ddtree_overlay.rollback import rollback as rollback_env
 from ddtree_overlay.status import status as status_of
+from ddtree_overlay.verify import SMOKE_NEW_TOKENS, SMOKE_PROMPTS
 from ddtree_overlay.verify import verify as verify_env
 
 app = typer.Typer(
@@ -134,6 +135,12 @@ def verify(
         typer.Option("--draft", help="DFlash drafter dir (default: the bundled fixture pair)"),
     ] = None,
     budget: Annotated[int, typer.Option("--budget", min=1, help="DDTREE budget for the smoke")] = 15,
+    prompts: Annotated[
+        int, typer.Option("--prompts", min=1, max=64, help="held-out fixture prompts decoded at once")
+    ] = SMOKE_PROMPTS,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", min=1, help="new tokens per prompt")
+    ] = SMOKE_NEW_TOKENS,
     json_out: JsonOption = False,
 ) -> None:
     """Import the applied overlay in ENV's interpreter; with --smoke, decode on its GPU."""
@@ -144,7 +151,14 @@ def verify(
             ("verify",),
             json_out,
             lambda: verify_env(
-                probe_env(env), smoke=smoke, target=target, draft=draft, budget=budget, on_arm=on_arm
+                probe_env(env),
+                smoke=smoke,
+                target=target,
+                draft=draft,
+                budget=budget,
+                prompts=prompts,
+                max_new_tokens=max_new_tokens,
+                on_arm=on_arm,
             ),
         )
 

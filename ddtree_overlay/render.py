@@ -174,6 +174,13 @@ def _verify_view(data: Mapping[str, Any]) -> None:
             + (f"  acceptance length {accept:.2f}" if accept is not None else "")
             + (f"  same as target-only: {arm['identical']} prompts" if "identical" in arm else "")
         )
+        for d in arm.get("divergences", []):
+            margin = "unknown" if d["margin"] is None else f"{d['margin']:.3f}"
+            verdict = "within bf16 noise" if d["explained"] else "NOT explained"
+            stdout.print(
+                f"    prompt {d['prompt']} token {d['index']}: {d['got']} for {d['expected']},"
+                f" top1-top2 margin {margin} ({verdict})"
+            )
 
 
 @contextmanager

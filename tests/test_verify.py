@@ -94,3 +94,29 @@ def test_smoke_plan_runs_the_three_arms_on_one_backend() -> None:
     assert [arm["name"] for arm in plan["arms"]] == ["target-only", "DFLASH", "DDTREE"]
     assert {arm["engine"]["attention_backend"] for arm in plan["arms"]} == {"triton"}
     assert plan["arms"][2]["engine"]["speculative_ddtree_budget"] == 32
+
+
+def test_smoke_reports_each_divergence_with_its_margin() -> None:
+    plain = record("target-only", [[1, 2, 3], [4, 5, 6]], top2_margins=[[5.0, 0.1, 5.0], [5.0] * 3])
+    near_tie = record("DDTREE", [[1, 7, 3], [4, 5, 6]])
+    verdict = verify_module.judge_smoke(
+        [plain, record("DFLASH", [[1, 2, 3], [4, 5, 6]]), near_tie], expected=["target-only", "DFLASH", "DDTREE"]
+    )
+    assert verdict["passed"]
+    [divergence] = verdict["arms"]["DDTREE"]["divergences"]
+    assert (divergence["prompt"], divergence["index"], divergence["got"], divergence["expected"]) == (0, 1, 7, 2)
+    assert divergence["margin"] == pytest.approx(0.1) and divergence["explained"]
+
+
+@pytest.mark.parametrize(("prompts", "graphs"), [(1, [1]), (5, [1, 2, 4, 5]), (32, [1, 2, 4, 8, 16, 32])])
+def test_smoke_captures_decode_graphs_only_for_the_batches_it_reaches(prompts: int, graphs: list) -> None:
+    plan = verify_module.smoke_plan(Path("/t"), Path("/d"), 15, [[1]] * prompts, max_new_tokens=256)
+    for arm in plan["arms"]:
+        assert arm["engine"]["cuda_graph_bs_decode"] == graphs
+        assert arm["sampling"]["max_new_tokens"] == 256
+
+
+def test_smoke_refuses_more_prompts_than_the_fixture_holds(sglang_env: Path) -> None:
+    done = run_cli("verify", "--env", str(sglang_env), "--smoke", "--prompts", "65")
+    assert done.returncode == ExitCode.USAGE
+    assert "--prompts" in done.stderr
