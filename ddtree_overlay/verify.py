@@ -31,21 +31,34 @@ IMPORT_TIMEOUT_S = 600
 SMOKE_TIMEOUT_S = 1800
 SMOKE_PROMPTS, SMOKE_NEW_TOKENS = 8, 64
 
-# Runs in the target interpreter: import each module, report the first error line of each,
-# and whether torch sees a GPU.
+# Runs in the target interpreter: import each module in the order a server does (the model
+# runner first: some installs import cleanly only that way, e.g. flashinfer builds whose optional
+# `cuda.tile` import the model runner's import chain guards), then report the first error line
+# of each module and whether torch sees a GPU.
 _IMPORT_CHECK = r"""
-import importlib, json, sys, traceback
+import importlib, json, sys
+
+def forget_orphans(name):
+    # A failed package import drops the package but keeps the submodules it loaded; importing
+    # through them again raises KeyError. Re-importing a package that did load must be avoided
+    # instead: its import-time registrations (torch custom ops) refuse to run twice.
+    top = name.split(".")[0]
+    if top not in sys.modules:
+        for loaded in [m for m in sys.modules if m.startswith(top + ".")]:
+            del sys.modules[loaded]
+
 report = {"modules": {}, "gpu": None}
+try:
+    importlib.import_module("sglang.srt.model_executor.model_runner")
+except BaseException:
+    forget_orphans("sglang")  # each module below then reports its own error
 for name in sys.argv[1:]:
     try:
         importlib.import_module(name)
         report["modules"][name] = None
     except BaseException as exc:
         report["modules"][name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        # a failed package import leaves half-initialised entries behind: start clean
-        top = name.split(".")[0]
-        for loaded in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
-            del sys.modules[loaded]
+        forget_orphans(name)
 try:
     import torch
     if torch.cuda.is_available():

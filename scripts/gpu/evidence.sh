@@ -20,7 +20,7 @@ main() {
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   overlay status --env "$ENV_PY"
   overlay apply --env "$ENV_PY" || return 3
-  overlay verify --env "$ENV_PY" --import-only || return 4
+  if overlay verify --env "$ENV_PY" --import-only; then
   echo "== verify --smoke ($((SECONDS - start)) s)"
   overlay verify --env "$ENV_PY" --smoke --prompts 32 --max-new-tokens 256 --json > "$OUT/verify.json"
   echo "verify --smoke exit code $?"
@@ -30,6 +30,7 @@ main() {
     SGLANG_DDTREE_PROFILE="$OUT/profile.jsonl" python3 scripts/gpu/payload_check.py \
       --target "$PWD/$F/target" --draft "$PWD/$F/draft" --prompts "$F/heldout_prompts.json" \
       --n-prompts 32 --max-new-tokens 256 --preset "$preset" --only "$arms" --out "$OUT/payload"
+  fi
   fi
   echo "== rollback ($((SECONDS - start)) s)"
   overlay rollback --env "$ENV_PY"

@@ -4,7 +4,8 @@
 #   source scripts/gpu/setup_env.sh .devsite/site-0.5.14.tar.xz
 # Afterwards: $ENV_PY is the target interpreter, `overlay` runs the tool.
 bundle=$1
-mkdir -p /tmp/site && tar -xJf "$bundle" -C /tmp/site
+# A warm machine may hold an earlier command's site and overlay state: start from the bundle.
+rm -rf /tmp/site /tmp/overlay-state && mkdir -p /tmp/site && tar -xJf "$bundle" -C /tmp/site
 ENV_PY=$(command -v python3)
 SITE=$("$ENV_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 # The bundle must shadow the image's own transformers/tokenizers, as PYTHONPATH would; a .pth
