@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # On the H200, in one device command: the payload's evidence for one sglang bundle.
-#   bash scripts/gpu/evidence.sh BUNDLE [PRESET [ARMS]]
-# apply (CLI) -> verify --import-only -> verify --smoke on 32 held-out prompts x 256 tokens
-# (target-only, DFLASH, DDTREE at the default budget) -> payload_check.py arms of PRESET
-# (default: lossless minus what the smoke covered) with the DDTREE profiler on -> rollback ->
-# status. Device call: carry [".devsite", ".whl"], timeout_s 600. $OUT receives log.txt,
-# verify.json, payload/{arms.jsonl,summary.json}, profile.jsonl.
+#   bash scripts/gpu/evidence.sh BUNDLE [PRESETS [ARMS]]
+# apply (CLI) -> verify --import-only -> verify --smoke (target-only, DFLASH, DDTREE at the
+# default budget; $SMOKE holds its options, SMOKE=none skips it) -> payload_check.py arms of
+# PRESETS (comma-separated; default: lossless minus what the smoke covers) with the DDTREE
+# profiler on, cut off so that the rest still runs -> rollback -> status.
+# Device call: carry [".devsite", ".whl"], timeout_s 600. $OUT receives log.txt, verify.json,
+# payload/{arms.jsonl,summary.json}, profile.jsonl.
 set -uo pipefail
-bundle=${1:?usage: bash scripts/gpu/evidence.sh BUNDLE [PRESET [ARMS]]}
-preset=${2:-lossless}
+bundle=${1:?usage: bash scripts/gpu/evidence.sh BUNDLE [PRESETS [ARMS]]}
+presets=${2:-lossless}
 arms=${3:-plain,ddtree-b32,ddtree-b32-page16,plain-t1,ddtree-b32-t1}
+smoke=${SMOKE:---prompts 32 --max-new-tokens 256}
+limit_s=${EVIDENCE_LIMIT_S:-590}  # the device command's limit, less the copy-back
 OUT=${OUT:-/tmp/evidence}
 mkdir -p "$OUT"
 F=ddtree_overlay/fixtures
@@ -17,20 +20,26 @@ F=ddtree_overlay/fixtures
 main() {
   local start=$SECONDS
   source scripts/gpu/setup_env.sh "$bundle"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
+  echo "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
   overlay status --env "$ENV_PY"
   overlay apply --env "$ENV_PY" || return 3
   if overlay verify --env "$ENV_PY" --import-only; then
-  echo "== verify --smoke ($((SECONDS - start)) s)"
-  overlay verify --env "$ENV_PY" --smoke --prompts 32 --max-new-tokens 256 --json > "$OUT/verify.json"
-  echo "verify --smoke exit code $?"
-  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("status","issues")}), json.dumps(d.get("data",{}).get("arms"))[:6000])' "$OUT/verify.json"
-  if [ -n "$arms" ]; then
-    echo "== payload_check $preset: $arms ($((SECONDS - start)) s)"
-    SGLANG_DDTREE_PROFILE="$OUT/profile.jsonl" python3 scripts/gpu/payload_check.py \
-      --target "$PWD/$F/target" --draft "$PWD/$F/draft" --prompts "$F/heldout_prompts.json" \
-      --n-prompts 32 --max-new-tokens 256 --preset "$preset" --only "$arms" --out "$OUT/payload"
-  fi
+    if [ "$smoke" != none ]; then
+      echo "== verify --smoke $smoke ($((SECONDS - start)) s)"
+      # shellcheck disable=SC2086
+      overlay verify --env "$ENV_PY" --smoke $smoke --json > "$OUT/verify.json"
+      echo "verify --smoke exit code $?"
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d.get(k) for k in ("status","issues")}), json.dumps(d.get("data",{}).get("arms"))[:6000])' "$OUT/verify.json"
+    fi
+    if [ -n "$arms" ]; then
+      local left=$((limit_s - (SECONDS - start) - 25))  # 25 s: rollback and status
+      echo "== payload_check $presets: $arms, at most $left s ($((SECONDS - start)) s)"
+      SGLANG_DDTREE_PROFILE="$OUT/profile.jsonl" timeout -k 5 "$left" python3 scripts/gpu/payload_check.py \
+        --target "$PWD/$F/target" --draft "$PWD/$F/draft" --prompts "$F/heldout_prompts.json" \
+        --n-prompts 32 --max-new-tokens 256 --preset "$presets" --only "$arms" --out "$OUT/payload"
+      echo "payload_check exit code $?"
+      pkill -9 -f sglang 2>/dev/null  # engines a cut-off run left behind
+    fi
   fi
   echo "== rollback ($((SECONDS - start)) s)"
   overlay rollback --env "$ENV_PY"

@@ -84,7 +84,7 @@ def main():
     ap.add_argument("--prompts", required=True)
     ap.add_argument("--n-prompts", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=256)
-    ap.add_argument("--preset", default="first")
+    ap.add_argument("--preset", default="first", help="comma-separated preset names")
     ap.add_argument("--only", default="", help="comma-separated arm names")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
@@ -92,7 +92,8 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     prompts = json.loads(Path(args.prompts).read_text())[: args.n_prompts]
-    arms = presets(args.n_prompts, args.max_new_tokens)[args.preset]
+    table = presets(args.n_prompts, args.max_new_tokens)
+    arms = [arm for name in args.preset.split(",") for arm in table[name]]
     if args.only:
         keep = set(args.only.split(","))
         arms = [a for a in arms if a["name"] in keep]
