@@ -123,3 +123,47 @@ def distribution_test(reference: dict, arm: dict, position: int) -> dict:
         "p_value": float(p_value),
         "draws": [sum(rows[0]), sum(rows[1])],
     }
+
+
+def acceptance_parity(arm: dict, reference: dict, *, tolerance: float = 0.03) -> dict:
+    """Per-prompt acceptance length of an SGLang arm against the offline reference's.
+
+    ``reference`` is the reference decoder's JSON for the same prompts, algorithm and budget
+    (``python -m ddtree_overlay.reference``). SGLang's per-prompt acceptance length is
+    committed tokens per verify round, the prefill token excluded; the reference's is its
+    mean accepted length per round. Prompts whose output equals the reference's token for
+    token are counted apart: only there did both decoders draft from the same contexts.
+    """
+    ours = acceptance_per_prompt(arm)
+    rows = reference["prompts"][: len(ours)]
+    per_prompt = []
+    for i, (value, ref) in enumerate(zip(ours, rows)):
+        if value is None or not ref.get("accept_len_mean"):
+            continue
+        per_prompt.append(
+            {
+                "prompt": i,
+                "sglang": value,
+                "reference": ref["accept_len_mean"],
+                "rel_diff": value / ref["accept_len_mean"] - 1,
+                "same_sequence": list(ref.get("tokens") or ()) == list(arm["outputs"][i]),
+            }
+        )
+
+    def mean(values: list) -> float | None:
+        return sum(values) / len(values) if values else None
+
+    same = [p for p in per_prompt if p["same_sequence"]]
+    ours_mean, theirs_mean = mean([p["sglang"] for p in per_prompt]), mean([p["reference"] for p in per_prompt])
+    return {
+        "arm": arm["arm"],
+        "prompts": len(per_prompt),
+        "sglang_mean": ours_mean,
+        "reference_mean": theirs_mean,
+        "mean_rel_diff": ours_mean / theirs_mean - 1 if ours_mean and theirs_mean else None,
+        "within": sum(abs(p["rel_diff"]) <= tolerance for p in per_prompt),
+        "same_sequence": len(same),
+        "same_sequence_within": sum(abs(p["rel_diff"]) <= tolerance for p in same),
+        "tolerance": tolerance,
+        "per_prompt": per_prompt,
+    }

@@ -57,3 +57,18 @@ def test_distribution_test_accepts_same_law_and_rejects_a_shifted_one():
     shifted = arm("ddtree-t1", draws([3, 5, 2, 1], 3000))
     assert dc.distribution_test(base, same, 1)["p_value"] > 1e-3
     assert dc.distribution_test(base, shifted, 1)["p_value"] < 1e-6
+
+
+def test_acceptance_parity_compares_each_prompt_with_the_reference_run():
+    # prompt 0: 9 tokens after prefill in 3 rounds = 3.0 vs 3.0; prompt 1: 8 in 2 = 4.0 vs 5.0
+    arm = {
+        "arm": "ddtree-b32",
+        "outputs": [[1] * 10, [2] * 9],
+        "meta": [{"completion_tokens": 10, "spec_verify_ct": 3}, {"completion_tokens": 9, "spec_verify_ct": 2}],
+    }
+    reference = {"prompts": [{"accept_len_mean": 3.0, "tokens": [1] * 10}, {"accept_len_mean": 5.0, "tokens": [3] * 9}]}
+    parity = dc.acceptance_parity(arm, reference, tolerance=0.03)
+    assert (parity["prompts"], parity["within"]) == (2, 1)
+    assert (parity["same_sequence"], parity["same_sequence_within"]) == (1, 1)
+    assert parity["mean_rel_diff"] == pytest.approx(3.5 / 4.0 - 1)
+    assert [round(p["rel_diff"], 3) for p in parity["per_prompt"]] == [0.0, -0.2]

@@ -10,7 +10,7 @@
 set -uo pipefail
 bundle=${1:?usage: bash scripts/gpu/evidence.sh BUNDLE [PRESETS [ARMS]]}
 presets=${2:-lossless}
-arms=${3:-plain,ddtree-b32,ddtree-b32-page16,plain-t1,ddtree-b32-t1}
+arms=${3-plain,ddtree-b32,ddtree-b32-page16,plain-t1,ddtree-b32-t1}  # "" runs no extra arms
 smoke=${SMOKE:---prompts 32 --max-new-tokens 256}
 limit_s=${EVIDENCE_LIMIT_S:-590}  # the device command's limit, less the copy-back
 OUT=${OUT:-/tmp/evidence}
@@ -34,11 +34,17 @@ main() {
     if [ -n "$arms" ]; then
       local left=$((limit_s - (SECONDS - start) - 25))  # 25 s: rollback and status
       echo "== payload_check $presets: $arms, at most $left s ($((SECONDS - start)) s)"
-      SGLANG_DDTREE_PROFILE="$OUT/profile.jsonl" timeout -k 5 "$left" python3 scripts/gpu/payload_check.py \
+      # Its own session, so a cut-off kills the engines with it in one go: an orphaned SGLang
+      # scheduler signals its parent's group on the way down, and that must not be this shell.
+      SGLANG_DDTREE_PROFILE="$OUT/profile.jsonl" setsid python3 scripts/gpu/payload_check.py \
         --target "$PWD/$F/target" --draft "$PWD/$F/draft" --prompts "$F/heldout_prompts.json" \
-        --n-prompts 32 --max-new-tokens 256 --preset "$presets" --only "$arms" --out "$OUT/payload"
+        --n-prompts 32 --max-new-tokens 256 --preset "$presets" --only "$arms" --out "$OUT/payload" &
+      local pid=$!
+      (sleep "$left"; kill -KILL -- "-$pid") 2>/dev/null &
+      local cutoff=$!
+      wait "$pid"
       echo "payload_check exit code $?"
-      pkill -9 -f sglang 2>/dev/null  # engines a cut-off run left behind
+      kill "$cutoff" 2>/dev/null
     fi
   fi
   echo "== rollback ($((SECONDS - start)) s)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,16 @@ def run_one(args, prompts, arm, out, results_path) -> bool:
     return done.returncode == 0
 
 
+def reference_for(directory, arm_name):
+    """The offline reference run matching an arm's algorithm and budget, if there is one."""
+    if not directory:
+        return None
+    budget = re.match(r"ddtree-b(\d+)", arm_name)
+    stem = f"ddtree-b{budget.group(1)}" if budget else "dflash" if arm_name.startswith("dflash") else None
+    path = Path(directory) / f"{stem}.json"
+    return json.loads(path.read_text()) if stem and path.exists() else None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
@@ -87,6 +98,11 @@ def main():
     ap.add_argument("--preset", default="first", help="comma-separated preset names")
     ap.add_argument("--only", default="", help="comma-separated arm names")
     ap.add_argument("--out", required=True)
+    ap.add_argument(
+        "--reference-dir",
+        help="offline reference JSONs for the same prompts: dflash.json, ddtree-b<B>.json "
+        "(python -m ddtree_overlay.reference ... --limit N-PROMPTS --max-new-tokens M --no-baseline)",
+    )
     args = ap.parse_args()
 
     out = Path(args.out)
@@ -110,7 +126,7 @@ def main():
             if on_fail:
                 run_one(args, prompts, on_fail, out, results_path)
     records = {r["arm"]: r for r in map(json.loads, results_path.read_text().splitlines())}
-    summary = {"arms": {}, "lossless": [], "distribution": []}
+    summary = {"arms": {}, "lossless": [], "distribution": [], "parity": []}
     for name, rec in records.items():
         if not rec.get("ok"):
             summary["arms"][name] = {"ok": False, "error": rec.get("error"), "traceback": rec.get("traceback")}
@@ -119,6 +135,10 @@ def main():
         base = "plain-flashinfer" if name.endswith("-flashinfer") else "plain"
         if name != base and rec["sampling"]["temperature"] == 0 and records.get(base, {}).get("ok"):
             summary["lossless"].append(dc.lossless_report(records[base], rec))
+        reference = reference_for(args.reference_dir, name) if rec["sampling"]["temperature"] == 0 else None
+        if reference is not None:
+            parity = dc.acceptance_parity(rec, reference)
+            summary["parity"].append({k: v for k, v in parity.items() if k != "per_prompt"})
         if name.endswith("-t1") and name != "plain-t1" and records.get("plain-t1", {}).get("ok"):
             for pos in (1, 2, 3):
                 summary["distribution"].append(dict(dc.distribution_test(records["plain-t1"], rec, pos), arm=name))
