@@ -35,8 +35,11 @@ class Engine:
         if self.algo == "DDTREE" and self.budget in self.b.get("fail_start_budgets", []):
             raise RuntimeError(f"fake start failure at B={self.budget}")
         self.profile = os.environ.get("SGLANG_DDTREE_PROFILE") if self.algo == "DDTREE" else None
+        logged = dict(kwargs)
+        if os.environ.get("SGLANG_DDTREE_TREE_KERNEL"):  # an arm's "env", as the scheduler would see it
+            logged["env:SGLANG_DDTREE_TREE_KERNEL"] = os.environ["SGLANG_DDTREE_TREE_KERNEL"]
         with open(os.environ["FAKE_SGLANG_LOG"], "a") as f:
-            f.write(json.dumps(kwargs, sort_keys=True) + "\n")
+            f.write(json.dumps(logged, sort_keys=True) + "\n")
 
     def _tau(self):
         if self.algo is None:

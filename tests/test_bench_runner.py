@@ -144,6 +144,17 @@ def test_plain_arms_keep_their_one_record_format(tmp_path: Path) -> None:
     assert record["meta"][0]["completion_tokens"] == 3 and len(record["top2_margins"][0]) == 3
 
 
+def test_an_arms_env_reaches_its_engine_only(tmp_path: Path) -> None:
+    plain = {"engine": {}, "sampling": {"max_new_tokens": 3}}
+    arms = [
+        plain | {"name": "triton-tree", "env": {"SGLANG_DDTREE_TREE_KERNEL": "triton"}},
+        plain | {"name": "default-tree"},
+    ]
+    done, records, engines = run_runner(tmp_path, {"arms": arms})
+    assert done.returncode == 0 and [r["arm"] for r in records] == ["triton-tree", "default-tree"]
+    assert [e.get("env:SGLANG_DDTREE_TREE_KERNEL") for e in engines] == ["triton", None]
+
+
 def test_an_sglang_that_cannot_import_fails_each_engine_not_the_runner(tmp_path: Path) -> None:
     broken = tmp_path / "broken" / "sglang"
     broken.mkdir(parents=True)

@@ -19,6 +19,7 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
         "sglang/srt/speculative/ddtree_spec.py",
         "sglang/srt/speculative/ddtree_utils.py",
+        "sglang/srt/speculative/ddtree_kernels.py",
         "sglang/srt/speculative/ddtree_info.py",
         "sglang/srt/speculative/ddtree_worker_v2.py",
         "sglang/srt/speculative/ddtree_contract.py",

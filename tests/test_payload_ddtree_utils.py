@@ -245,3 +245,24 @@ def test_widths():
     assert du.num_verify_tokens_for(32, 16) == 33
     assert du.max_accept_width(4, 16) == 5
     assert du.max_accept_width(64, 16) == 16
+
+
+def test_build_verify_inputs_is_tree_then_buffers_then_mask():
+    logits = torch.randn(2, 15, 40, generator=torch.Generator().manual_seed(3))
+    topk = du.compute_draft_topk(logits, 8)
+    roots, prefix = torch.tensor([5, 9]), torch.tensor([3, 7])
+    tensors, mask = du.build_verify_inputs(topk, 8, roots, prefix, 16, 15, 16 * (10 + 2 * 16) + 5)
+    buffers = du.tree_to_verify_buffers(
+        du.build_ddtree_tree(topk, 8), root_tokens=roots, prefix_lens=prefix, num_verify_tokens=16, max_depth=15
+    )
+    for field in ("draft_token", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling"):
+        assert torch.equal(getattr(tensors, field), getattr(buffers, field)), field
+    assert torch.equal(mask, du.build_tree_custom_mask(buffers.ancestor_mask, prefix, mask.numel()))
+
+
+def test_tree_stage_is_torch_by_default_and_a_typo_is_refused(monkeypatch):
+    monkeypatch.delenv(du.TREE_STAGE_ENV, raising=False)
+    assert du.select_tree_stage() is du.build_verify_inputs
+    monkeypatch.setenv(du.TREE_STAGE_ENV, "trition")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be 'torch' or 'triton'"):
+        du.select_tree_stage()

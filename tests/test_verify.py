@@ -19,6 +19,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.model_executor.runner.decode_cuda_graph_runner",
     "sglang.srt.speculative.ddtree_spec",
     "sglang.srt.speculative.ddtree_utils",
+    "sglang.srt.speculative.ddtree_kernels",
     "sglang.srt.speculative.ddtree_info",
     "sglang.srt.speculative.ddtree_worker_v2",
     "sglang.srt.speculative.ddtree_contract",

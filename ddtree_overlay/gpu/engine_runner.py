@@ -7,12 +7,13 @@ standard library at module level (sglang and torch inside functions). PLAN:
 
     {"target": DIR, "draft": DIR, "prompts": [[ids...], ...],
      "arms": [{"name": str, "engine": {Engine kwargs}, "sampling": {...},
-               "repeat": int, "top2": bool}]}
+               "repeat": int, "top2": bool, "env": {NAME: value}}]}
 
 Each arm starts an Engine, warms it up, decodes every prompt at once (repeat
 times each, as concurrent requests), checks the engine is still healthy after
 going idle (SGLang's strict KV-leak check raises on idle), shuts down, and
-appends one JSON line to OUT. A line per arm also goes to stdout, prefixed
+appends one JSON line to OUT. ``env`` is set while the arm's engine lives (its
+scheduler process inherits it), e.g. ``SGLANG_DDTREE_TREE_KERNEL``. A line per arm also goes to stdout, prefixed
 ``ARM``, so a caller can show progress.
 
 An arm with ``"cells"`` instead serves several measurements from one engine
@@ -41,6 +42,7 @@ import os
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 
 BASE_ENGINE = {
     "skip_tokenizer_init": True,
@@ -90,7 +92,26 @@ def _decoded(outs: list, decode_s: float, *, top2: bool) -> dict:
     return fields
 
 
+@contextmanager
+def _environment(overrides: dict):
+    saved = {name: os.environ.get(name) for name in overrides}
+    os.environ.update({name: str(value) for name, value in overrides.items()})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def run_arm(plan: dict, arm: dict) -> dict:
+    with _environment(arm.get("env", {})):
+        return _run_arm(plan, arm)
+
+
+def _run_arm(plan: dict, arm: dict) -> dict:
     import sglang as sgl
 
     kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))

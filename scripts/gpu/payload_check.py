@@ -28,6 +28,7 @@ GRAPH = {
 }
 # The T=1 arms send 512 single-prompt draws; 32 at a time keeps them on the captured graphs.
 WAVES = {"max_running_requests": 32}
+TRITON_TREE = {"SGLANG_DDTREE_TREE_KERNEL": "triton"}
 
 
 def ddtree(budget, **extra):
@@ -54,6 +55,14 @@ def presets(n_prompts, max_new):
             {"name": "ddtree-b32-page16", "engine": ddtree(32, page_size=16), "sampling": greedy},
             {"name": "plain-t1", "engine": dict(GRAPH, **WAVES), "sampling": sampled, "repeat": 512, "prompts": 1},
             {"name": "ddtree-b32-t1", "engine": ddtree(32, **WAVES), "sampling": sampled, "repeat": 512, "prompts": 1},
+        ],
+        # The tree stage as Triton kernels against the torch ops (same engine settings).
+        "kernels": [
+            {"name": "plain", "engine": GRAPH, "sampling": greedy, "top2": True},
+            {"name": "ddtree-b15-torch", "engine": ddtree(15), "sampling": greedy},
+            {"name": "ddtree-b15-triton", "engine": ddtree(15), "sampling": greedy, "env": TRITON_TREE},
+            {"name": "ddtree-b32-torch", "engine": ddtree(32), "sampling": greedy},
+            {"name": "ddtree-b32-triton", "engine": ddtree(32), "sampling": greedy, "env": TRITON_TREE},
         ],
         "flashinfer": [
             {"name": "plain-flashinfer", "engine": dict(GRAPH, attention_backend="flashinfer"), "sampling": greedy, "top2": True},

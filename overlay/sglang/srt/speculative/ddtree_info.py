@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode
-from sglang.srt.speculative.ddtree_utils import DDTreeVerifyBuffers
+from sglang.srt.speculative.ddtree_utils import DDTreeVerifyTensors
 from sglang.srt.speculative.dflash_info import DFlashVerifyInput
 
 
@@ -44,7 +44,7 @@ class DDTreeVerifyInput(DFlashVerifyInput):
     def from_tree(
         cls,
         *,
-        buffers: DDTreeVerifyBuffers,
+        buffers: DDTreeVerifyTensors,
         custom_mask: torch.Tensor,
         max_accept_width: int,
         **extra,

@@ -23,10 +23,15 @@ scheduling; it also runs on CPU, where the tests compare it with a heap oracle.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import List
+from typing import Callable, List
 
 import torch
+
+# Which implementation runs a round's tree stage: "torch" (these functions) or "triton"
+# (ddtree_kernels: two launches instead of ~150; opt-in until it has run on a GPU).
+TREE_STAGE_ENV = "SGLANG_DDTREE_TREE_KERNEL"
 
 
 def num_verify_tokens_for(budget: int, block_size: int) -> int:
@@ -92,6 +97,21 @@ class DDTreeVerifyBuffers:
     retrieve_next_token: torch.Tensor
     retrieve_next_sibling: torch.Tensor
     ancestor_mask: torch.Tensor
+
+
+@dataclass(frozen=True)
+class DDTreeVerifyTensors:
+    """What the verify forward and the accept kernels read of a round's trees.
+
+    ``DDTreeVerifyBuffers`` without the [bs, N, N] ancestor mask, which only
+    feeds the custom mask. Shape: every field [bs, N], int64.
+    """
+
+    draft_token: torch.Tensor
+    positions: torch.Tensor
+    retrieve_index: torch.Tensor
+    retrieve_next_token: torch.Tensor
+    retrieve_next_sibling: torch.Tensor
 
 
 def compute_draft_topk(logits: torch.Tensor, k: int) -> DDTreeDraftTopK:
@@ -298,6 +318,50 @@ def build_tree_custom_mask(
     mask = torch.ones((int(capacity),), dtype=torch.bool, device=device)
     mask[index.reshape(-1)] = ancestor_mask.reshape(-1)
     return mask
+
+
+def build_verify_inputs(
+    topk: DDTreeDraftTopK,
+    budget: int,
+    root_tokens: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    num_verify_tokens: int,
+    max_depth: int,
+    mask_capacity: int,
+) -> tuple[DDTreeVerifyTensors, torch.Tensor]:
+    """A round's tree stage in torch: tree, verify tensors and the FULL mask.
+
+    ``ddtree_kernels.build_verify_inputs`` does the same in two Triton launches.
+    """
+    tree = build_ddtree_tree(topk, budget)
+    buffers = tree_to_verify_buffers(
+        tree,
+        root_tokens=root_tokens,
+        prefix_lens=prefix_lens,
+        num_verify_tokens=num_verify_tokens,
+        max_depth=max_depth,
+    )
+    mask = build_tree_custom_mask(buffers.ancestor_mask, prefix_lens, mask_capacity)
+    tensors = DDTreeVerifyTensors(
+        draft_token=buffers.draft_token,
+        positions=buffers.positions,
+        retrieve_index=buffers.retrieve_index,
+        retrieve_next_token=buffers.retrieve_next_token,
+        retrieve_next_sibling=buffers.retrieve_next_sibling,
+    )
+    return tensors, mask
+
+
+def select_tree_stage(choice: str | None = None) -> Callable[..., tuple]:
+    """``build_verify_inputs`` of the implementation ``SGLANG_DDTREE_TREE_KERNEL`` names."""
+    choice = os.environ.get(TREE_STAGE_ENV, "torch") if choice is None else choice
+    if choice == "torch":
+        return build_verify_inputs
+    if choice == "triton":
+        from sglang.srt.speculative.ddtree_kernels import build_verify_inputs as kernels_stage
+
+        return kernels_stage
+    raise ValueError(f"{TREE_STAGE_ENV} must be 'torch' or 'triton', got {choice!r}.")
 
 
 def follow_verified_tree_cpu(

@@ -39,11 +39,9 @@ from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
 from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler
 from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTopK,
-    build_ddtree_tree,
-    build_tree_custom_mask,
     compute_draft_topk,
     max_accept_width,
-    tree_to_verify_buffers,
+    select_tree_stage,
 )
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
@@ -74,17 +72,20 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self._verify_offsets = torch.arange(
             num_verify_tokens, dtype=torch.int64, device=self.device
         )
+        # SGLANG_DDTREE_TREE_KERNEL=torch|triton: who builds the tree, verify tensors and mask.
+        self.build_verify_inputs = select_tree_stage()
         # SGLANG_DDTREE_PROFILE=path: per-stage GPU ms per round (a no-op when unset).
         self.profiler = get_ddtree_profiler()
         if getattr(self, "tp_rank", 0) == 0:
             logger.info(
                 "DDTREE worker ready: budget=%d, block_size=%d, verify width=%d, "
-                "accept width=%d, top-k=%d",
+                "accept width=%d, top-k=%d, tree stage=%s",
                 self.budget,
                 self.block_size,
                 self.num_verify_tokens,
                 self.accept_width,
                 self.draft_topk,
+                self.build_verify_inputs.__module__.rsplit(".", 1)[-1],
             )
 
     def init_attention_backends(self):
@@ -151,20 +152,19 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         with profiler.stage("topk"):
             draft_topk = self._draft_topk(draft_hidden)
         with profiler.stage("tree"):
-            tree = build_ddtree_tree(draft_topk, self.budget)
-            buffers = tree_to_verify_buffers(
-                tree,
-                root_tokens=root_tokens(draft_input),
-                prefix_lens=prefix_lens,
-                num_verify_tokens=self.num_verify_tokens,
-                max_depth=self.block_size - 1,
-            )
             n = self.num_verify_tokens
+            verify_tensors, custom_mask = self.build_verify_inputs(
+                draft_topk,
+                self.budget,
+                root_tokens(draft_input),
+                prefix_lens,
+                n,
+                self.block_size - 1,  # deepest node
+                n * (seq_lens_sum + bs * n),  # mask capacity from host-side length bounds
+            )
             verify_input = DDTreeVerifyInput.from_tree(
-                buffers=buffers,
-                custom_mask=build_tree_custom_mask(
-                    buffers.ancestor_mask, prefix_lens, n * (seq_lens_sum + bs * n)
-                ),
+                buffers=verify_tensors,
+                custom_mask=custom_mask,
                 max_accept_width=self.accept_width,
                 **verify_input_extras(window),
             )

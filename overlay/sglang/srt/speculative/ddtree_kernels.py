@@ -1,0 +1,392 @@
+"""DDTREE: tree construction and verify bookkeeping as two Triton kernels.
+
+The same outputs as ``ddtree_utils``'s ``build_ddtree_tree`` ->
+``tree_to_verify_buffers`` -> ``build_tree_custom_mask`` (the torch versions
+stay the oracle), in two launches instead of ~150 small torch ones: a round's
+tree stage is bound by CPU launch time, not by GPU work.
+
+- ``_best_first_tree_kernel`` (one program per request) pops the paper's
+  best-first heap B times, ties broken as ``build_ddtree_tree`` orders nodes;
+- ``_verify_inputs_kernel`` (one program per request and tile of verify rows)
+  writes the [bs, N] verify tensors and the FULL custom mask.
+
+Vocabulary as in ``ddtree_utils``. Shape-static and free of host syncs, so it
+runs under overlap scheduling.
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+from sglang.srt.speculative.ddtree_utils import (
+    DDTreeDraftTopK,
+    DDTreeDraftTree,
+    DDTreeVerifyTensors,
+)
+
+# Elements of one verify kernel tile ([rows, NODE_BLOCK] ancestor bits).
+_VERIFY_TILE_ELEMS = 4096
+_PREFIX_BLOCK = 256
+_BATCH_BLOCK = 64
+_INT32_MAX = 2**31 - 1
+
+
+@triton.jit
+def _order_key(score, key):
+    """One int64 whose max is the best candidate: score desc, then key asc.
+
+    The fp32 score's bits are mapped to an int32 of the same order (negative
+    floats flip their magnitude bits; ``+ 0.0`` folds -0.0 into +0.0) and put
+    above the complement of the tie key, so a single max reduction pops.
+    """
+    bits = (score + 0.0).to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - key).to(tl.int64)
+
+
+@triton.jit
+def _split_order_key(best):
+    """Inverse of ``_order_key``: (score, key)."""
+    ordered = (best >> 32).to(tl.int32)
+    bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
+    key = 0x7FFFFFFF - (best - ((best >> 32) << 32)).to(tl.int32)
+    return bits.to(tl.float32, bitcast=True), key
+
+
+@triton.jit
+def _best_first_tree_kernel(
+    log_probs_ptr,  # [bs, L, K] fp32, contiguous, sorted desc along K
+    token_ids_ptr,  # [bs, L, K] int64, contiguous
+    tokens_ptr,  # [bs, B] int64 out
+    parents_ptr,  # [bs, B] int64 out
+    depths_ptr,  # [bs, B] int64 out
+    scores_ptr,  # [bs, B] fp32 out
+    depth_limit,
+    topk_width,
+    budget,
+    BUDGET_BLOCK: tl.constexpr,
+):
+    """Pop the best-first heap B times for one request (paper Alg. 1).
+
+    A candidate is a prefix (depth d, rank r under parent p) whose parent has
+    been popped. Popping it adds its next sibling (d, r + 1) and its first
+    child (d + 1, 0); both scores are parent score + one log-prob, summed in
+    the order ``build_ddtree_tree`` sums them, so scores are bit-identical.
+    Pops go by (score desc, depth asc, parent node asc, rank asc): the tie
+    key is ``(d - 1, p, r)`` packed as an int. Each candidate lives in a slot;
+    a sibling replaces its elder in place and the child of pop i takes slot
+    i + 1, so B slots are enough (a child pushed by the last pop is never
+    popped).
+    """
+    req = tl.program_id(0).to(tl.int64)
+    log_probs = log_probs_ptr + req * depth_limit * topk_width
+    parent_span = budget + 1
+    depth_stride = parent_span * topk_width  # key units per depth
+
+    slot = tl.arange(0, BUDGET_BLOCK)
+    score = tl.where(slot == 0, tl.load(log_probs), float("-inf"))  # (depth 1, rank 0)
+    parent_score = tl.zeros([BUDGET_BLOCK], tl.float32)
+    key = tl.zeros([BUDGET_BLOCK], tl.int32)
+    popped_key = tl.zeros([BUDGET_BLOCK], tl.int32)
+    popped_score = tl.full([BUDGET_BLOCK], float("-inf"), tl.float32)
+
+    for node in range(budget):
+        order = _order_key(score, key)
+        best = tl.max(order, axis=0)
+        best_score, best_key = _split_order_key(best)
+        # Every finite prefix pops before any -inf one; after that, nothing changes.
+        live = best_score > float("-inf")
+        popped_key = tl.where(slot == node, best_key, popped_key)
+        popped_score = tl.where(slot == node, best_score, popped_score)
+
+        rank = best_key % topk_width
+        depth0 = best_key // depth_stride
+        sibling_lp = tl.load(
+            log_probs + depth0 * topk_width + rank + 1,
+            mask=live & (rank + 1 < topk_width),
+            other=float("-inf"),
+        )
+        # Per slot rather than `& live` (same thing): Triton's CPU interpreter
+        # broadcasts a scalar bool to a float block, which `&` then rejects.
+        is_popped = (order == best) & (score > float("-inf"))
+        score = tl.where(is_popped, parent_score + sibling_lp, score)
+        key = tl.where(is_popped, key + 1, key)
+
+        child_lp = tl.load(
+            log_probs + (depth0 + 1) * topk_width,
+            mask=live & (depth0 + 1 < depth_limit),
+            other=float("-inf"),
+        )
+        is_child_slot = slot == tl.where(live, node + 1, BUDGET_BLOCK)
+        score = tl.where(is_child_slot, best_score + child_lp, score)
+        parent_score = tl.where(is_child_slot, best_score, parent_score)
+        key = tl.where(is_child_slot, (depth0 + 1) * depth_stride + (node + 1) * topk_width, key)
+
+    rank = popped_key % topk_width
+    parent = (popped_key // topk_width) % parent_span
+    depth0 = popped_key // depth_stride
+    reachable = popped_score > float("-inf")
+    in_budget = slot < budget
+    out = req * budget + slot
+    token = tl.load(
+        token_ids_ptr + req * depth_limit * topk_width + depth0 * topk_width + rank,
+        mask=in_budget & reachable,
+        other=0,
+    )
+    tl.store(tokens_ptr + out, token, mask=in_budget)
+    tl.store(parents_ptr + out, tl.where(reachable, parent, -1).to(tl.int64), mask=in_budget)
+    tl.store(depths_ptr + out, tl.where(reachable, depth0 + 1, 0).to(tl.int64), mask=in_budget)
+    tl.store(scores_ptr + out, popped_score, mask=in_budget)
+
+
+@triton.jit
+def _parent_of(tree_parents, node, budget):
+    """Parent of verify node ``node`` (root, padding and unreachable: -1)."""
+    in_tree = (node >= 1) & (node <= budget)
+    return tl.load(tree_parents + node - 1, mask=in_tree, other=-1).to(tl.int32)
+
+
+@triton.jit
+def _prefix_len_sums(prefix_lens_ptr, req, batch_size, BATCH_BLOCK: tl.constexpr):
+    """(sum of prefix_lens before request ``req``, sum over the batch), int64."""
+    before = tl.zeros([], tl.int64)
+    total = tl.zeros([], tl.int64)
+    for start in range(0, batch_size, BATCH_BLOCK):
+        idx = start + tl.arange(0, BATCH_BLOCK)
+        lens = tl.load(prefix_lens_ptr + idx, mask=idx < batch_size, other=0).to(tl.int64)
+        before += tl.sum(tl.where(idx < req, lens, 0), axis=0)
+        total += tl.sum(lens, axis=0)
+    return before, total
+
+
+@triton.jit
+def _fill_true(mask_ptr, start, stop, BLOCK: tl.constexpr):
+    for offset in range(start, stop, BLOCK):
+        idx = offset + tl.arange(0, BLOCK)
+        tl.store(mask_ptr + idx, tl.full([BLOCK], 1, tl.int1), mask=idx < stop)
+
+
+# batch_size and mask_capacity change every round: no value specialisation (== 1,
+# divisible by 16), so they never trigger a recompile mid-serving.
+@triton.jit(do_not_specialize=["batch_size", "mask_capacity"])
+def _verify_inputs_kernel(
+    tree_tokens_ptr,  # [bs, B] int64
+    tree_parents_ptr,  # [bs, B] int64
+    tree_depths_ptr,  # [bs, B] int64
+    root_tokens_ptr,  # [bs]
+    prefix_lens_ptr,  # [bs]
+    draft_token_ptr,  # [bs, N] int64 out, and the four below
+    positions_ptr,
+    retrieve_index_ptr,
+    next_token_ptr,
+    next_sibling_ptr,
+    mask_ptr,  # [capacity] bool out
+    batch_size,
+    budget,
+    num_verify_tokens,
+    num_hops,
+    mask_capacity,
+    NODE_BLOCK: tl.constexpr,
+    ROW_BLOCK: tl.constexpr,
+    PREFIX_BLOCK: tl.constexpr,
+    BATCH_BLOCK: tl.constexpr,
+):
+    """Verify rows [tile * ROW_BLOCK, ...) of one request: root, nodes 1..B, padding.
+
+    Besides its rows' entries of the [bs, N] tensors, a program writes its
+    rows of the request's FULL mask block (prefix columns True, tree columns
+    ancestor-or-self, found by ``num_hops`` parent hops) and an even share of
+    the tail past the exact mask length (True, as ``build_tree_custom_mask``
+    leaves it; CUDA-graph padding may read it). Every mask store is bounded
+    by ``mask_capacity``.
+    """
+    req = tl.program_id(0)
+    tile = tl.program_id(1)
+    n = num_verify_tokens
+    rows = tile * ROW_BLOCK + tl.arange(0, ROW_BLOCK)
+    cols = tl.arange(0, NODE_BLOCK)
+    row_ok = rows < n
+    col_ok = cols < n
+    tree = req.to(tl.int64) * budget
+    row_parent = _parent_of(tree_parents_ptr + tree, rows, budget)
+    col_parent = _parent_of(tree_parents_ptr + tree, cols, budget)
+
+    # Left-child / right-sibling links; children are in index order, best draft first.
+    is_child = col_parent[None, :] == rows[:, None]
+    first_child = tl.min(tl.where(is_child, cols[None, :], NODE_BLOCK), axis=1)
+    is_younger_sibling = (
+        (col_parent[None, :] == row_parent[:, None])
+        & (row_parent[:, None] >= 0)
+        & (cols[None, :] > rows[:, None])
+    )
+    next_sibling = tl.min(tl.where(is_younger_sibling, cols[None, :], NODE_BLOCK), axis=1)
+
+    in_tree = (rows >= 1) & (rows <= budget)
+    token = tl.load(tree_tokens_ptr + tree + rows - 1, mask=in_tree, other=0).to(tl.int64)
+    root_token = tl.load(root_tokens_ptr + req).to(tl.int64)
+    token = tl.where(rows == 0, root_token, token)
+    depth = tl.load(tree_depths_ptr + tree + rows - 1, mask=in_tree, other=0).to(tl.int64)
+    prefix_len = tl.load(prefix_lens_ptr + req).to(tl.int64)
+
+    out = req.to(tl.int64) * n + rows
+    tl.store(draft_token_ptr + out, token, mask=row_ok)
+    tl.store(positions_ptr + out, prefix_len + depth, mask=row_ok)
+    tl.store(retrieve_index_ptr + out, out, mask=row_ok)
+    tl.store(
+        next_token_ptr + out,
+        tl.where(first_child < NODE_BLOCK, first_child, -1).to(tl.int64),
+        mask=row_ok,
+    )
+    tl.store(
+        next_sibling_ptr + out,
+        tl.where(next_sibling < NODE_BLOCK, next_sibling, -1).to(tl.int64),
+        mask=row_ok,
+    )
+
+    # Ancestor-or-self: hop up from each row; the root, padding and unreachable
+    # nodes have no parent and stay put.
+    hop = rows
+    visible = cols[None, :] == hop[:, None]
+    for _ in range(num_hops):
+        up = _parent_of(tree_parents_ptr + tree, hop, budget)
+        hop = tl.where(up >= 0, up, hop)
+        visible = visible | (cols[None, :] == hop[:, None])
+
+    prefix_before, prefix_total = _prefix_len_sums(prefix_lens_ptr, req, batch_size, BATCH_BLOCK)
+    row_len = prefix_len + n
+    row_start = n * prefix_before + req.to(tl.int64) * n * n + rows.to(tl.int64) * row_len
+    tree_at = row_start[:, None] + prefix_len + cols[None, :]
+    tl.store(
+        mask_ptr + tree_at,
+        visible,
+        mask=row_ok[:, None] & col_ok[None, :] & (tree_at < mask_capacity),
+    )
+    for offset in range(0, prefix_len, PREFIX_BLOCK):
+        col = offset + tl.arange(0, PREFIX_BLOCK)
+        prefix_at = row_start[:, None] + col[None, :]
+        tl.store(
+            mask_ptr + prefix_at,
+            tl.full([ROW_BLOCK, PREFIX_BLOCK], 1, tl.int1),
+            mask=row_ok[:, None] & (col[None, :] < prefix_len) & (prefix_at < mask_capacity),
+        )
+
+    exact_len = (prefix_total + batch_size * n) * n
+    tail = tl.maximum(mask_capacity - exact_len, 0)
+    programs = batch_size * tl.num_programs(1)
+    share = (tail + programs - 1) // programs
+    start = exact_len + (req * tl.num_programs(1) + tile) * share
+    _fill_true(mask_ptr, start, tl.minimum(start + share, mask_capacity), PREFIX_BLOCK)
+
+
+def build_tree(topk: DDTreeDraftTopK, budget: int) -> DDTreeDraftTree:
+    """``build_ddtree_tree`` as one Triton launch (one program per request).
+
+    Same nodes, parents, depths and scores; on exact score ties the order is
+    (score desc, depth asc, parent node asc, rank asc), which is what
+    ``build_ddtree_tree`` gives when its per-depth ``topk`` keeps tied
+    candidates in index order. Unreachable nodes carry token 0.
+    """
+    log_probs = topk.log_probs.float().contiguous()
+    token_ids = topk.token_ids.contiguous()
+    bs, depth_limit, topk_width = log_probs.shape
+    budget = int(budget)
+    device = log_probs.device
+    if budget > 0 and depth_limit == 0:
+        raise ValueError("DDTREE needs at least one draft position (block_size >= 2).")
+    if depth_limit * (budget + 1) * topk_width > _INT32_MAX:
+        raise ValueError(
+            f"DDTREE tree too large for the kernel's int32 node key: L={depth_limit}, "
+            f"B={budget}, K={topk_width}."
+        )
+    columns = torch.empty((3, bs, budget), dtype=torch.int64, device=device)
+    tokens, parents, depths = columns.unbind(0)
+    scores = torch.empty((bs, budget), dtype=torch.float32, device=device)
+    if budget > 0 and bs > 0:
+        block = triton.next_power_of_2(budget)
+        _best_first_tree_kernel[(bs,)](
+            log_probs, token_ids, tokens, parents, depths, scores,
+            depth_limit, topk_width, budget,
+            BUDGET_BLOCK=block,
+            num_warps=1 if block <= 256 else 4,  # the pop loop is latency-bound: one warp, no barriers
+        )
+    return DDTreeDraftTree(tokens=tokens, parent_indices=parents, depths=depths, log_scores=scores)
+
+
+def write_verify_inputs(
+    tree: DDTreeDraftTree,
+    root_tokens: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    num_verify_tokens: int,
+    max_depth: int,
+    mask_capacity: int,
+) -> Tuple[DDTreeVerifyTensors, torch.Tensor]:
+    """``tree_to_verify_buffers`` + ``build_tree_custom_mask`` as one Triton launch.
+
+    Args:
+        tree: [bs, B] trees, parents before children.
+        root_tokens: the bonus token of the last verify. Shape: [bs].
+        prefix_lens: committed length (the seq_lens of the mask). Shape: [bs].
+        num_verify_tokens: N >= B + 1.
+        max_depth: a bound on node depth; min(max_depth, B) parent hops.
+        mask_capacity: length of the returned mask, >= the exact total
+            sum(N * (prefix_len + N)); entries past the total are True.
+
+    Returns the [bs, N] int64 verify tensors and the bool [mask_capacity] mask.
+    """
+    bs, budget = tree.tokens.shape
+    n = int(num_verify_tokens)
+    if n < budget + 1:
+        raise ValueError(f"DDTREE num_verify_tokens must be >= budget + 1, got {n} < {budget + 1}.")
+    device = tree.tokens.device
+    outputs = torch.empty((5, bs, n), dtype=torch.int64, device=device)
+    mask = torch.empty((int(mask_capacity),), dtype=torch.bool, device=device)
+    if bs > 0:
+        node_block = triton.next_power_of_2(n)
+        row_block = max(1, min(node_block, _VERIFY_TILE_ELEMS // node_block))
+        tree_tokens, tree_parents, tree_depths = (
+            t.contiguous() for t in (tree.tokens, tree.parent_indices, tree.depths)
+        )
+        _verify_inputs_kernel[(bs, triton.cdiv(n, row_block))](
+            tree_tokens, tree_parents, tree_depths,
+            root_tokens.reshape(bs).contiguous(), prefix_lens.reshape(bs).contiguous(),
+            *outputs.unbind(0), mask,
+            bs, budget, n, min(int(max_depth), budget), int(mask_capacity),
+            NODE_BLOCK=node_block,
+            ROW_BLOCK=row_block,
+            PREFIX_BLOCK=_PREFIX_BLOCK,
+            BATCH_BLOCK=_BATCH_BLOCK,
+            num_warps=4,
+        )
+    draft_token, positions, retrieve_index, next_token, next_sibling = outputs.unbind(0)
+    tensors = DDTreeVerifyTensors(
+        draft_token=draft_token,
+        positions=positions,
+        retrieve_index=retrieve_index,
+        retrieve_next_token=next_token,
+        retrieve_next_sibling=next_sibling,
+    )
+    return tensors, mask
+
+
+def build_verify_inputs(
+    topk: DDTreeDraftTopK,
+    budget: int,
+    root_tokens: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    num_verify_tokens: int,
+    max_depth: int,
+    mask_capacity: int,
+) -> Tuple[DDTreeVerifyTensors, torch.Tensor]:
+    """One round's tree stage in two launches: ``build_tree`` then ``write_verify_inputs``.
+
+    Replaces ``build_ddtree_tree`` -> ``tree_to_verify_buffers`` ->
+    ``build_tree_custom_mask``; see those for the shapes and layout.
+    """
+    tree = build_tree(topk, budget)
+    return write_verify_inputs(
+        tree, root_tokens, prefix_lens, num_verify_tokens, max_depth, mask_capacity
+    )

@@ -1,0 +1,346 @@
+"""The payload's Triton tree kernels (overlay/.../ddtree_kernels.py) against the torch oracle.
+
+No GPU here: the kernels run in Triton's CPU interpreter and their sm_90 build is checked by
+compiling them ahead of time in a subprocess. TRITON_INTERPRET=1 is set only while triton is
+first imported, the kernels module loads and a kernel runs, so no other test (nor any
+subprocess) sees it; triton itself does stay in interpreter mode in this process, and no other
+test uses it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from payload_modules import OVERLAY, load_payload_module
+
+NEG_INF = float("-inf")
+
+
+@contextlib.contextmanager
+def triton_interpreter():
+    """TRITON_INTERPRET=1 for the block only.
+
+    Triton reads it when a function is decorated (its own library functions at its first
+    import, ours when the module loads) and again while a kernel runs.
+    """
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+with triton_interpreter():
+    triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+if not isinstance(triton.language.zeros, InterpretedFunction):
+    pytest.skip(
+        "triton was imported before this module could turn its interpreter on; "
+        "run this file in a process of its own",
+        allow_module_level=True,
+    )
+
+du = load_payload_module("sglang.srt.speculative.ddtree_utils")
+KERNELS_PATH = OVERLAY / "sglang/srt/speculative/ddtree_kernels.py"
+
+
+@pytest.fixture(scope="module")
+def dk():
+    """The kernels module, decorated for the interpreter, under a private name."""
+    spec = importlib.util.spec_from_file_location("ddtree_kernels_interpreted", KERNELS_PATH)
+    module = importlib.util.module_from_spec(spec)
+    with triton_interpreter():
+        spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def interpret(dk):
+    with triton_interpreter():
+        yield dk
+
+
+def random_topk(bs, depth_limit, vocab, budget, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(bs, depth_limit, vocab, generator=g) * 2.0
+    return du.compute_draft_topk(logits, min(budget, vocab))
+
+
+def truncated_topk(bs, depth_limit, k, seed, max_finite=3):
+    """Sorted log-probs with 1..max_finite finite ranks per position, -inf after."""
+    g = torch.Generator().manual_seed(seed)
+    log_probs = -torch.rand(bs, depth_limit, k, generator=g).mul(4.0).sort(-1).values
+    finite = torch.randint(1, max_finite + 1, (bs, depth_limit, 1), generator=g)
+    log_probs = torch.where(torch.arange(k) < finite, log_probs, NEG_INF)
+    token_ids = torch.stack([torch.randperm(1000, generator=g)[:k] for _ in range(bs * depth_limit)])
+    return du.DDTreeDraftTopK(log_probs=log_probs, token_ids=token_ids.view(bs, depth_limit, k))
+
+
+def tied_topk(bs, depth_limit, k, seed):
+    """Log-probs from a few small integers: many prefixes with exactly the same fp32 score."""
+    g = torch.Generator().manual_seed(seed)
+    values = -torch.randint(0, 3, (bs, depth_limit, k), generator=g).float()
+    log_probs = values.sort(-1, descending=True).values
+    token_ids = torch.stack([torch.randperm(1000, generator=g)[:k] for _ in range(bs * depth_limit)])
+    return du.DDTreeDraftTopK(log_probs=log_probs, token_ids=token_ids.view(bs, depth_limit, k))
+
+
+def f32_add(a, b):
+    return float(np.float32(a) + np.float32(b))
+
+
+def tie_rule_heap(log_probs, token_ids, budget):
+    """Best-first heap with the kernels' tie rule: (score desc, depth, parent node, rank)."""
+    depth_limit, k = log_probs.shape
+    lp = log_probs.tolist()
+    heap = [(-lp[0][0], 1, 0, 0, 0.0)]  # (-score, depth, parent, rank, parent score)
+    tokens, parents, depths, scores = [], [], [], []
+    while heap and len(tokens) < budget and heap[0][0] != -NEG_INF:
+        neg, depth, parent, rank, parent_score = heapq.heappop(heap)
+        score = -neg
+        tokens.append(int(token_ids[depth - 1, rank]))
+        parents.append(parent)
+        depths.append(depth)
+        scores.append(score)
+        if rank + 1 < k:
+            sib = f32_add(parent_score, lp[depth - 1][rank + 1])
+            heapq.heappush(heap, (-sib, depth, parent, rank + 1, parent_score))
+        if depth < depth_limit:
+            heapq.heappush(heap, (-f32_add(score, lp[depth][0]), depth + 1, len(tokens), 0, score))
+    missing = budget - len(tokens)
+    return tokens + [0] * missing, parents + [-1] * missing, depths + [0] * missing, scores + [NEG_INF] * missing
+
+
+def assert_same_tree(got, want):
+    reachable = want.parent_indices >= 0
+    assert torch.equal(got.parent_indices, want.parent_indices)
+    assert torch.equal(got.depths, want.depths)
+    assert torch.equal(got.log_scores, want.log_scores)
+    assert torch.equal(got.tokens[reachable], want.tokens[reachable])
+    assert (got.tokens[~reachable] == 0).all()
+
+
+def assert_valid_best_tree(tree, topk, reference):
+    """Prefix-closed, parents before children, scores summed along the path, best-B scores."""
+    bs, budget = tree.tokens.shape
+    lp = topk.log_probs
+    for b in range(bs):
+        parents, depths = tree.parent_indices[b].tolist(), tree.depths[b].tolist()
+        tokens, scores = tree.tokens[b].tolist(), tree.log_scores[b].tolist()
+        seen = set()
+        for i in range(budget):
+            if parents[i] < 0:
+                assert depths[i] == 0 and scores[i] == NEG_INF
+                continue
+            p = parents[i]
+            assert 0 <= p <= i
+            parent_depth = 0 if p == 0 else depths[p - 1]
+            parent_score = 0.0 if p == 0 else scores[p - 1]
+            assert depths[i] == parent_depth + 1
+            rank = topk.token_ids[b, depths[i] - 1].tolist().index(tokens[i])
+            assert scores[i] == f32_add(parent_score, float(lp[b, depths[i] - 1, rank]))
+            prefix = (p, tokens[i])
+            assert prefix not in seen
+            seen.add(prefix)
+        assert scores == reference.log_scores[b].tolist()  # the best-B score multiset, sorted
+
+
+CASES = [
+    # bs, L, V, B, N, seed
+    pytest.param(2, 15, 272, 1, 16, 0, id="B1"),
+    pytest.param(3, 15, 272, 4, 16, 1, id="B4-padding"),
+    pytest.param(4, 15, 272, 32, 33, 2, id="B32"),
+    pytest.param(2, 15, 272, 256, 257, 3, id="B256-K256"),
+    pytest.param(2, 15, 151936, 64, 65, 4, id="V151936"),
+    pytest.param(3, 15, 3, 64, 70, 5, id="B-beyond-K"),
+    pytest.param(2, 2, 2, 10, 16, 6, id="unreachable-small-vocab"),
+    pytest.param(64, 15, 272, 8, 16, 7, id="bs64"),
+    pytest.param(2, 6, 16, 24, 25, 8, id="L6"),
+]
+
+
+def prefix_lens_for(bs, seed):
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(0, 300, (bs,), generator=g)
+    lens[0] = 0
+    return lens
+
+
+def exact_mask_len(prefix_lens, n):
+    return int((n * (prefix_lens + n)).sum())
+
+
+@pytest.mark.parametrize(("bs", "depth_limit", "vocab", "budget", "n", "seed"), CASES)
+def test_tree_kernel_equals_build_ddtree_tree(interpret, bs, depth_limit, vocab, budget, n, seed):
+    topk = random_topk(bs, depth_limit, vocab, budget, seed)
+    assert_same_tree(interpret.build_tree(topk, budget), du.build_ddtree_tree(topk, budget))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tree_kernel_with_minus_inf_log_probs_marks_the_rest_unreachable(interpret, seed):
+    topk = truncated_topk(3, 2 + seed % 2, 6, 100 + seed)
+    budget = 40  # more than the 3 + 9 + 27 prefixes with finite scores
+    got = interpret.build_tree(topk, budget)
+    want = du.build_ddtree_tree(topk, budget)
+    assert_same_tree(got, want)
+    assert (got.parent_indices < 0).any()
+
+
+@pytest.mark.parametrize(("depth_limit", "k", "budget", "seed"), [(4, 3, 12, 0), (15, 8, 64, 1), (3, 4, 80, 2)])
+def test_tree_kernel_on_exact_ties_follows_its_tie_rule_and_stays_a_best_tree(
+    interpret, depth_limit, k, budget, seed
+):
+    topk = tied_topk(3, depth_limit, k, 200 + seed)
+    got = interpret.build_tree(topk, budget)
+    assert_valid_best_tree(got, topk, du.build_ddtree_tree(topk, budget))
+    for b in range(3):
+        tokens, parents, depths, scores = tie_rule_heap(topk.log_probs[b], topk.token_ids[b], budget)
+        assert got.tokens[b].tolist() == tokens
+        assert got.parent_indices[b].tolist() == parents
+        assert got.depths[b].tolist() == depths
+        assert got.log_scores[b].tolist() == scores
+
+
+def assert_verify_inputs_match(got, mask, tree, root_tokens, prefix_lens, n, max_depth, capacity):
+    want = du.tree_to_verify_buffers(tree, root_tokens, prefix_lens, n, max_depth=max_depth)
+    for field in ("draft_token", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling"):
+        got_t, want_t = getattr(got, field), getattr(want, field)
+        assert got_t.dtype == torch.int64, field
+        assert torch.equal(got_t, want_t), field
+    assert mask.dtype == torch.bool and mask.shape == (capacity,)
+    assert torch.equal(mask, du.build_tree_custom_mask(want.ancestor_mask, prefix_lens, capacity))
+
+
+@pytest.mark.parametrize(("bs", "depth_limit", "vocab", "budget", "n", "seed"), CASES)
+def test_verify_kernel_equals_the_torch_buffers_and_mask(interpret, bs, depth_limit, vocab, budget, n, seed):
+    topk = random_topk(bs, depth_limit, vocab, budget, seed)
+    tree = interpret.build_tree(topk, budget)
+    root_tokens = torch.arange(bs) + 7
+    prefix_lens = prefix_lens_for(bs, seed)
+    capacity = exact_mask_len(prefix_lens, n) + 37 * seed
+    got, mask = interpret.write_verify_inputs(tree, root_tokens, prefix_lens, n, depth_limit, capacity)
+    assert_verify_inputs_match(got, mask, tree, root_tokens, prefix_lens, n, depth_limit, capacity)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_verify_kernel_on_trees_with_unreachable_nodes_and_ties(interpret, seed):
+    topk = truncated_topk(2, 4, 5, 300 + seed) if seed != 1 else tied_topk(2, 6, 4, 300)
+    budget, n = 30, 34
+    tree = interpret.build_tree(topk, budget)
+    root_tokens = torch.tensor([11, 12], dtype=torch.int32)
+    prefix_lens = torch.tensor([5, 260], dtype=torch.int32)
+    capacity = exact_mask_len(prefix_lens.long(), n) + 1000
+    got, mask = interpret.write_verify_inputs(tree, root_tokens, prefix_lens, n, 15, capacity)
+    assert_verify_inputs_match(got, mask, tree, root_tokens.long(), prefix_lens.long(), n, 15, capacity)
+
+
+def test_build_verify_inputs_is_the_whole_torch_tree_stage(interpret):
+    bs, depth_limit, budget, n = 3, 15, 20, 24
+    topk = random_topk(bs, depth_limit, 272, budget, 9)
+    root_tokens, prefix_lens = torch.tensor([1, 2, 3]), torch.tensor([17, 0, 64])
+    capacity = exact_mask_len(prefix_lens, n)
+    got, mask = interpret.build_verify_inputs(
+        topk, budget, root_tokens, prefix_lens, n, depth_limit, capacity
+    )
+    tree = du.build_ddtree_tree(topk, budget)
+    assert_verify_inputs_match(got, mask, tree, root_tokens, prefix_lens, n, depth_limit, capacity)
+
+
+def test_budget_zero_is_a_root_only_verify(interpret):
+    topk = random_topk(2, 15, 10, 1, 0)
+    got, mask = interpret.build_verify_inputs(
+        topk, 0, torch.tensor([5, 6]), torch.tensor([3, 0]), 1, 15, 3 + 1 + 1 + 4
+    )
+    assert got.draft_token.tolist() == [[5], [6]]
+    assert got.positions.tolist() == [[3], [0]]
+    assert got.retrieve_next_token.tolist() == [[-1], [-1]]
+    assert mask.all()
+
+
+def test_num_verify_tokens_below_budget_plus_one_is_refused(interpret):
+    topk = random_topk(1, 15, 10, 4, 0)
+    with pytest.raises(ValueError, match="num_verify_tokens"):
+        interpret.build_verify_inputs(topk, 4, torch.tensor([0]), torch.tensor([0]), 4, 15, 100)
+
+
+AOT_SCRIPT = textwrap.dedent(
+    """
+    import importlib.util, json, sys
+    sys.path.insert(0, {tests!r})
+    from payload_modules import load_payload_module
+    import triton
+    load_payload_module("sglang.srt.speculative.ddtree_utils")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    dk = load_payload_module("sglang.srt.speculative.ddtree_kernels")
+    target = GPUTarget("cuda", 90, 32)
+    tree_sig = {{
+        "log_probs_ptr": "*fp32", "token_ids_ptr": "*i64", "tokens_ptr": "*i64",
+        "parents_ptr": "*i64", "depths_ptr": "*i64", "scores_ptr": "*fp32",
+        "depth_limit": "i32", "topk_width": "i32", "budget": "i32", "BUDGET_BLOCK": "constexpr",
+    }}
+    verify_sig = {{
+        "tree_tokens_ptr": "*i64", "tree_parents_ptr": "*i64", "tree_depths_ptr": "*i64",
+        "root_tokens_ptr": "*i64", "prefix_lens_ptr": "*i64", "draft_token_ptr": "*i64",
+        "positions_ptr": "*i64", "retrieve_index_ptr": "*i64", "next_token_ptr": "*i64",
+        "next_sibling_ptr": "*i64", "mask_ptr": "*i1", "batch_size": "i32", "budget": "i32",
+        "num_verify_tokens": "i32", "num_hops": "i32", "mask_capacity": "i64",
+        "NODE_BLOCK": "constexpr", "ROW_BLOCK": "constexpr", "PREFIX_BLOCK": "constexpr",
+        "BATCH_BLOCK": "constexpr",
+    }}
+    # Triton's launcher turns an int argument equal to 1 into a constant: build that too.
+    ones = {{"budget": 1, "topk_width": 1, "batch_size": 1, "num_hops": 1}}
+
+    def build(kernel, signature, constexprs, num_warps, specialise_ones=False):
+        signature, constexprs = dict(signature), dict(constexprs)
+        if specialise_ones:
+            for name in set(ones) & set(signature):
+                signature[name] = "constexpr"
+                constexprs[name] = ones[name]
+        k = triton.compile(ASTSource(kernel, signature, constexprs), target=target,
+                           options={{"num_warps": num_warps}})
+        assert ".target sm_90a" in k.asm["ptx"], k.asm["ptx"][:300]
+        return [k.name, len(k.asm["cubin"])]
+
+    built = []
+    for block, ones_too in ((1, True), (16, False), (256, False)):
+        built.append(build(dk._best_first_tree_kernel, tree_sig, {{"BUDGET_BLOCK": block}}, 1, ones_too))
+    for node_block, int32_inputs in ((16, True), (512, False)):
+        rows = max(1, min(node_block, dk._VERIFY_TILE_ELEMS // node_block))
+        consts = {{"NODE_BLOCK": node_block, "ROW_BLOCK": rows,
+                  "PREFIX_BLOCK": dk._PREFIX_BLOCK, "BATCH_BLOCK": dk._BATCH_BLOCK}}
+        sig = dict(verify_sig)
+        if int32_inputs:  # SGLang's verified_id and seq_lens may be int32
+            sig.update(root_tokens_ptr="*i32", prefix_lens_ptr="*i32")
+        built.append(build(dk._verify_inputs_kernel, sig, consts, 4, int32_inputs))
+    print(json.dumps(built))
+    """
+)
+
+
+@pytest.mark.slow
+def test_kernels_compile_ahead_of_time_for_sm90():
+    """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    tests_dir = str(OVERLAY.parent / "tests")
+    result = subprocess.run(
+        [sys.executable, "-c", AOT_SCRIPT.format(tests=tests_dir)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    built = __import__("json").loads(result.stdout.strip().splitlines()[-1])
+    assert len(built) == 5 and all(size > 0 for _, size in built)
