@@ -150,6 +150,7 @@ def test_a_full_window_is_one_json_line_of_stage_sums(tmp_path: Path) -> None:
     # a round spans its first event to its last: stages plus the five gaps between them
     expected["round"] = 4.0 * (sum(range(1, 7)) + 5 * 0.5)
     assert window["ms_sum"] == pytest.approx(expected)
+    assert window["ms_max"] == pytest.approx({stage: ms / 4 for stage, ms in expected.items()})
     assert window["t_first"] == pytest.approx(1000.01) and window["t_last"] == pytest.approx(1000.04)
     assert gpu.syncs == 0
 

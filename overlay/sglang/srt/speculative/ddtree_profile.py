@@ -24,14 +24,16 @@ appended to the file as one JSON line::
      "t_last": 1764400000.9, "rounds": 64, "requests": 1024,
      "cuda_graph_rounds": 64, "batch_sizes": {"16": 64},
      "ms_sum": {"draft": 40.1, "topk": 6.0, "tree": 9.3, "verify": 80.2,
-                "accept": 5.5, "commit": 7.7, "round": 160.4}}
+                "accept": 5.5, "commit": 7.7, "round": 160.4},
+     "ms_max": {"draft": 0.9, ..., "round": 3.1}}
 
 ``ms_sum[stage]`` is the GPU time between a stage's start and end events,
-summed over the window's rounds; ``round`` runs from a round's first event to
-its last, so ``round`` minus the stages is GPU time spent between them (launch
-gaps). ``t_first`` / ``t_last`` are host wall-clock times (``time.time()``) of
-the window's first and last ``round_done``, so a benchmark can match windows to
-the requests it sent; ``requests`` sums the batch size over the rounds.
+summed over the window's rounds, and ``ms_max[stage]`` the slowest round's;
+``round`` runs from a round's first event to its last, so ``round`` minus the
+stages is GPU time spent between them (launch gaps). ``t_first`` / ``t_last``
+are host wall-clock times (``time.time()``) of the window's first and last
+``round_done``, so a benchmark can match windows to the requests it sent;
+``requests`` sums the batch size over the rounds.
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class _Window:
         self.cuda_graph_rounds = 0
         self.batch_sizes: Counter = Counter()
         self.ms_sum: Dict[str, float] = {}
+        self.ms_max: Dict[str, float] = {}  # one slow round (a compile, a stall) shows here
         self.t_first: Optional[float] = None
         self.t_last: Optional[float] = None
 
@@ -129,9 +132,9 @@ class _Window:
         self.requests += int(rnd.batch_size)
         self.cuda_graph_rounds += 1 if rnd.cuda_graph else 0
         self.batch_sizes[str(int(rnd.batch_size))] += 1
-        for name, ms in stage_ms:
+        for name, ms in [*stage_ms, ("round", round_ms)]:
             self.ms_sum[name] = self.ms_sum.get(name, 0.0) + ms
-        self.ms_sum["round"] = self.ms_sum.get("round", 0.0) + round_ms
+            self.ms_max[name] = max(self.ms_max.get(name, 0.0), ms)
         self.t_first = rnd.t if self.t_first is None else self.t_first
         self.t_last = rnd.t
 
@@ -146,6 +149,7 @@ class _Window:
             "cuda_graph_rounds": self.cuda_graph_rounds,
             "batch_sizes": dict(self.batch_sizes),
             "ms_sum": {name: round(ms, 4) for name, ms in self.ms_sum.items()},
+            "ms_max": {name: round(ms, 4) for name, ms in self.ms_max.items()},
         }
 
 
