@@ -90,7 +90,7 @@ class Setting:
 FIXTURE_COST = CostModel(
     engine_start_s=45,
     first_start_extra_s=85,
-    engine_overhead_s=8,
+    engine_overhead_s=10,  # full-length warm-up per temperature, health check, shutdown
     plain_step_ms=3.0,
     spec_round_ms=12.0,
     per_verify_token_us=2.0,
@@ -98,7 +98,7 @@ FIXTURE_COST = CostModel(
 QWEN3_8B_COST = CostModel(
     engine_start_s=60,
     first_start_extra_s=90,
-    engine_overhead_s=10,
+    engine_overhead_s=20,  # a full-length warm-up costs more at these shapes
     plain_step_ms=8.0,
     spec_round_ms=14.0,
     per_verify_token_us=25.0,
