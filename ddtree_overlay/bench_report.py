@@ -87,7 +87,8 @@ def _steps(record: Mapping[str, Any], algorithm: str) -> int:
 
 
 def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: float) -> dict[str, Any] | None:
-    """Mean GPU ms per round of every stage, from the profile windows inside [t_start, t_end]."""
+    """Mean GPU ms per round of every stage, and the host ms spent in the stages (profiles that
+    record it), from the profile windows inside [t_start, t_end]."""
     inside = [
         w
         for w in windows
@@ -102,11 +103,16 @@ def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: f
             ms_sum[stage] = ms_sum.get(stage, 0.0) + float(ms)
     ms = {stage: total / rounds for stage, total in ms_sum.items()}
     ms["other"] = ms.get("round", 0.0) - sum(ms.get(stage, 0.0) for stage in STAGES)
+    host = [w["host_ms_sum"] for w in inside if "host_ms_sum" in w]
+    host_rounds = sum(int(w["rounds"]) for w in inside if "host_ms_sum" in w)
     return {
         "rounds": rounds,
         "mean_batch": sum(int(w["requests"]) for w in inside) / rounds,
         "cuda_graph_fraction": sum(int(w.get("cuda_graph_rounds") or 0) for w in inside) / rounds,
         "ms_per_round": {k: round(v, 4) for k, v in ms.items()},
+        "host_ms_per_round": round(sum(sum(map(float, h.values())) for h in host) / host_rounds, 4)
+        if host_rounds
+        else None,
     }
 
 
@@ -461,14 +467,14 @@ def _lossless_text(row: Mapping[str, Any]) -> str:
 def cells_table(report: Mapping[str, Any]) -> str:
     head = (
         "| arm | bs | T | tok/s | x target | x DFLASH | accept len | tok/round | rounds | "
-        "wall ms/step | " + " | ".join(STAGES) + " | other | graph | same as target-only |"
+        "wall ms/step | " + " | ".join(STAGES) + " | other | host ms | graph | same as target-only |"
     )
-    lines = [head, "|---" * (13 + len(STAGES)) + "|"]
+    lines = [head, "|---" * (14 + len(STAGES)) + "|"]
     for row in report["cells"]:
         if row["status"] != "ok":
             lines.append(
                 f"| {arm_label(row)} | {row['batch_size']} | {row['temperature']:g} | {row['status']}"
-                f"{': ' + str(row['reason']) if row['reason'] else ''} |" + " |" * (9 + len(STAGES))
+                f"{': ' + str(row['reason']) if row['reason'] else ''} |" + " |" * (10 + len(STAGES))
             )
             continue
         split = (row.get("profile") or {}).get("ms_per_round") or {}
@@ -486,6 +492,7 @@ def cells_table(report: Mapping[str, Any]) -> str:
             _fmt(row.get("step_ms")),
             *(_fmt(split.get(stage), ".3f") for stage in STAGES),
             _fmt(split.get("other"), ".3f"),
+            _fmt((row.get("profile") or {}).get("host_ms_per_round"), ".3f"),
             _fmt(graph, ".0%"),
             _lossless_text(row),
         ]
@@ -554,7 +561,9 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         "",
         "accept len = (tokens - 1) / rounds per request (bonus included, prefill token excluded); "
         "tok/round = SGLang's spec_accept_length; stage columns = mean GPU ms per DDTREE round "
-        "from ddtree_profile (other = round minus stages: launch gaps); graph = share of verify "
+        "from ddtree_profile (other = round minus stages: launch gaps); host ms = host time per "
+        "round inside the stages (about the stages' GPU sum: the round waits on the host); "
+        "graph = share of verify "
         "rounds in a CUDA graph; same as target-only = identical greedy outputs at the same batch "
         "size, and the first divergence with the target's top1-top2 margin (T = 0).",
         "",

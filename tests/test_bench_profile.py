@@ -80,6 +80,7 @@ def make(tmp_path: Path, **kwargs):
         new_event=gpu.event,
         is_capturing=kwargs.pop("is_capturing", lambda: False),
         clock=clock,
+        host_clock=lambda: gpu.now / 1000.0,  # host time moves with the fake GPU, in seconds
         **kwargs,
     )
     return profiler, gpu, clock
@@ -151,6 +152,7 @@ def test_a_full_window_is_one_json_line_of_stage_sums(tmp_path: Path) -> None:
     expected["round"] = 4.0 * (sum(range(1, 7)) + 5 * 0.5)
     assert window["ms_sum"] == pytest.approx(expected)
     assert window["ms_max"] == pytest.approx({stage: ms / 4 for stage, ms in expected.items()})
+    assert window["host_ms_sum"] == pytest.approx({stage: 4.0 * (i + 1) for i, stage in enumerate(STAGES)})
     assert window["t_first"] == pytest.approx(1000.01) and window["t_last"] == pytest.approx(1000.04)
     assert gpu.syncs == 0
 

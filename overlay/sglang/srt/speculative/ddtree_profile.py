@@ -25,15 +25,18 @@ appended to the file as one JSON line::
      "cuda_graph_rounds": 64, "batch_sizes": {"16": 64},
      "ms_sum": {"draft": 40.1, "topk": 6.0, "tree": 9.3, "verify": 80.2,
                 "accept": 5.5, "commit": 7.7, "round": 160.4},
-     "ms_max": {"draft": 0.9, ..., "round": 3.1}}
+     "ms_max": {"draft": 0.9, ..., "round": 3.1},
+     "host_ms_sum": {"draft": 30.2, "topk": 5.1, ..., "commit": 9.0}}
 
 ``ms_sum[stage]`` is the GPU time between a stage's start and end events,
-summed over the window's rounds, and ``ms_max[stage]`` the slowest round's;
-``round`` runs from a round's first event to its last, so ``round`` minus the
-stages is GPU time spent between them (launch gaps). ``t_first`` / ``t_last``
-are host wall-clock times (``time.time()``) of the window's first and last
-``round_done``, so a benchmark can match windows to the requests it sent;
-``requests`` sums the batch size over the rounds.
+summed over the window's rounds, and ``ms_max[stage]`` the slowest round's.
+``host_ms_sum[stage]`` is the host time spent inside the stage (Python and
+kernel launches): a stage whose GPU span is about its host time waits on the
+host, not on its kernels. ``round`` runs from a round's first event to its
+last, so ``round`` minus the stages is GPU time spent between them (launch
+gaps). ``t_first`` / ``t_last`` are host wall-clock times (``time.time()``) of
+the window's first and last ``round_done``, so a benchmark can match windows
+to the requests it sent; ``requests`` sums the batch size over the rounds.
 """
 
 from __future__ import annotations
@@ -84,21 +87,24 @@ def _cuda_capturing() -> bool:
 
 
 class _Stage:
-    """One ``with profiler.stage(name):`` block: a start and an end event."""
+    """One ``with profiler.stage(name):`` block: a start and an end event, and the
+    host time spent inside it."""
 
-    __slots__ = ("_profiler", "_name", "_start")
+    __slots__ = ("_profiler", "_name", "_start", "_host_t0")
 
     def __init__(self, profiler: "DDTreeProfiler", name: str):
         self._profiler = profiler
         self._name = name
         self._start = None
+        self._host_t0 = 0.0
 
     def __enter__(self):
+        self._host_t0 = self._profiler._host_clock()
         self._start = self._profiler._record()
         return self
 
     def __exit__(self, *exc_info) -> bool:
-        self._profiler._close_stage(self._name, self._start)
+        self._profiler._close_stage(self._name, self._start, self._host_t0)
         return False
 
 
@@ -106,7 +112,7 @@ class _Round:
     __slots__ = ("spans", "first", "last", "batch_size", "cuda_graph", "t")
 
     def __init__(self, spans, first, last, batch_size, cuda_graph, t):
-        self.spans = spans  # [(name, start_event, end_event)] in closing order
+        self.spans = spans  # [(name, start_event, end_event, host_ms)] in closing order
         self.first = first  # the round's first recorded event
         self.last = last  # the round's last recorded event
         self.batch_size = batch_size
@@ -124,10 +130,17 @@ class _Window:
         self.batch_sizes: Counter = Counter()
         self.ms_sum: Dict[str, float] = {}
         self.ms_max: Dict[str, float] = {}  # one slow round (a compile, a stall) shows here
+        self.host_ms_sum: Dict[str, float] = {}
         self.t_first: Optional[float] = None
         self.t_last: Optional[float] = None
 
-    def add(self, rnd: _Round, stage_ms: List[Tuple[str, float]], round_ms: float) -> None:
+    def add(
+        self,
+        rnd: _Round,
+        stage_ms: List[Tuple[str, float]],
+        round_ms: float,
+        host_ms: List[Tuple[str, float]],
+    ) -> None:
         self.rounds += 1
         self.requests += int(rnd.batch_size)
         self.cuda_graph_rounds += 1 if rnd.cuda_graph else 0
@@ -135,6 +148,8 @@ class _Window:
         for name, ms in [*stage_ms, ("round", round_ms)]:
             self.ms_sum[name] = self.ms_sum.get(name, 0.0) + ms
             self.ms_max[name] = max(self.ms_max.get(name, 0.0), ms)
+        for name, ms in host_ms:
+            self.host_ms_sum[name] = self.host_ms_sum.get(name, 0.0) + ms
         self.t_first = rnd.t if self.t_first is None else self.t_first
         self.t_last = rnd.t
 
@@ -150,6 +165,7 @@ class _Window:
             "batch_sizes": dict(self.batch_sizes),
             "ms_sum": {name: round(ms, 4) for name, ms in self.ms_sum.items()},
             "ms_max": {name: round(ms, 4) for name, ms in self.ms_max.items()},
+            "host_ms_sum": {name: round(ms, 4) for name, ms in self.host_ms_sum.items()},
         }
 
 
@@ -172,6 +188,7 @@ class DDTreeProfiler:
         new_event: Optional[Callable[[], Any]] = None,
         is_capturing: Optional[Callable[[], bool]] = None,
         clock: Callable[[], float] = time.time,
+        host_clock: Callable[[], float] = time.perf_counter,
     ):
         if window_rounds < 1:
             raise ValueError(f"window_rounds must be >= 1, got {window_rounds}.")
@@ -181,6 +198,7 @@ class DDTreeProfiler:
         self._new_event = new_event or _cuda_event
         self._is_capturing = is_capturing or _cuda_capturing
         self._clock = clock
+        self._host_clock = host_clock
         self._free_events: List[Any] = []
         self._spans: List[Tuple[str, Any, Any]] = []  # the open round
         self._first: Any = None
@@ -230,8 +248,9 @@ class DDTreeProfiler:
         self._last = event
         return event
 
-    def _close_stage(self, name: str, start) -> None:
-        self._spans.append((name, start, self._record()))
+    def _close_stage(self, name: str, start, host_t0: float) -> None:
+        end = self._record()
+        self._spans.append((name, start, end, (self._host_clock() - host_t0) * 1000.0))
 
     def _fold(self, *, block: bool) -> None:
         while self._pending:
@@ -241,9 +260,10 @@ class DDTreeProfiler:
             elif not rnd.last.query():
                 return
             self._pending.popleft()
-            stage_ms = [(name, start.elapsed_time(end)) for name, start, end in rnd.spans]
-            self._window.add(rnd, stage_ms, rnd.first.elapsed_time(rnd.last))
-            for _, start, end in rnd.spans:
+            stage_ms = [(name, start.elapsed_time(end)) for name, start, end, _ in rnd.spans]
+            host_ms = [(name, ms) for name, _, _, ms in rnd.spans]
+            self._window.add(rnd, stage_ms, rnd.first.elapsed_time(rnd.last), host_ms)
+            for _, start, end, _ in rnd.spans:
                 self._free_events.extend((start, end))
 
     def _write(self) -> None:
