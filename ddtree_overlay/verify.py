@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay import decode_compare, ledger
+from ddtree_overlay.bench_plan import capture_batch_sizes
 from ddtree_overlay.drift import file_states, overall_state
 from ddtree_overlay.envprobe import EnvInfo
 from ddtree_overlay.errors import RecoveryNeeded, VerifyFailed
@@ -160,10 +161,9 @@ def smoke_plan(
     greedy = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
     # Every prompt decodes at once: decode graphs for that batch and the smaller powers of two
     # it shrinks through; prefill graphs off. Both shorten each engine's start.
-    graphs = [1 << i for i in range(len(prompts).bit_length()) if 1 << i < len(prompts)] + [len(prompts)]
     backend = {
         "attention_backend": "triton",
-        "cuda_graph_bs_decode": graphs,
+        "cuda_graph_bs_decode": capture_batch_sizes([len(prompts)]),
         "disable_prefill_cuda_graph": True,
     }
     return {
