@@ -40,11 +40,12 @@ main() {
         --target "$PWD/$F/target" --draft "$PWD/$F/draft" --prompts "$F/heldout_prompts.json" \
         --n-prompts 32 --max-new-tokens 256 --preset "$presets" --only "$arms" --out "$OUT/payload" &
       local pid=$!
-      (sleep "$left"; kill -KILL -- "-$pid") 2>/dev/null &
+      # off the log pipe: a sleeping cutoff must not hold `tee` open after the arms finish
+      (sleep "$left"; kill -KILL -- "-$pid") >/dev/null 2>&1 &
       local cutoff=$!
       wait "$pid"
       echo "payload_check exit code $?"
-      kill "$cutoff" 2>/dev/null
+      pkill -P "$cutoff" 2>/dev/null; kill "$cutoff" 2>/dev/null
     fi
   fi
   echo "== rollback ($((SECONDS - start)) s)"
