@@ -80,6 +80,7 @@ class BenchRequest:
     target: Path | None = None
     draft: Path | None = None
     prompts: Path | None = None
+    reference_dir: Path | None = None  # precomputed reference JSONs instead of runs beside the sweep
     dry_run: bool = False
 
 
@@ -123,7 +124,9 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         "python": str(env.python),
         "commit": _git_commit(),
     }
-    report = run_bench(env.python, plan, request.out, context=context, on_event=on_event)
+    report = run_bench(
+        env.python, plan, request.out, context=context, on_event=on_event, reference_dir=request.reference_dir
+    )
     report["notes"] = notes + report["notes"]
     return _result(report, request.out)
 
@@ -202,8 +205,10 @@ def run_bench(
     context: Mapping[str, Any],
     on_event: OnEvent = lambda _: None,
     runner_options: Mapping[str, Any] | None = None,
+    reference_dir: Path | None = None,
 ) -> dict[str, Any]:
-    """Run the sweep (and the reference beside it) and return the analysed report.
+    """Run the sweep (and the reference beside it, unless ``reference_dir`` holds its results)
+    and return the analysed report.
 
     ``runner_options`` go into the runner's plan as they are (e.g. its pauses, for tests).
     """
@@ -213,7 +218,12 @@ def run_bench(
     max_minutes = plan.config.max_minutes
     deadline = None if max_minutes is None else time.time() + max_minutes * 60
     on_event({"event": "plan", "cells": len(plan.cells), "groups": len(plan.groups)})
-    references = start_references(python, plan, out, deadline=deadline, on_event=on_event)
+    if reference_dir is not None:
+        loaded = load_references(plan, reference_dir)
+        references = None
+    else:
+        loaded = None
+        references = start_references(python, plan, out, deadline=deadline, on_event=on_event)
 
     def partial_report(_: Event) -> None:  # after every engine: partial results survive a kill
         cells, engines = bench_report.read_records(out / "records.jsonl")
@@ -229,9 +239,9 @@ def run_bench(
         runner_options=runner_options,
     )
     cells, engines = bench_report.read_records(out / "records.jsonl")
-    return bench_report.analyse(
-        plan, cells, engines, references=references.wait() if references else None, context=context
-    )
+    if references is not None:
+        loaded = references.wait()
+    return bench_report.analyse(plan, cells, engines, references=loaded, context=context)
 
 
 def run_sweep(
@@ -396,6 +406,30 @@ def start_references(
         for key, algo in jobs.items()
     }
     return ReferenceRuns(futures, pool)
+
+
+def load_references(plan: SweepPlan, directory: Path) -> dict[str, dict[str, Any]]:
+    """Reference results made before the sweep (scripts/bench_references.sh): ``<key>.json``
+    per algorithm/budget, each checked against the sweep's prompts, length and temperature."""
+    n_prompts = max(c.prompts for c in plan.cells)
+    prompt_lens = [len(p) for p in plan.setting.prompts[:n_prompts]]
+    results: dict[str, dict[str, Any]] = {}
+    for key in reference_jobs(plan) if plan.setting.reference_parity else ():
+        path = directory / f"{key}.json"
+        if not path.exists():
+            results[key] = {"error": f"{path} does not exist"}
+            continue
+        result = json.loads(path.read_text())
+        config, rows = result.get("config", {}), result.get("prompts", [])
+        if config.get("max_new_tokens") != plan.max_new_tokens or config.get("temperature") != 0:
+            results[key] = {"error": f"{path} is for max_new_tokens={config.get('max_new_tokens')}, "
+                                     f"temperature={config.get('temperature')}; the sweep decodes "
+                                     f"{plan.max_new_tokens} tokens at T=0"}
+        elif [r.get("prompt_len") for r in rows[:n_prompts]] != prompt_lens:
+            results[key] = {"error": f"{path} was made on other prompts than the sweep's first {n_prompts}"}
+        else:
+            results[key] = result
+    return results
 
 
 def _run_reference(command: list[str], *, key: str, deadline: float | None, on_event: OnEvent) -> dict[str, Any]:

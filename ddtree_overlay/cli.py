@@ -255,6 +255,16 @@ def bench(
         Optional[float],  # noqa: UP045
         typer.Option("--max-minutes", min=0.1, help="time box for the GPU sweep; cuts the least informative cells"),
     ] = None,
+    reference_dir: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--reference-dir",
+            exists=True,
+            file_okay=False,
+            help="offline reference results made beforehand (scripts/bench_references.sh) instead of "
+            "running the reference beside the sweep",
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and estimates; run nothing")] = False,
     json_out: JsonOption = False,
 ) -> None:
@@ -279,6 +289,7 @@ def bench(
         target=target,
         draft=draft,
         prompts=prompts,
+        reference_dir=reference_dir,
         dry_run=dry_run,
     )
     with render.bench_progress(enabled=not (json_out or dry_run)) as on_event:

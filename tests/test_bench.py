@@ -191,6 +191,47 @@ def test_reference_runs_once_per_algorithm_and_budget_on_the_cpu(tmp_path: Path)
     assert {(e["key"], e["ok"]) for e in events} == {("dflash", True), ("ddtree-b4", True)}
 
 
+def test_precomputed_references_are_checked_against_the_sweep(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path, budgets=(4, 8), max_new_tokens=4, prompts_per_cell=2, batch_sizes=(1,))
+    prompts = plan.setting.prompts
+
+    def reference(max_new_tokens: int = 4, first_prompt_len: int | None = None) -> dict[str, Any]:
+        lens = [first_prompt_len or len(prompts[0]), len(prompts[1])]
+        return {
+            "config": {"max_new_tokens": max_new_tokens, "temperature": 0.0},
+            "prompts": [{"prompt_len": n, "accept_len_mean": 2.0} for n in lens],
+            "aggregate": {"tokens_per_round": 2.0},
+        }
+
+    refs = tmp_path / "refs"
+    refs.mkdir()
+    (refs / "dflash.json").write_text(json.dumps(reference()))
+    (refs / "ddtree-b4.json").write_text(json.dumps(reference(max_new_tokens=9)))
+    (refs / "ddtree-b8.json").write_text(json.dumps(reference(first_prompt_len=1)))
+    # a sweep with more budgets than were made: that key says so
+    wide = small_plan(tmp_path, budgets=(4, 8, 16), max_new_tokens=4, prompts_per_cell=2, batch_sizes=(1,))
+    loaded = bench_module.load_references(wide, refs)
+    assert loaded["dflash"]["aggregate"]["tokens_per_round"] == 2.0
+    assert "max_new_tokens=9" in loaded["ddtree-b4"]["error"]
+    assert "other prompts" in loaded["ddtree-b8"]["error"]
+    assert loaded["ddtree-b16"]["error"].endswith("ddtree-b16.json does not exist")
+
+
+def test_a_reference_dir_replaces_the_runs_beside_the_sweep(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def must_not_run(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("references were started although --reference-dir was given")
+
+    monkeypatch.setattr(bench_module, "start_references", must_not_run)
+    plan = small_plan(tmp_path, budgets=(8,))
+    report = bench_module.run_bench(
+        Path(sys.executable), plan, tmp_path / "out", context={"gpu": "fake"},
+        runner_options=FAST_RUNNER, reference_dir=tmp_path,
+    )
+    assert {row["status"] for row in report["parity"]} == {"missing"}
+
+
 def test_random_weights_and_custom_pairs_get_no_reference(tmp_path: Path) -> None:
     setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
     plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,)))

@@ -7,6 +7,9 @@
 #   bash scripts/gpu/bench.sh .devsite/site-0.5.14.tar.xz fixture
 #   bash scripts/gpu/bench.sh .devsite/site-0.5.14.tar.xz fixture --budgets 8,128,256 --temperatures 0
 #   bash scripts/gpu/bench.sh .devsite/site-0.5.14.tar.xz qwen3-8b-random --temperatures 0
+# With the offline reference made beforehand (scripts/bench_references.sh .benchrefs; carry
+# ".benchrefs" too), the GPU host's cores serve the sweep alone:
+#   bash scripts/gpu/bench.sh .devsite/site-0.5.14.tar.xz fixture --budgets 8,16,32 --reference-dir .benchrefs
 # $OUT receives at most 8 files: bench.md bench.json speedup.png acceptance.png round_time.png
 # records.jsonl.gz runner.log.gz bench.log. bench.json and bench.md are refreshed after every
 # engine, so a command killed at its limit still brings back the engines that finished.
