@@ -3,14 +3,22 @@
 #   bash scripts/gpu/evidence.sh BUNDLE [PRESETS [ARMS]]
 # apply (CLI) -> verify --import-only -> verify --smoke (target-only, DFLASH, DDTREE at the
 # default budget; $SMOKE holds its options, SMOKE=none skips it) -> payload_check.py arms of
-# PRESETS (comma-separated; default: lossless minus what the smoke covers) with the DDTREE
-# profiler on, cut off so that the rest still runs -> rollback -> status.
+# PRESETS (comma-separated; ARMS picks some, "" none; default: every arm of PRESETS, or for
+# lossless what the smoke does not cover) with the DDTREE profiler on, cut off so that the rest
+# still runs -> rollback -> status. The Triton tree kernels against the torch ops:
+#   SMOKE=none bash scripts/gpu/evidence.sh .devsite/site-0.5.14.tar.xz kernels
 # Device call: carry [".devsite", ".whl"], timeout_s 600. $OUT receives log.txt, verify.json,
 # payload/{arms.jsonl,summary.json}, profile.jsonl.
 set -uo pipefail
 bundle=${1:?usage: bash scripts/gpu/evidence.sh BUNDLE [PRESETS [ARMS]]}
 presets=${2:-lossless}
-arms=${3-plain,ddtree-b32,ddtree-b32-page16,plain-t1,ddtree-b32-t1}  # "" runs no extra arms
+if [ "$#" -ge 3 ]; then
+  arms=$3  # "" runs no extra arms
+elif [ "$presets" = lossless ]; then
+  arms=plain,ddtree-b32,ddtree-b32-page16,plain-t1,ddtree-b32-t1  # what the smoke does not cover
+else
+  arms=all
+fi
 smoke=${SMOKE:---prompts 32 --max-new-tokens 256}
 limit_s=${EVIDENCE_LIMIT_S:-590}  # the device command's limit, less the copy-back
 OUT=${OUT:-/tmp/evidence}
@@ -33,12 +41,14 @@ main() {
     fi
     if [ -n "$arms" ]; then
       local left=$((limit_s - (SECONDS - start) - 25))  # 25 s: rollback and status
+      local only=$arms
+      [ "$arms" = all ] && only=""  # payload_check: no --only filter
       echo "== payload_check $presets: $arms, at most $left s ($((SECONDS - start)) s)"
       # Its own session, so a cut-off kills the engines with it in one go: an orphaned SGLang
       # scheduler signals its parent's group on the way down, and that must not be this shell.
       SGLANG_DDTREE_PROFILE="$OUT/profile.jsonl" setsid python3 scripts/gpu/payload_check.py \
         --target "$PWD/$F/target" --draft "$PWD/$F/draft" --prompts "$F/heldout_prompts.json" \
-        --n-prompts 32 --max-new-tokens 256 --preset "$presets" --only "$arms" --out "$OUT/payload" &
+        --n-prompts 32 --max-new-tokens 256 --preset "$presets" --only "$only" --out "$OUT/payload" &
       local pid=$!
       # off the log pipe: a sleeping cutoff must not hold `tee` open after the arms finish
       (sleep "$left"; kill -KILL -- "-$pid") >/dev/null 2>&1 &
