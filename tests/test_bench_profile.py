@@ -220,3 +220,18 @@ def test_an_unwritable_file_logs_one_warning_and_decoding_goes_on(
 def test_window_size_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="window_rounds"):
         dp.DDTreeProfiler(str(tmp_path / "p"), window_rounds=0)
+
+
+def test_the_sync_guard_sets_torch_sync_debug_mode_for_a_round_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    guard = dp.RoundSyncGuard("error", set_mode=calls.append)
+    with pytest.raises(RuntimeError, match="a sync"), guard:
+        assert calls == ["error"]
+        raise RuntimeError("a sync inside the round")
+    assert calls == ["error", "default"]  # reset even when the round raised
+    monkeypatch.delenv(dp.SYNC_DEBUG_ENV, raising=False)
+    with dp.get_round_sync_guard():  # unset: a no-op that needs no torch
+        pass
+    monkeypatch.setenv(dp.SYNC_DEBUG_ENV, "loud")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_SYNC_DEBUG must be one of"):
+        dp.get_round_sync_guard()

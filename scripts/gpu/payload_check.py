@@ -29,6 +29,7 @@ GRAPH = {
 # The T=1 arms send 512 single-prompt draws; 32 at a time keeps them on the captured graphs.
 WAVES = {"max_running_requests": 32}
 TRITON_TREE = {"SGLANG_DDTREE_TREE_KERNEL": "triton"}
+NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
 
 
 def ddtree(budget, **extra):
@@ -63,6 +64,13 @@ def presets(n_prompts, max_new):
             {"name": "ddtree-b15-triton", "engine": ddtree(15), "sampling": greedy, "env": TRITON_TREE},
             {"name": "ddtree-b32-torch", "engine": ddtree(32), "sampling": greedy},
             {"name": "ddtree-b32-triton", "engine": ddtree(32), "sampling": greedy, "env": TRITON_TREE},
+        ],
+        # Any host sync inside a DDTREE round raises (torch's CUDA sync debug mode, scoped to
+        # the round): the arm fails, naming the operation.
+        "syncs": [
+            {"name": "ddtree-b32-nosync-torch", "engine": ddtree(32), "sampling": greedy, "env": NO_SYNC},
+            {"name": "ddtree-b32-nosync-triton", "engine": ddtree(32), "sampling": greedy,
+             "env": dict(NO_SYNC, **TRITON_TREE)},
         ],
         "flashinfer": [
             {"name": "plain-flashinfer", "engine": dict(GRAPH, attention_backend="flashinfer"), "sampling": greedy, "top2": True},

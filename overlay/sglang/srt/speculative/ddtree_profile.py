@@ -278,6 +278,42 @@ class DDTreeProfiler:
                 self._write_failed = True
 
 
+SYNC_DEBUG_ENV = "SGLANG_DDTREE_SYNC_DEBUG"
+SYNC_DEBUG_MODES = ("warn", "error")
+
+
+class RoundSyncGuard:
+    """``SGLANG_DDTREE_SYNC_DEBUG=warn|error``: torch's CUDA sync debug mode during each
+    DDTREE decode round only, so a host sync inside the round warns (with its stack) or raises,
+    while the scheduler's own syncs between rounds stay quiet. Unset: a no-op."""
+
+    def __init__(self, mode: str, set_mode: Optional[Callable[[str], None]] = None):
+        if mode not in SYNC_DEBUG_MODES:
+            raise ValueError(f"{SYNC_DEBUG_ENV} must be one of {SYNC_DEBUG_MODES}, got {mode!r}.")
+        self.mode = mode
+        self._set_mode = set_mode or _set_cuda_sync_debug_mode
+
+    def __enter__(self):
+        self._set_mode(self.mode)
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        self._set_mode("default")
+        return False
+
+
+def _set_cuda_sync_debug_mode(mode: str) -> None:
+    import torch
+
+    torch.cuda.set_sync_debug_mode(mode)
+
+
+def get_round_sync_guard():
+    """The guard the worker wraps each round in; reads ``SGLANG_DDTREE_SYNC_DEBUG``."""
+    mode = os.environ.get(SYNC_DEBUG_ENV, "")
+    return RoundSyncGuard(mode) if mode else _NULL_STAGE
+
+
 _PROFILER: Optional[Any] = None
 
 

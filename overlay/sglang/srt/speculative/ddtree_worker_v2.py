@@ -36,7 +36,7 @@ from sglang.srt.speculative.ddtree_compat import (
     verify_input_extras,
 )
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
-from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler
+from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler, get_round_sync_guard
 from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTopK,
     compute_draft_topk,
@@ -76,6 +76,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self.build_verify_inputs = select_tree_stage()
         # SGLANG_DDTREE_PROFILE=path: per-stage GPU ms per round (a no-op when unset).
         self.profiler = get_ddtree_profiler()
+        # SGLANG_DDTREE_SYNC_DEBUG=warn|error: a host sync inside a round warns or raises.
+        self.round_sync_guard = get_round_sync_guard()
         if getattr(self, "tp_rank", 0) == 0:
             logger.info(
                 "DDTREE worker ready: budget=%d, block_size=%d, verify width=%d, "
@@ -124,7 +126,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             or batch.spec_info is None
         ):
             return super().forward_batch_generation(batch, on_publish=on_publish, **kwargs)
-        return self._tree_round(batch, on_publish)
+        with self.round_sync_guard:
+            return self._tree_round(batch, on_publish)
 
     def _tree_round(self, batch: ScheduleBatch, on_publish) -> GenerationBatchResult:
         draft_input = batch.spec_info
