@@ -218,12 +218,9 @@ def run_bench(
     max_minutes = plan.config.max_minutes
     deadline = None if max_minutes is None else time.time() + max_minutes * 60
     on_event({"event": "plan", "cells": len(plan.cells), "groups": len(plan.groups)})
-    if reference_dir is not None:
-        loaded = load_references(plan, reference_dir)
-        references = None
-    else:
-        loaded = None
-        references = start_references(python, plan, out, deadline=deadline, on_event=on_event)
+    references = (
+        None if reference_dir else start_references(python, plan, out, deadline=deadline, on_event=on_event)
+    )
 
     def partial_report(_: Event) -> None:  # after every engine: partial results survive a kill
         cells, engines = bench_report.read_records(out / "records.jsonl")
@@ -239,9 +236,11 @@ def run_bench(
         runner_options=runner_options,
     )
     cells, engines = bench_report.read_records(out / "records.jsonl")
-    if references is not None:
-        loaded = references.wait()
-    return bench_report.analyse(plan, cells, engines, references=loaded, context=context)
+    if reference_dir:
+        results = load_references(plan, reference_dir)
+    else:
+        results = references.wait() if references else None
+    return bench_report.analyse(plan, cells, engines, references=results, context=context)
 
 
 def run_sweep(

@@ -103,16 +103,15 @@ def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: f
             ms_sum[stage] = ms_sum.get(stage, 0.0) + float(ms)
     ms = {stage: total / rounds for stage, total in ms_sum.items()}
     ms["other"] = ms.get("round", 0.0) - sum(ms.get(stage, 0.0) for stage in STAGES)
-    host = [w["host_ms_sum"] for w in inside if "host_ms_sum" in w]
-    host_rounds = sum(int(w["rounds"]) for w in inside if "host_ms_sum" in w)
+    with_host = [w for w in inside if "host_ms_sum" in w]  # older profiles lack it
+    host_rounds = sum(int(w["rounds"]) for w in with_host)
+    host_ms = sum(float(ms) for w in with_host for ms in w["host_ms_sum"].values())
     return {
         "rounds": rounds,
         "mean_batch": sum(int(w["requests"]) for w in inside) / rounds,
         "cuda_graph_fraction": sum(int(w.get("cuda_graph_rounds") or 0) for w in inside) / rounds,
         "ms_per_round": {k: round(v, 4) for k, v in ms.items()},
-        "host_ms_per_round": round(sum(sum(map(float, h.values())) for h in host) / host_rounds, 4)
-        if host_rounds
-        else None,
+        "host_ms_per_round": round(host_ms / host_rounds, 4) if host_rounds else None,
     }
 
 

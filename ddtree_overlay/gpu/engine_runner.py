@@ -12,8 +12,9 @@ standard library at module level (sglang and torch inside functions). PLAN:
 Each arm starts an Engine, warms it up, decodes every prompt at once (repeat
 times each, as concurrent requests), checks the engine is still healthy after
 going idle (SGLang's strict KV-leak check raises on idle), shuts down, and
-appends one JSON line to OUT. ``env`` is set while the arm's engine lives (its
-scheduler process inherits it), e.g. ``SGLANG_DDTREE_TREE_KERNEL``. A line per arm also goes to stdout, prefixed
+appends one JSON line to OUT. ``env`` (here and in cell arms) is set while the
+arm's engine lives (its scheduler process inherits it), e.g.
+``SGLANG_DDTREE_TREE_KERNEL``. A line per arm also goes to stdout, prefixed
 ``ARM``, so a caller can show progress.
 
 An arm with ``"cells"`` instead serves several measurements from one engine
@@ -252,8 +253,12 @@ def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
         _emit_engine(out_path, {"arm": arm["name"], "ok": False, "skipped": "time box"})
         return True
     profile_path = plan.get("profile_path") if arm.get("profile") else None
-    if profile_path:
-        os.environ[PROFILE_ENV] = profile_path
+    env = dict(arm.get("env", {}), **({PROFILE_ENV: profile_path} if profile_path else {}))
+    with _environment(env):
+        return _run_engine(plan, arm, out_path, box, profile_path)
+
+
+def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path) -> bool:
     kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))
     if kwargs.get("speculative_algorithm"):
         kwargs.setdefault("speculative_draft_model_path", plan["draft"])
@@ -266,7 +271,6 @@ def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
 
         engine = sgl.Engine(**kwargs)
     except Exception as exc:
-        os.environ.pop(PROFILE_ENV, None)
         _skip_cells(out_path, arm, pending, "engine failed to start")
         engine_record.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=20))
         _emit_engine(out_path, engine_record)
@@ -303,7 +307,6 @@ def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
         engine_record.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=20))
     finally:
         engine.shutdown()
-        os.environ.pop(PROFILE_ENV, None)
     engine_record["profile"] = _profile_windows(profile_path, since)
     _emit_engine(out_path, engine_record)
     return ok

@@ -84,27 +84,10 @@ class DDTreeDraftTree:
 
 
 @dataclass(frozen=True)
-class DDTreeVerifyBuffers:
-    """What one TARGET_VERIFY forward and SGLang's tree kernels consume.
-
-    Shape: every field [bs, N] except ``ancestor_mask`` [bs, N, N] (bool,
-    row i = ancestors-or-self of node i).
-    """
-
-    draft_token: torch.Tensor
-    positions: torch.Tensor
-    retrieve_index: torch.Tensor
-    retrieve_next_token: torch.Tensor
-    retrieve_next_sibling: torch.Tensor
-    ancestor_mask: torch.Tensor
-
-
-@dataclass(frozen=True)
 class DDTreeVerifyTensors:
     """What the verify forward and the accept kernels read of a round's trees.
 
-    ``DDTreeVerifyBuffers`` without the [bs, N, N] ancestor mask, which only
-    feeds the custom mask. Shape: every field [bs, N], int64.
+    Shape: every field [bs, N], int64.
     """
 
     draft_token: torch.Tensor
@@ -112,6 +95,16 @@ class DDTreeVerifyTensors:
     retrieve_index: torch.Tensor
     retrieve_next_token: torch.Tensor
     retrieve_next_sibling: torch.Tensor
+
+
+@dataclass(frozen=True)
+class DDTreeVerifyBuffers(DDTreeVerifyTensors):
+    """The verify tensors plus the ancestor mask the custom mask is built from.
+
+    Shape: ``ancestor_mask`` [bs, N, N] (bool, row i = ancestors-or-self of node i).
+    """
+
+    ancestor_mask: torch.Tensor
 
 
 def compute_draft_topk(logits: torch.Tensor, k: int) -> DDTreeDraftTopK:
@@ -341,15 +334,7 @@ def build_verify_inputs(
         num_verify_tokens=num_verify_tokens,
         max_depth=max_depth,
     )
-    mask = build_tree_custom_mask(buffers.ancestor_mask, prefix_lens, mask_capacity)
-    tensors = DDTreeVerifyTensors(
-        draft_token=buffers.draft_token,
-        positions=buffers.positions,
-        retrieve_index=buffers.retrieve_index,
-        retrieve_next_token=buffers.retrieve_next_token,
-        retrieve_next_sibling=buffers.retrieve_next_sibling,
-    )
-    return tensors, mask
+    return buffers, build_tree_custom_mask(buffers.ancestor_mask, prefix_lens, mask_capacity)
 
 
 def select_tree_stage(choice: str | None = None) -> Callable[..., tuple]:
