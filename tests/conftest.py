@@ -69,3 +69,14 @@ def sglang_env(pristine_sglang_env: Path, tmp_path: Path, state_dir: Path) -> Pa
     copy = tmp_path / "venv"
     subprocess.run(["cp", "-a", str(pristine_sglang_env), str(copy)], check=True)
     return copy
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch limited to one intra-op thread for a module's tests, then restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

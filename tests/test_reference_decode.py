@@ -26,13 +26,8 @@ FIXTURES = Path(__file__).resolve().parent.parent / "ddtree_overlay" / "fixtures
 NEW_TOKENS = 64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is fastest, and avoids oversubscribing shared CI cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: one intra-op thread is fastest, and avoids oversubscribing shared CI cores.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -19,13 +19,8 @@ from ddtree_overlay.reference.decode import generate_ddtree, generate_dflash
 VOCAB, MASK, PROMPT, TEMP, RUNS = 6, 5, [0, 1, 2, 3], 0.9, 1500
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is fastest, and avoids oversubscribing shared CI cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: one intra-op thread is fastest, and avoids oversubscribing shared CI cores.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def toy_pair() -> tuple[M.Qwen3Target, M.DFlashDraft]:

@@ -23,13 +23,8 @@ from ddtree_overlay.reference.tree import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models: one intra-op thread is fastest, and avoids oversubscribing shared CI cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny models: one intra-op thread is fastest, and avoids oversubscribing shared CI cores.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def prefixes_of(tree: DDTreeDraft) -> list[tuple[int, ...]]:
