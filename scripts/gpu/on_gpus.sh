@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# On a machine with several GPUs, inside one 10-minute device command: one bundle, one
+# `ddtree-overlay apply`, then one job per GPU at the same time, then rollback and status.
+#   bash scripts/gpu/on_gpus.sh BUNDLE 'JOB' ['JOB' ...]
+# JOB i runs with CUDA_VISIBLE_DEVICES=i and is one of
+#   bench SETTING [bench args...]   `ddtree-overlay bench`, time-boxed to the command's limit
+#   check PRESETS [ARMS]            scripts/gpu/payload_check.py arms (profiler on), cut off in time
+# e.g. (device call: kind nvidia-h200-x2, carry [".devsite", ".whl", ".benchrefs"], timeout_s 600)
+#   bash scripts/gpu/on_gpus.sh .devsite/site-0.5.14.tar.xz \
+#     'bench fixture --budgets 8,16,32 --reference-dir .benchrefs' 'check kernels,syncs'
+# $OUT receives log.txt (setup, apply, rollback, status and every job's tail) and jobs.tar.gz
+# (job-N/: the bench's or the check's results and its full log).
+set -uo pipefail
+usage="usage: bash scripts/gpu/on_gpus.sh BUNDLE 'JOB' ['JOB' ...]"
+bundle=${1:?$usage}
+shift
+[ "$#" -ge 1 ] || { echo "$usage" >&2; exit 2; }
+limit_s=${GPUS_LIMIT_S:-590}  # the device command's limit, less the copy-back
+reserve_s=45                   # rollback, status and packing after the jobs' deadline
+OUT=${OUT:-/tmp/on-gpus}
+JOBS=/tmp/gpu-jobs
+F=ddtree_overlay/fixtures
+mkdir -p "$OUT"
+start=$SECONDS
+
+seconds_left() { echo $((limit_s - reserve_s - (SECONDS - start))); }
+
+bench() {
+  local setting=$1
+  shift
+  # the bench cuts its own cells; 60 s of it go to runner grace, report and plots
+  local minutes
+  minutes=$(python3 -c "print(f'{max($(seconds_left) - 60, 60) / 60:.2f}')")
+  overlay bench --env "$ENV_PY" --setting "$setting" --out "$JOB_OUT" --max-minutes "$minutes" "$@"
+}
+
+check() {
+  local presets=$1 only=${2:-}
+  SGLANG_DDTREE_PROFILE="$JOB_OUT/profile.jsonl" python3 scripts/gpu/payload_check.py \
+    --target "$PWD/$F/target" --draft "$PWD/$F/draft" --prompts "$F/heldout_prompts.json" \
+    --n-prompts 32 --max-new-tokens 256 --preset "$presets" --only "$only" --out "$JOB_OUT"
+}
+
+run_job() {
+  local gpu=$1 job=$2
+  export CUDA_VISIBLE_DEVICES=$gpu JOB_OUT=$JOBS/job-$gpu
+  mkdir -p "$JOB_OUT"
+  echo "job $gpu on GPU $gpu: $job"
+  eval "$job"
+  echo "job $gpu exit code $?"
+}
+
+main() {
+  source scripts/gpu/setup_env.sh "$bundle"
+  rm -rf "$JOBS" && mkdir -p "$JOBS"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); setup took $((SECONDS - start)) s"
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+  overlay apply --env "$ENV_PY" || return 3
+  local pids=() gpu=0 job
+  for job in "$@"; do
+    # Each job in its own session, so a cut-off kills its engines in one go: an orphaned
+    # SGLang scheduler signals its parent's group on the way down, and that must not be us.
+    setsid bash -c "$(declare -f seconds_left bench check run_job overlay); $(declare -p limit_s reserve_s start JOBS F ENV_PY); run_job $gpu $(printf %q "$job")" \
+      > "$JOBS/job-$gpu.log" 2>&1 &
+    pids+=("$!")
+    gpu=$((gpu + 1))
+  done
+  local wait_s
+  wait_s=$(seconds_left)
+  echo "== ${#pids[@]} jobs running, cut off after $wait_s s"
+  # off the log pipe: a sleeping cutoff must not hold `tee` open after the jobs finish
+  (sleep "$wait_s"; for pid in "${pids[@]}"; do kill -KILL -- "-$pid"; done) >/dev/null 2>&1 &
+  local cutoff=$!
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  pkill -P "$cutoff" 2>/dev/null; kill "$cutoff" 2>/dev/null
+  for ((i = 0; i < ${#pids[@]}; i++)); do
+    echo "== job $i (last 40 lines of job-$i/log)"
+    mv "$JOBS/job-$i.log" "$JOBS/job-$i/log"
+    tail -n 40 "$JOBS/job-$i/log"
+  done
+  echo "== rollback ($((SECONDS - start)) s)"
+  overlay rollback --env "$ENV_PY"
+  overlay status --env "$ENV_PY"
+  tar -czf "$OUT/jobs.tar.gz" -C "$JOBS" .
+  echo "done after $((SECONDS - start)) s"
+}
+
+main "$@" 2>&1 | tee "$OUT/log.txt"
