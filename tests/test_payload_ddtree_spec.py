@@ -79,6 +79,8 @@ CASES = {
     "threshold": {"speculative_accept_threshold_acc": 0.5},
     "window": {"speculative_draft_window_size": 64},
     "dp_attention": {"enable_dp_attention": True},
+    "attn_dp_size": {"attn_dp_size": 2},
+    "pp2": {"pp_size": 2},
 }
 for name, changes in CASES.items():
     args = server_args(**changes)
@@ -132,17 +134,22 @@ def test_handle_sets_block_size_and_verify_width(ddtree_report: dict) -> None:
     assert cases["flashinfer"]["verify_width"] == 16
 
 
+def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: dict) -> None:
+    assert ddtree_report["cases"]["tp2"] == ddtree_report["cases"]["default"]
+
+
 @pytest.mark.parametrize(
     ("case", "fragment"),
     [
         ("budget0", "DDTREE requires --speculative-ddtree-budget >= 1, got 0"),
         ("fa3", "DDTREE requires --attention-backend triton or flashinfer, got fa3 (prefill)"),
         ("fa3_decode", "got fa3 (decode)"),
-        ("tp2", "DDTREE supports tp_size == 1 only for now, got 2"),
         ("num_draft_tokens", "do not pass --speculative-num-draft-tokens (got 16)"),
         ("threshold", "to stay lossless"),
         ("window", "--speculative-draft-window-size"),
-        ("dp_attention", "does not support dp attention"),
+        ("dp_attention", "DDTREE does not support dp attention"),
+        ("attn_dp_size", "DDTREE does not support dp attention"),
+        ("pp2", "only supports pp_size == 1"),
     ],
 )
 def test_unsupported_settings_are_refused_with_a_clear_message(ddtree_report: dict, case: str, fragment: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -13,6 +15,9 @@ du = load_payload_module("sglang.srt.speculative.ddtree_utils")
 tp = load_payload_module("sglang.srt.speculative.ddtree_tp")
 
 VOCAB, HIDDEN, BS, DEPTH = 1001, 32, 3, 15
+VOCAB_PADDING = 64  # SGLang's DEFAULT_VOCAB_PADDING_SIZE
+PADDING_ROW = 1e4  # outscores every real row: a top-K that reads padding rows fails
+LM_HEAD_KS = (1, 16, 256)
 
 
 def full_problem(seed: int):
@@ -42,12 +47,45 @@ def _rank_main(rank: int, world: int, init_file: str, k: int, seed: int, out: di
         dist.destroy_process_group()
 
 
-def run_ranks(tmp_path, world: int, k: int, seed: int) -> dict:
+def sglang_lm_head(weight: torch.Tensor, rank: int, world: int) -> SimpleNamespace:
+    """This rank's ParallelLMHead as SGLang lays it out: the vocabulary padded to a multiple
+    of 64, split evenly, so the last shard holds fewer real rows and the rest padding."""
+    padded = -(-VOCAB // VOCAB_PADDING) * VOCAB_PADDING
+    per_rank = padded // world
+    start, end = min(rank * per_rank, VOCAB), min((rank + 1) * per_rank, VOCAB)
+    padding = torch.full((per_rank - (end - start), HIDDEN), PADDING_ROW)
+    shard = SimpleNamespace(
+        org_vocab_start_index=start,
+        num_org_elements=end - start,
+        num_org_elements_padded=per_rank,
+        num_added_elements=0,
+        added_vocab_start_index=VOCAB,
+    )
+    return SimpleNamespace(weight=torch.cat([weight[start:end], padding]), shard_indices=shard)
+
+
+def _lm_head_rank_main(rank: int, world: int, init_file: str, seed: int, out: dict) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        group = dist.new_group(list(range(world)))  # a subgroup, as SGLang's TP device_group is
+        hidden, weight = full_problem(seed)
+        lm_head = sglang_lm_head(weight, rank, world)
+        by_k = {}
+        for k in LM_HEAD_KS:
+            got = tp.lm_head_draft_topk(lm_head, hidden, k=k, group=group)
+            by_k[k] = (got.log_probs, got.token_ids)
+        out[rank] = by_k
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(tmp_path, main, *, world: int, args: tuple) -> dict:
+    """main(rank, world, init_file, *args, out) on `world` gloo ranks; out[rank] as they left it."""
     manager = mp.get_context("spawn").Manager()
     out = manager.dict()
     mp.start_processes(
-        _rank_main,
-        args=(world, str(tmp_path / "init"), k, seed, out),
+        main,
+        args=(world, str(tmp_path / "init"), *args, out),
         nprocs=world,
         start_method="spawn",
     )
@@ -59,7 +97,7 @@ def test_two_ranks_agree_with_the_single_rank_top_k_and_tree(tmp_path, k, seed):
     hidden, weight = full_problem(seed)
     expect = du.compute_draft_topk(hidden @ weight.T, k)
     expect_tree = du.build_ddtree_tree(expect, k)
-    results = run_ranks(tmp_path, world=2, k=k, seed=seed)
+    results = run_ranks(tmp_path, _rank_main, world=2, args=(k, seed))
     for rank in (0, 1):
         log_probs, token_ids, tree_tokens, tree_parents, _ = results[rank]
         assert torch.equal(token_ids, expect.token_ids)
@@ -69,7 +107,7 @@ def test_two_ranks_agree_with_the_single_rank_top_k_and_tree(tmp_path, k, seed):
 
 
 def test_every_rank_takes_rank_zeros_decisions(tmp_path):
-    results = run_ranks(tmp_path, world=2, k=8, seed=3)
+    results = run_ranks(tmp_path, _rank_main, world=2, args=(8, 3))
     assert torch.equal(results[1][4], torch.zeros(BS, 4, dtype=torch.int64))
     assert torch.equal(results[0][4], results[1][4])
 
@@ -78,5 +116,18 @@ def test_a_shard_smaller_than_k_pads_with_unreachable_pairs(tmp_path):
     # 4 ranks over 1001 ids: shards of 251, 251, 251, 248; k = 300 exceeds every shard
     hidden, weight = full_problem(4)
     expect = du.compute_draft_topk(hidden @ weight.T, 300)
-    results = run_ranks(tmp_path, world=4, k=300, seed=4)
+    results = run_ranks(tmp_path, _rank_main, world=4, args=(300, 4))
     assert torch.equal(results[3][1], expect.token_ids)
+
+
+def test_lm_head_top_k_skips_padding_rows_and_is_the_same_on_every_rank(tmp_path):
+    hidden, weight = full_problem(5)
+    results = run_ranks(tmp_path, _lm_head_rank_main, world=2, args=(5,))
+    last_shard = sglang_lm_head(weight, 1, 2)
+    assert last_shard.shard_indices.num_org_elements < last_shard.weight.shape[0]  # padding rows
+    for k in LM_HEAD_KS:
+        expect = du.compute_draft_topk(hidden @ weight.T, k)
+        (log_probs, token_ids), (log_probs_1, token_ids_1) = results[0][k], results[1][k]
+        assert torch.equal(token_ids, expect.token_ids)
+        assert torch.allclose(log_probs, expect.log_probs, atol=1e-5)
+        assert torch.equal(log_probs, log_probs_1) and torch.equal(token_ids, token_ids_1)

@@ -25,6 +25,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_contract",
     "sglang.srt.speculative.ddtree_compat",
     "sglang.srt.speculative.ddtree_profile",
+    "sglang.srt.speculative.ddtree_tp",
 ]
 
 

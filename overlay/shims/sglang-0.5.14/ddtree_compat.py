@@ -151,6 +151,10 @@ def verify_input_extras(window) -> dict:
     return {}
 
 
+def finish_verify_logits(worker, logits_output) -> None:
+    """The target returns whole-vocabulary verify logits in this release: nothing to do."""
+
+
 def draft_commit_loc(worker, window, cache_loc_2d: torch.Tensor, width: int) -> torch.Tensor:
     """Draft-pool KV slots of the first ``width`` verify positions. Shape: [bs, width]."""
     return cache_loc_2d[:, :width].contiguous()

@@ -13,7 +13,9 @@ module; the manifest of each release installs the shim written against that fami
 * per release, exactly what that release's DFlash decode path does around the draft
   forward: ``num_token_non_padded`` (0.5.20+), the draft TP context (0.5.20+), the
   iteration's KV-loc plan bound to the draft forward, the verify input and the draft-KV
-  commit (0.5.22+), ``can_run_decode_cuda_graph`` (0.5.23).
+  commit (0.5.22+), ``can_run_decode_cuda_graph`` (0.5.23);
+* 0.5.23: under TP the target's verify logits come back vocab-sharded (DFlash finishes
+  the gather itself); see finish_verify_logits.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ FAMILY = "sglang 0.5.19 - 0.5.23"
 PASSES_NUM_TOKEN_NON_PADDED = RELEASE >= (0, 5, 20)
 USES_KV_LOC_PLAN = RELEASE >= (0, 5, 22)
 PASSES_CAN_RUN_DECODE_GRAPH = RELEASE >= (0, 5, 23)
+DEFERS_VERIFY_GATHER = RELEASE >= (0, 5, 23)
 
 CONTRACT = {
     **SHARED_CONTRACT,
@@ -54,7 +57,7 @@ CONTRACT = {
         + (("_draft_write_ids",) if USES_KV_LOC_PLAN else ()),
         "assigned": DFLASH_WORKER_ASSIGNED
         + (
-            ("draft_parallel_layout",)
+            ("draft_parallel_layout", "_target_logits_processor")
             if RELEASE >= (0, 5, 23)
             else ("draft_owns_attention",)
             if RELEASE >= (0, 5, 21)
@@ -80,6 +83,15 @@ CONTRACT = {
     "sglang.srt.arg_groups.model_override_base:resolving_view": {"params": ("server_args",)},
     "sglang.srt.arg_groups.model_override_base:attention_backends_of": {"params": ("cfg",)},
     "sglang.srt.runtime_context:get_spec": {},
+    **(
+        {
+            "sglang.srt.layers.logits_processor:LogitsProcessor": {
+                "members": ("is_deferred_shard", "finish_deferred_gather"),
+            },
+        }
+        if DEFERS_VERIFY_GATHER
+        else {}
+    ),
 }
 
 
@@ -239,6 +251,21 @@ def draft_forward_context(worker):
 
 def verify_input_extras(window) -> dict:
     return {} if window is None else {"kv_loc_plan": window}
+
+
+def finish_verify_logits(worker, logits_output) -> None:
+    """Whole-vocabulary verify logits for the accept, in place.
+
+    0.5.23: DFlash's __init__ has the target's LogitsProcessor skip the TP gather of
+    TARGET_VERIFY logits and gathers them itself after the forward (or takes a
+    vocab-parallel argmax); DDTREE's accept reads full logits, so gather as DFlash does.
+    """
+    if not DEFERS_VERIFY_GATHER:
+        return
+    processor = worker._target_logits_processor
+    logits = logits_output.next_token_logits
+    if processor is not None and processor.is_deferred_shard(logits):
+        logits_output.next_token_logits = processor.finish_deferred_gather(logits)
 
 
 def draft_commit_loc(worker, window, cache_loc_2d: torch.Tensor, width: int) -> torch.Tensor:

@@ -128,8 +128,11 @@ def _unsupported_ddtree_settings(cfg):
                 f"got {backend} ({name}); its tree-mask path is not wired for DDTREE "
                 "(on Hopper fa3 is the default: pass --attention-backend triton)."
             )
-    if cfg.tp_size != 1:
-        yield f"DDTREE supports tp_size == 1 only for now, got {cfg.tp_size}."
+    if _attention_dp(cfg):
+        # DFlash allows it from 0.5.20 (NPU) / 0.5.23 (CUDA). DDTREE's top-K runs collectives
+        # over the whole TP group each round, which attention-DP ranks (other batches, or
+        # idle) would not match.
+        yield "DDTREE does not support dp attention (--enable-dp-attention / --attn-dp-size)."
     if cfg.speculative_draft_window_size is not None:
         yield (
             "DDTREE does not support --speculative-draft-window-size yet, "
@@ -153,6 +156,12 @@ def _unsupported_ddtree_settings(cfg):
         yield "DDTREE does not support --speculative-adaptive."
     if cfg.enable_return_hidden_states:
         yield "DDTREE does not support --enable-return-hidden-states."
+
+
+def _attention_dp(cfg) -> bool:
+    # 0.5.22+ resolves --enable-dp-attention into attn_dp_size and leaves the flag false;
+    # releases before have no attn_dp_size.
+    return bool(cfg.enable_dp_attention) or int(getattr(cfg, "attn_dp_size", 1)) > 1
 
 
 def _ddtree_worker_factory(server_args: "ServerArgs"):

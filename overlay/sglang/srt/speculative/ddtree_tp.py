@@ -7,15 +7,18 @@ pieces without ever gathering a vocabulary-sized tensor:
   log Z   = m + log(sum_r S_r),  m = max_r m_r,  S_r = sum_v exp(l_v - m)  (two all-reduces)
   top-K   = top-K over the K (score, id) pairs of every rank          (one all-gather)
 Ranks must then act on identical trees and identical accept decisions, or their
-attention shards would see different tokens; rank 0's are broadcast.
+attention shards would see different tokens. The top-K is broadcast from rank 0
+(``lm_head_draft_topk``); the accept needs nothing here: at T = 0 it reads the
+target's all-gathered (identical) logits, and at T > 0 ``eagle_sample``
+broadcasts its predict / accept_index from rank 0 itself.
 
-Not wired into the worker yet: DDTREE refuses tp_size > 1 until a two-GPU run
-validates it (issue 8). Pure torch + torch.distributed; tested on CPU with gloo.
+The worker calls ``lm_head_draft_topk`` when tp_size > 1. Pure torch +
+torch.distributed; tested on CPU with gloo.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -82,3 +85,28 @@ def broadcast_from_rank0(
     src = dist.get_global_rank(group, 0) if group is not None else 0
     for tensor in tensors:
         dist.broadcast(tensor, src=src, group=group)
+
+
+def lm_head_draft_topk(
+    lm_head: Any, hidden: torch.Tensor, *, k: int, group: dist.ProcessGroup
+) -> DDTreeDraftTopK:
+    """Global top-K of a vocab-parallel lm_head over draft hidden states, the same on every rank.
+
+    Args:
+        lm_head: SGLang's ParallelLMHead: ``weight`` holds this rank's rows (its base
+            vocabulary, padding, then any added vocabulary); ``shard_indices`` locates them.
+        hidden: draft hidden states. Shape: [bs, L, H].
+        k: as in ``vocab_parallel_draft_topk``.
+    Only the base vocabulary is scored: padding rows are not tokens, and LoRA-added rows
+    are left out, which is safe because a draft only proposes; the target verifies every
+    node against its own full logits, so the output stays lossless.
+    """
+    shard = lm_head.shard_indices
+    weight = lm_head.weight[: shard.num_org_elements]
+    local_logits = torch.matmul(hidden.to(weight.dtype), weight.T)  # [bs, L, V_local]
+    topk = vocab_parallel_draft_topk(
+        local_logits, vocab_start=shard.org_vocab_start_index, k=k, group=group
+    )
+    # The all-reduced normaliser may differ across ranks in the last bit; the tree must not.
+    broadcast_from_rank0([topk.log_probs, topk.token_ids], group)
+    return topk
