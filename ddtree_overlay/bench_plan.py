@@ -251,6 +251,7 @@ class BenchConfig:
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
     attention_backend: str = "triton"
+    tp_size: int = 1  # tensor-parallel GPUs per engine, every arm alike
     max_new_tokens: int | None = None  # the setting's default when None
     prompts_per_cell: int | None = None
     max_minutes: float | None = None
@@ -412,6 +413,7 @@ def _group(
         cells.insert(after_t0, margins)
     engine: dict[str, Any] = {
         "attention_backend": config.attention_backend,
+        "tp_size": config.tp_size,
         "cuda_graph_bs_decode": capture_batch_sizes(config.batch_sizes),
         **ENGINE_COMMON,
         **setting.engine,

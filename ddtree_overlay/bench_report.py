@@ -183,20 +183,25 @@ def lossless_summary(reference: Mapping[str, Any], record: Mapping[str, Any]) ->
 def _lossless_reference(
     records: Mapping[str, Mapping[str, Any]], plan: SweepPlan, batch_size: int
 ) -> dict[str, Any] | None:
-    """Target-only greedy outputs at this batch size, with the margins cell's top1-top2 gaps."""
+    """Target-only greedy outputs to judge against, with their top1-top2 gaps when known.
+
+    The margins cell's outputs come first: its gaps hold along its own trajectory only, and
+    target-only at another batch size can leave that trajectory at an exact tie, after which
+    its gaps would judge the wrong tokens. Without margins: target-only at this batch size.
+    """
     target = next((g for g in plan.groups if g.algorithm == TARGET_ONLY), None)
     if target is None:
         return None
     margins = next((records.get(c.name) for c in target.cells if c.top2), None)
+    if margins and margins.get("ok") and margins.get("top2_margins"):
+        return {"arm": margins["arm"], "outputs": margins["outputs"], "top2_margins": margins["top2_margins"]}
     same_bs = next(
         (records.get(c.name) for c in target.cells if not c.top2 and c.temperature == 0 and c.batch_size == batch_size),
         None,
     )
-    base = same_bs if same_bs and same_bs.get("ok") else margins
-    if not base or not base.get("ok"):
+    if not same_bs or not same_bs.get("ok"):
         return None
-    top2 = margins.get("top2_margins") if margins and margins.get("ok") else None
-    return {"arm": base["arm"], "outputs": base["outputs"], "top2_margins": top2}
+    return {"arm": same_bs["arm"], "outputs": same_bs["outputs"], "top2_margins": None}
 
 
 def parity_row(
@@ -390,6 +395,7 @@ def analyse(
             "batch_sizes": list(plan.config.batch_sizes),
             "temperatures": list(plan.config.temperatures),
             "attention_backend": plan.config.attention_backend,
+            "tp_size": plan.config.tp_size,
             "max_new_tokens": plan.max_new_tokens,
             "prompts_per_cell": max((c.prompts for c in plan.cells), default=0),
             "max_minutes": plan.config.max_minutes,
@@ -543,7 +549,8 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         f"- **Setting**: {setting['note']}.",
         f"- **When / where**: {context.get('started', '?')}; {context.get('gpu', '?')}; "
         f"sglang {context.get('sglang', '?')}, torch {context.get('torch', '?')}.",
-        f"- **Engines**: attention backend `{config['attention_backend']}` for every arm, decode CUDA "
+        f"- **Engines**: attention backend `{config['attention_backend']}` and tensor-parallel size "
+        f"{config['tp_size']} for every arm, decode CUDA "
         f"graphs on (captured for batch sizes {capture_batch_sizes(config['batch_sizes'])}), prefill "
         "graphs off, "
         "one engine per (algorithm, budget, scheduling) serving every cell; DDTREE and DFLASH with "

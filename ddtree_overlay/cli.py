@@ -234,6 +234,10 @@ def bench(
             help="the same backend for every arm",
         ),
     ] = "triton",
+    tp_size: Annotated[
+        int,
+        typer.Option("--tp-size", min=1, help="tensor-parallel GPUs per engine, the same for every arm"),
+    ] = 1,
     max_new_tokens: Annotated[
         Optional[int],  # noqa: UP045
         typer.Option("--max-new-tokens", min=1, help="new tokens per request (setting's default)"),
@@ -278,6 +282,7 @@ def bench(
         batch_sizes=batch_sizes,  # type: ignore[arg-type]
         temperatures=temperatures,  # type: ignore[arg-type]
         attention_backend=attention_backend,
+        tp_size=tp_size,
         max_new_tokens=max_new_tokens,
         prompts_per_cell=prompts_per_cell,
         max_minutes=max_minutes,

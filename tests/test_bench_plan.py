@@ -45,6 +45,14 @@ def test_every_arm_uses_the_same_backend_and_cuda_graph_settings(tmp_path: Path)
     assert "disable_overlap_schedule" not in by_name["ddtree-b64"]
 
 
+def test_tp_size_reaches_every_engine_and_defaults_to_one_gpu(tmp_path: Path) -> None:
+    assert {g.engine["tp_size"] for g in fixture_plan(tmp_path).groups} == {1}
+    plan = fixture_plan(tmp_path, tp_size=2)
+    assert all(g.engine["tp_size"] == 2 for g in plan.groups)
+    runner = bp.runner_plan(plan, deadline=None, profile_path=None)
+    assert {arm["engine"]["tp_size"] for arm in runner["arms"]} == {2}
+
+
 def test_engines_run_baselines_first_then_budgets_by_interest(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path)
     assert [g.name for g in plan.groups] == [

@@ -139,7 +139,29 @@ def test_greedy_divergence_beyond_noise_is_an_issue_within_noise_is_not(tmp_path
         "(largest top1-top2 margin 5.000 at token 5)"
     ]
     assert "lossless" not in rows["ddtree-b32/bs2/t1"]  # sampled: no token-equality check
-    assert rows["dflash/bs1/t0"]["lossless"]["reference"] == "target-only/bs1/t0"
+    assert rows["dflash/bs1/t0"]["lossless"]["reference"] == "target-only/margins"
+
+
+def test_greedy_outputs_are_judged_on_the_trajectory_their_margins_belong_to(tmp_path: Path) -> None:
+    """Target-only at bs 1 leaves the margins run at an exact tie (token 2 of prompt 1); a DDTREE
+    cell that stays on the margins run's trajectory is lossless, though it differs from bs 1."""
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    cells["target-only/bs1/t0"]["outputs"] = outputs({1: 2})
+    report = br.analyse(plan, cells, engines, references=references())
+    row = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs1/t0"]
+    assert row["lossless"]["passed"] and row["lossless"]["identical"] == PROMPTS
+    assert report["issues"] == []
+
+
+def test_without_margins_greedy_outputs_are_judged_against_the_same_batch_size(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    margins = next(name for name in cells if name.endswith("/margins"))
+    cells[margins]["ok"] = False
+    report = br.analyse(plan, cells, engines, references=references())
+    row = {r["name"]: r for r in report["cells"]}["dflash/bs1/t0"]
+    assert row["lossless"]["reference"] == "target-only/bs1/t0" and row["lossless"]["passed"]
 
 
 def test_divergence_with_random_weights_is_reported_but_not_an_issue(tmp_path: Path) -> None:
@@ -189,6 +211,14 @@ def test_failed_and_skipped_cells_and_engines(tmp_path: Path) -> None:
     markdown = br.markdown_report(report)
     assert "| DDTREE B=32 | skipped | skipped |" in markdown
     assert "| ddtree-b32 | failed: RuntimeError: boom |" in markdown
+
+
+def test_report_states_the_tensor_parallel_size(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path, tp_size=2)
+    cells, engines = synthetic(plan)
+    report = br.analyse(plan, cells, engines, references=references())
+    assert report["config"]["tp_size"] == 2
+    assert "attention backend `triton` and tensor-parallel size 2 for every arm" in br.markdown_report(report)
 
 
 def test_markdown_has_the_tables_the_docs_need(tmp_path: Path) -> None:
