@@ -10,6 +10,8 @@ import heapq
 import importlib.util
 import itertools
 import math
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -260,8 +262,13 @@ def test_build_verify_inputs_is_tree_then_buffers_then_mask():
     assert torch.equal(mask, du.build_tree_custom_mask(buffers.ancestor_mask, prefix, mask.numel()))
 
 
-def test_tree_stage_is_torch_by_default_and_a_typo_is_refused(monkeypatch):
+def test_tree_stage_is_triton_by_default_torch_on_request_and_a_typo_is_refused(monkeypatch):
+    kernels = types.ModuleType("sglang.srt.speculative.ddtree_kernels")  # no triton needed here
+    kernels.build_verify_inputs = object()
+    monkeypatch.setitem(sys.modules, kernels.__name__, kernels)
     monkeypatch.delenv(du.TREE_STAGE_ENV, raising=False)
+    assert du.select_tree_stage() is kernels.build_verify_inputs
+    monkeypatch.setenv(du.TREE_STAGE_ENV, "torch")
     assert du.select_tree_stage() is du.build_verify_inputs
     monkeypatch.setenv(du.TREE_STAGE_ENV, "trition")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be 'torch' or 'triton'"):

@@ -2,12 +2,16 @@
 # On a machine with several GPUs, inside one 10-minute device command: one bundle, one
 # `ddtree-overlay apply`, then one job per GPU at the same time, then rollback and status.
 #   bash scripts/gpu/on_gpus.sh BUNDLE 'JOB' ['JOB' ...]
-# JOB i runs with CUDA_VISIBLE_DEVICES=i and is one of
+# JOB i runs on GPU i (GPUS_PER_JOB=n: on GPUs n*i .. n*i+n-1, e.g. 2 for tensor parallelism);
+# a JOB is a shell line of
 #   bench SETTING [bench args...]   `ddtree-overlay bench`, time-boxed to the command's limit
 #   check PRESETS [ARMS]            scripts/gpu/payload_check.py arms (profiler on), cut off in time
 # e.g. (device call: kind nvidia-h200-x2, carry [".devsite", ".whl", ".benchrefs"], timeout_s 600)
 #   bash scripts/gpu/on_gpus.sh .devsite/site-0.5.14.tar.xz \
 #     'bench fixture --budgets 8,16,32 --reference-dir .benchrefs' 'check kernels,syncs'
+# Tensor parallelism, both GPUs in one job, one step after the other:
+#   GPUS_PER_JOB=2 bash scripts/gpu/on_gpus.sh .devsite/site-0.5.14.tar.xz \
+#     'check tp; bench qwen3-8b-random --tp-size 2 --budgets 32 --batch-sizes 1 --temperatures 0'
 # $OUT receives log.txt (setup, apply, rollback, status and every job's tail) and jobs.tar.gz
 # (job-N/: the bench's or the check's results and its full log).
 set -uo pipefail
@@ -15,6 +19,7 @@ usage="usage: bash scripts/gpu/on_gpus.sh BUNDLE 'JOB' ['JOB' ...]"
 bundle=${1:?$usage}
 shift
 [ "$#" -ge 1 ] || { echo "$usage" >&2; exit 2; }
+per_job=${GPUS_PER_JOB:-1}
 limit_s=${GPUS_LIMIT_S:-590}  # the device command's limit, less the copy-back
 reserve_s=45                   # rollback, status and packing after the jobs' deadline
 OUT=${OUT:-/tmp/on-gpus}
@@ -42,12 +47,12 @@ check() {
 }
 
 run_job() {
-  local gpu=$1 job=$2
-  export CUDA_VISIBLE_DEVICES=$gpu JOB_OUT=$JOBS/job-$gpu
+  local index=$1 gpus=$2 job=$3
+  export CUDA_VISIBLE_DEVICES=$gpus JOB_OUT=$JOBS/job-$index
   mkdir -p "$JOB_OUT"
-  echo "job $gpu on GPU $gpu: $job"
+  echo "job $index on GPU $gpus: $job"
   eval "$job"
-  echo "job $gpu exit code $?"
+  echo "job $index exit code $?"
 }
 
 main() {
@@ -56,14 +61,15 @@ main() {
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); setup took $((SECONDS - start)) s"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
   overlay apply --env "$ENV_PY" || return 3
-  local pids=() gpu=0 job
+  local pids=() index=0 gpus job
   for job in "$@"; do
+    gpus=$(seq -s, $((index * per_job)) $((index * per_job + per_job - 1)))
     # Each job in its own session, so a cut-off kills its engines in one go: an orphaned
     # SGLang scheduler signals its parent's group on the way down, and that must not be us.
-    setsid bash -c "$(declare -f seconds_left bench check run_job overlay); $(declare -p limit_s reserve_s start JOBS F ENV_PY); run_job $gpu $(printf %q "$job")" \
-      > "$JOBS/job-$gpu.log" 2>&1 &
+    setsid bash -c "$(declare -f seconds_left bench check run_job overlay); $(declare -p limit_s reserve_s start JOBS F ENV_PY); run_job $index $gpus $(printf %q "$job")" \
+      > "$JOBS/job-$index.log" 2>&1 &
     pids+=("$!")
-    gpu=$((gpu + 1))
+    index=$((index + 1))
   done
   local wait_s
   wait_s=$(seconds_left)

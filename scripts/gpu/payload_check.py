@@ -28,7 +28,7 @@ GRAPH = {
 }
 # The T=1 arms send 512 single-prompt draws; 32 at a time keeps them on the captured graphs.
 WAVES = {"max_running_requests": 32}
-TRITON_TREE = {"SGLANG_DDTREE_TREE_KERNEL": "triton"}
+TORCH_TREE = {"SGLANG_DDTREE_TREE_KERNEL": "torch"}  # the default is the Triton kernels
 NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
 
 
@@ -60,17 +60,25 @@ def presets(n_prompts, max_new):
         # The tree stage as Triton kernels against the torch ops (same engine settings).
         "kernels": [
             {"name": "plain", "engine": GRAPH, "sampling": greedy, "top2": True},
-            {"name": "ddtree-b15-torch", "engine": ddtree(15), "sampling": greedy},
-            {"name": "ddtree-b15-triton", "engine": ddtree(15), "sampling": greedy, "env": TRITON_TREE},
-            {"name": "ddtree-b32-torch", "engine": ddtree(32), "sampling": greedy},
-            {"name": "ddtree-b32-triton", "engine": ddtree(32), "sampling": greedy, "env": TRITON_TREE},
+            {"name": "ddtree-b15-torch", "engine": ddtree(15), "sampling": greedy, "env": TORCH_TREE},
+            {"name": "ddtree-b15-triton", "engine": ddtree(15), "sampling": greedy},
+            {"name": "ddtree-b32-torch", "engine": ddtree(32), "sampling": greedy, "env": TORCH_TREE},
+            {"name": "ddtree-b32-triton", "engine": ddtree(32), "sampling": greedy},
         ],
         # Any host sync inside a DDTREE round raises (torch's CUDA sync debug mode, scoped to
         # the round): the arm fails, naming the operation.
         "syncs": [
-            {"name": "ddtree-b32-nosync-torch", "engine": ddtree(32), "sampling": greedy, "env": NO_SYNC},
-            {"name": "ddtree-b32-nosync-triton", "engine": ddtree(32), "sampling": greedy,
-             "env": dict(NO_SYNC, **TRITON_TREE)},
+            {"name": "ddtree-b32-nosync-torch", "engine": ddtree(32), "sampling": greedy,
+             "env": dict(NO_SYNC, **TORCH_TREE)},
+            {"name": "ddtree-b32-nosync-triton", "engine": ddtree(32), "sampling": greedy, "env": NO_SYNC},
+        ],
+        # Tensor parallelism (two GPUs): TP=2 against TP=1 and against DFLASH at TP=2.
+        "tp": [
+            {"name": "plain", "engine": GRAPH, "sampling": greedy, "top2": True},
+            {"name": "ddtree-b32", "engine": ddtree(32), "sampling": greedy},
+            {"name": "ddtree-b32-tp2", "engine": ddtree(32, tp_size=2), "sampling": greedy},
+            {"name": "dflash-tp2", "engine": dict(GRAPH, speculative_algorithm="DFLASH", tp_size=2), "sampling": greedy},
+            {"name": "plain-tp2", "engine": dict(GRAPH, tp_size=2), "sampling": greedy},
         ],
         "flashinfer": [
             {"name": "plain-flashinfer", "engine": dict(GRAPH, attention_backend="flashinfer"), "sampling": greedy, "top2": True},
@@ -103,6 +111,17 @@ def reference_for(directory, arm_name):
     stem = f"ddtree-b{budget.group(1)}" if budget else "dflash" if arm_name.startswith("dflash") else None
     path = Path(directory) / f"{stem}.json"
     return json.loads(path.read_text()) if stem and path.exists() else None
+
+
+def tp_comparison(tp1, tp2):
+    """A TP=2 arm against its TP=1 twin: same outputs, same acceptance, tok/s ratio."""
+    same = sum(a == b for a, b in zip(tp1["outputs"], tp2["outputs"]))
+    acceptance = [dc.acceptance_summary(r)["mean_acceptance_length"] for r in (tp1, tp2)]
+    return {
+        "arm": tp2["arm"], "tp1_arm": tp1["arm"], "identical_to_tp1": same, "prompts": len(tp2["outputs"]),
+        "acceptance_tp1": acceptance[0], "acceptance_tp2": acceptance[1],
+        "tok_per_s_ratio": tp2["tok_per_s"] / tp1["tok_per_s"],
+    }
 
 
 def main():
@@ -143,7 +162,7 @@ def main():
             if on_fail:
                 run_one(args, prompts, on_fail, out, results_path)
     records = {r["arm"]: r for r in map(json.loads, results_path.read_text().splitlines())}
-    summary = {"arms": {}, "lossless": [], "distribution": [], "parity": []}
+    summary = {"arms": {}, "lossless": [], "distribution": [], "parity": [], "tp": []}
     for name, rec in records.items():
         if not rec.get("ok"):
             summary["arms"][name] = {"ok": False, "error": rec.get("error"), "traceback": rec.get("traceback")}
@@ -156,6 +175,9 @@ def main():
         if reference is not None:
             parity = dc.acceptance_parity(rec, reference)
             summary["parity"].append({k: v for k, v in parity.items() if k != "per_prompt"})
+        tp1 = name.removesuffix("-tp2")
+        if tp1 != name and records.get(tp1, {}).get("ok"):
+            summary["tp"].append(tp_comparison(records[tp1], rec))
         if name.endswith("-t1") and name != "plain-t1" and records.get("plain-t1", {}).get("ok"):
             for pos in (1, 2, 3):
                 summary["distribution"].append(dict(dc.distribution_test(records["plain-t1"], rec, pos), arm=name))

@@ -339,7 +339,7 @@ def build_verify_inputs(
 
 def select_tree_stage(choice: str | None = None) -> Callable[..., tuple]:
     """``build_verify_inputs`` of the implementation ``SGLANG_DDTREE_TREE_KERNEL`` names."""
-    choice = os.environ.get(TREE_STAGE_ENV, "torch") if choice is None else choice
+    choice = os.environ.get(TREE_STAGE_ENV, "triton") if choice is None else choice
     if choice == "torch":
         return build_verify_inputs
     if choice == "triton":

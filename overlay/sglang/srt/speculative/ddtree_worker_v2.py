@@ -3,6 +3,7 @@
 One decode round, as the paper defines it:
   draft     DFlash block [bonus, MASK x (L)] through the drafter (slot 0 = bonus)
   topk      per-position top-K log-probs, fp32, full-vocabulary normaliser
+            (under TP: vocab-parallel, rank 0's broadcast; see ddtree_tp)
   tree      the best B prefixes (best-first rule), nodes in pop order
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
             depth, ancestor-only mask
@@ -19,6 +20,7 @@ import logging
 
 import torch
 
+from sglang.srt.distributed import get_tp_group
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
@@ -28,6 +30,7 @@ from sglang.srt.speculative.ddtree_compat import (
     draft_forward_context,
     draft_width_during_init,
     draft_width_scope,
+    finish_verify_logits,
     next_draft_input,
     open_window,
     planning_seq_lens,
@@ -37,6 +40,7 @@ from sglang.srt.speculative.ddtree_compat import (
 )
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
 from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler, get_round_sync_guard
+from sglang.srt.speculative.ddtree_tp import lm_head_draft_topk
 from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTopK,
     compute_draft_topk,
@@ -69,10 +73,13 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self.accept_width = max_accept_width(self.budget, self.block_size)
         self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
         self.draft_topk = min(self.budget, self.vocab_size)
+        tp_group = get_tp_group()
+        # Under TP the target lm_head holds one vocabulary shard per rank.
+        self._vocab_parallel_group = tp_group.device_group if tp_group.world_size > 1 else None
         self._verify_offsets = torch.arange(
             num_verify_tokens, dtype=torch.int64, device=self.device
         )
-        # SGLANG_DDTREE_TREE_KERNEL=torch|triton: who builds the tree, verify tensors and mask.
+        # SGLANG_DDTREE_TREE_KERNEL=triton (default)|torch: who builds the tree, verify tensors and mask.
         self.build_verify_inputs = select_tree_stage()
         # SGLANG_DDTREE_PROFILE=path: per-stage GPU ms per round (a no-op when unset).
         self.profiler = get_ddtree_profiler()
@@ -249,6 +256,13 @@ class DDTreeWorkerV2(DFlashWorkerV2):
     def _draft_topk(self, draft_hidden: torch.Tensor) -> DDTreeDraftTopK:
         """Top-K of the target lm_head over draft slots 1..L (slot 0 is the bonus)."""
         lm_head = self.target_worker.model_runner.model.lm_head
+        if self._vocab_parallel_group is not None:
+            return lm_head_draft_topk(
+                lm_head,
+                draft_hidden[:, 1:, :],
+                k=self.draft_topk,
+                group=self._vocab_parallel_group,
+            )
         weight = lm_head.weight[: self.vocab_size]  # drop vocab padding rows
         hidden = draft_hidden[:, 1:, :].to(weight.dtype)
         logits = torch.matmul(hidden, weight.T)  # [bs, L, V]
@@ -270,6 +284,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             is_verify=True,
             skip_attn_backend_init=True,
         )
+        finish_verify_logits(self, target_out.logits_output)
         return target_out.logits_output, target_out.can_run_cuda_graph
 
     def _commit(
