@@ -570,8 +570,9 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         "from ddtree_profile (other = round minus stages: launch gaps); host ms = host time per "
         "round inside the stages (about the stages' GPU sum: the round waits on the host); "
         "graph = share of verify "
-        "rounds in a CUDA graph; same as target-only = identical greedy outputs at the same batch "
-        "size, and the first divergence with the target's top1-top2 margin (T = 0).",
+        "rounds in a CUDA graph; same as target-only = greedy outputs identical to the target-only "
+        "margins run (target-only at the same batch size when it is missing), and the first "
+        "divergence with the target's top1-top2 margin on that run (T = 0).",
         "",
         cells_table(report),
         "",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from ddtree_overlay import bench_plan as bp
 from ddtree_overlay.envprobe import probe_env
 from ddtree_overlay.errors import ExitCode
 
+ROOT = Path(__file__).resolve().parents[1]
 FAST_RUNNER = {"idle_gap_s": 0.01, "health_idle_s": 0.01}
 
 
@@ -173,6 +175,24 @@ def test_a_wrong_greedy_output_fails_the_bench(tmp_path: Path, fake_sglang, monk
     fake_sglang(diverge_budgets=[8], margin=3.0)
     report = run(tmp_path, small_plan(tmp_path))
     assert [i.split(":")[0] for i in report["issues"]] == ["ddtree-b8/bs1/t0", "ddtree-b8/bs2/t0"]
+
+
+def test_a_finished_run_is_reanalysed_from_its_records(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    fake_sglang(diverge_budgets=[8], margin=3.0)
+    report = run(tmp_path, small_plan(tmp_path))
+    out = tmp_path / "out"
+    bench_module._result(report, out)
+    spec = importlib.util.spec_from_file_location("bench_reanalyse", ROOT / "scripts" / "bench_reanalyse.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    again = script.reanalyse(out, None)
+    assert again["cells"] == json.loads(json.dumps(report["cells"]))
+    assert again["issues"] == report["issues"] != []
+    assert again["notes"][-1].startswith("re-analysed from records.jsonl at commit ")
+    assert json.loads((out / "bench.json").read_text())["notes"] == again["notes"]
 
 
 def test_reference_runs_once_per_algorithm_and_budget_on_the_cpu(tmp_path: Path) -> None:
