@@ -513,6 +513,8 @@ def runner_plan(
         "deadline": deadline,
         "profile_path": str(profile_path) if profile_path else None,
         "max_family_failures": max_family_failures,
+        # whichever engine starts first compiles the kernels, also when the first arm is skipped
+        "cold_start_s": plan.setting.cost.engine_start_s + plan.setting.cost.first_start_extra_s,
         "arms": arms,
     }
 

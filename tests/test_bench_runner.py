@@ -105,6 +105,18 @@ def test_the_time_box_cuts_the_engine_that_would_not_fit(tmp_path: Path) -> None
     assert cells["ddtree-b8/bs2/t0"]["ok"] and cells["ddtree-b16/bs1/t0"]["skipped"] == "time box"
 
 
+def test_the_cold_start_goes_to_whichever_engine_would_start_first(tmp_path: Path) -> None:
+    """The first arm is skipped; the second would be the first to start and pay the kernel
+    compiles (cold_start_s), which do not fit either: no engine starts only to be cut off."""
+    plan = {"deadline": time.time() + 60, "cold_start_s": 3600,
+            "arms": [ddtree(8, est_start_s=3600), ddtree(16)]}
+    _, records, engines = run_runner(tmp_path, plan)
+    assert engines == [] and {r["skipped"] for r in records} == {"time box"}
+    plan["cold_start_s"] = 1.0
+    _, records, engines = run_runner(tmp_path / "warm", plan)
+    assert len(engines) == 1 and by_arm(records, "cell")["ddtree-b16/bs2/t0"]["ok"]
+
+
 def test_a_cell_that_would_not_fit_is_skipped_and_the_rest_still_run(tmp_path: Path) -> None:
     group = ddtree(8)
     group["cells"].insert(0, cell("ddtree-b8/bs1/t1", 1, 1.0, est_s=3600))

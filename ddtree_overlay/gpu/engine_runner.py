@@ -145,8 +145,9 @@ def _run_arm(plan: dict, arm: dict) -> dict:
 class TimeBox:
     """Skip what would end past ``deadline``; estimates are rescaled by what was measured."""
 
-    def __init__(self, deadline):
+    def __init__(self, deadline, cold_start_s=0.0):
         self.deadline = deadline
+        self.cold_start_s = cold_start_s
         self.start_s = None  # the last measured engine start
         self.starts = 0
         self._estimated = 0.0
@@ -162,8 +163,13 @@ class TimeBox:
         return self.deadline is None or time.time() + seconds <= self.deadline
 
     def fits_engine(self, arm: dict) -> bool:
-        # The first start compiles kernels: from the second on, the last one measured is the guess.
-        start = self.start_s if self.starts >= 2 else float(arm.get("est_start_s", 0))
+        # The first start compiles kernels, whichever arm it is: from the second start on, the
+        # last one measured is the guess.
+        start = float(arm.get("est_start_s", 0))
+        if self.starts == 0:
+            start = max(start, self.cold_start_s)
+        elif self.starts >= 2:
+            start = self.start_s
         cheapest = min((float(c.get("est_s", 0)) for c in arm["cells"]), default=0.0)
         return self.fits(start + cheapest * self.scale)  # worth starting if one cell fits
 
@@ -317,7 +323,7 @@ def main(argv: list) -> int:
     with open(plan_path) as f:
         plan = json.load(f)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    box = TimeBox(plan.get("deadline"))
+    box = TimeBox(plan.get("deadline"), float(plan.get("cold_start_s", 0.0)))
     failures = 0
     family_failures: dict = {}
     for arm in plan["arms"]:
