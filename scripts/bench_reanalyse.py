@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_overlay import bench_plan, bench_report  # noqa: E402
-from ddtree_overlay.bench import _result, load_references  # noqa: E402
+from ddtree_overlay.bench import _git_commit, _result, load_references  # noqa: E402
 
 
 def reanalyse(run: Path, reference_dir: Path | None) -> dict:
@@ -31,10 +30,7 @@ def reanalyse(run: Path, reference_dir: Path | None) -> dict:
     cells, engines = bench_report.read_records(run / "records.jsonl")
     references = load_references(plan, reference_dir) if reference_dir else None
     report = bench_report.analyse(plan, cells, engines, references=references, context=old["context"])
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
-    report["notes"] = [*report["notes"], f"re-analysed from records.jsonl at commit {commit or 'unknown'}"]
+    report["notes"] = [*report["notes"], f"re-analysed from records.jsonl at commit {_git_commit() or 'unknown'}"]
     _result(report, run)
     return report
 

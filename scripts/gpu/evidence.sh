@@ -23,7 +23,6 @@ smoke=${SMOKE:---prompts 32 --max-new-tokens 256}
 limit_s=${EVIDENCE_LIMIT_S:-590}  # the device command's limit, less the copy-back
 OUT=${OUT:-/tmp/evidence}
 mkdir -p "$OUT"
-F=ddtree_overlay/fixtures
 
 main() {
   local start=$SECONDS
@@ -47,8 +46,7 @@ main() {
       # Its own session, so a cut-off kills the engines with it in one go: an orphaned SGLang
       # scheduler signals its parent's group on the way down, and that must not be this shell.
       SGLANG_DDTREE_PROFILE="$OUT/profile.jsonl" setsid python3 scripts/gpu/payload_check.py \
-        --target "$PWD/$F/target" --draft "$PWD/$F/draft" --prompts "$F/heldout_prompts.json" \
-        --n-prompts 32 --max-new-tokens 256 --preset "$presets" --only "$only" --out "$OUT/payload" &
+        --preset "$presets" --only "$only" --out "$OUT/payload" &
       local pid=$!
       # off the log pipe: a sleeping cutoff must not hold `tee` open after the arms finish
       (sleep "$left"; kill -KILL -- "-$pid") >/dev/null 2>&1 &

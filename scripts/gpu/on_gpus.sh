@@ -24,7 +24,6 @@ limit_s=${GPUS_LIMIT_S:-590}  # the device command's limit, less the copy-back
 reserve_s=45                   # rollback, status and packing after the jobs' deadline
 OUT=${OUT:-/tmp/on-gpus}
 JOBS=/tmp/gpu-jobs
-F=ddtree_overlay/fixtures
 mkdir -p "$OUT"
 start=$SECONDS
 
@@ -42,8 +41,7 @@ bench() {
 check() {
   local presets=$1 only=${2:-}
   SGLANG_DDTREE_PROFILE="$JOB_OUT/profile.jsonl" python3 scripts/gpu/payload_check.py \
-    --target "$PWD/$F/target" --draft "$PWD/$F/draft" --prompts "$F/heldout_prompts.json" \
-    --n-prompts 32 --max-new-tokens 256 --preset "$presets" --only "$only" --out "$JOB_OUT"
+    --preset "$presets" --only "$only" --out "$JOB_OUT"
 }
 
 run_job() {
@@ -66,7 +64,7 @@ main() {
     gpus=$(seq -s, $((index * per_job)) $((index * per_job + per_job - 1)))
     # Each job in its own session, so a cut-off kills its engines in one go: an orphaned
     # SGLang scheduler signals its parent's group on the way down, and that must not be us.
-    setsid bash -c "$(declare -f seconds_left bench check run_job overlay); $(declare -p limit_s reserve_s start JOBS F ENV_PY); run_job $index $gpus $(printf %q "$job")" \
+    setsid bash -c "$(declare -f seconds_left bench check run_job overlay); $(declare -p limit_s reserve_s start JOBS ENV_PY); run_job $index $gpus $(printf %q "$job")" \
       > "$JOBS/job-$index.log" 2>&1 &
     pids+=("$!")
     index=$((index + 1))

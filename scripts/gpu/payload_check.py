@@ -1,6 +1,8 @@
 """GPU check of the DDTREE payload: arms through sglang.Engine, then lossless/acceptance analysis.
 
-    python scripts/gpu/payload_check.py --target DIR --draft DIR --prompts FILE --out DIR [--preset NAME]
+    python scripts/gpu/payload_check.py --out DIR [--preset NAME] [--target DIR --draft DIR --prompts FILE]
+
+The model pair and prompts default to the fixture pair and its held-out prompts.
 
 Runs on the H200 in the interpreter that has the patched sglang on its path.
 """
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "ddtree_overlay" / "fixtures"
 sys.path.insert(0, str(ROOT))
 
 from ddtree_overlay import decode_compare as dc  # noqa: E402
@@ -126,9 +129,9 @@ def tp_comparison(tp1, tp2):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
-    ap.add_argument("--prompts", required=True)
+    ap.add_argument("--target", default=str(FIXTURES / "target"))
+    ap.add_argument("--draft", default=str(FIXTURES / "draft"))
+    ap.add_argument("--prompts", default=str(FIXTURES / "heldout_prompts.json"))
     ap.add_argument("--n-prompts", type=int, default=32)
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--preset", default="first", help="comma-separated preset names")
