@@ -6,8 +6,10 @@ cell's decode, so cells are grouped by engine and engines are ordered by how muc
 tell: target-only and DFLASH first (every speedup needs them), then DDTREE budgets around the
 known-good one and the B = 32 cliff, DFLASH without overlap scheduling, then the rest. With
 random weights (the Qwen3-8B-shaped setting) only round costs mean something: target-only goes
-last and the budgets run widest-spread first. Inside an engine, T = 0 cells run before
-T = 1 and batch 1 before the widest batch, so a time box cuts the least informative cells.
+last and the budgets run widest-spread first. With `ddtree_no_overlap`, every DDTREE budget also
+runs without overlap scheduling, right after its overlap twin, so each algorithm can be compared
+in its faster mode. Inside an engine, T = 0 cells run before T = 1 and batch 1 before the widest
+batch, so a time box cuts the least informative cells.
 """
 
 from __future__ import annotations
@@ -255,6 +257,7 @@ class BenchConfig:
     max_new_tokens: int | None = None  # the setting's default when None
     prompts_per_cell: int | None = None
     max_minutes: float | None = None
+    ddtree_no_overlap: bool = False  # every DDTREE budget also without overlap scheduling
 
 
 @dataclass(frozen=True)
@@ -310,7 +313,7 @@ class SweepPlan:
 
 def group_name(algorithm: str, budget: int | None, overlap: bool) -> str:
     if algorithm == DDTREE:
-        return f"ddtree-b{budget}"
+        return f"ddtree-b{budget}" + ("" if overlap else "-no-overlap")
     if algorithm == DFLASH:
         return "dflash" if overlap else "dflash-no-overlap"
     return TARGET_ONLY
@@ -441,13 +444,15 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     """Every engine group in the order it runs, with estimates and the time box applied."""
     max_new = config.max_new_tokens or setting.max_new_tokens
     budgets = ordered_budgets(config.budgets, setting.budget_priority)
-    # (algorithm, budget, overlap): the no-overlap DFLASH arm after the first DDTREE budgets
+    # (algorithm, budget, overlap): the no-overlap DFLASH arm after the first DDTREE budgets;
+    # a budget's no-overlap arm, when asked for, right after its overlap one
+    modes = (True, False) if config.ddtree_no_overlap else (True,)
     target_only: list[tuple[str, int | None, bool]] = [(TARGET_ONLY, None, True)]
     specs = [] if setting.target_only_last else list(target_only)
     specs.append((DFLASH, None, True))
-    specs += [(DDTREE, b, True) for b in budgets[:3]]
+    specs += [(DDTREE, b, o) for b in budgets[:3] for o in modes]
     specs.append((DFLASH, None, False))
-    specs += [(DDTREE, b, True) for b in budgets[3:]]
+    specs += [(DDTREE, b, o) for b in budgets[3:] for o in modes]
     specs += target_only if setting.target_only_last else []
     groups = tuple(
         _group(setting, config, algorithm=a, budget=b, overlap=o, first=i == 0, max_new_tokens=max_new)

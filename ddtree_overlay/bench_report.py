@@ -258,6 +258,8 @@ def _reference_tokens_per_round(rows: Sequence[Mapping[str, Any]]) -> float | No
 
 
 def reference_key(group: EngineGroup) -> str | None:
+    """The offline reference a group is judged against: one per algorithm and budget, whatever
+    the scheduling (overlap changes when the host works, not which tokens are accepted)."""
     if group.algorithm == DFLASH:
         return "dflash"
     if group.algorithm == DDTREE:
@@ -284,6 +286,47 @@ def _speedups(rows: list[dict[str, Any]]) -> None:
         row["speedup_vs_target"] = row["tok_per_s"] / target[key] if key in target else None
         if row["algorithm"] == DDTREE or not row["overlap"]:
             row["speedup_vs_dflash"] = row["tok_per_s"] / dflash[key] if key in dflash else None
+
+
+def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (T, bs): DFLASH in its faster scheduling mode, DDTREE at every budget in its faster
+    mode against it, and the fastest DDTREE arm. Columns lacking either algorithm are left out;
+    a tie goes to overlap scheduling (the default)."""
+
+    def fastest(candidates: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        return max(candidates, key=lambda r: r["tok_per_s"], default=None)
+
+    ok = [r for r in rows if r["status"] == "ok" and r.get("tok_per_s")]
+    columns = []
+    for key in sorted({(r["temperature"], r["batch_size"]) for r in ok}):
+        here = [r for r in ok if (r["temperature"], r["batch_size"]) == key]
+        dflash = fastest(r for r in here if r["algorithm"] == DFLASH)
+        ddtree = [r for r in here if r["algorithm"] == DDTREE]
+        if dflash is None or not ddtree:
+            continue
+        budgets = []
+        for budget in sorted({r["budget"] for r in ddtree}):
+            row = fastest(r for r in ddtree if r["budget"] == budget)
+            assert row is not None
+            budgets.append(
+                {
+                    "group": row["group"],
+                    "budget": budget,
+                    "overlap": row["overlap"],
+                    "tok_per_s": row["tok_per_s"],
+                    "speedup_vs_dflash": row["tok_per_s"] / dflash["tok_per_s"],
+                }
+            )
+        columns.append(
+            {
+                "temperature": key[0],
+                "batch_size": key[1],
+                "dflash": {"group": dflash["group"], "overlap": dflash["overlap"], "tok_per_s": dflash["tok_per_s"]},
+                "budgets": budgets,
+                "best": max(budgets, key=lambda b: b["tok_per_s"]),
+            }
+        )
+    return columns
 
 
 def _group_row(group: EngineGroup, engine: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -399,10 +442,12 @@ def analyse(
             "max_new_tokens": plan.max_new_tokens,
             "prompts_per_cell": max((c.prompts for c in plan.cells), default=0),
             "max_minutes": plan.config.max_minutes,
+            "ddtree_no_overlap": plan.config.ddtree_no_overlap,
         },
         "context": dict(context or {}),
         "groups": groups,
         "cells": rows,
+        "fastest_modes": fastest_modes(rows),
         "parity": parity,
         "issues": issues,
         "notes": notes,
@@ -420,7 +465,7 @@ def _fmt(value: Any, spec: str = ".2f", empty: str = DASH) -> str:
 
 def arm_label(row: Mapping[str, Any]) -> str:
     if row["algorithm"] == DDTREE:
-        return f"DDTREE B={row['budget']}"
+        return f"DDTREE B={row['budget']}" + ("" if row["overlap"] else " (no overlap)")
     if row["algorithm"] == DFLASH:
         return "DFLASH" if row["overlap"] else "DFLASH (no overlap)"
     return TARGET_ONLY
@@ -455,6 +500,35 @@ def throughput_table(report: Mapping[str, Any]) -> str:
                 extra.append(f"x{row['speedup_vs_dflash']:.2f} DFLASH")
             texts.append(text + (f" ({', '.join(extra)})" if extra else ""))
         lines.append(f"| {label} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
+def _mode_text(entry: Mapping[str, Any]) -> str:
+    return "" if entry["overlap"] else " no overlap"
+
+
+def _versus_dflash_text(entry: Mapping[str, Any]) -> str:
+    return f"{entry['tok_per_s']:.0f}{_mode_text(entry)} (x{entry['speedup_vs_dflash']:.2f})"
+
+
+def fastest_modes_table(report: Mapping[str, Any]) -> str:
+    """DFLASH's faster scheduling mode per column, then DDTREE's per budget (x that DFLASH),
+    then the fastest DDTREE arm."""
+    columns = _columns(report)
+    by_column = {(float(c["temperature"]), int(c["batch_size"])): c for c in report.get("fastest_modes") or ()}
+    budgets = sorted({b["budget"] for c in by_column.values() for b in c["budgets"]})
+    texts: dict[str, dict[tuple[float, int], str]] = {"DFLASH": {}}
+    texts |= {f"DDTREE B={b}": {} for b in budgets}
+    texts["fastest DDTREE"] = {}
+    for key, column in by_column.items():
+        texts["DFLASH"][key] = f"{column['dflash']['tok_per_s']:.0f}{_mode_text(column['dflash'])}"
+        for entry in column["budgets"]:
+            texts[f"DDTREE B={entry['budget']}"][key] = _versus_dflash_text(entry)
+        texts["fastest DDTREE"][key] = f"B={column['best']['budget']}: " + _versus_dflash_text(column["best"])
+    lines = ["| arm | " + " | ".join(f"T={t:g} bs={bs}" for t, bs in columns) + " |"]
+    lines.append("|---" * (len(columns) + 1) + "|")
+    for label, row in texts.items():
+        lines.append(f"| {label} | " + " | ".join(row.get(key, DASH) for key in columns) + " |")
     return "\n".join(lines)
 
 
@@ -553,8 +627,12 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         f"{config['tp_size']} for every arm, decode CUDA "
         f"graphs on (captured for batch sizes {capture_batch_sizes(config['batch_sizes'])}), prefill "
         "graphs off, "
-        "one engine per (algorithm, budget, scheduling) serving every cell; DDTREE and DFLASH with "
-        "overlap scheduling, DFLASH also without.",
+        "one engine per (algorithm, budget, scheduling) serving every cell; "
+        + (
+            "DDTREE and DFLASH with and without overlap scheduling."
+            if config.get("ddtree_no_overlap")
+            else "DDTREE and DFLASH with overlap scheduling, DFLASH also without."
+        ),
         f"- **Cells**: {config['prompts_per_cell']} prompts per cell, sent in waves of `bs` "
         f"concurrent requests, {config['max_new_tokens']} new tokens each (ignore_eos). tok/s = "
         "output tokens / decode wall time; wall ms/step = decode time / batch-level decode steps.",
@@ -562,6 +640,18 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         "## Output tokens/s (x target-only; DDTREE also x DFLASH)",
         "",
         throughput_table(report),
+        "",
+        "## DDTREE against DFLASH, each in its faster scheduling mode",
+        "",
+        "Output tokens/s of the faster of overlap scheduling on and off (`no overlap` when off "
+        "won): DFLASH's, DDTREE's per budget with x that DFLASH, and the fastest DDTREE arm."
+        + (
+            ""
+            if config.get("ddtree_no_overlap")
+            else " DDTREE ran with overlap scheduling only (`--ddtree-no-overlap` adds the other mode)."
+        ),
+        "",
+        fastest_modes_table(report),
         "",
         "## Per cell",
         "",
@@ -608,47 +698,69 @@ MATPLOTLIB_MISSING = (
 )
 
 
-def _series(rows: Iterable[Mapping[str, Any]], key: str) -> dict[tuple[float, int], list[tuple[int, float]]]:
-    """(T, bs) -> [(budget, value)] over DDTREE cells, sorted by budget."""
+def _series(
+    rows: Iterable[Mapping[str, Any]], key: str, *, overlap: bool = True
+) -> dict[tuple[float, int], list[tuple[int, float]]]:
+    """(T, bs) -> [(budget, value)] over DDTREE cells of one scheduling mode, sorted by budget."""
     series: dict[tuple[float, int], list[tuple[int, float]]] = {}
     for row in rows:
-        if row["algorithm"] == DDTREE and row.get(key) is not None:
+        if row["algorithm"] == DDTREE and row["overlap"] == overlap and row.get(key) is not None:
             series.setdefault((row["temperature"], row["batch_size"]), []).append((row["budget"], row[key]))
     return {k: sorted(v) for k, v in series.items()}
 
 
-def _flat(rows: Iterable[Mapping[str, Any]], algorithm: str, key: str) -> dict[tuple[float, int], float]:
+def _flat(
+    rows: Iterable[Mapping[str, Any]], algorithm: str, key: str, *, overlap: bool = True
+) -> dict[tuple[float, int], float]:
     return {
         (r["temperature"], r["batch_size"]): r[key]
         for r in rows
-        if r["algorithm"] == algorithm and r["overlap"] and r.get(key) is not None
+        if r["algorithm"] == algorithm and r["overlap"] == overlap and r.get(key) is not None
     }
+
+
+def _plot_lines(ax: Any, report: Mapping[str, Any], temp: float, *, key: str, colours: Sequence[str]) -> list[int]:
+    """One panel's DDTREE curves and DFLASH levels per batch size; with overlap scheduling
+    solid and dashed, without it (where DDTREE ran that way too) dotted and dash-dotted."""
+    budgets: set[int] = set()
+    for overlap, marker, ddtree_style, dflash_style, mode in (
+        (True, "o", "-", "--", ""),
+        (False, "s", ":", "-.", " no overlap"),
+    ):
+        series = _series(report["cells"], key, overlap=overlap)
+        if not overlap and not series:  # DDTREE ran with overlap only: DFLASH's other mode is noise
+            continue
+        dflash = _flat(report["cells"], DFLASH, key, overlap=overlap)
+        for i, bs in enumerate(sorted(report["config"]["batch_sizes"])):
+            colour = colours[i % len(colours)]
+            points = series.get((temp, bs), [])
+            if points:
+                ax.plot(*zip(*points, strict=True), marker=marker, linestyle=ddtree_style, color=colour,
+                        label=f"DDTREE{mode} bs={bs}")
+                budgets.update(b for b, _ in points)
+            if (temp, bs) in dflash:
+                ax.axhline(dflash[(temp, bs)], color=colour, linestyle=dflash_style, label=f"DFLASH{mode} bs={bs}")
+    return sorted(budgets)
 
 
 def _plot_vs_budget(plt: Any, report: Mapping[str, Any], *, key: str, ylabel: str, title: str, path: Path) -> Path:
     temps = sorted(report["config"]["temperatures"])
     fig, axes = plt.subplots(1, len(temps), figsize=(6 * len(temps), 4.5), squeeze=False)
-    series, dflash = _series(report["cells"], key), _flat(report["cells"], DFLASH, key)
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, temp in zip(axes[0], temps, strict=True):
-        for i, bs in enumerate(sorted(report["config"]["batch_sizes"])):
-            colour = colours[i % len(colours)]
-            points = series.get((temp, bs), [])
-            if points:
-                ax.plot(*zip(*points, strict=True), marker="o", color=colour, label=f"DDTREE bs={bs}")
-            if (temp, bs) in dflash:
-                ax.axhline(dflash[(temp, bs)], color=colour, linestyle="--", label=f"DFLASH bs={bs}")
+        budgets = _plot_lines(ax, report, temp, key=key, colours=colours)
         if key == "speedup_vs_target":
             ax.axhline(1.0, color="grey", linewidth=0.8)
         if key == "acceptance_length" and temp == 0:
-            ref = sorted(
-                (r["budget"], r["reference_acceptance_length"])
-                for r in report["parity"]
-                if r["algorithm"] == DDTREE and r.get("reference_acceptance_length") is not None
+            ref = sorted(  # one reference per budget, shared by both scheduling modes
+                {
+                    (r["budget"], r["reference_acceptance_length"])
+                    for r in report["parity"]
+                    if r["algorithm"] == DDTREE and r.get("reference_acceptance_length") is not None
+                }
             )
             if ref:
                 ax.plot(*zip(*ref, strict=True), "kx", label="offline reference (fp32)")
-        budgets = sorted({b for points in series.values() for b, _ in points})
         ax.set_xscale("log", base=2)
         if budgets:
             ax.set_xticks(budgets, [str(b) for b in budgets])
@@ -666,7 +778,8 @@ def _plot_vs_budget(plt: Any, report: Mapping[str, Any], *, key: str, ylabel: st
 
 
 def _plot_round_time(plt: Any, report: Mapping[str, Any], path: Path) -> Path | None:
-    """Stacked GPU ms per round by stage against budget, one panel per batch size (T = 0)."""
+    """Stacked GPU ms per round by stage against budget, one panel per batch size (T = 0); a
+    budget's no-overlap arm stands right of its overlap one."""
     rows = [
         r for r in report["cells"] if r["algorithm"] == DDTREE and r.get("profile") and r["temperature"] == 0
     ]
@@ -675,8 +788,8 @@ def _plot_round_time(plt: Any, report: Mapping[str, Any], path: Path) -> Path | 
     sizes = sorted({r["batch_size"] for r in rows})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.5), squeeze=False)
     for ax, bs in zip(axes[0], sizes, strict=True):
-        mine = sorted((r for r in rows if r["batch_size"] == bs), key=lambda r: r["budget"])
-        labels = [str(r["budget"]) for r in mine]
+        mine = sorted((r for r in rows if r["batch_size"] == bs), key=lambda r: (r["budget"], not r["overlap"]))
+        labels = [f"{r['budget']}" + ("" if r["overlap"] else "\nno overlap") for r in mine]
         bottom = [0.0] * len(mine)
         for stage in (*STAGES, "other"):
             values = [max(0.0, r["profile"]["ms_per_round"].get(stage, 0.0)) for r in mine]

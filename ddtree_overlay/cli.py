@@ -269,6 +269,14 @@ def bench(
             "running the reference beside the sweep",
         ),
     ] = None,
+    ddtree_no_overlap: Annotated[
+        bool,
+        typer.Option(
+            "--ddtree-no-overlap",
+            help="also run every DDTREE budget without overlap scheduling (as DFLASH always is), "
+            "so each algorithm is compared in its faster mode",
+        ),
+    ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and estimates; run nothing")] = False,
     json_out: JsonOption = False,
 ) -> None:
@@ -286,6 +294,7 @@ def bench(
         max_new_tokens=max_new_tokens,
         prompts_per_cell=prompts_per_cell,
         max_minutes=max_minutes,
+        ddtree_no_overlap=ddtree_no_overlap,
     )
     request = BenchRequest(
         setting=setting,

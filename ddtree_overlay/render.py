@@ -211,7 +211,7 @@ def _bench_view(data: Mapping[str, Any]) -> None:
         )
         for i, group in enumerate(plan["groups"], 1):
             cut = "" if group["expected_to_fit"] else "  (expected to be cut by --max-minutes)"
-            stdout.print(f"  {i:>2}. {group['name']:<18} {len(group['cells'])} cells  ~{group['estimated_s']} s{cut}")
+            stdout.print(f"  {i:>2}. {group['name']:<22} {len(group['cells'])} cells  ~{group['estimated_s']} s{cut}")
         stdout.print(f"results would go to {data['out']}")
         return
     if "bench" in data:

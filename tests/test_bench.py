@@ -77,6 +77,21 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     assert envelope["data"]["plan"]["groups"][0]["name"] == "target-only"
 
 
+def test_ddtree_no_overlap_flag_plans_every_budget_without_overlap_too() -> None:
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--json", "--budgets", "8,32", "--ddtree-no-overlap")
+    assert done.returncode == 0, done.stderr
+    groups = {g["name"]: g for g in json.loads(done.stdout)["data"]["plan"]["groups"]}
+    assert list(groups) == [
+        "target-only", "dflash", "ddtree-b32", "ddtree-b32-no-overlap", "ddtree-b8", "ddtree-b8-no-overlap",
+        "dflash-no-overlap",
+    ]
+    assert groups["ddtree-b8-no-overlap"]["engine"]["disable_overlap_schedule"] is True
+    assert not groups["ddtree-b8-no-overlap"]["overlap"] and groups["ddtree-b8-no-overlap"]["budget"] == 8
+    plain = json.loads(run_cli("bench", "--env", sys.executable, "--dry-run", "--json", "--budgets", "8").stdout)
+    plain_names = [g["name"] for g in plain["data"]["plan"]["groups"]]
+    assert plain_names == ["target-only", "dflash", "ddtree-b8", "dflash-no-overlap"]
+
+
 def test_an_env_without_sglang_is_refused_with_exit_3(tmp_path: Path, state_dir: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
     done = run_cli("bench", "--env", str(tmp_path / "bare"), "--out", str(tmp_path / "out"))
@@ -193,6 +208,45 @@ def test_a_finished_run_is_reanalysed_from_its_records(
     assert again["issues"] == report["issues"] != []
     assert again["notes"][-1].startswith("re-analysed from records.jsonl at commit ")
     assert json.loads((out / "bench.json").read_text())["notes"] == again["notes"]
+
+
+def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    plan = small_plan(tmp_path, budgets=(8,), ddtree_no_overlap=True)
+    report = run(tmp_path, plan)
+    assert [(g["name"], g["status"]) for g in report["groups"]] == [
+        ("target-only", "ok"), ("dflash", "ok"), ("ddtree-b8", "ok"), ("ddtree-b8-no-overlap", "ok"),
+        ("dflash-no-overlap", "ok"),
+    ]
+    engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
+    ddtree = [e for e in engines if e.get("speculative_algorithm") == "DDTREE"]
+    assert [e.get("disable_overlap_schedule") for e in ddtree] == [None, True]
+    rows = {r["name"]: r for r in report["cells"]}
+    row = rows["ddtree-b8-no-overlap/bs2/t0"]
+    assert row["lossless"]["passed"] and row["profile"] is not None and not row["overlap"]
+    assert report["issues"] == [] and report["config"]["ddtree_no_overlap"] is True
+    out = tmp_path / "out"
+    bench_module._result(report, out)
+    spec = importlib.util.spec_from_file_location("bench_reanalyse", ROOT / "scripts" / "bench_reanalyse.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    again = script.reanalyse(out, None)
+    assert [g["name"] for g in again["groups"]] == [g["name"] for g in report["groups"]]
+    assert again["cells"] == json.loads(json.dumps(report["cells"]))
+    assert again["fastest_modes"] == json.loads(json.dumps(report["fastest_modes"]))
+
+
+def test_no_overlap_ddtree_arms_share_their_budgets_reference(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path, budgets=(4, 8), ddtree_no_overlap=True)
+    assert bench_module.reference_jobs(plan) == {
+        "dflash": ["--algo", "dflash"],
+        "ddtree-b8": ["--algo", "ddtree", "--budget", "8"],
+        "ddtree-b4": ["--algo", "ddtree", "--budget", "4"],
+    }
+    loaded = bench_module.load_references(plan, tmp_path)
+    assert sorted(loaded) == ["ddtree-b4", "ddtree-b8", "dflash"]
 
 
 def test_reference_runs_once_per_algorithm_and_budget_on_the_cpu(tmp_path: Path) -> None:

@@ -70,6 +70,57 @@ def test_engines_run_baselines_first_then_budgets_by_interest(tmp_path: Path) ->
     assert plan.groups[0].est_start_s > plan.groups[1].est_start_s  # the first compiles kernels
 
 
+def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, ddtree_no_overlap=True)
+    assert [g.name for g in plan.groups] == [
+        "target-only",
+        "dflash",
+        "ddtree-b16",
+        "ddtree-b16-no-overlap",
+        "ddtree-b32",
+        "ddtree-b32-no-overlap",
+        "ddtree-b64",
+        "ddtree-b64-no-overlap",
+        "dflash-no-overlap",
+        "ddtree-b8",
+        "ddtree-b8-no-overlap",
+        "ddtree-b128",
+        "ddtree-b128-no-overlap",
+        "ddtree-b4",
+        "ddtree-b4-no-overlap",
+        "ddtree-b256",
+        "ddtree-b256-no-overlap",
+    ]
+    for budget in bp.DEFAULT_BUDGETS:
+        twin, arm = plan.group(f"ddtree-b{budget}"), plan.group(f"ddtree-b{budget}-no-overlap")
+        assert (arm.algorithm, arm.budget, arm.overlap, arm.family) == (bp.DDTREE, budget, False, bp.DDTREE)
+        assert dict(arm.engine) == dict(twin.engine) | {"disable_overlap_schedule": True}
+        assert arm.engine["speculative_ddtree_budget"] == budget
+        assert [c.name for c in arm.cells] == [c.name.replace(twin.name, arm.name, 1) for c in twin.cells]
+        assert [c.est_s for c in arm.cells] == [c.est_s for c in twin.cells]
+        assert arm.est_s == twin.est_s  # neither starts first
+    without = fixture_plan(tmp_path)
+    twins_s = sum(plan.group(f"ddtree-b{b}").est_s for b in bp.DEFAULT_BUDGETS)
+    assert plan.est_s == pytest.approx(without.est_s + twins_s)
+    assert not any(g.name.endswith("-no-overlap") and g.algorithm == bp.DDTREE for g in without.groups)
+
+
+def test_ddtree_no_overlap_arms_count_in_the_time_box(tmp_path: Path) -> None:
+    full = fixture_plan(tmp_path, ddtree_no_overlap=True)
+    up_to = [g.name for g in full.groups].index("ddtree-b16-no-overlap")
+    minutes = sum(g.est_s for g in full.groups[: up_to + 1]) / 60 + 0.01
+    boxed = fixture_plan(tmp_path, ddtree_no_overlap=True, max_minutes=minutes)
+    assert boxed.expected_to_fit == tuple(i <= up_to for i in range(len(full.groups)))
+    assert "ddtree-b32-no-overlap" in boxed.notes[0] and "ddtree-b16-no-overlap" not in boxed.notes[0]
+
+
+def test_group_names_carry_the_scheduling_mode() -> None:
+    assert bp.group_name(bp.DDTREE, 32, True) == "ddtree-b32"
+    assert bp.group_name(bp.DDTREE, 32, False) == "ddtree-b32-no-overlap"
+    assert bp.group_name(bp.DFLASH, None, False) == "dflash-no-overlap"
+    assert bp.cell_name("ddtree-b32-no-overlap", 4, 0.0) == "ddtree-b32-no-overlap/bs4/t0"
+
+
 def test_budgets_outside_the_priority_list_run_after_it(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path, budgets=(3, 16, 1000))
     assert [g.name for g in plan.groups] == [
@@ -171,6 +222,19 @@ def test_runner_plan_is_the_json_engine_runner_reads(tmp_path: Path) -> None:
     assert cell["sampling"] == {"temperature": 0.0, "max_new_tokens": 5, "ignore_eos": True}
     assert cell["batch_size"] == 1 and cell["prompts"] == 8 and cell["est_s"] > 0
     assert [c["top2"] for c in arms["target-only"]["cells"]] == [False, False, True]
+
+
+def test_runner_plan_profiles_the_no_overlap_ddtree_arm_too(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), ddtree_no_overlap=True)
+    arms = {arm["name"]: arm for arm in bp.runner_plan(plan, deadline=None, profile_path=None)["arms"]}
+    arm = arms["ddtree-b8-no-overlap"]
+    assert arm["family"] == "DDTREE" and arm["profile"]
+    assert arm["engine"]["disable_overlap_schedule"] is True and arm["engine"]["speculative_ddtree_budget"] == 8
+    assert "disable_overlap_schedule" not in arms["ddtree-b8"]["engine"]
+    assert [c["name"] for c in arm["cells"]] == ["ddtree-b8-no-overlap/bs1/t0"]
+    summary = bp.describe_plan(plan)
+    row = next(g for g in summary["groups"] if g["name"] == "ddtree-b8-no-overlap")
+    assert (row["algorithm"], row["budget"], row["overlap"]) == ("DDTREE", 8, False)
 
 
 def test_describe_plan_summarises_groups_and_estimates(tmp_path: Path) -> None:

@@ -290,3 +290,117 @@ def test_parity_counts_the_reference_over_the_cells_own_prompts(tmp_path: Path) 
     report = br.analyse(plan, cells, engines, references=refs)
     row = {r["group"]: r for r in report["parity"]}["ddtree-b8"]
     assert row["reference_tokens_per_round"] == pytest.approx(NEW / 4) and row["status"] == "ok"
+
+
+# --- DDTREE without overlap scheduling (--ddtree-no-overlap) -------------------------------
+
+
+def no_overlap_run(tmp_path: Path) -> tuple[bp.SweepPlan, dict[str, dict], dict[str, dict]]:
+    """Overlap on: DFLASH 200, DDTREE 308 / 332; off: 150 everywhere, except DDTREE B=8 at 400
+    (T=0 bs=1) and DFLASH at 250 (T=0 bs=2), where the no-overlap mode wins."""
+    plan = small_plan(tmp_path, ddtree_no_overlap=True)
+    cells, engines = synthetic(plan)
+    for name, rate in (("ddtree-b8-no-overlap/bs1/t0", 400.0), ("dflash-no-overlap/bs2/t0", 250.0)):
+        cells[name] |= {"tok_per_s": rate, "decode_s": PROMPTS * NEW / rate}
+    return plan, cells, engines
+
+
+def test_no_overlap_ddtree_arms_are_rows_of_their_own(tmp_path: Path) -> None:
+    plan, cells, engines = no_overlap_run(tmp_path)
+    report = br.analyse(plan, cells, engines, references=references())
+    rows = {r["name"]: r for r in report["cells"]}
+    arm = rows["ddtree-b8-no-overlap/bs1/t0"]
+    assert (arm["group"], arm["budget"], arm["overlap"]) == ("ddtree-b8-no-overlap", 8, False)
+    assert arm["algorithm"] == bp.DDTREE
+    assert arm["speedup_vs_target"] == pytest.approx(4.0)
+    assert arm["speedup_vs_dflash"] == pytest.approx(2.0)  # x DFLASH with overlap, as every row
+    assert arm["profile"]["rounds"] == 4 and arm["lossless"]["passed"]
+    assert rows["ddtree-b8/bs1/t0"]["tok_per_s"] == 308.0  # the twin keeps its own numbers
+    assert report["config"]["ddtree_no_overlap"] is True and report["issues"] == []
+    markdown = br.markdown_report(report)
+    assert "| DDTREE B=8 (no overlap) | 400 (x4.00, x2.00 DFLASH) | 150 (x1.50, x0.75 DFLASH) |" in markdown
+    assert "| DDTREE B=8 | 308 (x3.08, x1.54 DFLASH) |" in markdown
+    assert "| DDTREE B=32 (no overlap) | 2 | 0 | 150 |" in markdown
+    assert "DDTREE and DFLASH with and without overlap scheduling." in markdown
+
+
+def test_speedup_summary_sets_each_algorithms_faster_mode_against_the_other(tmp_path: Path) -> None:
+    plan, cells, engines = no_overlap_run(tmp_path)
+    report = br.analyse(plan, cells, engines, references=references())
+    columns = {(c["temperature"], c["batch_size"]): c for c in report["fastest_modes"]}
+    assert sorted(columns) == [(0.0, 1), (0.0, 2), (1.0, 1), (1.0, 2)]
+    bs1 = columns[(0.0, 1)]
+    assert bs1["dflash"] == {"group": "dflash", "overlap": True, "tok_per_s": 200.0}
+    per_budget = [(b["group"], b["tok_per_s"]) for b in bs1["budgets"]]
+    assert per_budget == [("ddtree-b8-no-overlap", 400.0), ("ddtree-b32", 332.0)]
+    assert bs1["best"]["group"] == "ddtree-b8-no-overlap" and bs1["best"]["speedup_vs_dflash"] == pytest.approx(2.0)
+    bs2 = columns[(0.0, 2)]
+    assert bs2["dflash"] == {"group": "dflash-no-overlap", "overlap": False, "tok_per_s": 250.0}
+    assert bs2["best"]["group"] == "ddtree-b32" and bs2["best"]["speedup_vs_dflash"] == pytest.approx(332 / 250)
+    markdown = br.markdown_report(report)
+    assert "## DDTREE against DFLASH, each in its faster scheduling mode" in markdown
+    assert "| DFLASH | 200 | 250 no overlap | 200 | 200 |" in markdown
+    assert "| DDTREE B=8 | 400 no overlap (x2.00) | 308 (x1.23) | 308 (x1.54) | 308 (x1.54) |" in markdown
+    assert "| fastest DDTREE | B=8: 400 no overlap (x2.00) | B=32: 332 (x1.33) | B=32: 332 (x1.66) |" in markdown
+
+
+def test_speedup_summary_without_the_no_overlap_arms_says_ddtree_ran_one_mode(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    report = br.analyse(plan, cells, engines, references=references())
+    assert all(b["overlap"] for c in report["fastest_modes"] for b in c["budgets"])
+    assert report["config"]["ddtree_no_overlap"] is False
+    markdown = br.markdown_report(report)
+    assert "DDTREE ran with overlap scheduling only (`--ddtree-no-overlap` adds the other mode)." in markdown
+    assert "| fastest DDTREE | B=32: 332 (x1.66) |" in markdown
+
+
+def test_speedup_summary_leaves_out_columns_without_both_algorithms(tmp_path: Path) -> None:
+    plan, cells, engines = no_overlap_run(tmp_path)
+    for name in ("dflash/bs1/t1", "dflash-no-overlap/bs1/t1"):
+        cells[name] = {"kind": "cell", "arm": name, "ok": False, "skipped": "time box"}
+    for group in ("ddtree-b8", "ddtree-b8-no-overlap", "ddtree-b32", "ddtree-b32-no-overlap"):
+        cells[f"{group}/bs2/t1"] = {"kind": "cell", "arm": f"{group}/bs2/t1", "ok": False, "skipped": "time box"}
+    report = br.analyse(plan, cells, engines, references=references())
+    assert [(c["temperature"], c["batch_size"]) for c in report["fastest_modes"]] == [(0.0, 1), (0.0, 2)]
+    table = br.fastest_modes_table(report)
+    last = f"| fastest DDTREE | B=8: 400 no overlap (x2.00) | B=32: 332 (x1.33) | {br.DASH} | {br.DASH} |"
+    assert table.splitlines()[-1] == last
+
+
+def test_no_overlap_ddtree_arms_are_judged_against_their_budgets_reference(tmp_path: Path) -> None:
+    plan, cells, engines = no_overlap_run(tmp_path)
+    assert br.reference_key(plan.group("ddtree-b8-no-overlap")) == "ddtree-b8"
+    refs = references()
+    refs["ddtree-b32"] = reference_for(NEW / 4 * 1.5)
+    del refs["ddtree-b8"]
+    report = br.analyse(plan, cells, engines, references=refs)
+    parity = {row["group"]: row for row in report["parity"]}
+    assert list(parity) == [g.name for g in plan.groups if g.algorithm != bp.TARGET_ONLY]
+    off = parity["ddtree-b32-no-overlap"]
+    assert off["status"] == "off" and off["budget"] == 32 and off["cell"] == "ddtree-b32-no-overlap/bs1/t0"
+    assert off["reference_tokens_per_round"] == parity["ddtree-b32"]["reference_tokens_per_round"] == NEW / 4 * 1.5
+    assert parity["ddtree-b8-no-overlap"]["status"] == "missing"
+    assert any(i.startswith("ddtree-b32-no-overlap: tokens per round 2.250") for i in report["issues"])
+    assert any(i.startswith("ddtree-b8-no-overlap: no offline reference") for i in report["issues"])
+
+
+def test_a_wrong_greedy_output_of_a_no_overlap_ddtree_arm_is_an_issue(tmp_path: Path) -> None:
+    plan, cells, engines = no_overlap_run(tmp_path)
+    cells["ddtree-b32-no-overlap/bs1/t0"]["outputs"] = outputs({0: 4})
+    report = br.analyse(plan, cells, engines, references=references())
+    assert [i.split(":")[0] for i in report["issues"]] == ["ddtree-b32-no-overlap/bs1/t0"]
+    assert {r["name"]: r for r in report["cells"]}["ddtree-b32/bs1/t0"]["lossless"]["passed"]
+
+
+def test_plots_draw_the_no_overlap_ddtree_arms_as_their_own_series(tmp_path: Path) -> None:
+    plan, cells, engines = no_overlap_run(tmp_path)
+    report = br.analyse(plan, cells, engines, references=references())
+    assert br._series(report["cells"], "tok_per_s", overlap=False)[(0.0, 1)] == [(8, 400.0), (32, 150.0)]
+    assert br._series(report["cells"], "tok_per_s")[(0.0, 1)] == [(8, 308.0), (32, 332.0)]
+    assert br._flat(report["cells"], bp.DFLASH, "tok_per_s", overlap=False)[(0.0, 2)] == 250.0
+    pytest.importorskip("matplotlib")
+    files, why_not = br.write_plots(report, tmp_path)
+    assert why_not is None
+    assert sorted(p.name for p in files) == ["acceptance.png", "round_time.png", "speedup.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in files)
