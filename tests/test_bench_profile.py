@@ -235,3 +235,22 @@ def test_the_sync_guard_sets_torch_sync_debug_mode_for_a_round_only(monkeypatch:
     monkeypatch.setenv(dp.SYNC_DEBUG_ENV, "loud")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_SYNC_DEBUG must be one of"):
         dp.get_round_sync_guard()
+
+
+def test_each_stage_is_an_annotated_range_for_torch_profiler_traces(tmp_path: Path) -> None:
+    opened: list[str] = []
+    closed: list[str] = []
+
+    class Range:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __enter__(self):
+            opened.append(self.name)
+
+        def __exit__(self, *exc_info) -> None:
+            closed.append(self.name)
+
+    profiler, gpu, clock = make(tmp_path, annotate=Range)
+    one_round(profiler, gpu, clock)
+    assert opened == closed == [f"ddtree.{stage}" for stage in STAGES]

@@ -37,6 +37,9 @@ last, so ``round`` minus the stages is GPU time spent between them (launch
 gaps). ``t_first`` / ``t_last`` are host wall-clock times (``time.time()``) of
 the window's first and last ``round_done``, so a benchmark can match windows
 to the requests it sent; ``requests`` sums the batch size over the rounds.
+
+Each stage is also a ``ddtree.<stage>`` ``record_function`` range, so a
+torch-profiler trace shows it (scripts/gpu/round_trace.py).
 """
 
 from __future__ import annotations
@@ -86,25 +89,35 @@ def _cuda_capturing() -> bool:
     return torch.cuda.is_current_stream_capturing()
 
 
-class _Stage:
-    """One ``with profiler.stage(name):`` block: a start and an end event, and the
-    host time spent inside it."""
+def _record_function(name: str):
+    import torch
 
-    __slots__ = ("_profiler", "_name", "_start", "_host_t0")
+    return torch.profiler.record_function(name)
+
+
+class _Stage:
+    """One ``with profiler.stage(name):`` block: a start and an end event, the host time
+    spent inside it, and a ``ddtree.<name>`` range for torch-profiler traces."""
+
+    __slots__ = ("_profiler", "_name", "_start", "_host_t0", "_annotation")
 
     def __init__(self, profiler: "DDTreeProfiler", name: str):
         self._profiler = profiler
         self._name = name
         self._start = None
         self._host_t0 = 0.0
+        self._annotation = None
 
     def __enter__(self):
+        self._annotation = self._profiler._annotate("ddtree." + self._name)
+        self._annotation.__enter__()
         self._host_t0 = self._profiler._host_clock()
         self._start = self._profiler._record()
         return self
 
     def __exit__(self, *exc_info) -> bool:
         self._profiler._close_stage(self._name, self._start, self._host_t0)
+        self._annotation.__exit__(*exc_info)
         return False
 
 
@@ -172,9 +185,10 @@ class _Window:
 class DDTreeProfiler:
     """CUDA-event stage timer that writes per-window sums as JSON lines.
 
-    ``new_event``, ``is_capturing`` and ``clock`` are injectable so the logic
-    runs without a GPU; by default they are ``torch.cuda.Event(enable_timing=
-    True)``, ``torch.cuda.is_current_stream_capturing`` and ``time.time``.
+    ``new_event``, ``is_capturing``, ``clock`` and ``annotate`` are injectable so
+    the logic runs without a GPU; by default they are ``torch.cuda.Event(
+    enable_timing=True)``, ``torch.cuda.is_current_stream_capturing``,
+    ``time.time`` and ``torch.profiler.record_function``.
     """
 
     enabled = True
@@ -189,6 +203,7 @@ class DDTreeProfiler:
         is_capturing: Optional[Callable[[], bool]] = None,
         clock: Callable[[], float] = time.time,
         host_clock: Callable[[], float] = time.perf_counter,
+        annotate: Callable[[str], Any] = _record_function,
     ):
         if window_rounds < 1:
             raise ValueError(f"window_rounds must be >= 1, got {window_rounds}.")
@@ -199,6 +214,7 @@ class DDTreeProfiler:
         self._is_capturing = is_capturing or _cuda_capturing
         self._clock = clock
         self._host_clock = host_clock
+        self._annotate = annotate
         self._free_events: List[Any] = []
         self._spans: List[Tuple[str, Any, Any]] = []  # the open round
         self._first: Any = None

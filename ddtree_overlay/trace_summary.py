@@ -1,0 +1,120 @@
+"""Reduce a torch-profiler Chrome trace of decode steps to host cost per step and per stage.
+
+A decode step of a speculative arm launches two CUDA graphs (draft, target verify) and a plain
+decode step one, so steady-state steps are counted between graph launches. DDTREE rounds carry
+``ddtree.<stage>`` annotations (``ddtree_profile`` adds them while SGLANG_DDTREE_PROFILE is set);
+for those the host time, the launches and the busiest top-level ops of each stage are reported,
+and ``between`` is what the host does from one round's commit to the next round's draft.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+from bisect import bisect_left
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+STAGE_PREFIX = "ddtree."
+HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+TOP_OPS = 6
+
+
+def load_trace(path: str | Path) -> list[dict[str, Any]]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        data = json.load(f)
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    return [e for e in events if e.get("ph") == "X" and e.get("cat") in HOST_CATEGORIES]
+
+
+def _is_launch(event: dict) -> bool:
+    name = event["name"]
+    return event["cat"] in LAUNCH_CATEGORIES and ("Launch" in name or "Memcpy" in name or "Memset" in name)
+
+
+def _is_graph_launch(event: dict) -> bool:
+    return event["cat"] in LAUNCH_CATEGORIES and "GraphLaunch" in event["name"]
+
+
+def _top_level_ops(ops: list[dict]) -> list[dict]:
+    """cpu_ops not nested inside another cpu_op of the same thread (ops sorted by start)."""
+    top, end = [], float("-inf")
+    for op in ops:
+        if op["ts"] >= end:
+            top.append(op)
+            end = op["ts"] + op.get("dur", 0)
+    return top
+
+
+def _count_in(times: list[float], start: float, stop: float) -> int:
+    return bisect_left(times, stop) - bisect_left(times, start)
+
+
+def summarize_trace(events: list[dict], *, graphs_per_step: int | None = None) -> dict[str, Any]:
+    """Host ms, launches and graph launches per steady-state step; per-stage split for DDTREE.
+
+    ``graphs_per_step``: CUDA graphs one decode step replays (default 2, a speculative round;
+    1 for plain decoding).
+    """
+    by_thread: dict[Any, list[dict]] = defaultdict(list)
+    for e in events:
+        by_thread[(e.get("pid"), e.get("tid"))].append(e)
+    # The thread that launches the graphs is the one running the decode loop.
+    _thread, thread_events = max(by_thread.items(), key=lambda kv: sum(map(_is_graph_launch, kv[1])))
+    thread_events.sort(key=lambda e: e["ts"])
+    launches = [e["ts"] for e in thread_events if _is_launch(e)]
+    graphs = [e["ts"] for e in thread_events if _is_graph_launch(e)]
+    stages = [e for e in thread_events if e["cat"] == "user_annotation" and e["name"].startswith(STAGE_PREFIX)]
+    per_step = graphs_per_step or 2
+    summary: dict[str, Any] = {"graphs_per_step": per_step}
+    if len(graphs) > 2 * per_step:
+        # whole steps only: from the first graph launch to the last step's first graph launch
+        steps = (len(graphs) - 1) // per_step
+        start, stop = graphs[0], graphs[steps * per_step]
+        summary["steps"] = {
+            "count": steps,
+            "host_ms": round((stop - start) / steps / 1000, 3),
+            "launches": round(_count_in(launches, start, stop) / steps, 1),
+            "graph_launches": round(_count_in(graphs, start, stop) / steps, 2),
+        }
+    if stages:
+        ops = _top_level_ops([e for e in thread_events if e["cat"] == "cpu_op"])
+        summary["stages"] = _stage_split(stages, ops, launches)
+    return summary
+
+
+def _stage_split(stages: list[dict], ops: list[dict], launches: list[float]) -> dict[str, Any]:
+    op_times = [op["ts"] for op in ops]
+    first_stage = stages[0]["name"]
+    rounds = [s for s in stages if s["name"] == first_stage]
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in stages:
+        spans[s["name"][len(STAGE_PREFIX):]].append((s["ts"], s["ts"] + s["dur"]))
+    # between rounds: from the end of a round's last stage to the next round's first stage
+    last_ends = []
+    for this, nxt in itertools.pairwise(rounds):
+        ends = [s["ts"] + s["dur"] for s in stages if this["ts"] <= s["ts"] < nxt["ts"]]
+        last_ends.append((max(ends), nxt["ts"]))
+    if last_ends:
+        spans["between"] = last_ends
+    split = {}
+    for name, intervals in spans.items():
+        names: Counter = Counter()
+        host = n_launch = 0.0
+        for start, stop in intervals:
+            host += stop - start
+            n_launch += _count_in(launches, start, stop)
+            lo, hi = bisect_left(op_times, start), bisect_left(op_times, stop)
+            names.update(op["name"] for op in ops[lo:hi])
+        n = len(intervals)
+        split[name] = {
+            "rounds": n,
+            "host_ms": round(host / n / 1000, 3),
+            "launches": round(n_launch / n, 1),
+            "top_ops": [(op, round(c / n, 1)) for op, c in names.most_common(TOP_OPS)],
+        }
+    return split

@@ -1,0 +1,156 @@
+"""Where a decode step's host time goes: a torch-profiler trace per arm, and quiet bs-1 timings.
+
+    python scripts/gpu/round_trace.py --out DIR [--setting fixture|qwen3-8b-random]
+        [--arms ddtree-b256,dflash,...] [--prompts-per-arm 8]
+
+For each arm: start an sglang Engine on the bench setting's pair (batch-1 decode graphs only), warm up,
+decode --prompts-per-arm held-out prompts one at a time (tok/s, ms per step, tokens per round),
+then trace --trace-tokens more tokens of one prompt with SGLang's own torch profiler and reduce
+the trace with ``ddtree_overlay.trace_summary`` (host ms and launches per stage and per step).
+The DDTREE stages are annotated because SGLANG_DDTREE_PROFILE is set for every arm.
+
+Arms: ddtree-b<B>[-no-overlap], dflash[-no-overlap], plain[-no-overlap]. Writes DIR/round_trace.json
+and a markdown table to stdout. Run on the H200 in the interpreter with the patched sglang.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from ddtree_overlay.bench_plan import make_setting  # noqa: E402
+from ddtree_overlay.trace_summary import load_trace, summarize_trace  # noqa: E402
+
+BASE = {
+    "skip_tokenizer_init": True,
+    "grammar_backend": "none",
+    "mem_fraction_static": 0.45,
+    "log_level": "error",
+    "random_seed": 0,
+    "attention_backend": "triton",
+    "cuda_graph_bs_decode": [1],
+    "disable_prefill_cuda_graph": True,
+}
+ARM_RE = re.compile(r"^(plain|dflash|ddtree-b(\d+))(-no-overlap)?$")
+
+
+def engine_kwargs(arm: str, setting) -> dict:
+    match = ARM_RE.match(arm)
+    if not match:
+        raise SystemExit(f"round_trace: unknown arm {arm!r} (plain, dflash, ddtree-b<B>, each with -no-overlap)")
+    kwargs = dict(BASE, model_path=str(setting.target), **setting.engine)
+    if match.group(1) != "plain":
+        kwargs["speculative_draft_model_path"] = str(setting.draft)
+        kwargs["speculative_algorithm"] = "DFLASH" if match.group(1) == "dflash" else "DDTREE"
+    if match.group(2):
+        kwargs["speculative_ddtree_budget"] = int(match.group(2))
+    if match.group(3):
+        kwargs["disable_overlap_schedule"] = True
+    return kwargs
+
+
+def run_arm(arm: str, setting, args, out: Path) -> dict:
+    import sglang as sgl
+
+    prompts = [list(p) for p in setting.prompts[: args.prompts_per_arm]]
+    greedy = {"temperature": 0.0, "max_new_tokens": setting.max_new_tokens, "ignore_eos": True}
+    t0 = time.perf_counter()
+    engine = sgl.Engine(**engine_kwargs(arm, setting))
+    record = {"arm": arm, "start_s": round(time.perf_counter() - t0, 1)}
+    try:
+        for prompt in prompts[:2]:
+            engine.generate(input_ids=[prompt], sampling_params=greedy)
+        tokens = rounds = 0
+        t1 = time.perf_counter()
+        for prompt in prompts:
+            meta = engine.generate(input_ids=[prompt], sampling_params=greedy)[0]["meta_info"]
+            tokens += int(meta["completion_tokens"])
+            rounds += int(meta.get("spec_verify_ct") or meta["completion_tokens"])
+        decode_s = time.perf_counter() - t1
+        record.update(
+            prompts=len(prompts),
+            tokens=tokens,
+            tok_per_s=round(tokens / decode_s, 1),
+            step_ms=round(1000 * decode_s / rounds, 3),
+            tokens_per_step=round(tokens / rounds, 3),
+        )
+        trace_dir = out / f"trace-{arm}"
+        engine.start_profile(
+            output_dir=str(trace_dir), activities=["CPU", "GPU"], with_stack=False, record_shapes=False
+        )
+        engine.generate(input_ids=[prompts[0]], sampling_params=dict(greedy, max_new_tokens=args.trace_tokens))
+        engine.stop_profile()
+    finally:
+        engine.shutdown()
+    traces = sorted(glob.glob(str(trace_dir / "*.trace.json*")))
+    if traces:
+        record["trace"] = summarize_trace(
+            load_trace(traces[-1]), graphs_per_step=1 if arm.startswith("plain") else 2
+        )
+        if not args.keep_traces:
+            for path in traces:
+                os.remove(path)
+    return record
+
+
+def table(records: list) -> str:
+    lines = [
+        "| arm | tok/s | ms/step | tokens/step | host ms/step | launches/step | graph launches/step |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        t = r.get("trace", {}).get("steps", {})
+        lines.append(
+            f"| {r['arm']} | {r.get('tok_per_s')} | {r.get('step_ms')} | {r.get('tokens_per_step')} | "
+            f"{t.get('host_ms')} | {t.get('launches')} | {t.get('graph_launches')} |"
+        )
+    stages = [(r["arm"], r["trace"]["stages"]) for r in records if r.get("trace", {}).get("stages")]
+    for arm, split in stages:
+        lines += ["", f"{arm}: per round, host ms / launches, and the busiest ops", ""]
+        lines += ["| stage | host ms | launches | top ops (calls per round) |", "|---|---|---|---|"]
+        for name, s in split.items():
+            ops = ", ".join(f"{op} {n}" for op, n in s["top_ops"])
+            lines.append(f"| {name} | {s['host_ms']} | {s['launches']} | {ops} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--arms", default="ddtree-b256,ddtree-b256-no-overlap,dflash,dflash-no-overlap")
+    ap.add_argument("--setting", default="fixture", choices=("fixture", "qwen3-8b-random"))
+    ap.add_argument("--prompts-per-arm", type=int, default=8)
+    ap.add_argument("--trace-tokens", type=int, default=96)
+    ap.add_argument("--keep-traces", action="store_true")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    setting = make_setting(args.setting, scratch=out)
+    arms = [a for a in args.arms.split(",") if a]
+    for arm in arms:
+        engine_kwargs(arm, setting)  # bad names fail before any engine starts
+    os.environ.setdefault("SGLANG_DDTREE_PROFILE", str(out / "profile.jsonl"))
+    records = []
+    for arm in arms:
+        print(f"== {arm}", flush=True)
+        try:
+            records.append(run_arm(arm, setting, args, out))
+        except Exception as exc:  # one failing arm must not cost the others' numbers
+            records.append({"arm": arm, "error": f"{type(exc).__name__}: {exc}"})
+        print(json.dumps({k: v for k, v in records[-1].items() if k != "trace"}), flush=True)
+        (out / "round_trace.json").write_text(json.dumps(records, indent=1))
+    print(table([r for r in records if "error" not in r]))
+    return 0 if all("error" not in r for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
