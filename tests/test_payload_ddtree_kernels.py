@@ -248,13 +248,13 @@ def test_verify_kernel_on_trees_with_unreachable_nodes_and_ties(interpret, seed)
     assert_verify_inputs_match(got, mask, tree, root_tokens.long(), prefix_lens.long(), n, 15, capacity)
 
 
-def test_build_verify_inputs_is_the_whole_torch_tree_stage(interpret):
+def test_build_tree_then_write_verify_inputs_is_the_whole_torch_tree_stage(interpret):
     bs, depth_limit, budget, n = 3, 15, 20, 24
     topk = random_topk(bs, depth_limit, 272, budget, 9)
     root_tokens, prefix_lens = torch.tensor([1, 2, 3]), torch.tensor([17, 0, 64])
     capacity = exact_mask_len(prefix_lens, n)
-    got, mask = interpret.build_verify_inputs(
-        topk, budget, root_tokens, prefix_lens, n, depth_limit, capacity
+    got, mask = interpret.write_verify_inputs(
+        interpret.build_tree(topk, budget), root_tokens, prefix_lens, n, depth_limit, capacity
     )
     tree = du.build_ddtree_tree(topk, budget)
     assert_verify_inputs_match(got, mask, tree, root_tokens, prefix_lens, n, depth_limit, capacity)
@@ -262,8 +262,8 @@ def test_build_verify_inputs_is_the_whole_torch_tree_stage(interpret):
 
 def test_budget_zero_is_a_root_only_verify(interpret):
     topk = random_topk(2, 15, 10, 1, 0)
-    got, mask = interpret.build_verify_inputs(
-        topk, 0, torch.tensor([5, 6]), torch.tensor([3, 0]), 1, 15, 3 + 1 + 1 + 4
+    got, mask = interpret.write_verify_inputs(
+        interpret.build_tree(topk, 0), torch.tensor([5, 6]), torch.tensor([3, 0]), 1, 15, 3 + 1 + 1 + 4
     )
     assert got.draft_token.tolist() == [[5], [6]]
     assert got.positions.tolist() == [[3], [0]]
@@ -274,7 +274,7 @@ def test_budget_zero_is_a_root_only_verify(interpret):
 def test_num_verify_tokens_below_budget_plus_one_is_refused(interpret):
     topk = random_topk(1, 15, 10, 4, 0)
     with pytest.raises(ValueError, match="num_verify_tokens"):
-        interpret.build_verify_inputs(topk, 4, torch.tensor([0]), torch.tensor([0]), 4, 15, 100)
+        interpret.write_verify_inputs(interpret.build_tree(topk, 4), torch.tensor([0]), torch.tensor([0]), 4, 15, 100)
 
 
 AOT_SCRIPT = textwrap.dedent(
@@ -344,3 +344,74 @@ def test_kernels_compile_ahead_of_time_for_sm90():
     assert result.returncode == 0, result.stderr[-4000:]
     built = __import__("json").loads(result.stdout.strip().splitlines()[-1])
     assert len(built) == 5 and all(size > 0 for _, size in built)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_draft_block_is_root_then_masks_at_prefix_positions_with_the_verify_slots(interpret, dtype):
+    block_size, n, mask_id = 16, 33, 258
+    g = torch.Generator().manual_seed(4)
+    req_to_token = torch.randint(0, 10_000, (6, 200), generator=g, dtype=torch.int32)
+    roots = torch.tensor([7, 65, 9], dtype=dtype)
+    prefix = torch.tensor([0, 120, 31], dtype=dtype)
+    rows = torch.tensor([5, 0, 2], dtype=dtype)
+    block_ids, positions, cache_loc = interpret.prepare_draft_block(
+        roots, prefix, rows, req_to_token, mask_token_id=mask_id, block_size=block_size, num_verify_tokens=n
+    )
+    want_ids = torch.full((3, block_size), mask_id, dtype=torch.int64)
+    want_ids[:, 0] = roots
+    offsets = torch.arange(n)
+    assert torch.equal(block_ids, want_ids)
+    assert torch.equal(positions, prefix.long().view(3, 1) + offsets[:block_size])
+    assert torch.equal(cache_loc, req_to_token[rows.long().view(3, 1), prefix.long().view(3, 1) + offsets].long())
+    assert block_ids.is_contiguous() and positions.is_contiguous() and cache_loc.is_contiguous()
+
+
+def test_draft_block_of_an_empty_batch(interpret):
+    empty = torch.empty((0,), dtype=torch.int64)
+    outs = interpret.prepare_draft_block(
+        empty, empty, empty, torch.zeros((1, 8), dtype=torch.int32), mask_token_id=3, block_size=4, num_verify_tokens=5
+    )
+    assert [tuple(t.shape) for t in outs] == [(0, 4), (0, 4), (0, 5)]
+
+
+def test_accepted_paths_are_the_round_bookkeeping_in_one_launch(interpret):
+    # Two requests, N = 5 verify rows each, W = 4: request 0 accepts nodes 0, 2, 3 (bonus last),
+    # request 1 only its root.
+    n, width = 5, 4
+    predict = torch.tensor([10, 11, 12, 13, 14, 20, 21, 22, 23, 24], dtype=torch.int32)
+    accept_index = torch.tensor([[0, 2, 3, -1], [5, -1, -1, -1]], dtype=torch.int32)
+    accept_lens = torch.tensor([3, 1], dtype=torch.int32)
+    prefix = torch.tensor([7, 40])
+    cache_loc = torch.tensor([[100, 101, 102, 103, 104], [200, 201, 202, 203, 204]])
+    got = interpret.accepted_paths(predict, accept_index, accept_lens, prefix, cache_loc)
+    assert got.node_index.tolist() == [[0, 2, 3, 0], [5, 0, 0, 0]]
+    assert got.tokens.tolist() == [[10, 12, 13, 0], [20, 0, 0, 0]]
+    assert got.bonus.tolist() == [13, 20]
+    assert got.new_seq_lens.tolist() == [10, 41] and got.new_seq_lens.dtype == prefix.dtype
+    # depth r's node moves to slot r; past the path a slot moves onto itself
+    assert got.kv_target.tolist() == [100, 101, 102, 103, 200, 201, 202, 203]
+    assert got.kv_source.tolist() == [100, 102, 103, 103, 200, 201, 202, 203]
+
+
+def test_accepted_paths_match_the_torch_bookkeeping_on_random_paths(interpret):
+    g = torch.Generator().manual_seed(11)
+    bs, n, width = 6, 33, 16
+    predict = torch.randint(0, 259, (bs * n,), generator=g, dtype=torch.int32)
+    accept_lens = torch.randint(1, width + 1, (bs,), generator=g, dtype=torch.int32)
+    accept_index = torch.full((bs, width), -1, dtype=torch.int32)
+    for b in range(bs):
+        nodes = torch.randperm(n - 1, generator=g)[: int(accept_lens[b]) - 1].sort().values + 1
+        accept_index[b, : int(accept_lens[b])] = b * n + torch.cat([torch.tensor([0]), nodes]).int()
+    prefix = torch.randint(0, 1000, (bs,), generator=g, dtype=torch.int64)
+    cache_loc = torch.randint(1, 10_000, (bs, n), generator=g, dtype=torch.int64)
+    got = interpret.accepted_paths(predict, accept_index, accept_lens, prefix, cache_loc)
+    safe = accept_index.long().clamp(min=0)
+    on_path = torch.arange(width).view(1, -1) < accept_lens.view(-1, 1)
+    assert torch.equal(got.node_index, torch.where(on_path, safe, 0))
+    assert torch.equal(got.tokens, torch.where(on_path, predict.long()[safe], 0))
+    assert torch.equal(got.bonus, predict.long()[safe].gather(1, (accept_lens.long() - 1).view(-1, 1)).view(-1))
+    assert torch.equal(got.new_seq_lens, prefix + accept_lens)
+    moves = {int(t): int(s) for t, s in zip(got.kv_target, got.kv_source, strict=True)}
+    for b in range(bs):
+        for r in range(int(accept_lens[b])):
+            assert moves[int(cache_loc[b, r])] == int(cache_loc.view(-1)[safe[b, r]])

@@ -249,13 +249,13 @@ def test_widths():
     assert du.max_accept_width(64, 16) == 16
 
 
-def test_build_verify_inputs_is_tree_then_buffers_then_mask():
+def test_write_verify_inputs_is_buffers_then_mask():
     logits = torch.randn(2, 15, 40, generator=torch.Generator().manual_seed(3))
-    topk = du.compute_draft_topk(logits, 8)
+    tree = du.build_ddtree_tree(du.compute_draft_topk(logits, 8), 8)
     roots, prefix = torch.tensor([5, 9]), torch.tensor([3, 7])
-    tensors, mask = du.build_verify_inputs(topk, 8, roots, prefix, 16, 15, 16 * (10 + 2 * 16) + 5)
+    tensors, mask = du.write_verify_inputs(tree, roots, prefix, 16, 15, 16 * (10 + 2 * 16) + 5)
     buffers = du.tree_to_verify_buffers(
-        du.build_ddtree_tree(topk, 8), root_tokens=roots, prefix_lens=prefix, num_verify_tokens=16, max_depth=15
+        tree, root_tokens=roots, prefix_lens=prefix, num_verify_tokens=16, max_depth=15
     )
     for field in ("draft_token", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling"):
         assert torch.equal(getattr(tensors, field), getattr(buffers, field)), field
@@ -264,12 +264,15 @@ def test_build_verify_inputs_is_tree_then_buffers_then_mask():
 
 def test_tree_stage_is_triton_by_default_torch_on_request_and_a_typo_is_refused(monkeypatch):
     kernels = types.ModuleType("sglang.srt.speculative.ddtree_kernels")  # no triton needed here
-    kernels.build_verify_inputs = object()
+    kernels.build_tree, kernels.write_verify_inputs = object(), object()
     monkeypatch.setitem(sys.modules, kernels.__name__, kernels)
+    package = sys.modules.get("sglang.srt.speculative") or types.ModuleType("sglang.srt.speculative")
+    monkeypatch.setitem(sys.modules, package.__name__, package)
+    monkeypatch.setattr(package, "ddtree_kernels", kernels, raising=False)
     monkeypatch.delenv(du.TREE_STAGE_ENV, raising=False)
-    assert du.select_tree_stage() is kernels.build_verify_inputs
+    assert du.select_tree_stage() == ("triton", kernels.build_tree, kernels.write_verify_inputs)
     monkeypatch.setenv(du.TREE_STAGE_ENV, "torch")
-    assert du.select_tree_stage() is du.build_verify_inputs
+    assert du.select_tree_stage() == ("torch", du.build_ddtree_tree, du.write_verify_inputs)
     monkeypatch.setenv(du.TREE_STAGE_ENV, "trition")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be 'torch' or 'triton'"):
         du.select_tree_stage()

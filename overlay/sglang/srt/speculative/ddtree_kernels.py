@@ -1,10 +1,12 @@
-"""DDTREE: tree construction and verify bookkeeping as two Triton kernels.
+"""DDTREE: the round's bookkeeping as Triton kernels.
 
 The same outputs as ``ddtree_utils``'s ``build_ddtree_tree`` ->
 ``tree_to_verify_buffers`` -> ``build_tree_custom_mask`` (the torch versions
 stay the oracle), in two launches instead of ~150 small torch ones: a round's
 tree stage is bound by CPU launch time, not by GPU work.
 
+- ``_draft_block_kernel`` (one program per request) writes the draft block's
+  token ids and positions and the verify block's KV slots;
 - ``_best_first_tree_kernel`` (one program per request) pops the paper's
   best-first heap B times, ties broken as ``build_ddtree_tree`` orders nodes;
 - ``_verify_inputs_kernel`` (one program per request and tile of verify rows)
@@ -16,12 +18,11 @@ runs under overlap scheduling.
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import NamedTuple, Tuple
 
 import torch
 import triton
 import triton.language as tl
-
 from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTopK,
     DDTreeDraftTree,
@@ -33,6 +34,66 @@ _VERIFY_TILE_ELEMS = 4096
 _PREFIX_BLOCK = 256
 _BATCH_BLOCK = 64
 _INT32_MAX = 2**31 - 1
+
+
+@triton.jit
+def _draft_block_kernel(
+    root_tokens_ptr,  # [bs]
+    prefix_lens_ptr,  # [bs]
+    req_pool_indices_ptr,  # [bs]
+    req_to_token_ptr,  # [pool rows, context] int32
+    req_to_token_stride,
+    block_ids_ptr,  # [bs, L] int64 out
+    positions_ptr,  # [bs, L] int64 out
+    cache_loc_ptr,  # [bs, N] int64 out
+    mask_token_id,
+    block_size,
+    num_verify_tokens,
+    BLOCK: tl.constexpr,
+):
+    req = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    prefix = tl.load(prefix_lens_ptr + req).to(tl.int64)
+    root = tl.load(root_tokens_ptr + req).to(tl.int64)
+    row = tl.load(req_pool_indices_ptr + req).to(tl.int64)
+    in_block = offs < block_size
+    ids = tl.where(offs == 0, root, mask_token_id).to(tl.int64)
+    tl.store(block_ids_ptr + req * block_size + offs, ids, mask=in_block)
+    tl.store(positions_ptr + req * block_size + offs, prefix + offs, mask=in_block)
+    in_verify = offs < num_verify_tokens
+    slots = tl.load(req_to_token_ptr + row * req_to_token_stride + prefix + offs, mask=in_verify, other=0)
+    tl.store(cache_loc_ptr + req * num_verify_tokens + offs, slots.to(tl.int64), mask=in_verify)
+
+
+def prepare_draft_block(
+    root_tokens: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    *,
+    mask_token_id: int,
+    block_size: int,
+    num_verify_tokens: int,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The draft block [root, MASK x (L-1)], its positions prefix + j, and the KV slots of
+    the verify block (``req_to_token[pool row, prefix + j]`` for j < N), in one launch.
+
+    Returns block_ids [bs, L], positions [bs, L] and cache_loc [bs, N], all int64.
+    """
+    bs = int(prefix_lens.shape[0])
+    out = torch.empty((bs * (2 * block_size + num_verify_tokens),), dtype=torch.int64, device=prefix_lens.device)
+    widths = (block_size, block_size, num_verify_tokens)
+    block_ids, positions, cache_loc = (
+        part.view(bs, width) for part, width in zip(out.split([bs * w for w in widths]), widths, strict=True)
+    )
+    if bs > 0:
+        _draft_block_kernel[(bs,)](
+            root_tokens, prefix_lens, req_pool_indices, req_to_token, req_to_token.stride(0),
+            block_ids, positions, cache_loc,
+            int(mask_token_id), block_size, num_verify_tokens,
+            BLOCK=triton.next_power_of_2(max(block_size, num_verify_tokens)),
+        )
+    return block_ids, positions, cache_loc
 
 
 @triton.jit
@@ -372,21 +433,86 @@ def write_verify_inputs(
     return tensors, mask
 
 
-def build_verify_inputs(
-    topk: DDTreeDraftTopK,
-    budget: int,
-    root_tokens: torch.Tensor,
-    prefix_lens: torch.Tensor,
-    num_verify_tokens: int,
-    max_depth: int,
-    mask_capacity: int,
-) -> Tuple[DDTreeVerifyTensors, torch.Tensor]:
-    """One round's tree stage in two launches: ``build_tree`` then ``write_verify_inputs``.
+class DDTreeAccepted(NamedTuple):
+    """What a round keeps of its verify, per request b and accepted depth r < W."""
 
-    Replaces ``build_ddtree_tree`` -> ``tree_to_verify_buffers`` ->
-    ``build_tree_custom_mask``; see those for the shapes and layout.
+    node_index: torch.Tensor  # [bs, W] int64: flat verify row of the accepted node (0 past the path)
+    tokens: torch.Tensor  # [bs, W] int64: accepted tokens, bonus last (0 past the path)
+    bonus: torch.Tensor  # [bs] int64: the next round's root
+    new_seq_lens: torch.Tensor  # [bs]: prefix + accept_len
+    kv_target: torch.Tensor  # [bs * W] int64: KV slot of committed position prefix + r
+    kv_source: torch.Tensor  # [bs * W] int64: KV slot the accepted node was verified in
+
+
+@triton.jit
+def _accepted_kernel(
+    predict_ptr,  # [bs * N] target token per verify row
+    accept_index_ptr,  # [bs, W] flat verify row or -1
+    accept_lens_ptr,  # [bs] incl. bonus
+    prefix_lens_ptr,  # [bs]
+    cache_loc_ptr,  # [bs, N] int64
+    node_index_ptr,  # [bs, W] int64 out
+    tokens_ptr,  # [bs, W] int64 out
+    bonus_ptr,  # [bs] int64 out
+    new_seq_lens_ptr,  # [bs] out
+    kv_target_ptr,  # [bs, W] int64 out
+    kv_source_ptr,  # [bs, W] int64 out
+    width,
+    num_verify_tokens,
+    BLOCK: tl.constexpr,
+):
+    req = tl.program_id(0)
+    r = tl.arange(0, BLOCK)
+    in_width = r < width
+    accept_len = tl.load(accept_lens_ptr + req).to(tl.int64)
+    index = tl.load(accept_index_ptr + req * width + r, mask=in_width, other=-1).to(tl.int64)
+    on_path = r < accept_len
+    node = tl.where(on_path & (index >= 0), index, 0)
+    token = tl.load(predict_ptr + node, mask=in_width & on_path, other=0).to(tl.int64)
+    tl.store(node_index_ptr + req * width + r, node, mask=in_width)
+    tl.store(tokens_ptr + req * width + r, token, mask=in_width)
+    tl.store(bonus_ptr + req, tl.sum(tl.where(r == accept_len - 1, token, 0), axis=0))
+    prefix = tl.load(prefix_lens_ptr + req)
+    tl.store(new_seq_lens_ptr + req, prefix + accept_len.to(prefix.dtype))
+    # Past the path a slot moves onto itself: the mover's launch stays fixed-size.
+    own_slot = tl.load(cache_loc_ptr + req * num_verify_tokens + r, mask=in_width, other=0)
+    verified_slot = tl.load(cache_loc_ptr + node, mask=in_width & on_path, other=0)
+    tl.store(kv_target_ptr + req * width + r, own_slot, mask=in_width)
+    tl.store(kv_source_ptr + req * width + r, tl.where(on_path, verified_slot, own_slot), mask=in_width)
+
+
+def accepted_paths(
+    predict: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_lens: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    cache_loc_2d: torch.Tensor,
+) -> DDTreeAccepted:
+    """A round's accept bookkeeping in one launch, from ``eagle_sample``'s outputs.
+
+    ``accept_index`` [bs, W] holds flat verify rows (b * N + node) along each accepted path,
+    -1 after it; ``cache_loc_2d`` [bs, N] the verify block's KV slots, so the accepted node at
+    depth r moves from ``cache_loc_2d.flat[accept_index[b, r]]`` to ``cache_loc_2d[b, r]``.
     """
-    tree = build_tree(topk, budget)
-    return write_verify_inputs(
-        tree, root_tokens, prefix_lens, num_verify_tokens, max_depth, mask_capacity
+    bs, width = accept_index.shape
+    n = int(cache_loc_2d.shape[1])
+    out = torch.empty((bs * (4 * width + 1),), dtype=torch.int64, device=accept_index.device)
+    parts = out.split([bs * width] * 4 + [bs])
+    node_index, tokens, kv_target, kv_source = (p.view(bs, width) for p in parts[:4])
+    bonus = parts[4]
+    new_seq_lens = torch.empty_like(prefix_lens)
+    if bs > 0:
+        _accepted_kernel[(bs,)](
+            predict, accept_index, accept_lens, prefix_lens, cache_loc_2d.contiguous(),
+            node_index, tokens, bonus, new_seq_lens, kv_target, kv_source,
+            width, n,
+            BLOCK=triton.next_power_of_2(width),
+        )
+    return DDTreeAccepted(
+        node_index=node_index,
+        tokens=tokens,
+        bonus=bonus,
+        new_seq_lens=new_seq_lens,
+        kv_target=kv_target.view(-1),
+        kv_source=kv_source.view(-1),
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import Callable, List, NamedTuple
 
 import torch
 
@@ -313,20 +313,18 @@ def build_tree_custom_mask(
     return mask
 
 
-def build_verify_inputs(
-    topk: DDTreeDraftTopK,
-    budget: int,
+def write_verify_inputs(
+    tree: DDTreeDraftTree,
     root_tokens: torch.Tensor,
     prefix_lens: torch.Tensor,
     num_verify_tokens: int,
     max_depth: int,
     mask_capacity: int,
 ) -> tuple[DDTreeVerifyTensors, torch.Tensor]:
-    """A round's tree stage in torch: tree, verify tensors and the FULL mask.
+    """A round's verify tensors and FULL mask from its tree, in torch.
 
-    ``ddtree_kernels.build_verify_inputs`` does the same in two Triton launches.
+    ``ddtree_kernels.write_verify_inputs`` does the same in one Triton launch.
     """
-    tree = build_ddtree_tree(topk, budget)
     buffers = tree_to_verify_buffers(
         tree,
         root_tokens=root_tokens,
@@ -337,15 +335,24 @@ def build_verify_inputs(
     return buffers, build_tree_custom_mask(buffers.ancestor_mask, prefix_lens, mask_capacity)
 
 
-def select_tree_stage(choice: str | None = None) -> Callable[..., tuple]:
-    """``build_verify_inputs`` of the implementation ``SGLANG_DDTREE_TREE_KERNEL`` names."""
+class TreeStage(NamedTuple):
+    """A round's tree stage: ``build_tree(topk, budget)``, then
+    ``write_verify_inputs(tree, root_tokens, prefix_lens, N, max_depth, mask_capacity)``."""
+
+    name: str
+    build_tree: Callable[[DDTreeDraftTopK, int], DDTreeDraftTree]
+    write_verify_inputs: Callable[..., tuple]
+
+
+def select_tree_stage(choice: str | None = None) -> TreeStage:
+    """The tree stage ``SGLANG_DDTREE_TREE_KERNEL`` names: triton (default) or torch."""
     choice = os.environ.get(TREE_STAGE_ENV, "triton") if choice is None else choice
     if choice == "torch":
-        return build_verify_inputs
+        return TreeStage("torch", build_ddtree_tree, write_verify_inputs)
     if choice == "triton":
-        from sglang.srt.speculative.ddtree_kernels import build_verify_inputs as kernels_stage
+        from sglang.srt.speculative import ddtree_kernels
 
-        return kernels_stage
+        return TreeStage("triton", ddtree_kernels.build_tree, ddtree_kernels.write_verify_inputs)
     raise ValueError(f"{TREE_STAGE_ENV} must be 'torch' or 'triton', got {choice!r}.")
 
 

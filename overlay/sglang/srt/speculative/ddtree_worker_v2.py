@@ -3,8 +3,10 @@
 One decode round, as the paper defines it:
   draft     DFlash block [bonus, MASK x (L)] through the drafter (slot 0 = bonus)
   topk      per-position top-K log-probs, fp32, full-vocabulary normaliser
-            (under TP: vocab-parallel, rank 0's broadcast; see ddtree_tp)
-  tree      the best B prefixes (best-first rule), nodes in pop order
+            (under TP: vocab-parallel, rank 0's broadcast; see ddtree_tp), and
+            the best B prefixes (best-first rule), nodes in pop order; one
+            CUDA-graph replay per round (ddtree_tree_cuda_graph_runner)
+  tree      verify tensors and the FULL-layout tree mask
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
             depth, ancestor-only mask
   accept    SGLang's tree kernels: verify_tree_greedy at T=0, target-only tree
@@ -19,7 +21,6 @@ from __future__ import annotations
 import logging
 
 import torch
-
 from sglang.srt.distributed import get_tp_group
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
@@ -39,10 +40,21 @@ from sglang.srt.speculative.ddtree_compat import (
     verify_input_extras,
 )
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
+from sglang.srt.speculative.ddtree_kernels import (
+    DDTreeAccepted,
+    accepted_paths,
+    prepare_draft_block,
+)
 from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler, get_round_sync_guard
 from sglang.srt.speculative.ddtree_tp import lm_head_draft_topk
+from sglang.srt.speculative.ddtree_tree_cuda_graph_runner import (
+    DDTreeTreeCudaGraphRunner,
+    capture_batch_sizes,
+    tree_graphs_enabled,
+)
 from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTopK,
+    DDTreeDraftTree,
     compute_draft_topk,
     max_accept_width,
     select_tree_stage,
@@ -51,7 +63,6 @@ from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.eagle_utils import eagle_sample
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-from sglang.srt.speculative.spec_utils import move_accept_tokens_to_target_kvcache
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +87,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         tp_group = get_tp_group()
         # Under TP the target lm_head holds one vocabulary shard per rank.
         self._vocab_parallel_group = tp_group.device_group if tp_group.world_size > 1 else None
-        self._verify_offsets = torch.arange(
-            num_verify_tokens, dtype=torch.int64, device=self.device
-        )
         # SGLANG_DDTREE_TREE_KERNEL=triton (default)|torch: who builds the tree, verify tensors and mask.
-        self.build_verify_inputs = select_tree_stage()
+        self.tree_stage = select_tree_stage()
+        self.tree_graphs = None  # set by init_cuda_graphs
         # SGLANG_DDTREE_PROFILE=path: per-stage GPU ms per round (a no-op when unset).
         self.profiler = get_ddtree_profiler()
         # SGLANG_DDTREE_SYNC_DEBUG=warn|error: a host sync inside a round warns or raises.
@@ -94,7 +103,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 self.num_verify_tokens,
                 self.accept_width,
                 self.draft_topk,
-                self.build_verify_inputs.__module__.rsplit(".", 1)[-1],
+                self.tree_stage.name,
             )
 
     def init_attention_backends(self):
@@ -112,6 +121,33 @@ class DDTreeWorkerV2(DFlashWorkerV2):
     def init_cuda_graphs(self):
         with draft_width_scope(self):
             super().init_cuda_graphs()
+        self._capture_tree_graphs()
+
+    def _capture_tree_graphs(self) -> None:
+        """Top-K + tree build per captured batch size (SGLANG_DDTREE_TREE_GRAPH=0: eager).
+
+        Not under TP: the vocab-parallel top-K runs collectives each round."""
+        if self._vocab_parallel_group is not None or not tree_graphs_enabled():
+            return
+        dtype = self.target_worker.model_runner.model.lm_head.weight.dtype
+        logits_bytes = (self.block_size - 1) * self.vocab_size * (dtype.itemsize + 4)
+        batch_sizes = capture_batch_sizes(self.target_worker.model_runner, logits_bytes)
+        if batch_sizes is None:
+            return
+        hidden_size = int(self.target_worker.model_runner.model_config.hidden_size)
+        runner = DDTreeTreeCudaGraphRunner(
+            self._eager_tree,
+            batch_sizes=batch_sizes,
+            depth=self.block_size - 1,
+            hidden_size=hidden_size,
+            dtype=dtype,
+            device=torch.device(self.device),
+        )
+        with torch.inference_mode():
+            runner.capture_all()
+        self.tree_graphs = runner
+        if getattr(self, "tp_rank", 0) == 0:
+            logger.info("DDTREE top-K + tree build captured for batch sizes %s", batch_sizes)
 
     def _maybe_build_draft_sampler(self):
         # DFlash (0.5.15+) may fold its greedy draft head into the draft CUDA graph;
@@ -150,22 +186,26 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         )
         profiler = self.profiler
         with profiler.stage("draft"):
-            # KV slots of the verify block; the draft block uses the first block_size.
-            cache_loc_2d = self.model_runner.req_to_token_pool.req_to_token[
-                batch.req_pool_indices.view(bs, 1),
-                prefix_lens.view(bs, 1) + self._verify_offsets,
-            ].to(torch.int64)  # [bs, N]
+            # KV slots of the verify block [bs, N]; the draft block uses the first block_size.
+            block_ids, block_positions, cache_loc_2d = prepare_draft_block(
+                root_tokens(draft_input),
+                prefix_lens,
+                batch.req_pool_indices,
+                self.model_runner.req_to_token_pool.req_to_token,
+                mask_token_id=int(self._mask_token_id),
+                block_size=int(self.block_size),
+                num_verify_tokens=self.num_verify_tokens,
+            )
             window = open_window(self, batch, draft_input, cache_loc_2d)
             draft_hidden = self._draft(
-                batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window
+                batch, block_ids, block_positions, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window
             )
         with profiler.stage("topk"):
-            draft_topk = self._draft_topk(draft_hidden)
+            tree = self._draft_tree(draft_hidden[:, 1:, :])
         with profiler.stage("tree"):
             n = self.num_verify_tokens
-            verify_tensors, custom_mask = self.build_verify_inputs(
-                draft_topk,
-                self.budget,
+            verify_tensors, custom_mask = self.tree_stage.write_verify_inputs(
+                tree,
                 root_tokens(draft_input),
                 prefix_lens,
                 n,
@@ -186,31 +226,31 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             predict, accept_lens, accept_index = eagle_sample(
                 verify_input, batch, logits_output
             )
-            safe_index = accept_index.to(torch.int64).clamp(min=0)  # [bs, W], -1 -> 0
-            out_tokens = predict.to(torch.int64)[safe_index]  # accepted tokens, bonus last
-            bonus = out_tokens.gather(1, (accept_lens.to(torch.int64) - 1).view(bs, 1))
-            new_seq_lens = prefix_lens + accept_lens.to(prefix_lens.dtype)
+            accepted = accepted_paths(
+                predict, accept_index, accept_lens, prefix_lens, cache_loc_2d
+            )
+            new_seq_lens = accepted.new_seq_lens
         if on_publish is not None:
             on_publish(new_seq_lens)
 
         with profiler.stage("commit"):
             self._commit(
                 batch,
+                block_positions=block_positions,
                 logits_output=logits_output,
-                accept_index=accept_index,
-                safe_index=safe_index,
+                accepted=accepted,
                 accept_lens=accept_lens,
                 cache_loc_2d=cache_loc_2d,
                 window=window,
             )
             logits_output.hidden_states = None  # no D2H of aux features under overlap
             next_input = next_draft_input(
-                self, bonus=bonus.view(-1), new_seq_lens=new_seq_lens, draft_input=draft_input
+                self, bonus=accepted.bonus, new_seq_lens=new_seq_lens, draft_input=draft_input
             )
         profiler.round_done(bs, cuda_graph=can_run_cuda_graph)
         return GenerationBatchResult(
             logits_output=logits_output,
-            next_token_ids=out_tokens.reshape(-1),
+            next_token_ids=accepted.tokens.reshape(-1),
             accept_lens=accept_lens,
             can_run_cuda_graph=can_run_cuda_graph,
             next_draft_input=next_input,
@@ -218,15 +258,12 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             new_seq_lens=new_seq_lens,
         )
 
-    def _draft(self, batch, draft_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window):
+    def _draft(
+        self, batch, block_ids, positions, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window
+    ):
         """DFlash's draft pass: block [bonus, MASK...] at positions prefix..prefix+L."""
         bs = len(batch.seq_lens)
         block_size = int(self.block_size)
-        block_ids = torch.full(
-            (bs, block_size), int(self._mask_token_id), dtype=torch.long, device=self.device
-        )
-        block_ids[:, 0].copy_(root_tokens(draft_input))
-        positions = batch.seq_lens.view(bs, 1).to(torch.int64) + self._block_pos_offsets
         embed = self.target_worker.model_runner.model.get_input_embeddings()
         input_embeds = embed(block_ids)
         forward_batch = draft_forward_batch(
@@ -253,19 +290,27 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             raise RuntimeError("DDTREE draft model returned no hidden states.")
         return out.hidden_states.view(bs, block_size, -1)
 
+    def _draft_tree(self, draft_hidden: torch.Tensor) -> DDTreeDraftTree:
+        """The round's tree from the draft slots 1..L' hidden states [bs, L, H]."""
+        if self.tree_graphs is not None and self.tree_graphs.can_run(draft_hidden.shape[0]):
+            return self.tree_graphs.replay(draft_hidden)
+        return self._eager_tree(draft_hidden)
+
+    def _eager_tree(self, draft_hidden: torch.Tensor) -> DDTreeDraftTree:
+        return self.tree_stage.build_tree(self._draft_topk(draft_hidden), self.budget)
+
     def _draft_topk(self, draft_hidden: torch.Tensor) -> DDTreeDraftTopK:
-        """Top-K of the target lm_head over draft slots 1..L (slot 0 is the bonus)."""
+        """Top-K of the target lm_head over the draft slots' hidden states [bs, L, H]."""
         lm_head = self.target_worker.model_runner.model.lm_head
         if self._vocab_parallel_group is not None:
             return lm_head_draft_topk(
                 lm_head,
-                draft_hidden[:, 1:, :],
+                draft_hidden,
                 k=self.draft_topk,
                 group=self._vocab_parallel_group,
             )
         weight = lm_head.weight[: self.vocab_size]  # drop vocab padding rows
-        hidden = draft_hidden[:, 1:, :].to(weight.dtype)
-        logits = torch.matmul(hidden, weight.T)  # [bs, L, V]
+        logits = torch.matmul(draft_hidden.to(weight.dtype), weight.T)  # [bs, L, V]
         return compute_draft_topk(logits, self.draft_topk)
 
     def _verify(self, batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum):
@@ -291,9 +336,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self,
         batch,
         *,
+        block_positions: torch.Tensor,
         logits_output,
-        accept_index: torch.Tensor,
-        safe_index: torch.Tensor,
+        accepted: DDTreeAccepted,
         accept_lens: torch.Tensor,
         cache_loc_2d: torch.Tensor,
         window,
@@ -304,24 +349,19 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         Draft: project the accepted nodes' target features (root included) and
         write them as context KV at the same slots and positions prefix + r.
         """
-        bs = len(batch.seq_lens)
-        move_accept_tokens_to_target_kvcache(
-            batch,
-            accept_index,
-            accept_lens - 1,
-            self.target_worker.model_runner.token_to_kv_pool_allocator,
+        self.target_worker.model_runner.token_to_kv_pool_allocator.get_kvcache().move_kv_cache(
+            accepted.kv_target, accepted.kv_source
         )
         hidden = logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE verify requires target hidden states, but got None.")
         width = self.accept_width
-        accepted_hidden = hidden[safe_index.reshape(-1)]  # [bs * W, K * H]
+        accepted_hidden = hidden[accepted.node_index.reshape(-1)]  # [bs * W, K * H]
         commit_loc_2d = draft_commit_loc(self, window, cache_loc_2d, width)
-        positions = batch.seq_lens.view(bs, 1).to(torch.int64) + self._verify_offsets[:width]
         self._append_target_hidden_to_draft_kv_by_loc(
             target_hidden=accepted_hidden,
             cache_loc=commit_loc_2d.reshape(-1),
-            positions=positions.reshape(-1),
+            positions=block_positions[:, :width].reshape(-1),  # prefix + r, r < W <= block_size
             cache_loc_2d=commit_loc_2d,
             commit_lens=accept_lens,
         )
