@@ -5,6 +5,10 @@ decode step one, so steady-state steps are counted between graph launches. DDTRE
 ``ddtree.<stage>`` annotations (``ddtree_profile`` adds them while SGLANG_DDTREE_PROFILE is set);
 for those the host time, the launches and the busiest top-level ops of each stage are reported,
 and ``between`` is what the host does from one round's commit to the next round's draft.
+
+A trace taken with Python stacks adds, per step (and for DDTREE's ``between``), the Python
+functions with the most self time (their own code and the torch ops they call directly) and the
+most inclusive time.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 STAGE_PREFIX = "ddtree."
-HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 TOP_OPS = 6
+TOP_FUNCTIONS = 12
 
 
 def load_trace(path: str | Path) -> list[dict[str, Any]]:
@@ -81,14 +86,53 @@ def summarize_trace(events: list[dict], *, graphs_per_step: int | None = None) -
             "launches": round(_count_in(launches, start, stop) / steps, 1),
             "graph_launches": round(_count_in(graphs, start, stop) / steps, 2),
         }
+    python = [e for e in thread_events if e["cat"] == "python_function"]
+    if python and "steps" in summary:
+        summary["steps"]["python"] = _python_split(python, [(start, stop)], summary["steps"]["count"])
     if stages:
+        spans = _stage_spans(stages)
         ops = _top_level_ops([e for e in thread_events if e["cat"] == "cpu_op"])
-        summary["stages"] = _stage_split(stages, ops, launches)
+        summary["stages"] = _stage_split(spans, ops, launches)
+        if python and "between" in spans:
+            summary["stages"]["between"]["python"] = _python_split(
+                python, spans["between"], len(spans["between"])
+            )
     return summary
 
 
-def _stage_split(stages: list[dict], ops: list[dict], launches: list[float]) -> dict[str, Any]:
-    op_times = [op["ts"] for op in ops]
+def _python_split(functions: list[dict], intervals: list[tuple[float, float]], per: int) -> dict[str, Any]:
+    """Self and inclusive ms per ``per`` (steps, rounds) of the Python functions inside intervals.
+
+    Self time is a function's duration less its Python callees'; a name's inclusive time counts
+    only its outermost frames, so recursion is not counted twice.
+    """
+    self_us: Counter = Counter()
+    inclusive_us: Counter = Counter()
+    for start, stop in intervals:
+        inside = sorted(
+            (f for f in functions if start <= f["ts"] and f["ts"] + f.get("dur", 0) <= stop),
+            key=lambda f: (f["ts"], -f.get("dur", 0)),
+        )
+        stack: list[tuple[dict, float]] = []  # (frame, its end)
+        for frame in inside:
+            end = frame["ts"] + frame.get("dur", 0)
+            while stack and stack[-1][1] <= frame["ts"]:
+                stack.pop()
+            if stack:
+                self_us[stack[-1][0]["name"]] -= frame.get("dur", 0)
+            self_us[frame["name"]] += frame.get("dur", 0)
+            if all(outer["name"] != frame["name"] for outer, _ in stack):
+                inclusive_us[frame["name"]] += frame.get("dur", 0)
+            stack.append((frame, end))
+    scale = 1000.0 * per
+    return {
+        "self_ms": [(name, round(us / scale, 3)) for name, us in self_us.most_common(TOP_FUNCTIONS)],
+        "inclusive_ms": [(name, round(us / scale, 3)) for name, us in inclusive_us.most_common(TOP_FUNCTIONS)],
+    }
+
+
+def _stage_spans(stages: list[dict]) -> dict[str, list[tuple[float, float]]]:
+    """Each stage's (start, end) per round, and ``between`` rounds."""
     first_stage = stages[0]["name"]
     rounds = [s for s in stages if s["name"] == first_stage]
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -101,6 +145,13 @@ def _stage_split(stages: list[dict], ops: list[dict], launches: list[float]) -> 
         last_ends.append((max(ends), nxt["ts"]))
     if last_ends:
         spans["between"] = last_ends
+    return spans
+
+
+def _stage_split(
+    spans: dict[str, list[tuple[float, float]]], ops: list[dict], launches: list[float]
+) -> dict[str, Any]:
+    op_times = [op["ts"] for op in ops]
     split = {}
     for name, intervals in spans.items():
         names: Counter = Counter()

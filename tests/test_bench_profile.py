@@ -101,7 +101,9 @@ def lines(tmp_path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_disabled_profiler_is_one_shared_no_op(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_disabled_profiler_is_one_shared_no_op_outside_a_trace(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv(dp.PROFILE_ENV, raising=False)
     monkeypatch.setattr(dp, "_PROFILER", None)
     profiler = dp.get_ddtree_profiler()
@@ -254,3 +256,52 @@ def test_each_stage_is_an_annotated_range_for_torch_profiler_traces(tmp_path: Pa
     profiler, gpu, clock = make(tmp_path, annotate=Range)
     one_round(profiler, gpu, clock)
     assert opened == closed == [f"ddtree.{stage}" for stage in STAGES]
+
+
+def test_one_round_in_n_is_timed_and_the_others_record_nothing(tmp_path: Path) -> None:
+    annotated: list[str] = []
+
+    class Range:
+        def __init__(self, name: str) -> None:
+            annotated.append(name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info) -> None:
+            return None
+
+    profiler, gpu, clock = make(tmp_path, window_rounds=2, sample_every=4, annotate=Range)
+    for _ in range(8):
+        one_round(profiler, gpu, clock)
+    (window,) = lines(tmp_path)
+    assert window["rounds"] == 2  # rounds 0 and 4
+    assert gpu.created == 2 * len(STAGES)
+    assert annotated == [f"ddtree.{stage}" for stage in STAGES] * 2
+
+
+def test_the_sampling_rate_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(dp, "_PROFILER", None)
+    monkeypatch.setenv(dp.PROFILE_ENV, str(tmp_path / "p.jsonl"))
+    monkeypatch.setenv(dp.PROFILE_EVERY_ENV, "8")
+    assert dp.get_ddtree_profiler().sample_every == 8
+    for bad in ("0", "eight", "-1"):
+        monkeypatch.setattr(dp, "_PROFILER", None)
+        monkeypatch.setenv(dp.PROFILE_EVERY_ENV, bad)
+        with pytest.raises(ValueError, match="SGLANG_DDTREE_PROFILE_EVERY"):
+            dp.get_ddtree_profiler()
+
+
+def test_stage_ranges_reach_a_torch_profiler_trace_with_the_profiler_on_or_off(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    assert dp._record_function("ddtree.draft") is dp._NULL_STAGE
+    gpu, clock = FakeGPU(), FakeClock()
+    timing = dp.DDTreeProfiler(
+        str(tmp_path / "p.jsonl"), new_event=gpu.event, is_capturing=lambda: False, clock=clock
+    )
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with dp.DDTreeNullProfiler().stage("draft"):
+            torch.ones(2) + 1
+        with timing.stage("verify"):
+            torch.ones(2) + 1
+    assert {"ddtree.draft", "ddtree.verify"} <= {event.name for event in prof.events()}

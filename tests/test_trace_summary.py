@@ -79,3 +79,32 @@ def test_load_trace_reads_gzipped_kineto_output_and_keeps_host_events(tmp_path: 
     loaded = load_trace(path)
     assert len(loaded) == len(events) - 2
     assert {e["cat"] for e in loaded} == {"cpu_op", "user_annotation", "cuda_runtime"}
+
+
+def test_a_trace_with_python_stacks_names_the_functions_that_hold_the_host() -> None:
+    """Per step: loop (10 us self) calls run_batch (300 us, 100 self) which calls the worker
+    (200 us) which recurses once (50 us); then process_result (400 us)."""
+    events = []
+    for step in range(4):
+        t = 1000.0 * step
+        events.append(ev("python_function", "loop", t, 710))
+        events.append(ev("cuda_runtime", "cudaGraphLaunch", t, 1))
+        events.append(ev("cuda_runtime", "cudaGraphLaunch", t + 1, 1))
+        events.append(ev("python_function", "run_batch", t + 5, 300))
+        events.append(ev("python_function", "worker", t + 10, 200))
+        events.append(ev("python_function", "worker", t + 20, 50))
+        events.append(ev("python_function", "process_result", t + 305, 400))
+    python = summarize_trace(events)["steps"]["python"]
+    assert dict(python["self_ms"]) == {
+        "process_result": 0.4, "worker": 0.2, "run_batch": 0.1, "loop": 0.01,
+    }
+    assert dict(python["inclusive_ms"])["worker"] == 0.2  # the recursive frame is not counted twice
+    assert dict(python["inclusive_ms"])["loop"] == 0.71
+
+
+def test_ddtree_between_rounds_gets_its_python_split() -> None:
+    events = ddtree_trace(3)
+    for r in range(3):
+        events.append(ev("python_function", "scheduler.py(1): process_batch_result", 1000.0 * r + 650, 300))
+    between = summarize_trace(events)["stages"]["between"]
+    assert between["python"]["self_ms"] == [("scheduler.py(1): process_batch_result", 0.3)]

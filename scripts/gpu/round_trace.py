@@ -6,8 +6,10 @@
 For each arm: start an sglang Engine on the bench setting's pair (batch-1 decode graphs only), warm up,
 decode --prompts-per-arm held-out prompts one at a time (tok/s, ms per step, tokens per round),
 then trace --trace-tokens more tokens of one prompt with SGLang's own torch profiler and reduce
-the trace with ``ddtree_overlay.trace_summary`` (host ms and launches per stage and per step).
-The DDTREE stages are annotated because SGLANG_DDTREE_PROFILE is set for every arm.
+the trace with ``ddtree_overlay.trace_summary`` (host ms and launches per stage and per step;
+with --with-stack also the Python functions that hold the host, per step and between rounds).
+The DDTREE stages show in the trace without SGLANG_DDTREE_PROFILE, so the timed decode carries
+no instrumentation in any arm.
 
 Arms: ddtree-b<B>[-no-overlap], dflash[-no-overlap], plain[-no-overlap]. Writes DIR/round_trace.json
 and a markdown table to stdout. Run on the H200 in the interpreter with the patched sglang.
@@ -85,7 +87,7 @@ def run_arm(arm: str, setting, args, out: Path) -> dict:
         )
         trace_dir = out / f"trace-{arm}"
         engine.start_profile(
-            output_dir=str(trace_dir), activities=["CPU", "GPU"], with_stack=False, record_shapes=False
+            output_dir=str(trace_dir), activities=["CPU", "GPU"], with_stack=args.with_stack, record_shapes=False
         )
         engine.generate(input_ids=[prompts[0]], sampling_params=dict(greedy, max_new_tokens=args.trace_tokens))
         engine.stop_profile()
@@ -114,6 +116,11 @@ def table(records: list) -> str:
             f"{t.get('host_ms')} | {t.get('launches')} | {t.get('graph_launches')} |"
         )
     stages = [(r["arm"], r["trace"]["stages"]) for r in records if r.get("trace", {}).get("stages")]
+    for r in records:
+        python = r.get("trace", {}).get("steps", {}).get("python")
+        if python:
+            lines += ["", f"{r['arm']}: Python functions, self ms per step", ""]
+            lines += [f"- {name}: {ms}" for name, ms in python["self_ms"]]
     for arm, split in stages:
         lines += ["", f"{arm}: per round, host ms / launches, and the busiest ops", ""]
         lines += ["| stage | host ms | launches | top ops (calls per round) |", "|---|---|---|---|"]
@@ -131,6 +138,9 @@ def main() -> int:
     ap.add_argument("--prompts-per-arm", type=int, default=8)
     ap.add_argument("--trace-tokens", type=int, default=96)
     ap.add_argument("--keep-traces", action="store_true")
+    ap.add_argument(
+        "--with-stack", action="store_true", help="Python stacks in the trace: per-function host ms per step"
+    )
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -138,7 +148,6 @@ def main() -> int:
     arms = [a for a in args.arms.split(",") if a]
     for arm in arms:
         engine_kwargs(arm, setting)  # bad names fail before any engine starts
-    os.environ.setdefault("SGLANG_DDTREE_PROFILE", str(out / "profile.jsonl"))
     records = []
     for arm in arms:
         print(f"== {arm}", flush=True)

@@ -5,10 +5,13 @@ Enable it with one environment variable, read once per process:
     SGLANG_DDTREE_PROFILE=/path/to/ddtree_profile.jsonl
 
 Unset (the default), ``get_ddtree_profiler()`` returns a profiler whose
-``stage()`` hands back one shared no-op context manager and whose
-``round_done()`` returns at once: no events, no allocations, no host sync.
+``stage()`` hands back one shared no-op context manager (a torch-profiler
+range only while a trace is being taken) and whose ``round_done()`` returns
+at once: no events, no allocations, no host sync.
 
-Set, the worker brackets each stage of a round with CUDA events::
+Set, the worker brackets each stage of a round with CUDA events (of one round
+in N with ``SGLANG_DDTREE_PROFILE_EVERY=N``: a benchmark that times the decode
+keeps the events' host cost off all but the sampled rounds)::
 
     with profiler.stage("draft"):
         ...
@@ -38,8 +41,8 @@ gaps). ``t_first`` / ``t_last`` are host wall-clock times (``time.time()``) of
 the window's first and last ``round_done``, so a benchmark can match windows
 to the requests it sent; ``requests`` sums the batch size over the rounds.
 
-Each stage is also a ``ddtree.<stage>`` ``record_function`` range, so a
-torch-profiler trace shows it (scripts/gpu/round_trace.py).
+Enabled or not, each stage is a ``ddtree.<stage>`` ``record_function`` range
+while a torch-profiler trace is being taken (scripts/gpu/round_trace.py).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 logger = logging.getLogger(__name__)
 
 PROFILE_ENV = "SGLANG_DDTREE_PROFILE"
+PROFILE_EVERY_ENV = "SGLANG_DDTREE_PROFILE_EVERY"  # time one round in N (default 1)
 PROFILE_VERSION = 1
 WINDOW_ROUNDS = 64
 IDLE_GAP_S = 0.2
@@ -63,12 +67,12 @@ _NULL_STAGE = nullcontext()
 
 
 class DDTreeNullProfiler:
-    """The disabled profiler: every call is a no-op."""
+    """The disabled profiler: no timing; stages still show in a torch-profiler trace."""
 
     enabled = False
 
     def stage(self, name: str):
-        return _NULL_STAGE
+        return _record_function("ddtree." + name)
 
     def round_done(self, batch_size: int, cuda_graph: Optional[bool] = None) -> None:
         return None
@@ -92,6 +96,8 @@ def _cuda_capturing() -> bool:
 def _record_function(name: str):
     import torch
 
+    if not torch._C._autograd._profiler_enabled():
+        return _NULL_STAGE  # no trace is being taken: skip the dispatcher round trip
     return torch.profiler.record_function(name)
 
 
@@ -198,6 +204,7 @@ class DDTreeProfiler:
         path: str,
         *,
         window_rounds: int = WINDOW_ROUNDS,
+        sample_every: int = 1,
         idle_gap_s: float = IDLE_GAP_S,
         new_event: Optional[Callable[[], Any]] = None,
         is_capturing: Optional[Callable[[], bool]] = None,
@@ -207,6 +214,10 @@ class DDTreeProfiler:
     ):
         if window_rounds < 1:
             raise ValueError(f"window_rounds must be >= 1, got {window_rounds}.")
+        if sample_every < 1:
+            raise ValueError(f"{PROFILE_EVERY_ENV} must be >= 1, got {sample_every}.")
+        self.sample_every = int(sample_every)
+        self._rounds_seen = 0
         self.path = path
         self.window_rounds = int(window_rounds)
         self.idle_gap_s = float(idle_gap_s)
@@ -225,6 +236,8 @@ class DDTreeProfiler:
         self._write_failed = False
 
     def stage(self, name: str):
+        if self._rounds_seen % self.sample_every:
+            return _NULL_STAGE  # an unsampled round costs nothing
         if self._first is None:
             self._flush_if_idle()
         if self._is_capturing():
@@ -232,8 +245,9 @@ class DDTreeProfiler:
         return _Stage(self, name)
 
     def round_done(self, batch_size: int, cuda_graph: Optional[bool] = None) -> None:
+        self._rounds_seen += 1
         if self._first is None:
-            return  # nothing was recorded this round (e.g. during graph capture)
+            return  # nothing was recorded this round (unsampled, or during graph capture)
         now = self._clock()
         self._pending.append(
             _Round(self._spans, self._first, self._last, batch_size, cuda_graph, now)
@@ -339,9 +353,14 @@ def get_ddtree_profiler():
     if _PROFILER is None:
         path = os.environ.get(PROFILE_ENV, "")
         if path:
-            _PROFILER = DDTreeProfiler(path)
+            every = os.environ.get(PROFILE_EVERY_ENV, "1")
+            if not every.isdigit():
+                raise ValueError(f"{PROFILE_EVERY_ENV} must be a whole number >= 1, got {every!r}.")
+            _PROFILER = DDTreeProfiler(path, sample_every=int(every))
             logger.info(
-                "DDTREE profile: per-stage GPU ms, %d rounds per line, appended to %s",
+                "DDTREE profile: per-stage GPU ms of one round in %d, %d rounds per line, "
+                "appended to %s",
+                int(every),
                 WINDOW_ROUNDS,
                 path,
             )
