@@ -1,13 +1,14 @@
 """`bench`: target-only, DFLASH and DDTREE budgets through `sglang.Engine` on the env's GPU.
 
 Everything that touches SGLang runs in the target env's own interpreter: `gpu/engine_runner.py`
-serves each engine group's cells (see `bench_plan`), and the offline reference decoder runs
-beside it on the CPU (fixture pair only) for acceptance parity. This module plans, starts and
-watches those processes, restarts the runner after a crash with the groups it had not reached,
-stops everything at the time box, and writes the report (`bench_report`) into ``--out``:
+serves each engine group's cells (see `bench_plan`), once per repeat, and the offline reference
+decoder runs beside it on the CPU (fixture pair only) for acceptance parity. This module plans,
+starts and watches those processes, restarts the runner after a crash with the engine runs it had
+not reached, stops everything at the time box, and writes the report (`bench_report`) into
+``--out``:
 
-    bench.json     the report: per cell tok/s, speedups, acceptance, histogram, round split,
-                   losslessness, parity; per engine status
+    bench.json     the report: per cell tok/s (median over repeats, and each repeat's), speedups,
+                   acceptance, histogram, round split, losslessness, parity; per engine status
     bench.md       the same as markdown tables
     *.png          speedup and acceptance length vs budget, DDTREE round time by stage
     records.jsonl  the runner's raw records (outputs included), plan.json, profile.jsonl,
@@ -35,6 +36,7 @@ from ddtree_overlay import bench_report, ledger
 from ddtree_overlay.bench_plan import (
     DDTREE,
     BenchConfig,
+    EngineRun,
     SweepPlan,
     describe_plan,
     make_setting,
@@ -179,8 +181,13 @@ def overlay_applied(env: EnvInfo) -> bool:
 
 
 def without_algorithm(plan: SweepPlan, algorithm: str) -> SweepPlan:
-    keep = [(g, f) for g, f in zip(plan.groups, plan.expected_to_fit, strict=True) if g.algorithm != algorithm]
-    return replace(plan, groups=tuple(g for g, _ in keep), expected_to_fit=tuple(f for _, f in keep))
+    keep = [(r, f) for r, f in zip(plan.runs, plan.expected_to_fit, strict=True) if r.group.algorithm != algorithm]
+    return replace(
+        plan,
+        groups=tuple(g for g in plan.groups if g.algorithm != algorithm),
+        runs=tuple(r for r, _ in keep),
+        expected_to_fit=tuple(f for _, f in keep),
+    )
 
 
 def _git_commit() -> str | None:
@@ -217,7 +224,8 @@ def run_bench(
         (out / name).unlink(missing_ok=True)
     max_minutes = plan.config.max_minutes
     deadline = None if max_minutes is None else time.time() + max_minutes * 60
-    on_event({"event": "plan", "cells": len(plan.cells), "groups": len(plan.groups)})
+    cells = sum(len(run.cells) for run in plan.runs)
+    on_event({"event": "plan", "cells": cells, "groups": len(plan.groups), "engines": len(plan.runs)})
     references = (
         None if reference_dir else start_references(python, plan, out, deadline=deadline, on_event=on_event)
     )
@@ -253,46 +261,49 @@ def run_sweep(
     on_engine: OnEvent = lambda _: None,
     runner_options: Mapping[str, Any] | None = None,
 ) -> None:
-    """Runner processes until every group has an engine record.
+    """Runner processes until every engine run has an engine record.
 
-    A runner that exits leaving groups unrecorded (a segfault, an OOM kill, an import error, the
+    A runner that exits leaving runs unrecorded (a segfault, an OOM kill, an import error, the
     watchdog) is charged with the first of them, recorded as failed (or skipped, past the
-    deadline); a new runner takes the rest. Every round records at least one group, so this
-    ends; past the deadline the rest are recorded as skipped.
+    deadline); a new runner takes the rest, told which groups failed so that it skips their
+    later repeats. Every pass records at least one run, so this ends; past the deadline the
+    rest are recorded as skipped.
     """
     records = out / "records.jsonl"
     while True:
         _, engines = bench_report.read_records(records)
-        remaining = [g for g in plan.groups if g.name not in engines]
+        remaining = [r for r in plan.runs if (r.group.name, r.repeat) not in engines]
         if not remaining:
             return
         if deadline is not None and time.time() > deadline + GRACE_S:
-            for group in remaining:
-                _append_engine(records, group.name, on_event, skipped="time box (not reached)")
+            for run in remaining:
+                _append_engine(records, run, on_event, skipped="time box (not reached)")
             return
-        sub = replace(plan, groups=tuple(remaining), expected_to_fit=(True,) * len(remaining))
+        sub = replace(plan, runs=tuple(remaining), expected_to_fit=(True,) * len(remaining))
         plan_path = out / "plan.json"
         plan_json = runner_plan(sub, deadline=deadline, profile_path=out / "profile.jsonl")
+        failed = sorted({name for (name, _), e in engines.items() if not e.get("ok") and not e.get("skipped")})
+        plan_json["failed_arms"] = failed
         plan_path.write_text(json.dumps(plan_json | dict(runner_options or {})))
         code = _run_runner(python, plan_path, records, out / "runner.log", deadline, on_event, on_engine)
         _, engines = bench_report.read_records(records)
-        charged = next((g for g in remaining if g.name not in engines), None)
+        charged = next((r for r in remaining if (r.group.name, r.repeat) not in engines), None)
         if charged is None:
             continue
         if deadline is not None and time.time() >= deadline + GRACE_S:
             _append_engine(
-                records, charged.name, on_event,
+                records, charged, on_event,
                 skipped=f"time box (the runner was stopped {GRACE_S} s after the deadline)",
             )
         else:
             _append_engine(
-                records, charged.name, on_event,
+                records, charged, on_event,
                 error=f"the runner process exited with {code} while this engine ran (see runner.log)",
             )
 
 
-def _append_engine(records: Path, name: str, on_event: OnEvent, **outcome: str) -> None:
-    record = {"kind": "engine", "arm": name, "ok": False, **outcome}
+def _append_engine(records: Path, run: EngineRun, on_event: OnEvent, **outcome: str) -> None:
+    record = {"kind": "engine", "arm": run.group.name, "repeat": run.repeat, "ok": False, **outcome}
     with records.open("a") as f:
         f.write(json.dumps(record) + "\n")
     on_event(dict(record, event="engine"))

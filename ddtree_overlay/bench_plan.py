@@ -10,6 +10,12 @@ last and the budgets run widest-spread first. With `ddtree_no_overlap`, every DD
 runs without overlap scheduling, right after its overlap twin, so each algorithm can be compared
 in its faster mode. Inside an engine, T = 0 cells run before T = 1 and batch 1 before the widest
 batch, so a time box cuts the least informative cells.
+
+With `repeats` N > 1 the whole list of groups runs N times, in rounds, each run a fresh engine
+(`EngineRun`): odd rounds in plan order, even rounds reversed, so no group is always first (on a
+host-bound setting an early engine is often slower). Round 1 runs entirely before round 2, so a
+time box cuts later repeats before it cuts any group's first. The margins cell is not timed and
+runs in repeat 1 only.
 """
 
 from __future__ import annotations
@@ -258,6 +264,7 @@ class BenchConfig:
     prompts_per_cell: int | None = None
     max_minutes: float | None = None
     ddtree_no_overlap: bool = False  # every DDTREE budget also without overlap scheduling
+    repeats: int = 1  # every group this many times, one engine each, in rounds
 
 
 @dataclass(frozen=True)
@@ -291,17 +298,36 @@ class EngineGroup:
 
 
 @dataclass(frozen=True)
+class EngineRun:
+    """One engine start: a group's cells in one repeat of the sweep (1-based)."""
+
+    group: EngineGroup
+    repeat: int
+    cells: tuple[Cell, ...]  # the group's, less the margins cell after repeat 1
+    est_start_s: float  # only the sweep's first start pays the kernel compiles
+
+    @property
+    def label(self) -> str:
+        return self.group.name if self.repeat == 1 else f"{self.group.name} (repeat {self.repeat})"
+
+    @property
+    def est_s(self) -> float:
+        return self.est_start_s + self.group.est_overhead_s + sum(c.est_s for c in self.cells)
+
+
+@dataclass(frozen=True)
 class SweepPlan:
     setting: Setting
     config: BenchConfig
     max_new_tokens: int
-    groups: tuple[EngineGroup, ...]
-    expected_to_fit: tuple[bool, ...]  # per group, by the estimates and --max-minutes
+    groups: tuple[EngineGroup, ...]  # each once, in plan order
+    runs: tuple[EngineRun, ...]  # every engine start, in the order they run
+    expected_to_fit: tuple[bool, ...]  # per run, by the estimates and --max-minutes
     notes: tuple[str, ...] = field(default=())
 
     @property
     def est_s(self) -> float:
-        return sum(g.est_s for g in self.groups)
+        return sum(r.est_s for r in self.runs)
 
     @property
     def cells(self) -> tuple[Cell, ...]:
@@ -440,8 +466,24 @@ def _group(
     )
 
 
+def plan_runs(groups: Sequence[EngineGroup], repeats: int, cost: CostModel) -> tuple[EngineRun, ...]:
+    """Round k runs every group: odd rounds in plan order, even rounds reversed (A B C, C B A,
+    A B C, ...: over an even number of rounds every group's mean position is the same)."""
+    runs = []
+    for repeat in range(1, repeats + 1):
+        for group in (groups if repeat % 2 else groups[::-1]):
+            if repeat == 1:
+                runs.append(EngineRun(group, repeat, group.cells, group.est_start_s))
+            else:
+                timed = tuple(c for c in group.cells if not c.top2)
+                runs.append(EngineRun(group, repeat, timed, cost.engine_start_s))
+    return tuple(runs)
+
+
 def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
-    """Every engine group in the order it runs, with estimates and the time box applied."""
+    """Every engine run in the order it runs, with estimates and the time box applied."""
+    if config.repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {config.repeats}")
     max_new = config.max_new_tokens or setting.max_new_tokens
     budgets = ordered_budgets(config.budgets, setting.budget_priority)
     # (algorithm, budget, overlap): the no-overlap DFLASH arm after the first DDTREE budgets;
@@ -458,19 +500,20 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
         _group(setting, config, algorithm=a, budget=b, overlap=o, first=i == 0, max_new_tokens=max_new)
         for i, (a, b, o) in enumerate(specs)
     )
+    runs = plan_runs(groups, config.repeats, setting.cost)
     fit, spent = [], 0.0
     limit = None if config.max_minutes is None else config.max_minutes * 60
-    for group in groups:
-        spent += group.est_s
+    for run in runs:
+        spent += run.est_s
         fit.append(limit is None or spent <= limit)
     notes = []
     if not all(fit):
-        cut = [g.name for g, f in zip(groups, fit, strict=True) if not f]
+        cut = [r.label for r, f in zip(runs, fit, strict=True) if not f]
         notes.append(
             f"by the estimates, --max-minutes {config.max_minutes:g} leaves out: {', '.join(cut)} "
             "(the runner decides with measured times)"
         )
-    return SweepPlan(setting, config, max_new, groups, tuple(fit), tuple(notes))
+    return SweepPlan(setting, config, max_new, groups, runs, tuple(fit), tuple(notes))
 
 
 def runner_plan(
@@ -480,11 +523,12 @@ def runner_plan(
     profile_path: Path | None,
     max_family_failures: int = 2,
 ) -> dict[str, Any]:
-    """The JSON plan `gpu/engine_runner.py` reads."""
+    """The JSON plan `gpu/engine_runner.py` reads: an arm per engine run, in run order."""
     arms = []
-    for group in plan.groups:
+    for run in plan.runs:
+        group = run.group
         cells = []
-        for cell in group.cells:
+        for cell in run.cells:
             sampling = {
                 "temperature": cell.temperature,
                 "max_new_tokens": plan.max_new_tokens,
@@ -503,9 +547,10 @@ def runner_plan(
         arms.append(
             {
                 "name": group.name,
+                "repeat": run.repeat,
                 "family": group.family,
                 "engine": dict(group.engine),
-                "est_start_s": group.est_start_s,
+                "est_start_s": run.est_start_s,
                 "profile": group.algorithm == DDTREE,
                 "cells": cells,
             }
@@ -525,10 +570,12 @@ def runner_plan(
 
 
 def describe_plan(plan: SweepPlan) -> dict[str, Any]:
-    """JSON-ready summary: what runs, in which order, and the estimates."""
+    """JSON-ready summary: the groups, every engine run in order, and the estimates."""
+    fits = list(zip(plan.runs, plan.expected_to_fit, strict=True))
     return {
         "setting": plan.setting.name,
         "max_new_tokens": plan.max_new_tokens,
+        "repeats": plan.config.repeats,
         "estimated_minutes": round(plan.est_s / 60, 1),
         "max_minutes": plan.config.max_minutes,
         "groups": [
@@ -539,10 +586,21 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
                 "overlap": g.overlap,
                 "engine": dict(g.engine),
                 "cells": [c.name for c in g.cells],
-                "estimated_s": round(g.est_s),
+                "estimated_s": round(g.est_s),  # its first run's
+                "expected_to_fit": any(f for r, f in fits if r.group.name == g.name and r.repeat == 1),
+                "expected_repeats": sum(f for r, f in fits if r.group.name == g.name),
+            }
+            for g in plan.groups
+        ],
+        "engines": [
+            {
+                "group": r.group.name,
+                "repeat": r.repeat,
+                "cells": len(r.cells),
+                "estimated_s": round(r.est_s),
                 "expected_to_fit": fit,
             }
-            for g, fit in zip(plan.groups, plan.expected_to_fit, strict=True)
+            for r, fit in fits
         ],
         "notes": list(plan.notes),
     }

@@ -3,11 +3,18 @@
 Inputs are the JSON lines `gpu/engine_runner.py` writes (``kind`` "cell" and "engine"), the
 sweep plan, and the offline reference decoder's JSON per algorithm. Outputs: the report dict
 (`analyse`), its markdown (`markdown_report`) and PNG plots (`write_plots`, needs matplotlib).
+
+Records are keyed by (name, repeat). With `--repeats` N > 1 a cell's tok/s and wall ms/step are
+the medians over the repeats it got, and every table, speedup, `fastest_modes` entry and plot
+uses them; its other fields (acceptance, round split) are the median repeat's. Correctness looks
+at every repeat: a repeat that failed fails the cell, greedy outputs of every repeat are judged,
+and parity is checked on every repeat, showing the one furthest from the reference.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,18 +45,39 @@ PROFILE_HINT = (
 )
 
 
-def read_records(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """(cells by name, engines by group name); the last line for a name wins."""
-    cells: dict[str, dict[str, Any]] = {}
-    engines: dict[str, dict[str, Any]] = {}
+RecordKey = tuple[str, int]  # (cell or group name, repeat), repeats counted from 1
+Records = Mapping[RecordKey, Mapping[str, Any]]
+
+
+def read_records(path: Path) -> tuple[dict[RecordKey, dict[str, Any]], dict[RecordKey, dict[str, Any]]]:
+    """(cells, engines), each by (name, repeat); the last line for a key wins. Records written
+    before `--repeats` carry no repeat: they are repeat 1."""
+    cells: dict[RecordKey, dict[str, Any]] = {}
+    engines: dict[RecordKey, dict[str, Any]] = {}
     if not path.exists():
         return cells, engines
     for line in path.read_text().splitlines():
         if not line.strip():
             continue
         record = json.loads(line)
-        (engines if record.get("kind") == "engine" else cells)[record["arm"]] = record
+        key = (record["arm"], int(record.get("repeat", 1)))
+        (engines if record.get("kind") == "engine" else cells)[key] = record
     return cells, engines
+
+
+def repeat_label(name: str, repeat: int, repeats: int) -> str:
+    """``name``, with its repeat when the sweep has several."""
+    return name if repeats == 1 else f"{name} (repeat {repeat})"
+
+
+def planned_repeats(plan: SweepPlan) -> dict[str, list[int]]:
+    """Cell and group name -> the repeats it runs in, in order."""
+    planned: dict[str, list[int]] = {}
+    for run in sorted(plan.runs, key=lambda r: r.repeat):
+        planned.setdefault(run.group.name, []).append(run.repeat)
+        for cell in run.cells:
+            planned.setdefault(cell.name, []).append(run.repeat)
+    return planned
 
 
 # --- per cell -------------------------------------------------------------------------------
@@ -157,6 +185,41 @@ def cell_metrics(
     return row
 
 
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def combine_repeats(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One cell's row from its `cell_metrics` row per repeat (each with its ``repeat``).
+
+    A repeat that failed fails the cell. Otherwise the row is the median repeat's (by tok/s; of
+    two middle ones the slower), with tok_per_s and step_ms the medians over every repeat
+    measured; ``repeats`` lists each repeat's outcome and values, ``measured_repeats`` counts
+    those that ran.
+    """
+    ok = [r for r in repeats if r["status"] == "ok"]
+    failed = [r for r in repeats if r["status"] == "failed"]
+    if failed:
+        row = dict(failed[0])
+        if len(repeats) > 1:
+            row["reason"] = f"repeat {row['repeat']}: {row['reason']}"
+    elif ok:
+        timed = sorted((r for r in ok if r.get("tok_per_s") is not None), key=lambda r: r["tok_per_s"])
+        row = dict(timed[(len(timed) - 1) // 2] if timed else ok[0])
+        row["median_repeat"] = row["repeat"]
+        row["tok_per_s"] = _median(r.get("tok_per_s") for r in ok)
+        row["step_ms"] = _median(r.get("step_ms") for r in ok)
+    else:
+        row = dict(next((r for r in repeats if r["status"] == "skipped"), repeats[0]))
+    del row["repeat"]
+    row["repeats"] = [
+        {key: r.get(key) for key in ("repeat", "status", "reason", "tok_per_s", "step_ms")} for r in repeats
+    ]
+    row["measured_repeats"] = len(ok)
+    return row
+
+
 # --- correctness ----------------------------------------------------------------------------
 
 
@@ -180,10 +243,9 @@ def lossless_summary(reference: Mapping[str, Any], record: Mapping[str, Any]) ->
     }
 
 
-def _lossless_reference(
-    records: Mapping[str, Mapping[str, Any]], plan: SweepPlan, batch_size: int
-) -> dict[str, Any] | None:
-    """Target-only greedy outputs to judge against, with their top1-top2 gaps when known.
+def _lossless_reference(records: Records, plan: SweepPlan, batch_size: int) -> dict[str, Any] | None:
+    """Target-only greedy outputs to judge against, with their top1-top2 gaps when known, from
+    the first repeat that has them: every repeat of every cell is judged against the same run.
 
     The margins cell's outputs come first: its gaps hold along its own trajectory only, and
     target-only at another batch size can leave that trajectory at an exact tie, after which
@@ -192,16 +254,21 @@ def _lossless_reference(
     target = next((g for g in plan.groups if g.algorithm == TARGET_ONLY), None)
     if target is None:
         return None
-    margins = next((records.get(c.name) for c in target.cells if c.top2), None)
-    if margins and margins.get("ok") and margins.get("top2_margins"):
-        return {"arm": margins["arm"], "outputs": margins["outputs"], "top2_margins": margins["top2_margins"]}
+    repeats = range(1, plan.config.repeats + 1)
+    margins_cell = next((c for c in target.cells if c.top2), None)
+    for repeat in repeats if margins_cell else ():
+        margins = records.get((margins_cell.name, repeat))
+        if margins and margins.get("ok") and margins.get("top2_margins"):
+            return {"arm": margins["arm"], "repeat": repeat, "outputs": margins["outputs"],
+                    "top2_margins": margins["top2_margins"]}
     same_bs = next(
-        (records.get(c.name) for c in target.cells if not c.top2 and c.temperature == 0 and c.batch_size == batch_size),
-        None,
+        (c for c in target.cells if not c.top2 and c.temperature == 0 and c.batch_size == batch_size), None
     )
-    if not same_bs or not same_bs.get("ok"):
-        return None
-    return {"arm": same_bs["arm"], "outputs": same_bs["outputs"], "top2_margins": None}
+    for repeat in repeats if same_bs else ():
+        record = records.get((same_bs.name, repeat))
+        if record and record.get("ok"):
+            return {"arm": record["arm"], "repeat": repeat, "outputs": record["outputs"], "top2_margins": None}
+    return None
 
 
 def parity_row(
@@ -329,8 +396,14 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return columns
 
 
-def _group_row(group: EngineGroup, engine: Mapping[str, Any] | None) -> dict[str, Any]:
-    status, reason = _status(engine)
+def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | None]) -> dict[str, Any]:
+    """The group's status over its engine runs (repeat -> record): failed if any failed, ok if
+    any ran; the fields shown are that run's, ``repeats`` lists every run."""
+    runs = [(repeat, engine, *_status(engine)) for repeat, engine in engines.items()]
+    rank = {"failed": 0, "ok": 1, "skipped": 2, "not run": 3}
+    repeat, engine, status, reason = min(runs, key=lambda run: rank[run[2]])  # the first of the rank
+    if status == "failed" and len(runs) > 1:
+        reason = f"repeat {repeat}: {reason}"
     return {
         "name": group.name,
         "algorithm": group.algorithm,
@@ -342,48 +415,100 @@ def _group_row(group: EngineGroup, engine: Mapping[str, Any] | None) -> dict[str
         "start_s": (engine or {}).get("start_s"),
         "health": (engine or {}).get("health"),
         "traceback": (engine or {}).get("traceback"),
+        "repeats": [
+            {"repeat": k, "status": st, "reason": why, "start_s": (e or {}).get("start_s"), "health": (e or {}).get("health")}
+            for k, e, st, why in runs
+        ],
     }
+
+
+def _judge_lossless(
+    plan: SweepPlan, records: Records, cell: Cell, row: dict[str, Any]
+) -> list[tuple[int, dict[str, Any]]]:
+    """Every measured repeat of a greedy cell against target-only: (repeat, summary) per repeat
+    judged. ``row["lossless"]`` is the first failing repeat's summary, else the first's."""
+    reference = _lossless_reference(records, plan, cell.batch_size)
+    judged = []
+    for entry in row["repeats"]:
+        record = records.get((cell.name, entry["repeat"]))
+        if entry["status"] != "ok" or record is None or reference is None:
+            continue
+        if (reference["arm"], reference["repeat"]) == (cell.name, entry["repeat"]):
+            continue  # the reference itself
+        summary = lossless_summary(reference, record) | {"repeat": entry["repeat"]}
+        entry["lossless_passed"] = summary["passed"]
+        judged.append((entry["repeat"], summary))
+    if judged:
+        row["lossless"] = next((s for _, s in judged if not s["passed"]), judged[0][1])
+    return judged
+
+
+def _parity_deviation(row: Mapping[str, Any]) -> float:
+    if row["status"] == "missing":
+        return 0.0
+    return float("inf") if row.get("ratio") is None else abs(row["ratio"] - 1)
+
+
+def _group_parity(
+    group: EngineGroup, records: Records, planned: Mapping[str, Sequence[int]], reference: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """Parity on the group's widest greedy cell that ran, checked on every repeat of it; the row
+    shown is the repeat furthest from the reference (``ratios`` has each repeat's)."""
+    t0 = sorted((c for c in group.cells if c.temperature == 0 and not c.top2), key=lambda c: -c.prompts)
+    for cell in t0:
+        measured = [
+            (repeat, records[(cell.name, repeat)])
+            for repeat in planned.get(cell.name, ())
+            if records.get((cell.name, repeat), {}).get("ok")
+        ]
+        if measured:
+            break
+    else:
+        return None
+    rows = [parity_row(group, record, reference) | {"repeat": repeat} for repeat, record in measured]
+    row = max(rows, key=_parity_deviation)  # of equals, the first
+    row["ratios"] = [{"repeat": r["repeat"], "ratio": r.get("ratio")} for r in rows]
+    return row
 
 
 def _correctness(
     plan: SweepPlan,
-    records: Mapping[str, Mapping[str, Any]],
+    records: Records,
     rows: list[dict[str, Any]],
     references: Mapping[str, Mapping[str, Any]] | None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """Lossless summaries go into the rows; returns (parity rows, issues)."""
+    """Lossless summaries go into the rows; returns (parity rows, issues). Every repeat counts."""
     issues: list[str] = []
+    repeats = plan.config.repeats
     by_name = {row["name"]: row for row in rows}
     for group in plan.groups:
         for cell in group.cells:
-            row, record = by_name.get(cell.name), records.get(cell.name)
-            if row is None or row["status"] != "ok" or cell.temperature != 0 or record is None:
+            row = by_name.get(cell.name)
+            if row is None or cell.temperature != 0:
                 continue
-            reference = _lossless_reference(records, plan, cell.batch_size)
-            if reference is None or reference["arm"] == cell.name:
-                continue
-            row["lossless"] = lossless_summary(reference, record)
-            if not row["lossless"]["passed"] and plan.setting.real_weights:
-                worst = row["lossless"]["worst_divergence"] or {}
+            for repeat, lossless in _judge_lossless(plan, records, cell, row):
+                if lossless["passed"] or not plan.setting.real_weights:
+                    continue
+                worst = lossless["worst_divergence"] or {}
                 issues.append(
-                    f"{cell.name}: {row['lossless']['unexplained']} of {row['lossless']['prompts']} "
-                    "prompts leave target-only greedy output beyond bf16 noise (largest top1-top2 "
-                    f"margin {worst.get('margin') or 0:.3f} at token {worst.get('index')})"
+                    f"{repeat_label(cell.name, repeat, repeats)}: {lossless['unexplained']} of "
+                    f"{lossless['prompts']} prompts leave target-only greedy output beyond bf16 noise "
+                    f"(largest top1-top2 margin {worst.get('margin') or 0:.3f} at token {worst.get('index')})"
                 )
     parity = []
     if plan.setting.reference_parity and references is not None:
+        planned = planned_repeats(plan)
         for group in plan.groups:
             key = reference_key(group)
-            t0 = sorted((c for c in group.cells if c.temperature == 0 and not c.top2), key=lambda c: -c.prompts)
-            record = next((records[c.name] for c in t0 if records.get(c.name, {}).get("ok")), None)
-            if key is None or record is None:
+            row = None if key is None else _group_parity(group, records, planned, references.get(key))
+            if row is None:
                 continue
-            row = parity_row(group, record, references.get(key))
             parity.append(row)
             if row["status"] == "off":
                 issues.append(
-                    f"{group.name}: tokens per round {row['sglang_tokens_per_round']:.3f} against the "
-                    f"offline reference's {row['reference_tokens_per_round']:.3f} "
+                    f"{repeat_label(group.name, row['repeat'], repeats)}: tokens per round "
+                    f"{row['sglang_tokens_per_round']:.3f} against the offline reference's "
+                    f"{row['reference_tokens_per_round']:.3f} "
                     f"(x{row['ratio']:.3f}, tolerance +-{PARITY_TOLERANCE:.0%})"
                 )
             elif row["status"] == "missing":
@@ -393,24 +518,32 @@ def _correctness(
 
 def analyse(
     plan: SweepPlan,
-    records: Mapping[str, Mapping[str, Any]],
-    engines: Mapping[str, Mapping[str, Any]],
+    records: Records,
+    engines: Records,
     *,
     references: Mapping[str, Mapping[str, Any]] | None = None,
     context: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The report from the records (`read_records`: by (name, repeat)) of every planned run."""
     rows, groups, issues, notes = [], [], [], []
+    repeats = plan.config.repeats
+    planned = planned_repeats(plan)
     for group in plan.groups:
-        engine = engines.get(group.name)
-        groups.append(_group_row(group, engine))
-        if groups[-1]["status"] == "failed":
-            issues.append(f"{group.name}: the engine failed: {groups[-1]['reason']}")
+        group_engines = {k: engines.get((group.name, k)) for k in planned.get(group.name, ())}
+        groups.append(_group_row(group, group_engines))
+        for repeat, engine in group_engines.items():
+            status, reason = _status(engine)
+            if status == "failed":
+                issues.append(f"{repeat_label(group.name, repeat, repeats)}: the engine failed: {reason}")
         for cell in group.cells:
-            row = cell_metrics(cell, group, records.get(cell.name), engine)
-            if row["status"] == "failed":
-                issues.append(f"{cell.name}: {row['reason']}")
-            if not cell.top2:
-                rows.append(row)
+            per_repeat = []
+            for repeat in planned.get(cell.name, ()):
+                row = cell_metrics(cell, group, records.get((cell.name, repeat)), group_engines.get(repeat))
+                if row["status"] == "failed":
+                    issues.append(f"{repeat_label(cell.name, repeat, repeats)}: {row['reason']}")
+                per_repeat.append(row | {"repeat": repeat})
+            if not cell.top2 and per_repeat:
+                rows.append(combine_repeats(per_repeat))
     _speedups(rows)
     parity, correctness_issues = _correctness(plan, records, rows, references)
     issues += correctness_issues
@@ -418,6 +551,12 @@ def analyse(
     if skipped:
         notes.append(
             f"{len(skipped)} cell(s) not measured (time box, or their engine failed): {', '.join(skipped)}"
+        )
+    short = [f"{r['name']} ({r['measured_repeats']})" for r in rows if 0 < r["measured_repeats"] < repeats]
+    if short:
+        notes.append(
+            f"{len(short)} cell(s) measured in fewer than all {repeats} repeats (time box, or an engine "
+            f"failed); repeats measured: {', '.join(short)}"
         )
     ddtree_ok = [r for r in rows if r["algorithm"] == DDTREE and r["status"] == "ok"]
     if ddtree_ok and not any(r.get("profile") for r in ddtree_ok):
@@ -443,6 +582,7 @@ def analyse(
             "prompts_per_cell": max((c.prompts for c in plan.cells), default=0),
             "max_minutes": plan.config.max_minutes,
             "ddtree_no_overlap": plan.config.ddtree_no_overlap,
+            "repeats": repeats,
         },
         "context": dict(context or {}),
         "groups": groups,
@@ -540,20 +680,38 @@ def _lossless_text(row: Mapping[str, Any]) -> str:
     first = lossless.get("first_divergence")
     if first:
         text += f", first at {first['index']} (margin {_fmt(first['margin'], '.3f')})"
+    if len(row.get("repeats") or ()) > 1 and first:
+        text += f" in repeat {lossless['repeat']}"
     return text
 
 
+def _per_repeat_text(row: Mapping[str, Any]) -> str:
+    """Each repeat's tok/s in order; a dash where it did not measure the cell."""
+    texts = []
+    for entry in row.get("repeats") or ():
+        if entry["status"] == "ok":
+            texts.append(_fmt(entry.get("tok_per_s"), ".0f"))
+        else:
+            texts.append("failed" if entry["status"] == "failed" else DASH)
+    return ", ".join(texts) or DASH
+
+
 def cells_table(report: Mapping[str, Any]) -> str:
+    """A row per cell; with several repeats, tok/s per repeat beside the median."""
+    per_repeat = report["config"].get("repeats", 1) > 1
     head = (
-        "| arm | bs | T | tok/s | x target | x DFLASH | accept len | tok/round | rounds | "
+        "| arm | bs | T | tok/s | " + ("tok/s per repeat | " if per_repeat else "")
+        + "x target | x DFLASH | accept len | tok/round | rounds | "
         "wall ms/step | " + " | ".join(STAGES) + " | other | host ms | graph | same as target-only |"
     )
-    lines = [head, "|---" * (14 + len(STAGES)) + "|"]
+    lines = [head, "|---" * (14 + per_repeat + len(STAGES)) + "|"]
     for row in report["cells"]:
         if row["status"] != "ok":
             lines.append(
                 f"| {arm_label(row)} | {row['batch_size']} | {row['temperature']:g} | {row['status']}"
-                f"{': ' + str(row['reason']) if row['reason'] else ''} |" + " |" * (10 + len(STAGES))
+                f"{': ' + str(row['reason']) if row['reason'] else ''} |"
+                + (f" {_per_repeat_text(row)} |" if per_repeat else "")
+                + " |" * (10 + len(STAGES))
             )
             continue
         split = (row.get("profile") or {}).get("ms_per_round") or {}
@@ -563,6 +721,7 @@ def cells_table(report: Mapping[str, Any]) -> str:
             str(row["batch_size"]),
             f"{row['temperature']:g}",
             _fmt(row["tok_per_s"], ".0f"),
+            *([_per_repeat_text(row)] if per_repeat else []),
             _fmt(row.get("speedup_vs_target")),
             _fmt(row.get("speedup_vs_dflash")),
             _fmt(row.get("acceptance_length")),
@@ -597,9 +756,13 @@ def _parity_table(report: Mapping[str, Any]) -> str:
         if row["status"] == "missing":
             lines.append(f"| {row['group']} |" + f" {DASH} |" * 8 + f" missing: {row['reason']} |")
             continue
+        ratio = _fmt(row["ratio"], ".3f")
+        if len(row.get("ratios") or ()) > 1:
+            each = ", ".join(_fmt(r["ratio"], ".3f") for r in row["ratios"])
+            ratio += f" (repeat {row['repeat']}; each: {each})"
         lines.append(
             f"| {row['group']} | {row['cell']} | {_fmt(row['sglang_tokens_per_round'], '.3f')} | "
-            f"{_fmt(row['reference_tokens_per_round'], '.3f')} | {_fmt(row['ratio'], '.3f')} | "
+            f"{_fmt(row['reference_tokens_per_round'], '.3f')} | {ratio} | "
             f"{row['per_prompt_within']} | {row['same_sequence_prompts']} | "
             f"{row['same_sequence_within']} | {_fmt(row['same_sequence_max_rel_diff'], '.1%')} | "
             f"{row['status']} |"
@@ -608,11 +771,38 @@ def _parity_table(report: Mapping[str, Any]) -> str:
 
 
 def _engines_table(report: Mapping[str, Any]) -> str:
-    lines = ["| engine | status | start s | health |", "|---|---|---|---|"]
+    """A row per engine group; with several repeats, a row per engine run."""
+    if report["config"].get("repeats", 1) == 1:
+        lines = ["| engine | status | start s | health |", "|---|---|---|---|"]
+        for group in report["groups"]:
+            status = group["status"] + (f": {group['reason']}" if group["reason"] else "")
+            lines.append(
+                f"| {group['name']} | {status} | {_fmt(group['start_s'], '.1f')} | {group['health'] or DASH} |"
+            )
+        return "\n".join(lines)
+    lines = ["| engine | repeat | status | start s | health |", "|---|---|---|---|---|"]
     for group in report["groups"]:
-        status = group["status"] + (f": {group['reason']}" if group["reason"] else "")
-        lines.append(f"| {group['name']} | {status} | {_fmt(group['start_s'], '.1f')} | {group['health'] or DASH} |")
+        for run in group["repeats"]:
+            status = run["status"] + (f": {run['reason']}" if run["reason"] else "")
+            lines.append(
+                f"| {group['name']} | {run['repeat']} | {status} | {_fmt(run['start_s'], '.1f')} | "
+                f"{run['health'] or DASH} |"
+            )
     return "\n".join(lines)
+
+
+def _repeats_bullet(config: Mapping[str, Any]) -> list[str]:
+    repeats = config.get("repeats", 1)
+    if repeats == 1:
+        return []
+    return [
+        f"- **Repeats**: the engine groups ran {repeats} times, in rounds (every other round in "
+        "reverse order), each run a fresh engine. tok/s and wall ms/step are medians over the "
+        "repeats a cell got (tok/s per repeat in the per-cell table), and every speedup, table and "
+        "plot uses them; acceptance and the round split are the median repeat's. Greedy outputs "
+        "of every repeat are judged, parity is checked on every repeat (the furthest shown), and "
+        "a repeat that failed fails its cell."
+    ]
 
 
 def markdown_report(report: Mapping[str, Any]) -> str:
@@ -636,6 +826,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         f"- **Cells**: {config['prompts_per_cell']} prompts per cell, sent in waves of `bs` "
         f"concurrent requests, {config['max_new_tokens']} new tokens each (ignore_eos). tok/s = "
         "output tokens / decode wall time; wall ms/step = decode time / batch-level decode steps.",
+        *_repeats_bullet(config),
         "",
         "## Output tokens/s (x target-only; DDTREE also x DFLASH)",
         "",

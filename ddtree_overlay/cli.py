@@ -277,6 +277,15 @@ def bench(
             "so each algorithm is compared in its faster mode",
         ),
     ] = False,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            "--repeats",
+            min=1,
+            help="run every engine group N times, in rounds (every other round reversed), each a fresh "
+            "engine; the report gives the median tok/s per cell and each repeat's",
+        ),
+    ] = 1,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and estimates; run nothing")] = False,
     json_out: JsonOption = False,
 ) -> None:
@@ -295,6 +304,7 @@ def bench(
         prompts_per_cell=prompts_per_cell,
         max_minutes=max_minutes,
         ddtree_no_overlap=ddtree_no_overlap,
+        repeats=repeats,
     )
     request = BenchRequest(
         setting=setting,

@@ -205,13 +205,18 @@ def arm_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], Non
 def _bench_view(data: Mapping[str, Any]) -> None:
     if data.get("dry_run"):
         plan = data["plan"]
+        repeats = plan.get("repeats", 1)
+        engines = f"{len(plan['engines'])} engines" + (
+            f" ({len(plan['groups'])} groups x {repeats} repeats)" if repeats > 1 else ""
+        )
         stdout.print(
             f"bench plan ({plan['setting']}, {plan['max_new_tokens']} new tokens): "
-            f"{len(plan['groups'])} engines, ~{plan['estimated_minutes']:g} GPU minutes estimated"
+            f"{engines}, ~{plan['estimated_minutes']:g} GPU minutes estimated"
         )
-        for i, group in enumerate(plan["groups"], 1):
-            cut = "" if group["expected_to_fit"] else "  (expected to be cut by --max-minutes)"
-            stdout.print(f"  {i:>2}. {group['name']:<22} {len(group['cells'])} cells  ~{group['estimated_s']} s{cut}")
+        for i, run in enumerate(plan["engines"], 1):
+            cut = "" if run["expected_to_fit"] else "  (expected to be cut by --max-minutes)"
+            repeat = f"repeat {run['repeat']}  " if repeats > 1 else ""
+            stdout.print(f"  {i:>2}. {run['group']:<22} {repeat}{run['cells']} cells  ~{run['estimated_s']} s{cut}")
         stdout.print(f"results would go to {data['out']}")
         return
     if "bench" in data:
@@ -219,6 +224,10 @@ def _bench_view(data: Mapping[str, Any]) -> None:
         return
     stdout.print(data["table"])
     stdout.print(f"\nwrote {', '.join(data['files'])}")
+
+
+def _repeat_text(event: Mapping[str, Any]) -> str:
+    return f" (repeat {event['repeat']})" if (event.get("repeat") or 1) > 1 else ""
 
 
 @contextmanager
@@ -244,12 +253,12 @@ def bench_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], N
                     outcome = f"{event.get('tok_per_s') or 0:.0f} tok/s"
                 else:
                     outcome = f"FAILED: {event.get('error')}"
-                progress.console.print(f"  {event['arm']}: {outcome}")
+                progress.console.print(f"  {event['arm']}{_repeat_text(event)}: {outcome}")
                 progress.update(task, advance=1, description=f"{event['arm']} done")
             elif kind == "engine" and not event.get("skipped"):
                 start = f", started in {event['start_s']:.0f} s" if event.get("start_s") else ""
                 outcome = "ok" if event.get("ok") else f"FAILED: {event.get('error')}"
-                progress.console.print(f"engine {event['arm']}: {outcome}{start}")
+                progress.console.print(f"engine {event['arm']}{_repeat_text(event)}: {outcome}{start}")
             elif kind == "reference":
                 outcome = "ok" if event.get("ok") else f"failed: {event.get('error')}"
                 progress.console.print(f"  offline reference {event['key']}: {outcome}")

@@ -4,8 +4,9 @@
 
 RUN_DIR is a `ddtree-overlay bench --out` folder (bench.json, records.jsonl, ...): its plan is
 rebuilt from bench.json's setting and config, and bench.json, bench.md and the plots are
-rewritten with this checkout's analysis (e.g. after a fix to the correctness judge). The
-context (commit, GPU, start time) stays the run's own; a note records the re-analysis.
+rewritten with this checkout's analysis (e.g. after a fix to the correctness judge). The config,
+`repeats` included (1 for runs made before `--repeats`), and the context (commit, GPU, start
+time) stay the run's own; a note records the re-analysis.
 """
 
 from __future__ import annotations

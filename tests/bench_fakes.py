@@ -9,6 +9,7 @@ Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
   diverge_budgets:    DDTREE budgets whose outputs differ from target-only at token 3
   margin:             the target's top1-top2 log-prob gap at every token (default 5.0)
   sleep_s:            seconds each generate() takes
+  start_sleep_s:      seconds each engine start takes
   fail_health:        the engine raises on the health-check request (max_new_tokens == 4)
 """
 
@@ -32,6 +33,7 @@ class Engine:
         self.algo = kwargs.get("speculative_algorithm")
         self.budget = kwargs.get("speculative_ddtree_budget")
         self.b = _behaviour()
+        time.sleep(self.b.get("start_sleep_s", 0.0))
         if self.algo == "DDTREE" and self.budget in self.b.get("fail_start_budgets", []):
             raise RuntimeError(f"fake start failure at B={self.budget}")
         self.profile = os.environ.get("SGLANG_DDTREE_PROFILE") if self.algo == "DDTREE" else None

@@ -40,6 +40,7 @@ def assert_usage_error(done: subprocess.CompletedProcess[str], fragment: str) ->
         (["--attention-backend", "fa3"], "expected one of triton, flashinfer"),
         (["--max-minutes", "0"], "--max-minutes"),
         (["--max-new-tokens", "0"], "--max-new-tokens"),
+        (["--repeats", "0"], "--repeats"),
     ],
 )
 def test_bad_arguments_are_usage_errors(args: list[str], fragment: str) -> None:
@@ -90,6 +91,28 @@ def test_ddtree_no_overlap_flag_plans_every_budget_without_overlap_too() -> None
     plain = json.loads(run_cli("bench", "--env", sys.executable, "--dry-run", "--json", "--budgets", "8").stdout)
     plain_names = [g["name"] for g in plain["data"]["plan"]["groups"]]
     assert plain_names == ["target-only", "dflash", "ddtree-b8", "dflash-no-overlap"]
+
+
+def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:
+    args = ("bench", "--env", sys.executable, "--dry-run", "--budgets", "8")
+    once = json.loads(run_cli(*args, "--json").stdout)["data"]["plan"]
+    done = run_cli(*args, "--json", "--repeats", "3")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["data"]["plan"]
+    order = ["target-only", "dflash", "ddtree-b8", "dflash-no-overlap"]
+    assert [g["name"] for g in plan["groups"]] == order and plan["repeats"] == 3
+    assert [(e["group"], e["repeat"]) for e in plan["engines"]] == (
+        [(g, 1) for g in order] + [(g, 2) for g in reversed(order)] + [(g, 3) for g in order]
+    )
+    assert 2.5 * once["estimated_minutes"] < plan["estimated_minutes"] < 3 * once["estimated_minutes"] + 0.1
+    text = run_cli(*args, "--repeats", "2", "--max-minutes", "10")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("bench plan (fixture, 256 new tokens): 8 engines (4 groups x 2 repeats), ~")
+    assert lines[1].split() == ["1.", "target-only", "repeat", "1", "7", "cells", "~164", "s"]
+    assert lines[5].split()[:4] == ["5.", "dflash-no-overlap", "repeat", "2"]
+    assert lines[7].endswith("(expected to be cut by --max-minutes)") and not lines[6].endswith(")")
+    assert "target-only (repeat 2)" in text.stderr and "leaves out: target-only," not in text.stderr
 
 
 def test_an_env_without_sglang_is_refused_with_exit_3(tmp_path: Path, state_dir: Path) -> None:
@@ -159,7 +182,7 @@ def test_sweep_runs_every_cell_and_writes_the_report(
     ddtree = {r["name"]: r for r in report["cells"]}["ddtree-b32/bs2/t0"]
     assert ddtree["profile"]["ms_per_round"]["verify"] == pytest.approx(2.0)
     assert ddtree["lossless"]["passed"] and ddtree["speedup_vs_target"] is not None
-    assert events[0] == {"event": "plan", "cells": len(plan.cells), "groups": 5}
+    assert events[0] == {"event": "plan", "cells": len(plan.cells), "groups": 5, "engines": 5}
     assert sum(e["event"] == "cell" for e in events) == len(plan.cells)
     result = bench_module._result(report, out)
     assert (result.status, result.exit_code) == ("ok", 0)
@@ -358,3 +381,78 @@ def test_a_runner_that_records_nothing_fails_every_engine_in_turn(tmp_path: Path
     assert [g["status"] for g in report["groups"]] == ["failed"] * len(plan.groups)
     assert all("exited with 1" in g["reason"] for g in report["groups"])
     assert len(report["issues"]) >= len(plan.groups)
+
+
+def reanalyse_script():
+    spec = importlib.util.spec_from_file_location("bench_reanalyse", ROOT / "scripts" / "bench_reanalyse.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    plan = small_plan(tmp_path, budgets=(8,), repeats=2)
+    events: list = []
+    report = run(tmp_path, plan, events)
+    engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
+    arms = [(e.get("speculative_algorithm"), e.get("disable_overlap_schedule")) for e in engines]
+    order = [(None, None), ("DFLASH", None), ("DDTREE", None), ("DFLASH", True)]
+    assert arms == order + order[::-1]  # a fresh engine per repeat, round 2 reversed
+    assert events[0] == {"event": "plan", "cells": 2 * len(plan.cells) - 1, "groups": 4, "engines": 8}
+    assert sum(e["event"] == "cell" for e in events) == 2 * len(plan.cells) - 1  # margins once
+    rows = {r["name"]: r for r in report["cells"]}
+    row = rows["ddtree-b8/bs2/t0"]
+    assert row["status"] == "ok" and row["measured_repeats"] == 2
+    assert [e["repeat"] for e in row["repeats"]] == [1, 2] and all(e["tok_per_s"] for e in row["repeats"])
+    assert row["tok_per_s"] == pytest.approx(sum(e["tok_per_s"] for e in row["repeats"]) / 2)
+    assert [e["lossless_passed"] for e in row["repeats"]] == [True, True]
+    assert [[r["repeat"] for r in g["repeats"]] for g in report["groups"]] == [[1, 2]] * 4
+    assert report["issues"] == [] and report["config"]["repeats"] == 2
+    out = tmp_path / "out"
+    bench_module._result(report, out)
+    assert "| DDTREE B=8 | 2 | 0 |" in (out / "bench.md").read_text()
+    again = reanalyse_script().reanalyse(out, None)
+    assert again["config"]["repeats"] == 2
+    assert again["cells"] == json.loads(json.dumps(report["cells"]))
+    assert again["groups"] == json.loads(json.dumps(report["groups"]))
+
+
+def test_runs_made_before_repeats_are_reanalysed_as_one_repeat(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    report = run(tmp_path, small_plan(tmp_path, budgets=(8,)))
+    out = tmp_path / "out"
+    bench_module._result(report, out)
+    old_records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    (out / "records.jsonl").write_text("".join(
+        json.dumps({k: v for k, v in r.items() if k != "repeat"}) + "\n" for r in old_records
+    ))
+    old_json = json.loads((out / "bench.json").read_text())
+    del old_json["config"]["repeats"]
+    (out / "bench.json").write_text(json.dumps(old_json))
+    again = reanalyse_script().reanalyse(out, None)
+    assert again["config"]["repeats"] == 1
+    assert again["cells"] == json.loads(json.dumps(report["cells"]))
+    assert {r["measured_repeats"] for r in again["cells"]} == {1}
+
+
+def test_a_crashed_repeat_is_not_run_again_after_the_restart(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    fake_sglang(crash_budgets=[32])  # the process dies inside ddtree-b32's first cell, in round 1
+    report = run(tmp_path, small_plan(tmp_path, repeats=2))
+    groups = {g["name"]: g for g in report["groups"]}
+    runs = {r["repeat"]: r for r in groups["ddtree-b32"]["repeats"]}
+    assert runs[1]["status"] == "failed" and "the runner process exited with 9" in runs[1]["reason"]
+    assert runs[2] == {"repeat": 2, "status": "skipped", "reason": "an earlier repeat of this engine failed",
+                       "start_s": None, "health": None}
+    assert groups["ddtree-b32"]["status"] == "failed"
+    assert all(g["status"] == "ok" for name, g in groups.items() if name != "ddtree-b32")
+    assert {r["measured_repeats"] for r in report["cells"] if r["group"] != "ddtree-b32"} == {2}
+    engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
+    assert [e.get("speculative_ddtree_budget") for e in engines].count(32) == 1

@@ -49,17 +49,19 @@ def cell_record(cell: bp.Cell, group: bp.EngineGroup, *, tok_per_s: float, round
     return record | extra
 
 
-def synthetic(plan: bp.SweepPlan) -> tuple[dict[str, dict], dict[str, dict]]:
-    """target-only 100 tok/s, DFLASH 200, DDTREE B 300 + B; every arm 2 rounds per prompt."""
+def synthetic(plan: bp.SweepPlan) -> tuple[dict[tuple[str, int], dict], dict[tuple[str, int], dict]]:
+    """target-only 100 tok/s, DFLASH 200, DDTREE B 300 + B, no overlap 150, in every repeat;
+    every arm 4 rounds per prompt. Keyed as `read_records` keys them: (name, repeat)."""
     cells, engines, t = {}, {}, 100.0
     speed = {bp.TARGET_ONLY: 100.0, bp.DFLASH: 200.0}
-    for group in plan.groups:
-        windows = []
-        for cell in group.cells:
+    for run in plan.runs:
+        group, windows = run.group, []
+        for cell in run.cells:
             rate = speed.get(group.algorithm, 300.0 + (group.budget or 0))
             if not group.overlap:
                 rate = 150.0
-            cells[cell.name] = cell_record(cell, group, tok_per_s=rate, rounds=4, t=t)
+            record = cell_record(cell, group, tok_per_s=rate, rounds=4, t=t)
+            cells[cell.name, run.repeat] = record | {"repeat": run.repeat}
             if group.algorithm == bp.DDTREE:
                 ms = {"draft": 8.0, "topk": 1.0, "tree": 2.0, "verify": 12.0, "accept": 1.0, "commit": 2.0,
                       "round": 30.0}
@@ -67,8 +69,8 @@ def synthetic(plan: bp.SweepPlan) -> tuple[dict[str, dict], dict[str, dict]]:
                                 "cuda_graph_rounds": 3, "ms_sum": ms})
             t += 2.0
         windows.append({"t_first": t - 0.5, "t_last": t - 0.4, "rounds": 1, "requests": 1, "ms_sum": {"round": 99.0}})
-        engines[group.name] = {"kind": "engine", "arm": group.name, "ok": True, "start_s": 40.0, "health": "ok",
-                               "profile": windows}
+        engines[group.name, run.repeat] = {"kind": "engine", "arm": group.name, "repeat": run.repeat, "ok": True,
+                                           "start_s": 40.0, "health": "ok", "profile": windows}
     return cells, engines
 
 
@@ -126,8 +128,8 @@ def test_missing_profile_windows_leave_a_hint(tmp_path: Path) -> None:
 def test_greedy_divergence_beyond_noise_is_an_issue_within_noise_is_not(tmp_path: Path) -> None:
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
-    cells["ddtree-b8/bs1/t0"]["outputs"] = outputs({1: 2})  # margin there 0.1: bf16 noise
-    cells["ddtree-b32/bs2/t0"]["outputs"] = outputs({3: 5})  # margin 5.0: a bug
+    cells["ddtree-b8/bs1/t0", 1]["outputs"] = outputs({1: 2})  # margin there 0.1: bf16 noise
+    cells["ddtree-b32/bs2/t0", 1]["outputs"] = outputs({3: 5})  # margin 5.0: a bug
     report = br.analyse(plan, cells, engines, references=references())
     rows = {r["name"]: r for r in report["cells"]}
     explained = rows["ddtree-b8/bs1/t0"]["lossless"]
@@ -147,7 +149,7 @@ def test_greedy_outputs_are_judged_on_the_trajectory_their_margins_belong_to(tmp
     cell that stays on the margins run's trajectory is lossless, though it differs from bs 1."""
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
-    cells["target-only/bs1/t0"]["outputs"] = outputs({1: 2})
+    cells["target-only/bs1/t0", 1]["outputs"] = outputs({1: 2})
     report = br.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs1/t0"]
     assert row["lossless"]["passed"] and row["lossless"]["identical"] == PROMPTS
@@ -157,8 +159,8 @@ def test_greedy_outputs_are_judged_on_the_trajectory_their_margins_belong_to(tmp
 def test_without_margins_greedy_outputs_are_judged_against_the_same_batch_size(tmp_path: Path) -> None:
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
-    margins = next(name for name in cells if name.endswith("/margins"))
-    cells[margins]["ok"] = False
+    margins = next(name for name, _ in cells if name.endswith("/margins"))
+    cells[margins, 1]["ok"] = False
     report = br.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["dflash/bs1/t0"]
     assert row["lossless"]["reference"] == "target-only/bs1/t0" and row["lossless"]["passed"]
@@ -169,7 +171,7 @@ def test_divergence_with_random_weights_is_reported_but_not_an_issue(tmp_path: P
     plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,), batch_sizes=(4,), temperatures=(0.0,),
                                                  prompts_per_cell=PROMPTS, max_new_tokens=NEW))
     cells, engines = synthetic(plan)
-    cells["ddtree-b8/bs4/t0"]["outputs"] = outputs({0: 1})
+    cells["ddtree-b8/bs4/t0", 1]["outputs"] = outputs({0: 1})
     report = br.analyse(plan, cells, engines)
     row = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs4/t0"]
     assert not row["lossless"]["passed"] and report["issues"] == [] and report["parity"] == []
@@ -197,11 +199,11 @@ def test_parity_with_the_reference_gates_on_the_aggregate_and_reports_per_prompt
 def test_failed_and_skipped_cells_and_engines(tmp_path: Path) -> None:
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
-    engines["ddtree-b32"] = {"kind": "engine", "arm": "ddtree-b32", "ok": False, "error": "RuntimeError: boom"}
+    engines["ddtree-b32", 1] = {"kind": "engine", "arm": "ddtree-b32", "ok": False, "error": "RuntimeError: boom"}
     for cell in plan.group("ddtree-b32").cells:
-        cells[cell.name] = {"kind": "cell", "arm": cell.name, "ok": False, "skipped": "engine failed to start"}
-    cells["ddtree-b8/bs2/t1"] = {"kind": "cell", "arm": "ddtree-b8/bs2/t1", "ok": False, "skipped": "time box"}
-    del cells["dflash/bs2/t1"]
+        cells[cell.name, 1] = {"kind": "cell", "arm": cell.name, "ok": False, "skipped": "engine failed to start"}
+    cells["ddtree-b8/bs2/t1", 1] = {"kind": "cell", "arm": "ddtree-b8/bs2/t1", "ok": False, "skipped": "time box"}
+    del cells["dflash/bs2/t1", 1]
     report = br.analyse(plan, cells, engines, references=references())
     rows = {r["name"]: r for r in report["cells"]}
     assert rows["ddtree-b8/bs2/t1"]["status"] == "skipped" and rows["dflash/bs2/t1"]["status"] == "not run"
@@ -247,8 +249,8 @@ def test_read_records_splits_cells_from_engines(tmp_path: Path) -> None:
         + json.dumps({"kind": "cell", "arm": "a/bs1/t0", "ok": True}) + "\n"
     )
     cells, engines = br.read_records(path)
-    assert cells == {"a/bs1/t0": {"kind": "cell", "arm": "a/bs1/t0", "ok": True}}
-    assert list(engines) == ["a"]
+    assert cells == {("a/bs1/t0", 1): {"kind": "cell", "arm": "a/bs1/t0", "ok": True}}  # no repeat: repeat 1
+    assert list(engines) == [("a", 1)]
     assert br.read_records(tmp_path / "missing.jsonl") == ({}, {})
 
 
@@ -301,7 +303,7 @@ def no_overlap_run(tmp_path: Path) -> tuple[bp.SweepPlan, dict[str, dict], dict[
     plan = small_plan(tmp_path, ddtree_no_overlap=True)
     cells, engines = synthetic(plan)
     for name, rate in (("ddtree-b8-no-overlap/bs1/t0", 400.0), ("dflash-no-overlap/bs2/t0", 250.0)):
-        cells[name] |= {"tok_per_s": rate, "decode_s": PROMPTS * NEW / rate}
+        cells[name, 1] |= {"tok_per_s": rate, "decode_s": PROMPTS * NEW / rate}
     return plan, cells, engines
 
 
@@ -358,9 +360,9 @@ def test_speedup_summary_without_the_no_overlap_arms_says_ddtree_ran_one_mode(tm
 def test_speedup_summary_leaves_out_columns_without_both_algorithms(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)
     for name in ("dflash/bs1/t1", "dflash-no-overlap/bs1/t1"):
-        cells[name] = {"kind": "cell", "arm": name, "ok": False, "skipped": "time box"}
+        cells[name, 1] = {"kind": "cell", "arm": name, "ok": False, "skipped": "time box"}
     for group in ("ddtree-b8", "ddtree-b8-no-overlap", "ddtree-b32", "ddtree-b32-no-overlap"):
-        cells[f"{group}/bs2/t1"] = {"kind": "cell", "arm": f"{group}/bs2/t1", "ok": False, "skipped": "time box"}
+        cells[f"{group}/bs2/t1", 1] = {"kind": "cell", "arm": f"{group}/bs2/t1", "ok": False, "skipped": "time box"}
     report = br.analyse(plan, cells, engines, references=references())
     assert [(c["temperature"], c["batch_size"]) for c in report["fastest_modes"]] == [(0.0, 1), (0.0, 2)]
     table = br.fastest_modes_table(report)
@@ -387,7 +389,7 @@ def test_no_overlap_ddtree_arms_are_judged_against_their_budgets_reference(tmp_p
 
 def test_a_wrong_greedy_output_of_a_no_overlap_ddtree_arm_is_an_issue(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)
-    cells["ddtree-b32-no-overlap/bs1/t0"]["outputs"] = outputs({0: 4})
+    cells["ddtree-b32-no-overlap/bs1/t0", 1]["outputs"] = outputs({0: 4})
     report = br.analyse(plan, cells, engines, references=references())
     assert [i.split(":")[0] for i in report["issues"]] == ["ddtree-b32-no-overlap/bs1/t0"]
     assert {r["name"]: r for r in report["cells"]}["ddtree-b32/bs1/t0"]["lossless"]["passed"]
@@ -404,3 +406,132 @@ def test_plots_draw_the_no_overlap_ddtree_arms_as_their_own_series(tmp_path: Pat
     assert why_not is None
     assert sorted(p.name for p in files) == ["acceptance.png", "round_time.png", "speedup.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in files)
+
+
+# --- repeats (--repeats N) ------------------------------------------------------------------
+
+
+def set_rate(cells: dict, name: str, repeat: int, rate: float) -> None:
+    cells[name, repeat] |= {"tok_per_s": rate, "decode_s": PROMPTS * NEW / rate}
+
+
+def repeats_run(tmp_path: Path, repeats: int = 3) -> tuple[bp.SweepPlan, dict, dict]:
+    """As `synthetic`, except DFLASH at T=0 bs=1 runs 150, 210, 200 tok/s in repeats 1-3 and
+    DDTREE B=8 there 300, 340, 320: medians 200 and 320."""
+    plan = small_plan(tmp_path, repeats=repeats)
+    cells, engines = synthetic(plan)
+    for repeat, (dflash, ddtree) in enumerate(((150.0, 300.0), (210.0, 340.0), (200.0, 320.0))[:repeats], 1):
+        set_rate(cells, "dflash/bs1/t0", repeat, dflash)
+        set_rate(cells, "ddtree-b8/bs1/t0", repeat, ddtree)
+    return plan, cells, engines
+
+
+def test_a_cells_throughput_is_the_median_over_its_repeats(tmp_path: Path) -> None:
+    plan, cells, engines = repeats_run(tmp_path)
+    report = br.analyse(plan, cells, engines, references=references())
+    rows = {r["name"]: r for r in report["cells"]}
+    dflash, ddtree = rows["dflash/bs1/t0"], rows["ddtree-b8/bs1/t0"]
+    assert dflash["tok_per_s"] == 200.0 and ddtree["tok_per_s"] == 320.0
+    assert [(e["repeat"], e["status"], e["tok_per_s"]) for e in dflash["repeats"]] == [
+        (1, "ok", 150.0), (2, "ok", 210.0), (3, "ok", 200.0),
+    ]
+    assert dflash["measured_repeats"] == 3 and dflash["median_repeat"] == 3
+    steps = [e["step_ms"] for e in dflash["repeats"]]
+    assert dflash["step_ms"] == sorted(steps)[1] and len(set(steps)) == 3
+    assert dflash["decode_s"] == pytest.approx(PROMPTS * NEW / 200)  # the median repeat's
+    assert ddtree["speedup_vs_dflash"] == pytest.approx(1.6) and ddtree["speedup_vs_target"] == pytest.approx(3.2)
+    bs1 = next(c for c in report["fastest_modes"] if (c["temperature"], c["batch_size"]) == (0.0, 1))
+    assert bs1["dflash"]["tok_per_s"] == 200.0
+    assert next(b for b in bs1["budgets"] if b["budget"] == 8)["speedup_vs_dflash"] == pytest.approx(1.6)
+    assert br._series(report["cells"], "tok_per_s")[(0.0, 1)] == [(8, 320.0), (32, 332.0)]  # the plots' data
+    assert report["config"]["repeats"] == 3 and report["issues"] == []
+    assert all(r["lossless"]["passed"] for r in rows.values() if r["temperature"] == 0 and "lossless" in r)
+    assert [e["lossless_passed"] for e in ddtree["repeats"]] == [True, True, True]
+    markdown = br.markdown_report(report)
+    assert "- **Repeats**: the engine groups ran 3 times, in rounds" in markdown
+    assert "| DFLASH | 200 | 200 | 200 | 200 |" in markdown  # the throughput table: medians
+    assert "| arm | bs | T | tok/s | tok/s per repeat | x target |" in markdown
+    assert "| DFLASH | 1 | 0 | 200 | 150, 210, 200 | 2.00 |" in markdown
+    assert "| DDTREE B=8 | 1 | 0 | 320 | 300, 340, 320 | 3.20 | 1.60 |" in markdown
+    assert "| engine | repeat | status | start s | health |" in markdown
+    assert "| dflash | 2 | ok | 40.0 | ok |" in markdown
+
+
+def test_two_repeats_give_the_mean_of_the_two(tmp_path: Path) -> None:
+    plan, cells, engines = repeats_run(tmp_path, repeats=2)
+    report = br.analyse(plan, cells, engines, references=references())
+    row = {r["name"]: r for r in report["cells"]}["dflash/bs1/t0"]
+    assert row["tok_per_s"] == 180.0 and row["median_repeat"] == 1  # of the two middle ones, the slower
+
+
+def test_a_repeat_that_failed_fails_the_cell_and_its_engine(tmp_path: Path) -> None:
+    plan, cells, engines = repeats_run(tmp_path)
+    cells["ddtree-b8/bs1/t0", 2] = {"kind": "cell", "arm": "ddtree-b8/bs1/t0", "repeat": 2, "ok": False,
+                                    "error": "RuntimeError: boom"}
+    engines["ddtree-b8", 2] |= {"ok": False, "error": "RuntimeError: boom"}
+    report = br.analyse(plan, cells, engines, references=references())
+    row = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs1/t0"]
+    assert row["status"] == "failed" and row["reason"] == "repeat 2: RuntimeError: boom"
+    assert [e["status"] for e in row["repeats"]] == ["ok", "failed", "ok"] and row["measured_repeats"] == 2
+    assert row.get("speedup_vs_dflash") is None
+    group = {g["name"]: g for g in report["groups"]}["ddtree-b8"]
+    assert group["status"] == "failed" and group["reason"] == "repeat 2: RuntimeError: boom"
+    assert [r["status"] for r in group["repeats"]] == ["ok", "failed", "ok"]
+    assert "ddtree-b8/bs1/t0 (repeat 2): RuntimeError: boom" in report["issues"]
+    assert "ddtree-b8 (repeat 2): the engine failed: RuntimeError: boom" in report["issues"]
+    markdown = br.markdown_report(report)
+    assert "| DDTREE B=8 | failed |" in markdown
+    assert "| DDTREE B=8 | 1 | 0 | failed: repeat 2: RuntimeError: boom | 300, failed, 320 |" in markdown
+
+
+def test_greedy_outputs_of_every_repeat_are_judged(tmp_path: Path) -> None:
+    plan, cells, engines = repeats_run(tmp_path)
+    cells["ddtree-b32/bs2/t0", 3]["outputs"] = outputs({3: 5})  # margin 5.0: a bug, in repeat 3 only
+    report = br.analyse(plan, cells, engines, references=references())
+    row = {r["name"]: r for r in report["cells"]}["ddtree-b32/bs2/t0"]
+    assert row["status"] == "ok" and [e["lossless_passed"] for e in row["repeats"]] == [True, True, False]
+    assert not row["lossless"]["passed"] and row["lossless"]["repeat"] == 3
+    assert report["issues"] == [
+        "ddtree-b32/bs2/t0 (repeat 3): 1 of 4 prompts leave target-only greedy output beyond bf16 noise "
+        "(largest top1-top2 margin 5.000 at token 5)"
+    ]
+    assert "| 3/4, first at 5 (margin 5.000) in repeat 3 |" in br.markdown_report(report)
+
+
+def test_parity_is_checked_on_every_repeat(tmp_path: Path) -> None:
+    plan, cells, engines = repeats_run(tmp_path)
+    for meta in cells["ddtree-b32/bs1/t0", 2]["meta"]:
+        meta["spec_verify_ct"] = 6  # 1.5 tokens per round where the reference has 2.25
+    report = br.analyse(plan, cells, engines, references=references())
+    parity = {row["group"]: row for row in report["parity"]}
+    off = parity["ddtree-b32"]
+    assert off["status"] == "off" and off["repeat"] == 2 and off["ratio"] == pytest.approx(1.5 / 2.25)
+    assert [r["ratio"] for r in off["ratios"]] == pytest.approx([1.0, 1.5 / 2.25, 1.0])
+    assert parity["ddtree-b8"]["status"] == "ok" and parity["ddtree-b8"]["repeat"] == 1
+    assert any(i.startswith("ddtree-b32 (repeat 2): tokens per round 1.500") for i in report["issues"])
+    assert "| 0.667 (repeat 2; each: 1.000, 0.667, 1.000) |" in br.markdown_report(report)
+
+
+def test_cells_short_of_repeats_keep_the_median_of_those_measured(tmp_path: Path) -> None:
+    """The time box cut round 3 after DDTREE B=32's engine: every later run of it skipped."""
+    plan, cells, engines = repeats_run(tmp_path)
+    cut = [r for r in plan.runs if r.repeat == 3][3:]
+    assert [r.group.name for r in cut] == ["ddtree-b8", "dflash-no-overlap"]
+    for run in cut:
+        engines[run.group.name, 3] = {"kind": "engine", "arm": run.group.name, "repeat": 3, "ok": False,
+                                      "skipped": "time box"}
+        for cell in run.cells:
+            cells[cell.name, 3] = {"kind": "cell", "arm": cell.name, "repeat": 3, "ok": False, "skipped": "time box"}
+    report = br.analyse(plan, cells, engines, references=references())
+    rows = {r["name"]: r for r in report["cells"]}
+    row = rows["ddtree-b8/bs1/t0"]
+    assert row["status"] == "ok" and row["measured_repeats"] == 2 and row["tok_per_s"] == 320.0
+    assert [e["status"] for e in row["repeats"]] == ["ok", "ok", "skipped"]
+    assert rows["ddtree-b32/bs1/t0"]["measured_repeats"] == 3
+    assert report["issues"] == []
+    assert any(
+        n.startswith("8 cell(s) measured in fewer than all 3 repeats") and "ddtree-b8/bs1/t0 (2)" in n
+        for n in report["notes"]
+    )
+    assert "| DDTREE B=8 | 1 | 0 | 320 | 300, 340, \u2013 |" in br.markdown_report(report)
+    assert {g["name"]: g["status"] for g in report["groups"]}["ddtree-b8"] == "ok"

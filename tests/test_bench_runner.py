@@ -181,3 +181,53 @@ def test_an_sglang_that_cannot_import_fails_each_engine_not_the_runner(tmp_path:
     engines = by_arm(records, "engine")
     assert {e["error"] for e in engines.values()} == {"ModuleNotFoundError: No module named 'orjson_that_is_missing'"}
     assert {c["skipped"] for c in by_arm(records, "cell").values()} == {"engine failed to start"}
+
+
+# --- repeats: the same arm again, once per round --------------------------------------------
+
+
+def rounds(*budgets: int) -> list[dict[str, Any]]:
+    """Two rounds of DDTREE arms, the second reversed, as bench_plan.runner_plan lays them out."""
+    return [ddtree(b, repeat=1) for b in budgets] + [ddtree(b, repeat=2) for b in reversed(budgets)]
+
+
+def test_records_carry_their_engines_repeat(tmp_path: Path) -> None:
+    done, records, engines = run_runner(tmp_path, {"arms": rounds(8, 16)})
+    assert done.returncode == 0, done.stderr
+    assert [e["speculative_ddtree_budget"] for e in engines] == [8, 16, 16, 8]  # a fresh engine per run
+    assert [(r["arm"], r["repeat"]) for r in records if r["kind"] == "engine"] == [
+        ("ddtree-b8", 1), ("ddtree-b16", 1), ("ddtree-b16", 2), ("ddtree-b8", 2),
+    ]
+    cells = [(r["arm"], r["repeat"]) for r in records if r["kind"] == "cell"]
+    assert cells[:2] == [("ddtree-b8/bs1/t0", 1), ("ddtree-b8/bs2/t0", 1)] and len(set(cells)) == 8
+    assert all(r["ok"] for r in records)
+    first = json.loads(done.stdout.splitlines()[0].split(" ", 1)[1])
+    assert first["repeat"] == 1 and first["group"] == "ddtree-b8"
+
+
+def test_the_time_box_skips_the_second_round_before_any_first_run(tmp_path: Path) -> None:
+    """Engine starts take 1.5 s here and are estimated at 0.1 s: both first runs start (the
+    estimate says they fit); by round 2 the measured start no longer fits the deadline."""
+    plan = {"deadline": time.time() + 3.8, "arms": rounds(8, 16)}
+    done, records, engines = run_runner(tmp_path, plan, {"start_sleep_s": 1.5})
+    assert done.returncode == 0, done.stderr
+    assert [e["speculative_ddtree_budget"] for e in engines] == [8, 16]
+    by_repeat = {(r["arm"], r["repeat"]): r for r in records}
+    assert all(r["ok"] for (_, repeat), r in by_repeat.items() if repeat == 1)
+    assert {r.get("skipped") for (_, repeat), r in by_repeat.items() if repeat == 2} == {"time box"}
+    assert len(by_repeat) == 12  # 2 engines x 2 repeats, 2 cells each
+
+
+def test_a_later_repeat_of_a_failed_engine_is_not_started_again(tmp_path: Path) -> None:
+    plan = {"max_family_failures": 2, "arms": rounds(8, 16)}
+    done, records, engines = run_runner(tmp_path, plan, {"fail_start_budgets": [8]})
+    assert done.returncode == 1
+    assert [e["speculative_ddtree_budget"] for e in engines] == [16, 16]  # B=8 raised once, in its constructor
+    runs = {(r["arm"], r["repeat"]): r for r in records if r["kind"] == "engine"}
+    assert runs["ddtree-b8", 1]["error"] == "RuntimeError: fake start failure at B=8"
+    assert runs["ddtree-b8", 2]["skipped"] == "an earlier repeat of this engine failed"
+    assert runs["ddtree-b16", 1]["ok"] and runs["ddtree-b16", 2]["ok"]
+    # a runner restarted after a crash is told which engines failed before it
+    done, records, engines = run_runner(tmp_path / "again", {"failed_arms": ["ddtree-b16"], "arms": rounds(8, 16)[2:]})
+    assert done.returncode == 0 and [e["speculative_ddtree_budget"] for e in engines] == [8]
+    assert by_arm(records, "engine")["ddtree-b16"]["skipped"] == "an earlier repeat of this engine failed"

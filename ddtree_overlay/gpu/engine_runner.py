@@ -20,9 +20,14 @@ arm's engine lives (its scheduler process inherits it), e.g.
 An arm with ``"cells"`` instead serves several measurements from one engine
 (engine starts cost ~45 s on an H200, so the bench groups by engine config):
 
-    {"name": str, "engine": {...}, "est_start_s": float, "profile": bool,
+    {"name": str, "repeat": int, "engine": {...}, "est_start_s": float, "profile": bool,
      "cells": [{"name": str, "batch_size": int, "prompts": int,
                 "sampling": {...}, "top2": bool, "est_s": float}, ...]}
+
+Here ``repeat`` (default 1) is not a prompt multiplier: it numbers the sweep's
+repeat this engine belongs to (``bench --repeats``: the same arm name comes
+again, once per repeat, each a fresh engine) and goes into every record the arm
+writes, so repeats stay apart.
 
 Each cell decodes the first ``prompts`` prompts in waves of ``batch_size``
 concurrent requests and appends a ``{"kind": "cell", ...}`` line (``CELL`` on
@@ -31,9 +36,13 @@ with its start time, health check and, when the plan has ``profile_path`` and
 the arm ``profile``, the DDTREE profile windows written while it ran
 (``SGLANG_DDTREE_PROFILE``, see ddtree_profile.py). With a plan-level
 ``deadline`` (unix time), engines and cells that would not finish by then are
-recorded as skipped instead of run; with ``max_family_failures``, arms of a
-``family`` that failed that often are skipped. ``idle_gap_s`` (before each
-cell) and ``health_idle_s`` (before the health check) override the pauses.
+recorded as skipped instead of run; arms run strictly in plan order, so with the
+bench's rounds the time box cuts later repeats before any arm's first run. An
+arm whose name failed before (in this process, or listed in the plan's
+``failed_arms``) is skipped: a later repeat of a failed engine is not started
+again. With ``max_family_failures``, arms of a ``family`` that failed that often
+are skipped. ``idle_gap_s`` (before each cell) and ``health_idle_s`` (before the
+health check) override the pauses.
 """
 
 from __future__ import annotations
@@ -188,13 +197,17 @@ def _emit(out_path: str, tag: str, record: dict, keys: tuple) -> None:
 
 
 def _emit_cell(out_path: str, record: dict) -> None:
-    keys = ("arm", "group", "ok", "skipped", "error", "decode_s", "tok_per_s")
+    keys = ("arm", "group", "repeat", "ok", "skipped", "error", "decode_s", "tok_per_s")
     _emit(out_path, "CELL", dict(record, kind="cell"), keys)
 
 
 def _emit_engine(out_path: str, record: dict) -> None:
-    keys = ("arm", "ok", "skipped", "error", "start_s", "health")
+    keys = ("arm", "repeat", "ok", "skipped", "error", "start_s", "health")
     _emit(out_path, "ENGINE", dict(record, kind="engine"), keys)
+
+
+def _engine_base(arm: dict) -> dict:
+    return {"arm": arm["name"], "repeat": int(arm.get("repeat", 1))}
 
 
 def _cell_base(arm: dict, cell: dict) -> dict:
@@ -202,6 +215,7 @@ def _cell_base(arm: dict, cell: dict) -> dict:
     return {
         "arm": cell["name"],
         "group": arm["name"],
+        "repeat": int(arm.get("repeat", 1)),
         "batch_size": int(cell["batch_size"]),
         "sampling": sampling,
         "timed": not cell.get("top2", False),
@@ -256,7 +270,7 @@ def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
     """One engine serving every cell of ``arm``; returns False when something failed."""
     if not box.fits_engine(arm):
         _skip_cells(out_path, arm, arm["cells"], "time box")
-        _emit_engine(out_path, {"arm": arm["name"], "ok": False, "skipped": "time box"})
+        _emit_engine(out_path, dict(_engine_base(arm), ok=False, skipped="time box"))
         return True
     profile_path = plan.get("profile_path") if arm.get("profile") else None
     env = dict(arm.get("env", {}), **({PROFILE_ENV: profile_path} if profile_path else {}))
@@ -268,7 +282,7 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
     kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))
     if kwargs.get("speculative_algorithm"):
         kwargs.setdefault("speculative_draft_model_path", plan["draft"])
-    engine_record = {"arm": arm["name"], "engine": arm.get("engine", {}), "ok": False}
+    engine_record = dict(_engine_base(arm), engine=arm.get("engine", {}), ok=False)
     since = time.time()
     pending = list(arm["cells"])
     try:
@@ -325,17 +339,23 @@ def main(argv: list) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     box = TimeBox(plan.get("deadline"), float(plan.get("cold_start_s", 0.0)))
     failures = 0
+    failed_arms = set(plan.get("failed_arms", ()))  # engines that failed: not started again
     family_failures: dict = {}
     for arm in plan["arms"]:
         if "cells" in arm:
             family = arm.get("family", arm["name"])
-            if family_failures.get(family, 0) >= plan.get("max_family_failures", 1 << 30):
+            reason = None
+            if arm["name"] in failed_arms:
+                reason = "an earlier repeat of this engine failed"
+            elif family_failures.get(family, 0) >= plan.get("max_family_failures", 1 << 30):
                 reason = f"{family_failures[family]} earlier {family} engines failed"
+            if reason is not None:
                 _skip_cells(out_path, arm, arm["cells"], reason)
-                _emit_engine(out_path, {"arm": arm["name"], "ok": False, "skipped": reason})
+                _emit_engine(out_path, dict(_engine_base(arm), ok=False, skipped=reason))
                 continue
             if not run_engine(plan, arm, out_path, box):
                 failures += 1
+                failed_arms.add(arm["name"])
                 family_failures[family] = family_failures.get(family, 0) + 1
             continue
         try:
