@@ -5,7 +5,7 @@ One decode round, as the paper defines it:
   topk      per-position top-K log-probs, fp32, full-vocabulary normaliser
             (under TP: vocab-parallel, rank 0's broadcast; see ddtree_tp), and
             the best B prefixes (best-first rule), nodes in pop order; one
-            CUDA-graph replay per round (ddtree_tree_cuda_graph_runner)
+            CUDA-graph replay per round (ddtree_cuda_graph_runner)
   tree      verify tensors and the FULL-layout tree mask
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
             depth, ancestor-only mask
@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 
 import torch
+
 from sglang.srt.distributed import get_tp_group
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
@@ -39,6 +40,15 @@ from sglang.srt.speculative.ddtree_compat import (
     spec_arg,
     verify_input_extras,
 )
+from sglang.srt.speculative.ddtree_cuda_graph_runner import (
+    COMMIT_GRAPH_ENV,
+    MAX_GRAPH_LOGITS_BYTES,
+    TREE_GRAPH_ENV,
+    DDTreeStageCudaGraphs,
+    StaticInput,
+    capture_batch_sizes,
+    graph_enabled,
+)
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
 from sglang.srt.speculative.ddtree_kernels import (
     DDTreeAccepted,
@@ -47,11 +57,6 @@ from sglang.srt.speculative.ddtree_kernels import (
 )
 from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler, get_round_sync_guard
 from sglang.srt.speculative.ddtree_tp import lm_head_draft_topk
-from sglang.srt.speculative.ddtree_tree_cuda_graph_runner import (
-    DDTreeTreeCudaGraphRunner,
-    capture_batch_sizes,
-    tree_graphs_enabled,
-)
 from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTopK,
     DDTreeDraftTree,
@@ -90,6 +95,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         # SGLANG_DDTREE_TREE_KERNEL=triton (default)|torch: who builds the tree, verify tensors and mask.
         self.tree_stage = select_tree_stage()
         self.tree_graphs = None  # set by init_cuda_graphs
+        self.commit_graphs = None
         # SGLANG_DDTREE_PROFILE=path: per-stage GPU ms per round (a no-op when unset).
         self.profiler = get_ddtree_profiler()
         # SGLANG_DDTREE_SYNC_DEBUG=warn|error: a host sync inside a round warns or raises.
@@ -121,33 +127,51 @@ class DDTreeWorkerV2(DFlashWorkerV2):
     def init_cuda_graphs(self):
         with draft_width_scope(self):
             super().init_cuda_graphs()
-        self._capture_tree_graphs()
+        self._capture_stage_graphs()
 
-    def _capture_tree_graphs(self) -> None:
-        """Top-K + tree build per captured batch size (SGLANG_DDTREE_TREE_GRAPH=0: eager).
+    def _capture_stage_graphs(self) -> None:
+        """Top-K + tree build, and (opt-in) the draft-KV commit, per captured batch size.
 
         Not under TP: the vocab-parallel top-K runs collectives each round."""
-        if self._vocab_parallel_group is not None or not tree_graphs_enabled():
+        if self._vocab_parallel_group is not None:
             return
-        dtype = self.target_worker.model_runner.model.lm_head.weight.dtype
-        logits_bytes = (self.block_size - 1) * self.vocab_size * (dtype.itemsize + 4)
-        batch_sizes = capture_batch_sizes(self.target_worker.model_runner, logits_bytes)
-        if batch_sizes is None:
-            return
-        hidden_size = int(self.target_worker.model_runner.model_config.hidden_size)
-        runner = DDTreeTreeCudaGraphRunner(
-            self._eager_tree,
-            batch_sizes=batch_sizes,
-            depth=self.block_size - 1,
-            hidden_size=hidden_size,
-            dtype=dtype,
-            device=torch.device(self.device),
+        model_runner = self.target_worker.model_runner
+        device = torch.device(self.device)
+        dtype = model_runner.model.lm_head.weight.dtype  # the target's hidden states, too
+        if graph_enabled(TREE_GRAPH_ENV, default=True):
+            logits_bytes = (self.block_size - 1) * self.vocab_size * (dtype.itemsize + 4)
+            sizes = capture_batch_sizes(model_runner, logits_bytes, MAX_GRAPH_LOGITS_BYTES)
+            if sizes is not None:
+                hidden = (self.block_size - 1, int(model_runner.model_config.hidden_size))
+                self.tree_graphs = self._capture_stage(
+                    self._eager_tree, sizes, {"hidden": StaticInput(hidden, dtype)}, device
+                )
+        fc = getattr(self.draft_model, "fc", None)
+        if graph_enabled(COMMIT_GRAPH_ENV, default=False) and fc is not None:
+            sizes = capture_batch_sizes(model_runner)
+            if sizes is not None:
+                width = self.accept_width
+                inputs = {
+                    "hidden": StaticInput((width, int(fc.in_features)), dtype),
+                    "cache_loc": StaticInput((width,), torch.int64),
+                    "positions": StaticInput((width,), torch.int64),
+                    "commit_lens": StaticInput((), torch.int32, pad=0),  # padding writes nothing
+                }
+                self.commit_graphs = self._capture_stage(
+                    self._eager_commit_draft_kv, sizes, inputs, device
+                )
+
+    def _capture_stage(self, stage, batch_sizes, inputs, device) -> DDTreeStageCudaGraphs:
+        graphs = DDTreeStageCudaGraphs(
+            stage, batch_sizes=batch_sizes, inputs=inputs, device=device
         )
         with torch.inference_mode():
-            runner.capture_all()
-        self.tree_graphs = runner
+            graphs.capture_all()
         if getattr(self, "tp_rank", 0) == 0:
-            logger.info("DDTREE top-K + tree build captured for batch sizes %s", batch_sizes)
+            logger.info(
+                "DDTREE %s captured for batch sizes %s", stage.__name__, graphs.batch_sizes
+            )
+        return graphs
 
     def _maybe_build_draft_sampler(self):
         # DFlash (0.5.15+) may fold its greedy draft head into the draft CUDA graph;
@@ -292,12 +316,23 @@ class DDTreeWorkerV2(DFlashWorkerV2):
 
     def _draft_tree(self, draft_hidden: torch.Tensor) -> DDTreeDraftTree:
         """The round's tree from the draft slots 1..L' hidden states [bs, L, H]."""
-        if self.tree_graphs is not None and self.tree_graphs.can_run(draft_hidden.shape[0]):
-            return self.tree_graphs.replay(draft_hidden)
-        return self._eager_tree(draft_hidden)
+        bs = int(draft_hidden.shape[0])
+        graphs = self.tree_graphs
+        if graphs is None or not graphs.can_run(bs):
+            return self._eager_tree(draft_hidden)
+        graphs.inputs_for(bs)["hidden"].copy_(draft_hidden)
+        tree = graphs.replay(bs)
+        if graphs.graph_bs(bs) == bs:
+            return tree
+        return DDTreeDraftTree(
+            tokens=tree.tokens[:bs],
+            parent_indices=tree.parent_indices[:bs],
+            depths=tree.depths[:bs],
+            log_scores=tree.log_scores[:bs],
+        )
 
-    def _eager_tree(self, draft_hidden: torch.Tensor) -> DDTreeDraftTree:
-        return self.tree_stage.build_tree(self._draft_topk(draft_hidden), self.budget)
+    def _eager_tree(self, hidden: torch.Tensor) -> DDTreeDraftTree:
+        return self.tree_stage.build_tree(self._draft_topk(hidden), self.budget)
 
     def _draft_topk(self, draft_hidden: torch.Tensor) -> DDTreeDraftTopK:
         """Top-K of the target lm_head over the draft slots' hidden states [bs, L, H]."""
@@ -356,12 +391,32 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         if hidden is None:
             raise RuntimeError("DDTREE verify requires target hidden states, but got None.")
         width = self.accept_width
-        accepted_hidden = hidden[accepted.node_index.reshape(-1)]  # [bs * W, K * H]
+        rows = accepted.node_index.reshape(-1)  # [bs * W] verify rows of the accepted nodes
         commit_loc_2d = draft_commit_loc(self, window, cache_loc_2d, width)
+        positions = block_positions[:, :width]  # prefix + r, r < W <= block_size
+        bs = int(commit_loc_2d.shape[0])
+        graphs = self.commit_graphs
+        if graphs is None or not graphs.can_run(bs):
+            self._eager_commit_draft_kv(
+                hidden=hidden[rows].view(bs, width, -1),
+                cache_loc=commit_loc_2d,
+                positions=positions,
+                commit_lens=accept_lens,
+            )
+            return
+        inputs = graphs.inputs_for(bs)
+        torch.index_select(hidden, 0, rows, out=inputs["hidden"].view(bs * width, -1))
+        inputs["cache_loc"].copy_(commit_loc_2d)
+        inputs["positions"].copy_(positions)
+        inputs["commit_lens"].copy_(accept_lens)
+        graphs.replay(bs)
+
+    def _eager_commit_draft_kv(self, hidden, cache_loc, positions, commit_lens) -> None:
+        """DFlash's prefix-valid draft-KV writer over [bs, W] committed positions."""
         self._append_target_hidden_to_draft_kv_by_loc(
-            target_hidden=accepted_hidden,
-            cache_loc=commit_loc_2d.reshape(-1),
-            positions=block_positions[:, :width].reshape(-1),  # prefix + r, r < W <= block_size
-            cache_loc_2d=commit_loc_2d,
-            commit_lens=accept_lens,
+            target_hidden=hidden.reshape(-1, hidden.shape[-1]),
+            cache_loc=cache_loc.reshape(-1),
+            positions=positions.reshape(-1),
+            cache_loc_2d=cache_loc,
+            commit_lens=commit_lens,
         )

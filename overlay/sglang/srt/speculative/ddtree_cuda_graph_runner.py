@@ -1,0 +1,146 @@
+"""DDTREE: fixed-shape stages of the round captured in CUDA graphs, one per batch size.
+
+At small batch a round is bound by host time: each stage's GPU work is tiny next
+to the Python and launches that issue it (torch-profiler trace on the H200,
+fixture pair). Stages whose shapes depend only on the batch size replay from
+a graph instead:
+
+- the tree stage: draft hidden states -> lm_head top-K with its fp32
+  normaliser -> best-first tree (~16 launches and ~0.5 ms of host time eager);
+- the commit stage (opt-in until measured on a GPU): the accepted rows'
+  target features -> DFlash's draft-KV writer (projection, then per layer K/V,
+  norm, rope and a prefix-valid store; ~10 launches and DFlash's Python).
+
+The verify tensors and the FULL-layout mask stay eager: the mask's length
+follows the requests' prefix lengths.
+
+A batch between two captured sizes runs in the next larger graph. Each input
+declares what its padding rows hold: stale rows are harmless where every step
+is row-independent and nothing is written from them (the tree stage); the
+commit stage pads ``commit_lens`` with 0 so padded requests write no KV.
+Outputs are static buffers, valid until the next replay; the round consumes
+them on the same stream before then.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+TREE_GRAPH_ENV = "SGLANG_DDTREE_TREE_GRAPH"  # default 1; 0 runs the top-K and tree build eagerly
+COMMIT_GRAPH_ENV = "SGLANG_DDTREE_COMMIT_GRAPH"  # default 0; 1 replays the draft-KV commit
+# The tree graphs' pool holds the largest batch's draft logits (model dtype plus an fp32 copy);
+# above this, batches run eagerly, where the GPU work outweighs the launches anyway.
+MAX_GRAPH_LOGITS_BYTES = 256 << 20
+
+
+def graph_enabled(env: str, default: bool) -> bool:
+    value = os.environ.get(env, "1" if default else "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"{env} must be 0 or 1, got {value!r}.")
+    return value == "1"
+
+
+@dataclass(frozen=True)
+class StaticInput:
+    """A graph input: ``shape`` per request, and what padding requests' rows hold
+    (``pad``: written before each padded replay; None: whatever is there)."""
+
+    shape: Tuple[int, ...]
+    dtype: torch.dtype
+    pad: Optional[Union[int, float]] = None
+
+
+class DDTreeStageCudaGraphs:
+    """One CUDA graph per batch size of ``stage(**inputs)``.
+
+    Args:
+        stage: the eager stage; called with each input as a [bs, *shape] tensor.
+        batch_sizes: the batch sizes to capture (the target's decode graphs').
+        inputs: name -> StaticInput.
+        graph_factory: ``torch.cuda.CUDAGraph``; injectable for CPU tests.
+        capture: ``torch.cuda.graph``-like context manager factory (graph, pool).
+
+    Use: write the round's values into ``inputs_for(bs)``, then ``replay(bs)``.
+    """
+
+    def __init__(
+        self,
+        stage: Callable[..., Any],
+        *,
+        batch_sizes: Sequence[int],
+        inputs: Mapping[str, StaticInput],
+        device: torch.device,
+        graph_factory: Optional[Callable[[], Any]] = None,
+        capture: Optional[Callable[..., Any]] = None,
+    ):
+        self.stage = stage
+        self.batch_sizes = sorted({int(b) for b in batch_sizes if int(b) > 0})
+        if not self.batch_sizes:
+            raise ValueError("DDTREE stage graphs need at least one batch size.")
+        self.max_bs = self.batch_sizes[-1]
+        self.specs = dict(inputs)
+        self.buffers = {
+            name: torch.zeros((self.max_bs, *spec.shape), dtype=spec.dtype, device=device)
+            for name, spec in self.specs.items()
+        }
+        self._graph_factory = graph_factory or torch.cuda.CUDAGraph
+        self._capture = capture or (lambda graph, pool: torch.cuda.graph(graph, pool=pool))
+        self.graphs: Dict[int, Any] = {}
+        self.outputs: Dict[int, Any] = {}
+
+    def capture_all(self) -> None:
+        """Warm up (compiles kernels, sets up workspaces) and capture, largest batch first, in
+        one memory pool."""
+        pool = None
+        for bs in reversed(self.batch_sizes):
+            views = self._views(bs)
+            self.stage(**views)  # nothing may compile or allocate a workspace inside capture
+            graph = self._graph_factory()
+            with self._capture(graph, pool):
+                out = self.stage(**views)
+            pool = graph.pool() if pool is None else pool
+            self.graphs[bs] = graph
+            self.outputs[bs] = out
+
+    def can_run(self, bs: int) -> bool:
+        return 0 < bs <= self.max_bs and bool(self.graphs)
+
+    def inputs_for(self, bs: int) -> Dict[str, torch.Tensor]:
+        """The static inputs' first ``bs`` requests, to be written before ``replay(bs)``."""
+        return self._views(bs)
+
+    def replay(self, bs: int) -> Any:
+        """Run the smallest graph that fits ``bs``; its outputs cover ``graph_bs(bs)`` requests."""
+        graph_bs = self.graph_bs(bs)
+        if graph_bs != bs:
+            for name, spec in self.specs.items():
+                if spec.pad is not None:
+                    self.buffers[name][bs:graph_bs].fill_(spec.pad)
+        self.graphs[graph_bs].replay()
+        return self.outputs[graph_bs]
+
+    def graph_bs(self, bs: int) -> int:
+        return self.batch_sizes[bisect.bisect_left(self.batch_sizes, bs)]
+
+    def _views(self, bs: int) -> Dict[str, torch.Tensor]:
+        return {name: buffer[:bs] for name, buffer in self.buffers.items()}
+
+
+def capture_batch_sizes(model_runner, bytes_per_request: int = 0, budget: int = 0) -> Optional[list]:
+    """The target's decode-graph batch sizes, those with ``bytes_per_request`` * bs within
+    ``budget`` when one is given; None without decode graphs or when none fits."""
+    runner = getattr(model_runner, "decode_cuda_graph_runner", None)
+    sizes = [
+        int(b)
+        for b in getattr(runner, "capture_bs", None) or ()
+        if not budget or int(b) * bytes_per_request <= budget
+    ]
+    return sizes or None

@@ -1,0 +1,213 @@
+"""ddtree_cuda_graph_runner: which graph a batch replays, padding, capture order.
+
+CUDA graphs need a GPU; here a fake graph re-runs the captured stage on replay, which is what a
+graph does for a shape-static, sync-free stage. The stages are the real torch top-K + tree build,
+and a prefix-valid writer in the shape of DFlash's draft-KV commit, on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from payload_modules import load_payload_module  # noqa: E402
+
+du = load_payload_module("sglang.srt.speculative.ddtree_utils")
+gr = load_payload_module("sglang.srt.speculative.ddtree_cuda_graph_runner")
+
+DEPTH, HIDDEN, VOCAB, BUDGET = 15, 8, 40, 12
+TREE_FIELDS = ("tokens", "parent_indices", "depths", "log_scores")
+
+
+class FakeGraph:
+    """Replays the stage captured into it; a graph's outputs are the same tensors every replay."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+        self.rerun = None
+
+    def replay(self) -> None:
+        self.log.append("replay")
+        self.rerun()
+
+    def pool(self) -> str:
+        return f"pool-of-{id(self)}"
+
+
+def make_graphs(stage, batch_sizes, inputs, log, refill=None):
+    """Capture with fake graphs; ``refill(out, fresh)`` copies a rerun's result into the captured
+    outputs (a real graph writes into the same memory)."""
+    pools = []
+
+    @contextlib.contextmanager
+    def capture(graph, pool):
+        pools.append(pool)
+        yield
+
+    graphs = gr.DDTreeStageCudaGraphs(
+        stage,
+        batch_sizes=batch_sizes,
+        inputs=inputs,
+        device=torch.device("cpu"),
+        graph_factory=lambda: FakeGraph(log),
+        capture=capture,
+    )
+    graphs.capture_all()
+    for bs, graph in graphs.graphs.items():
+
+        def rerun(bs=bs):
+            fresh = stage(**{name: buffer[:bs] for name, buffer in graphs.buffers.items()})
+            if refill is not None:
+                refill(graphs.outputs[bs], fresh)
+
+        graph.rerun = rerun
+    log.clear()
+    return graphs, pools
+
+
+def tree_stage(log):
+    weight = torch.randn(VOCAB, HIDDEN, generator=torch.Generator().manual_seed(0))
+
+    def build(hidden):
+        log.append(("build", hidden.shape[0]))
+        return du.build_ddtree_tree(du.compute_draft_topk(hidden @ weight.T, BUDGET), BUDGET)
+
+    return build
+
+
+def refill_tree(out, fresh):
+    for field in TREE_FIELDS:
+        getattr(out, field).copy_(getattr(fresh, field))
+
+
+def tree_graphs(batch_sizes, log):
+    build = tree_stage(log)
+    graphs, pools = make_graphs(
+        build, batch_sizes, {"hidden": gr.StaticInput((DEPTH, HIDDEN), torch.float32)}, log, refill_tree
+    )
+    return graphs, build, pools
+
+
+def hidden_states(bs: int, seed: int) -> torch.Tensor:
+    return torch.randn(bs, DEPTH, HIDDEN, generator=torch.Generator().manual_seed(seed))
+
+
+def test_sizes_are_captured_largest_first_in_the_first_graphs_pool() -> None:
+    graphs, _, pools = tree_graphs([4, 1, 2, 2], [])
+    assert graphs.batch_sizes == [1, 2, 4]
+    assert list(graphs.graphs) == [4, 2, 1]
+    assert pools == [None, graphs.graphs[4].pool(), graphs.graphs[4].pool()]
+
+
+def test_each_size_is_warmed_up_eagerly_right_before_its_capture() -> None:
+    events = []
+
+    @contextlib.contextmanager
+    def capture(graph, pool):
+        events.append("capture-start")
+        yield
+        events.append("capture-end")
+
+    def stage(x):
+        events.append(("stage", x.shape[0]))
+        return x + 1
+
+    graphs = gr.DDTreeStageCudaGraphs(
+        stage, batch_sizes=[1, 2], inputs={"x": gr.StaticInput((3,), torch.float32)},
+        device=torch.device("cpu"), graph_factory=lambda: FakeGraph([]), capture=capture,
+    )
+    graphs.capture_all()
+    assert events == [
+        ("stage", 2), "capture-start", ("stage", 2), "capture-end",
+        ("stage", 1), "capture-start", ("stage", 1), "capture-end",
+    ]
+
+
+@pytest.mark.parametrize("bs, graph_bs", [(1, 1), (2, 2), (3, 4), (4, 4)])
+def test_a_batch_replays_the_smallest_graph_that_fits_and_equals_the_eager_stage(bs, graph_bs) -> None:
+    log: list = []
+    graphs, build, _ = tree_graphs([1, 2, 4], log)
+    for seed in range(3):  # the static inputs and outputs are reused round after round
+        hidden = hidden_states(bs, seed)
+        want = build(hidden)
+        log.clear()
+        graphs.inputs_for(bs)["hidden"].copy_(hidden)
+        got = graphs.replay(bs)
+        assert log == ["replay", ("build", graph_bs)]
+        assert graphs.graph_bs(bs) == graph_bs
+        for field in TREE_FIELDS:
+            assert torch.equal(getattr(got, field)[:bs], getattr(want, field)), field
+
+
+def test_padded_requests_get_their_pad_value_so_a_prefix_valid_writer_writes_nothing() -> None:
+    """The commit stage's shape: rows [bs, W, D], slots [bs, W], lengths [bs]; a request writes
+    its first commit_lens rows into a KV pool."""
+    width, dim = 4, 3
+    pool = torch.zeros(64, dim)
+
+    def commit(hidden, cache_loc, positions, commit_lens):
+        valid = torch.arange(width).view(1, -1) < commit_lens.view(-1, 1)
+        pool[cache_loc[valid]] = hidden[valid] + positions[valid].unsqueeze(-1)
+
+    inputs = {
+        "hidden": gr.StaticInput((width, dim), torch.float32),
+        "cache_loc": gr.StaticInput((width,), torch.int64),
+        "positions": gr.StaticInput((width,), torch.int64),
+        "commit_lens": gr.StaticInput((), torch.int32, pad=0),
+    }
+    graphs, _ = make_graphs(commit, [4], inputs, [])
+    # An earlier round of 4 requests leaves non-zero lengths and slots in every static row.
+    first = graphs.inputs_for(4)
+    first["cache_loc"].copy_(torch.arange(16).view(4, 4) + 40)
+    first["commit_lens"].fill_(4)
+    first["hidden"].fill_(1.0)
+    graphs.replay(4)
+    pool.zero_()
+    # Now 3 requests: the fourth (padding) must write nothing.
+    inputs_3 = graphs.inputs_for(3)
+    inputs_3["hidden"].copy_(torch.full((3, width, dim), 2.0))
+    inputs_3["cache_loc"].copy_(torch.arange(12).view(3, 4))
+    inputs_3["positions"].copy_(torch.zeros(3, width, dtype=torch.int64))
+    inputs_3["commit_lens"].copy_(torch.tensor([1, 4, 2], dtype=torch.int32))
+    graphs.replay(3)
+    written = pool.abs().sum(-1) > 0
+    assert written.nonzero().view(-1).tolist() == [0, 4, 5, 6, 7, 8, 9]
+    assert graphs.buffers["commit_lens"].tolist() == [1, 4, 2, 0]
+
+
+def test_batches_beyond_the_largest_graph_run_eagerly() -> None:
+    graphs, _, _ = tree_graphs([1, 2, 4], [])
+    assert [graphs.can_run(bs) for bs in (0, 1, 4, 5)] == [False, True, True, False]
+
+
+def test_no_batch_sizes_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one batch size"):
+        gr.DDTreeStageCudaGraphs(lambda: None, batch_sizes=[0], inputs={}, device=torch.device("cpu"))
+
+
+def test_capture_sizes_come_from_the_targets_decode_graphs_within_a_byte_budget() -> None:
+    runner = types.SimpleNamespace(capture_bs=[1, 2, 4, 8, 16, 32])
+    model_runner = types.SimpleNamespace(decode_cuda_graph_runner=runner)
+    budget = gr.MAX_GRAPH_LOGITS_BYTES
+    assert gr.capture_batch_sizes(model_runner, budget // 10, budget) == [1, 2, 4, 8]
+    assert gr.capture_batch_sizes(model_runner, budget + 1, budget) is None
+    assert gr.capture_batch_sizes(model_runner) == [1, 2, 4, 8, 16, 32]
+    assert gr.capture_batch_sizes(types.SimpleNamespace(decode_cuda_graph_runner=None)) is None
+
+
+def test_the_environment_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(gr.TREE_GRAPH_ENV, raising=False)
+    monkeypatch.delenv(gr.COMMIT_GRAPH_ENV, raising=False)
+    assert gr.graph_enabled(gr.TREE_GRAPH_ENV, default=True)
+    assert not gr.graph_enabled(gr.COMMIT_GRAPH_ENV, default=False)
+    monkeypatch.setenv(gr.TREE_GRAPH_ENV, "0")
+    monkeypatch.setenv(gr.COMMIT_GRAPH_ENV, "1")
+    assert not gr.graph_enabled(gr.TREE_GRAPH_ENV, default=True)
+    assert gr.graph_enabled(gr.COMMIT_GRAPH_ENV, default=False)
+    monkeypatch.setenv(gr.TREE_GRAPH_ENV, "off")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_GRAPH must be 0 or 1"):
+        gr.graph_enabled(gr.TREE_GRAPH_ENV, default=True)
