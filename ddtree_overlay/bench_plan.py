@@ -3,8 +3,8 @@
 One engine serves every cell of one (algorithm, budget, scheduling) config: an SGLang engine
 start costs ~45 s on an H200 (~130 s for the first, which compiles kernels), far more than a
 cell's decode, so cells are grouped by engine and engines are ordered by how much their numbers
-tell: target-only and DFLASH first (every speedup needs them), then DDTREE budgets around the
-known-good one and the B = 32 cliff, DFLASH without overlap scheduling, then the rest. With
+tell: target-only and DFLASH in both scheduling modes first (every speedup needs them), then
+DDTREE budgets, the known-good one and the B = 32 cliff first. With
 random weights (the Qwen3-8B-shaped setting) only round costs mean something: target-only goes
 last and the budgets run widest-spread first. With `ddtree_no_overlap`, every DDTREE budget also
 runs without overlap scheduling, right after its overlap twin, so each algorithm can be compared
@@ -486,15 +486,13 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
         raise ValueError(f"repeats must be at least 1, got {config.repeats}")
     max_new = config.max_new_tokens or setting.max_new_tokens
     budgets = ordered_budgets(config.budgets, setting.budget_priority)
-    # (algorithm, budget, overlap): the no-overlap DFLASH arm after the first DDTREE budgets;
-    # a budget's no-overlap arm, when asked for, right after its overlap one
+    # (algorithm, budget, overlap): both DFLASH modes first, since every speedup is against
+    # DFLASH's faster one; a budget's no-overlap arm, when asked for, right after its overlap one
     modes = (True, False) if config.ddtree_no_overlap else (True,)
     target_only: list[tuple[str, int | None, bool]] = [(TARGET_ONLY, None, True)]
     specs = [] if setting.target_only_last else list(target_only)
-    specs.append((DFLASH, None, True))
-    specs += [(DDTREE, b, o) for b in budgets[:3] for o in modes]
-    specs.append((DFLASH, None, False))
-    specs += [(DDTREE, b, o) for b in budgets[3:] for o in modes]
+    specs += [(DFLASH, None, True), (DFLASH, None, False)]
+    specs += [(DDTREE, b, o) for b in budgets for o in modes]
     specs += target_only if setting.target_only_last else []
     groups = tuple(
         _group(setting, config, algorithm=a, budget=b, overlap=o, first=i == 0, max_new_tokens=max_new)

@@ -83,14 +83,14 @@ def test_ddtree_no_overlap_flag_plans_every_budget_without_overlap_too() -> None
     assert done.returncode == 0, done.stderr
     groups = {g["name"]: g for g in json.loads(done.stdout)["data"]["plan"]["groups"]}
     assert list(groups) == [
-        "target-only", "dflash", "ddtree-b32", "ddtree-b32-no-overlap", "ddtree-b8", "ddtree-b8-no-overlap",
-        "dflash-no-overlap",
+        "target-only", "dflash", "dflash-no-overlap", "ddtree-b32", "ddtree-b32-no-overlap", "ddtree-b8",
+        "ddtree-b8-no-overlap",
     ]
     assert groups["ddtree-b8-no-overlap"]["engine"]["disable_overlap_schedule"] is True
     assert not groups["ddtree-b8-no-overlap"]["overlap"] and groups["ddtree-b8-no-overlap"]["budget"] == 8
     plain = json.loads(run_cli("bench", "--env", sys.executable, "--dry-run", "--json", "--budgets", "8").stdout)
     plain_names = [g["name"] for g in plain["data"]["plan"]["groups"]]
-    assert plain_names == ["target-only", "dflash", "ddtree-b8", "dflash-no-overlap"]
+    assert plain_names == ["target-only", "dflash", "dflash-no-overlap", "ddtree-b8"]
 
 
 def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:
@@ -99,7 +99,7 @@ def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:
     done = run_cli(*args, "--json", "--repeats", "3")
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)["data"]["plan"]
-    order = ["target-only", "dflash", "ddtree-b8", "dflash-no-overlap"]
+    order = ["target-only", "dflash", "dflash-no-overlap", "ddtree-b8"]
     assert [g["name"] for g in plan["groups"]] == order and plan["repeats"] == 3
     assert [(e["group"], e["repeat"]) for e in plan["engines"]] == (
         [(g, 1) for g in order] + [(g, 2) for g in reversed(order)] + [(g, 3) for g in order]
@@ -110,7 +110,7 @@ def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:
     lines = text.stdout.splitlines()
     assert lines[0].startswith("bench plan (fixture, 256 new tokens): 8 engines (4 groups x 2 repeats), ~")
     assert lines[1].split() == ["1.", "target-only", "repeat", "1", "7", "cells", "~164", "s"]
-    assert lines[5].split()[:4] == ["5.", "dflash-no-overlap", "repeat", "2"]
+    assert lines[5].split()[:4] == ["5.", "ddtree-b8", "repeat", "2"]  # round 2 starts with round 1's last
     assert lines[7].endswith("(expected to be cut by --max-minutes)") and not lines[6].endswith(")")
     assert "target-only (repeat 2)" in text.stderr and "leaves out: target-only," not in text.stderr
 
@@ -240,8 +240,8 @@ def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
     plan = small_plan(tmp_path, budgets=(8,), ddtree_no_overlap=True)
     report = run(tmp_path, plan)
     assert [(g["name"], g["status"]) for g in report["groups"]] == [
-        ("target-only", "ok"), ("dflash", "ok"), ("ddtree-b8", "ok"), ("ddtree-b8-no-overlap", "ok"),
-        ("dflash-no-overlap", "ok"),
+        ("target-only", "ok"), ("dflash", "ok"), ("dflash-no-overlap", "ok"), ("ddtree-b8", "ok"),
+        ("ddtree-b8-no-overlap", "ok"),
     ]
     engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
     ddtree = [e for e in engines if e.get("speculative_algorithm") == "DDTREE"]
@@ -399,7 +399,7 @@ def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(
     report = run(tmp_path, plan, events)
     engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
     arms = [(e.get("speculative_algorithm"), e.get("disable_overlap_schedule")) for e in engines]
-    order = [(None, None), ("DFLASH", None), ("DDTREE", None), ("DFLASH", True)]
+    order = [(None, None), ("DFLASH", None), ("DFLASH", True), ("DDTREE", None)]
     assert arms == order + order[::-1]  # a fresh engine per repeat, round 2 reversed
     assert events[0] == {"event": "plan", "cells": 2 * len(plan.cells) - 1, "groups": 4, "engines": 8}
     assert sum(e["event"] == "cell" for e in events) == 2 * len(plan.cells) - 1  # margins once

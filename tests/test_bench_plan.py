@@ -53,20 +53,28 @@ def test_tp_size_reaches_every_engine_and_defaults_to_one_gpu(tmp_path: Path) ->
     assert {arm["engine"]["tp_size"] for arm in runner["arms"]} == {2}
 
 
+def baselines_before_ddtree(plan: bp.SweepPlan) -> list[str]:
+    """The groups that run before the first DDTREE one."""
+    first = next(i for i, g in enumerate(plan.groups) if g.algorithm == bp.DDTREE)
+    return [g.name for g in plan.groups[:first]]
+
+
 def test_engines_run_baselines_first_then_budgets_by_interest(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path)
     assert [g.name for g in plan.groups] == [
         "target-only",
         "dflash",
+        "dflash-no-overlap",
         "ddtree-b16",
         "ddtree-b32",
         "ddtree-b64",
-        "dflash-no-overlap",
         "ddtree-b8",
         "ddtree-b128",
         "ddtree-b4",
         "ddtree-b256",
     ]
+    # every speedup is against DFLASH's faster mode: both DFLASH modes run before any DDTREE budget
+    assert baselines_before_ddtree(plan) == ["target-only", "dflash", "dflash-no-overlap"]
     assert plan.groups[0].est_start_s > plan.groups[1].est_start_s  # the first compiles kernels
 
 
@@ -75,13 +83,13 @@ def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(t
     assert [g.name for g in plan.groups] == [
         "target-only",
         "dflash",
+        "dflash-no-overlap",
         "ddtree-b16",
         "ddtree-b16-no-overlap",
         "ddtree-b32",
         "ddtree-b32-no-overlap",
         "ddtree-b64",
         "ddtree-b64-no-overlap",
-        "dflash-no-overlap",
         "ddtree-b8",
         "ddtree-b8-no-overlap",
         "ddtree-b128",
@@ -91,6 +99,7 @@ def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(t
         "ddtree-b256",
         "ddtree-b256-no-overlap",
     ]
+    assert baselines_before_ddtree(plan) == ["target-only", "dflash", "dflash-no-overlap"]
     for budget in bp.DEFAULT_BUDGETS:
         twin, arm = plan.group(f"ddtree-b{budget}"), plan.group(f"ddtree-b{budget}-no-overlap")
         assert (arm.algorithm, arm.budget, arm.overlap, arm.family) == (bp.DDTREE, budget, False, bp.DDTREE)
@@ -124,7 +133,7 @@ def test_group_names_carry_the_scheduling_mode() -> None:
 def test_budgets_outside_the_priority_list_run_after_it(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path, budgets=(3, 16, 1000))
     assert [g.name for g in plan.groups] == [
-        "target-only", "dflash", "ddtree-b16", "ddtree-b3", "ddtree-b1000", "dflash-no-overlap",
+        "target-only", "dflash", "dflash-no-overlap", "ddtree-b16", "ddtree-b3", "ddtree-b1000",
     ]
 
 
@@ -184,7 +193,8 @@ def test_qwen3_8b_setting_writes_its_configs_and_uses_dummy_weights(tmp_path: Pa
     assert all(0 <= t < 151643 for p in setting.prompts for t in p)
     plan = bp.plan_sweep(setting, bp.BenchConfig())
     assert all(g.engine["load_format"] == "dummy" for g in plan.groups)
-    assert [g.name for g in plan.groups][:3] == ["dflash", "ddtree-b32", "ddtree-b256"]
+    assert [g.name for g in plan.groups][:4] == ["dflash", "dflash-no-overlap", "ddtree-b32", "ddtree-b256"]
+    assert baselines_before_ddtree(plan) == ["dflash", "dflash-no-overlap"]  # target-only goes last here
     assert plan.groups[-1].name == "target-only" and plan.groups[0].est_start_s > plan.groups[1].est_start_s
 
 
@@ -215,7 +225,7 @@ def test_runner_plan_is_the_json_engine_runner_reads(tmp_path: Path) -> None:
     assert runner["deadline"] == 123.0 and runner["profile_path"] == str(tmp_path / "p.jsonl")
     assert len(runner["prompts"]) == 8
     arms = {arm["name"]: arm for arm in runner["arms"]}
-    assert [a["name"] for a in runner["arms"]] == ["target-only", "dflash", "ddtree-b8", "dflash-no-overlap"]
+    assert [a["name"] for a in runner["arms"]] == ["target-only", "dflash", "dflash-no-overlap", "ddtree-b8"]
     assert arms["ddtree-b8"]["profile"] and not arms["dflash"]["profile"]
     assert arms["ddtree-b8"]["family"] == "DDTREE"
     cell = arms["ddtree-b8"]["cells"][0]
@@ -255,7 +265,7 @@ def test_capture_sizes_cover_requested_batches_and_powers_of_two() -> None:
 
 def test_repeats_run_every_group_once_per_round_every_other_round_reversed(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path, budgets=(8,), repeats=3)
-    order = ["target-only", "dflash", "ddtree-b8", "dflash-no-overlap"]
+    order = ["target-only", "dflash", "dflash-no-overlap", "ddtree-b8"]
     assert [g.name for g in plan.groups] == order
     assert [(r.group.name, r.repeat) for r in plan.runs] == (
         [(name, 1) for name in order] + [(name, 2) for name in reversed(order)] + [(name, 3) for name in order]
@@ -295,7 +305,8 @@ def test_the_time_box_cuts_later_repeats_before_any_groups_first_run(tmp_path: P
     boxed = fixture_plan(tmp_path, budgets=(8, 16), repeats=2, max_minutes=round_1 / 60 + 0.01)
     assert boxed.expected_to_fit == tuple(r.repeat == 1 for r in boxed.runs)
     (note,) = boxed.notes
-    assert "leaves out: dflash-no-overlap (repeat 2), ddtree-b8 (repeat 2), ddtree-b16 (repeat 2), dflash (repeat 2), " \
+    # all of round 2, in its (reversed) run order
+    assert "leaves out: ddtree-b8 (repeat 2), ddtree-b16 (repeat 2), dflash-no-overlap (repeat 2), dflash (repeat 2), " \
         "target-only (repeat 2) (the runner" in note
     summary = bp.describe_plan(boxed)
     assert {(g["expected_to_fit"], g["expected_repeats"]) for g in summary["groups"]} == {(True, 1)}
@@ -305,13 +316,13 @@ def test_runner_plan_has_an_arm_per_engine_run_with_its_repeat(tmp_path: Path) -
     plan = fixture_plan(tmp_path, budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), repeats=2)
     arms = bp.runner_plan(plan, deadline=None, profile_path=None)["arms"]
     assert [(a["name"], a["repeat"]) for a in arms] == [
-        ("target-only", 1), ("dflash", 1), ("ddtree-b8", 1), ("dflash-no-overlap", 1),
-        ("dflash-no-overlap", 2), ("ddtree-b8", 2), ("dflash", 2), ("target-only", 2),
+        ("target-only", 1), ("dflash", 1), ("dflash-no-overlap", 1), ("ddtree-b8", 1),
+        ("ddtree-b8", 2), ("dflash-no-overlap", 2), ("dflash", 2), ("target-only", 2),
     ]
     assert [c["name"] for c in arms[0]["cells"]] == ["target-only/bs1/t0", "target-only/margins"]
     assert [c["name"] for c in arms[-1]["cells"]] == ["target-only/bs1/t0"]
     assert arms[0]["est_start_s"] > arms[-1]["est_start_s"] == plan.setting.cost.engine_start_s
-    assert arms[5]["engine"] == arms[2]["engine"] and arms[5]["profile"]
+    assert arms[4]["engine"] == arms[3]["engine"] and arms[4]["profile"]
 
 
 def test_repeats_must_be_positive(tmp_path: Path) -> None:

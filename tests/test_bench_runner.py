@@ -37,8 +37,24 @@ def ddtree(budget: int, **extra: Any) -> dict[str, Any]:
     )
 
 
-def run_runner(tmp_path: Path, plan: dict[str, Any], behaviour: dict[str, Any] | None = None):
+# Appended to the stand-in sglang: every engine start also logs these environment variables
+# (as "env:NAME", when set), as the engine's scheduler would see them.
+LOG_ENV = """
+_init_without_env = Engine.__init__
+def _init_logging_env(self, **kwargs):
+    seen = {{"env:" + name: os.environ[name] for name in {names!r} if name in os.environ}}
+    _init_without_env(self, **kwargs, **seen)
+Engine.__init__ = _init_logging_env
+"""
+
+
+def run_runner(
+    tmp_path: Path, plan: dict[str, Any], behaviour: dict[str, Any] | None = None, log_env: tuple[str, ...] = ()
+):
     root = install_fake_sglang(tmp_path / "fake")
+    if log_env:
+        with (root / "sglang" / "__init__.py").open("a") as f:
+            f.write(LOG_ENV.format(names=log_env))
     full = {"target": "/t", "draft": "/d", "prompts": PROMPTS, "idle_gap_s": 0.01, "health_idle_s": 0.01} | plan
     plan_path, out = tmp_path / "plan.json", tmp_path / "records.jsonl"
     plan_path.write_text(json.dumps(full))
@@ -70,9 +86,14 @@ def test_one_engine_serves_every_cell_in_waves(tmp_path: Path) -> None:
             ddtree(8),
         ],
     }
-    done, records, engines = run_runner(tmp_path, plan)
+    profile_env = ("SGLANG_DDTREE_PROFILE", "SGLANG_DDTREE_PROFILE_EVERY")
+    done, records, engines = run_runner(tmp_path, plan, log_env=profile_env)
     assert done.returncode == 0, done.stderr
     assert len(engines) == 2 and engines[1]["speculative_ddtree_budget"] == 8
+    # the DDTREE engine profiles one round in 8; target-only is not profiled at all
+    assert [(e.get("env:SGLANG_DDTREE_PROFILE"), e.get("env:SGLANG_DDTREE_PROFILE_EVERY")) for e in engines] == [
+        (None, None), (str(tmp_path / "profile.jsonl"), "8"),
+    ]
     cells, engine_records = by_arm(records, "cell"), by_arm(records, "engine")
     wave = cells["target-only/bs2/t0"]
     assert wave["ok"] and len(wave["wave_s"]) == 3 and len(wave["outputs"]) == 5

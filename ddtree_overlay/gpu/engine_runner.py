@@ -71,6 +71,9 @@ META_KEYS = (
     "finish_reason",
 )
 PROFILE_ENV = "SGLANG_DDTREE_PROFILE"
+# Time one DDTREE round in 8: the split needs a sample, while the timed decode should carry as
+# little instrumentation as the DFLASH arms it is compared with (which carry none).
+PROFILE_EVERY = {"SGLANG_DDTREE_PROFILE_EVERY": "8"}
 IDLE_GAP_S = 0.5  # > ddtree_profile.IDLE_GAP_S: profile windows split at cell boundaries
 HEALTH_IDLE_S = 1.0  # let the scheduler go idle before the health check
 # After going idle: SGLang's KV-leak check runs, and the profile writes the last cell's rounds.
@@ -273,7 +276,7 @@ def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
         _emit_engine(out_path, dict(_engine_base(arm), ok=False, skipped="time box"))
         return True
     profile_path = plan.get("profile_path") if arm.get("profile") else None
-    env = dict(arm.get("env", {}), **({PROFILE_ENV: profile_path} if profile_path else {}))
+    env = dict(arm.get("env", {}), **({PROFILE_ENV: profile_path, **PROFILE_EVERY} if profile_path else {}))
     with _environment(env):
         return _run_engine(plan, arm, out_path, box, profile_path)
 
