@@ -375,15 +375,20 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for budget in sorted({r["budget"] for r in ddtree}):
             row = fastest(r for r in ddtree if r["budget"] == budget)
             assert row is not None
-            budgets.append(
-                {
-                    "group": row["group"],
-                    "budget": budget,
-                    "overlap": row["overlap"],
-                    "tok_per_s": row["tok_per_s"],
-                    "speedup_vs_dflash": row["tok_per_s"] / dflash["tok_per_s"],
-                }
-            )
+            speedup = row["tok_per_s"] / dflash["tok_per_s"]
+            entry = {
+                "group": row["group"],
+                "budget": budget,
+                "overlap": row["overlap"],
+                "tok_per_s": row["tok_per_s"],
+                "speedup_vs_dflash": speedup,
+            }
+            if row.get("tokens_per_round") and dflash.get("tokens_per_round"):
+                # The speedup the acceptance alone would give; what the speedup falls short of it
+                # is per-round overhead.
+                ratio = row["tokens_per_round"] / dflash["tokens_per_round"]
+                entry |= {"acceptance_ratio": ratio, "speedup_per_acceptance": speedup / ratio}
+            budgets.append(entry)
         columns.append(
             {
                 "temperature": key[0],
@@ -653,18 +658,26 @@ def _versus_dflash_text(entry: Mapping[str, Any]) -> str:
 
 def fastest_modes_table(report: Mapping[str, Any]) -> str:
     """DFLASH's faster scheduling mode per column, then DDTREE's per budget (x that DFLASH),
-    then the fastest DDTREE arm."""
+    then the fastest DDTREE arm, and how much of its acceptance advantage its speedup keeps."""
     columns = _columns(report)
     by_column = {(float(c["temperature"]), int(c["batch_size"])): c for c in report.get("fastest_modes") or ()}
     budgets = sorted({b["budget"] for c in by_column.values() for b in c["budgets"]})
     texts: dict[str, dict[tuple[float, int], str]] = {"DFLASH": {}}
     texts |= {f"DDTREE B={b}": {} for b in budgets}
     texts["fastest DDTREE"] = {}
+    per_acceptance = "fastest DDTREE: speedup ÷ acceptance ratio"
+    texts[per_acceptance] = {}
     for key, column in by_column.items():
         texts["DFLASH"][key] = f"{column['dflash']['tok_per_s']:.0f}{_mode_text(column['dflash'])}"
         for entry in column["budgets"]:
             texts[f"DDTREE B={entry['budget']}"][key] = _versus_dflash_text(entry)
-        texts["fastest DDTREE"][key] = f"B={column['best']['budget']}: " + _versus_dflash_text(column["best"])
+        best = column["best"]
+        texts["fastest DDTREE"][key] = f"B={best['budget']}: " + _versus_dflash_text(best)
+        if "speedup_per_acceptance" in best:
+            texts[per_acceptance][key] = (
+                f"{best['speedup_per_acceptance']:.0%} (x{best['speedup_vs_dflash']:.2f} ÷ "
+                f"x{best['acceptance_ratio']:.2f})"
+            )
     lines = ["| arm | " + " | ".join(f"T={t:g} bs={bs}" for t, bs in columns) + " |"]
     lines.append("|---" * (len(columns) + 1) + "|")
     for label, row in texts.items():

@@ -366,8 +366,27 @@ def test_speedup_summary_leaves_out_columns_without_both_algorithms(tmp_path: Pa
     report = br.analyse(plan, cells, engines, references=references())
     assert [(c["temperature"], c["batch_size"]) for c in report["fastest_modes"]] == [(0.0, 1), (0.0, 2)]
     table = br.fastest_modes_table(report)
-    last = f"| fastest DDTREE | B=8: 400 no overlap (x2.00) | B=32: 332 (x1.33) | {br.DASH} | {br.DASH} |"
-    assert table.splitlines()[-1] == last
+    fastest = f"| fastest DDTREE | B=8: 400 no overlap (x2.00) | B=32: 332 (x1.33) | {br.DASH} | {br.DASH} |"
+    assert table.splitlines()[-2] == fastest
+    assert table.splitlines()[-1].endswith(f"| {br.DASH} | {br.DASH} |")
+
+
+def test_speedup_summary_says_how_much_of_the_acceptance_advantage_the_speedup_keeps(tmp_path: Path) -> None:
+    """DDTREE B=8 without overlap: 400 tok/s at 2 rounds per prompt against DFLASH's 200 tok/s at
+    4, i.e. x2.00 throughput for x2.00 acceptance (100 %); B=32: x1.66 for x2.00 (83 %)."""
+    plan, cells, engines = no_overlap_run(tmp_path)
+    for (name, _repeat), record in cells.items():
+        if name.startswith("ddtree-") and name.endswith("/bs1/t0"):
+            for meta in record["meta"]:
+                meta["spec_verify_ct"] = 2
+    report = br.analyse(plan, cells, engines, references=references())
+    bs1 = next(c for c in report["fastest_modes"] if (c["temperature"], c["batch_size"]) == (0.0, 1))
+    by_group = {b["group"]: b for b in bs1["budgets"]}
+    assert by_group["ddtree-b8-no-overlap"]["acceptance_ratio"] == pytest.approx(2.0)
+    assert by_group["ddtree-b8-no-overlap"]["speedup_per_acceptance"] == pytest.approx(1.0)
+    assert by_group["ddtree-b32"]["speedup_per_acceptance"] == pytest.approx(332 / 200 / 2)
+    row = next(line for line in br.fastest_modes_table(report).splitlines() if "acceptance ratio" in line)
+    assert row.startswith("| fastest DDTREE: speedup ÷ acceptance ratio | 100% (x2.00 ÷ x2.00) |")
 
 
 def test_no_overlap_ddtree_arms_are_judged_against_their_budgets_reference(tmp_path: Path) -> None:
