@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -252,3 +253,23 @@ def test_a_later_repeat_of_a_failed_engine_is_not_started_again(tmp_path: Path) 
     done, records, engines = run_runner(tmp_path / "again", {"failed_arms": ["ddtree-b16"], "arms": rounds(8, 16)[2:]})
     assert done.returncode == 0 and [e["speculative_ddtree_budget"] for e in engines] == [8]
     assert by_arm(records, "engine")["ddtree-b16"]["skipped"] == "an earlier repeat of this engine failed"
+
+
+def test_warm_up_runs_one_wave_per_temperature_and_batch_size_of_the_cells() -> None:
+    """A cell at a batch size nobody warmed would time the kernels compiled for it."""
+    spec = importlib.util.spec_from_file_location("engine_runner_under_test", RUNNER)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+
+    class Engine:
+        def __init__(self) -> None:
+            self.calls: list[tuple[int, float]] = []
+
+        def generate(self, input_ids, sampling_params):
+            self.calls.append((len(input_ids), sampling_params["temperature"]))
+
+    cells = [cell("a/bs1/t0", 1), cell("a/bs4/t0", 4), cell("a/margins", 4, top2=True),
+             cell("a/bs1/t1", 1, 1.0), cell("a/bs4/t1", 4, 1.0)]
+    engine = Engine()
+    runner._warm_up(engine, {"prompts": PROMPTS}, arm("a", {}, cells))
+    assert engine.calls == [(1, 0.0), (4, 0.0), (1, 1.0), (4, 1.0)]

@@ -244,16 +244,17 @@ def run_cell(engine, plan: dict, arm: dict, cell: dict) -> dict:
 
 
 def _warm_up(engine, plan: dict, arm: dict) -> None:
-    """One full-length decode per temperature at the largest batch, untimed: kernels compiled
-    on first use (some only once sequences grow) and the allocator are warm for every cell."""
-    widest = max(int(c["batch_size"]) for c in arm["cells"])
+    """One full-length wave per (temperature, batch size) of the arm's cells, untimed: kernels
+    compiled on first use (some per batch-size bucket, some only once sequences grow) and the
+    allocator are warm for every cell, so no timed cell pays for a compile."""
     seen = set()
     for cell in arm["cells"]:
         sampling = _cell_base(arm, cell)["sampling"]
-        if sampling["temperature"] in seen:
+        key = (sampling["temperature"], int(cell["batch_size"]))
+        if key in seen:
             continue
-        seen.add(sampling["temperature"])
-        engine.generate(input_ids=plan["prompts"][:widest], sampling_params=sampling)
+        seen.add(key)
+        engine.generate(input_ids=plan["prompts"][: key[1]], sampling_params=sampling)
 
 
 def _profile_windows(path, since: float) -> list:
