@@ -19,6 +19,7 @@ Prefill and idle batches are DFlash's own.
 from __future__ import annotations
 
 import logging
+from typing import Optional
 
 import torch
 
@@ -161,12 +162,16 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                     self._eager_commit_draft_kv, sizes, inputs, device
                 )
 
-    def _capture_stage(self, stage, batch_sizes, inputs, device) -> DDTreeStageCudaGraphs:
+    def _capture_stage(self, stage, batch_sizes, inputs, device) -> Optional[DDTreeStageCudaGraphs]:
         graphs = DDTreeStageCudaGraphs(
             stage, batch_sizes=batch_sizes, inputs=inputs, device=device
         )
-        with torch.inference_mode():
-            graphs.capture_all()
+        try:
+            with torch.inference_mode():
+                graphs.capture_all()
+        except Exception as e:  # as DFlash does for its kernels: slower, not broken
+            logger.warning("DDTREE %s not captured, it runs eagerly: %s", stage.__name__, e)
+            return None
         if getattr(self, "tp_rank", 0) == 0:
             logger.info(
                 "DDTREE %s captured for batch sizes %s", stage.__name__, graphs.batch_sizes
