@@ -320,7 +320,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         return out.hidden_states.view(bs, block_size, -1)
 
     def _draft_tree(self, draft_hidden: torch.Tensor) -> DDTreeDraftTree:
-        """The round's tree from the draft slots 1..L' hidden states [bs, L, H]."""
+        """The round's tree from the hidden states of draft slots 1..L, [bs, L, H]."""
         bs = int(draft_hidden.shape[0])
         graphs = self.tree_graphs
         if graphs is None or not graphs.can_run(bs):
