@@ -14,8 +14,8 @@ batch, so a time box cuts the least informative cells.
 With `repeats` N > 1 the whole list of groups runs N times, in rounds, each run a fresh engine
 (`EngineRun`): odd rounds in plan order, even rounds reversed, so no group is always first (on a
 host-bound setting an early engine is often slower). Round 1 runs entirely before round 2, so a
-time box cuts later repeats before it cuts any group's first. The margins cell is not timed and
-runs in repeat 1 only.
+time box cuts later repeats before it cuts any group's first. Target-only runs in round 1 only
+(with its untimed margins cell).
 """
 
 from __future__ import annotations
@@ -468,10 +468,15 @@ def _group(
 
 def plan_runs(groups: Sequence[EngineGroup], repeats: int, cost: CostModel) -> tuple[EngineRun, ...]:
     """Round k runs every group: odd rounds in plan order, even rounds reversed (A B C, C B A,
-    A B C, ...: over an even number of rounds every group's mean position is the same)."""
+    A B C, ...: over an even number of rounds every group's mean position is the same).
+
+    Target-only runs in round 1 only: it is the correctness reference and the x-target-only
+    column, not the DDTREE-against-DFLASH comparison that repeats are for."""
     runs = []
     for repeat in range(1, repeats + 1):
         for group in (groups if repeat % 2 else groups[::-1]):
+            if repeat > 1 and group.algorithm == TARGET_ONLY:
+                continue
             if repeat == 1:
                 runs.append(EngineRun(group, repeat, group.cells, group.est_start_s))
             else:

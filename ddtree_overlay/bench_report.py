@@ -557,11 +557,15 @@ def analyse(
         notes.append(
             f"{len(skipped)} cell(s) not measured (time box, or their engine failed): {', '.join(skipped)}"
         )
-    short = [f"{r['name']} ({r['measured_repeats']})" for r in rows if 0 < r["measured_repeats"] < repeats]
+    short = [
+        f"{r['name']} ({r['measured_repeats']} of {len(planned[r['name']])})"
+        for r in rows
+        if 0 < r["measured_repeats"] < len(planned.get(r["name"], ()))
+    ]
     if short:
         notes.append(
-            f"{len(short)} cell(s) measured in fewer than all {repeats} repeats (time box, or an engine "
-            f"failed); repeats measured: {', '.join(short)}"
+            f"{len(short)} cell(s) measured in fewer than their planned repeats (time box, or an "
+            f"engine failed); repeats measured: {', '.join(short)}"
         )
     ddtree_ok = [r for r in rows if r["algorithm"] == DDTREE and r["status"] == "ok"]
     if ddtree_ok and not any(r.get("profile") for r in ddtree_ok):
@@ -810,7 +814,8 @@ def _repeats_bullet(config: Mapping[str, Any]) -> list[str]:
         return []
     return [
         f"- **Repeats**: the engine groups ran {repeats} times, in rounds (every other round in "
-        "reverse order), each run a fresh engine. tok/s and wall ms/step are medians over the "
+        "reverse order), each run a fresh engine; target-only, the correctness reference, ran once "
+        "(round 1). tok/s and wall ms/step are medians over the "
         "repeats a cell got (tok/s per repeat in the per-cell table), and every speedup, table and "
         "plot uses them; acceptance and the round split are the median repeat's. Greedy outputs "
         "of every repeat are judged, parity is checked on every repeat (the furthest shown), and "

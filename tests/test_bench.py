@@ -101,18 +101,31 @@ def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:
     plan = json.loads(done.stdout)["data"]["plan"]
     order = ["target-only", "dflash", "dflash-no-overlap", "ddtree-b8"]
     assert [g["name"] for g in plan["groups"]] == order and plan["repeats"] == 3
+    later = order[1:]  # target-only runs in round 1 only
     assert [(e["group"], e["repeat"]) for e in plan["engines"]] == (
-        [(g, 1) for g in order] + [(g, 2) for g in reversed(order)] + [(g, 3) for g in order]
+        [(g, 1) for g in order] + [(g, 2) for g in reversed(later)] + [(g, 3) for g in later]
     )
-    assert 2.5 * once["estimated_minutes"] < plan["estimated_minutes"] < 3 * once["estimated_minutes"] + 0.1
+    groups = {g["name"]: g for g in plan["groups"]}
+    assert {name: g["expected_repeats"] for name, g in groups.items()} == {
+        "target-only": 1, "dflash": 3, "dflash-no-overlap": 3, "ddtree-b8": 3,
+    }
+    # a later run costs what the group's first did: only target-only, first, paid the kernel
+    # compiles and the margins cell, so rounds 2 and 3 add the other groups' estimates
+    assert all(e["estimated_s"] == groups[e["group"]]["estimated_s"] for e in plan["engines"])
+    later_round_s = sum(groups[g]["estimated_s"] for g in later)
+    assert plan["estimated_minutes"] == pytest.approx(once["estimated_minutes"] + 2 * later_round_s / 60, abs=0.1)
+    assert 2 * once["estimated_minutes"] < plan["estimated_minutes"] < 2.5 * once["estimated_minutes"]
     text = run_cli(*args, "--repeats", "2", "--max-minutes", "10")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
-    assert lines[0].startswith("bench plan (fixture, 256 new tokens): 8 engines (4 groups x 2 repeats), ~")
+    assert lines[0].startswith("bench plan (fixture, 256 new tokens): 7 engines")
     assert lines[1].split() == ["1.", "target-only", "repeat", "1", "7", "cells", "~164", "s"]
     assert lines[5].split()[:4] == ["5.", "ddtree-b8", "repeat", "2"]  # round 2 starts with round 1's last
+    assert lines[7].split()[:4] == ["7.", "dflash", "repeat", "2"] and lines[8].startswith("results would go to")
+    assert [line for line in lines if "target-only" in line] == [lines[1]]
+    # 164 + 3 x 80 s in round 1, then 80 s each: the 10-minute box cuts round 2's last engine
     assert lines[7].endswith("(expected to be cut by --max-minutes)") and not lines[6].endswith(")")
-    assert "target-only (repeat 2)" in text.stderr and "leaves out: target-only," not in text.stderr
+    assert "leaves out: dflash (repeat 2) (the runner" in text.stderr and "target-only" not in text.stderr
 
 
 def test_an_env_without_sglang_is_refused_with_exit_3(tmp_path: Path, state_dir: Path) -> None:
@@ -400,16 +413,19 @@ def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(
     engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
     arms = [(e.get("speculative_algorithm"), e.get("disable_overlap_schedule")) for e in engines]
     order = [(None, None), ("DFLASH", None), ("DFLASH", True), ("DDTREE", None)]
-    assert arms == order + order[::-1]  # a fresh engine per repeat, round 2 reversed
-    assert events[0] == {"event": "plan", "cells": 2 * len(plan.cells) - 1, "groups": 4, "engines": 8}
-    assert sum(e["event"] == "cell" for e in events) == 2 * len(plan.cells) - 1  # margins once
+    # a fresh engine per repeat, round 2 reversed and without target-only (round 1 only)
+    assert arms == order + order[:0:-1]
+    cells = 2 * len(plan.cells) - len(plan.group("target-only").cells)  # target-only's cells once
+    assert events[0] == {"event": "plan", "cells": cells, "groups": 4, "engines": 7}
+    assert sum(e["event"] == "cell" for e in events) == cells
     rows = {r["name"]: r for r in report["cells"]}
     row = rows["ddtree-b8/bs2/t0"]
     assert row["status"] == "ok" and row["measured_repeats"] == 2
     assert [e["repeat"] for e in row["repeats"]] == [1, 2] and all(e["tok_per_s"] for e in row["repeats"])
     assert row["tok_per_s"] == pytest.approx(sum(e["tok_per_s"] for e in row["repeats"]) / 2)
     assert [e["lossless_passed"] for e in row["repeats"]] == [True, True]
-    assert [[r["repeat"] for r in g["repeats"]] for g in report["groups"]] == [[1, 2]] * 4
+    assert [[r["repeat"] for r in g["repeats"]] for g in report["groups"]] == [[1]] + [[1, 2]] * 3
+    assert {r["measured_repeats"] for r in report["cells"] if r["group"] == "target-only"} == {1}
     assert report["issues"] == [] and report["config"]["repeats"] == 2
     out = tmp_path / "out"
     bench_module._result(report, out)
@@ -453,6 +469,8 @@ def test_a_crashed_repeat_is_not_run_again_after_the_restart(
                        "start_s": None, "health": None}
     assert groups["ddtree-b32"]["status"] == "failed"
     assert all(g["status"] == "ok" for name, g in groups.items() if name != "ddtree-b32")
-    assert {r["measured_repeats"] for r in report["cells"] if r["group"] != "ddtree-b32"} == {2}
+    measured = {r["group"]: r["measured_repeats"] for r in report["cells"] if r["group"] != "ddtree-b32"}
+    assert measured == {"target-only": 1, "dflash": 2, "dflash-no-overlap": 2, "ddtree-b8": 2}  # target-only: round 1
+    assert not any("fewer than" in n for n in report["notes"])  # target-only is not short of its 1 repeat
     engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
     assert [e.get("speculative_ddtree_budget") for e in engines].count(32) == 1
