@@ -1,8 +1,8 @@
 """`bench`: target-only, DFLASH and DDTREE budgets through `sglang.Engine` on the env's GPU.
 
 Everything that touches SGLang runs in the target env's own interpreter: `gpu/engine_runner.py`
-serves each engine group's cells (see `bench_plan`), once per repeat, and the offline reference
-decoder runs beside it on the CPU (fixture pair only) for acceptance parity. This module plans,
+serves each engine group's cells (see `bench_plan`), once per repeat (target-only once), and the
+offline reference decoder runs beside it on the CPU (fixture pair only) for acceptance parity. This module plans,
 starts and watches those processes, restarts the runner after a crash with the engine runs it had
 not reached, stops everything at the time box, and writes the report (`bench_report`) into
 ``--out``:

@@ -282,8 +282,8 @@ def bench(
         typer.Option(
             "--repeats",
             min=1,
-            help="run every engine group N times, in rounds (every other round reversed), each a fresh "
-            "engine; the report gives the median tok/s per cell and each repeat's",
+            help="run every engine group N times (target-only once), in rounds (every other round "
+            "reversed), each a fresh engine; the report gives the median tok/s per cell and each repeat's",
         ),
     ] = 1,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and estimates; run nothing")] = False,
