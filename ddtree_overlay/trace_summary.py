@@ -108,9 +108,11 @@ def _python_split(functions: list[dict], intervals: list[tuple[float, float]], p
     """
     self_us: Counter = Counter()
     inclusive_us: Counter = Counter()
+    starts = [f["ts"] for f in functions]  # functions are sorted by start
     for start, stop in intervals:
+        candidates = functions[bisect_left(starts, start) : bisect_left(starts, stop)]
         inside = sorted(
-            (f for f in functions if start <= f["ts"] and f["ts"] + f.get("dur", 0) <= stop),
+            (f for f in candidates if f["ts"] + f.get("dur", 0) <= stop),
             key=lambda f: (f["ts"], -f.get("dur", 0)),
         )
         stack: list[tuple[dict, float]] = []  # (frame, its end)
@@ -134,17 +136,17 @@ def _python_split(functions: list[dict], intervals: list[tuple[float, float]], p
 def _stage_spans(stages: list[dict]) -> dict[str, list[tuple[float, float]]]:
     """Each stage's (start, end) per round, and ``between`` rounds."""
     first_stage = stages[0]["name"]
-    rounds = [s for s in stages if s["name"] == first_stage]
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s in stages:
         spans[s["name"][len(STAGE_PREFIX):]].append((s["ts"], s["ts"] + s["dur"]))
     # between rounds: from the end of a round's last stage to the next round's first stage
-    last_ends = []
-    for this, nxt in itertools.pairwise(rounds):
-        ends = [s["ts"] + s["dur"] for s in stages if this["ts"] <= s["ts"] < nxt["ts"]]
-        last_ends.append((max(ends), nxt["ts"]))
-    if last_ends:
-        spans["between"] = last_ends
+    between = [
+        (prev["ts"] + prev["dur"], stage["ts"])
+        for prev, stage in itertools.pairwise(stages)
+        if stage["name"] == first_stage
+    ]
+    if between:
+        spans["between"] = between
     return spans
 
 

@@ -179,6 +179,13 @@ def run(tmp_path: Path, plan: bp.SweepPlan, events: list | None = None) -> dict[
     )
 
 
+def reanalyse_script():
+    spec = importlib.util.spec_from_file_location("bench_reanalyse", ROOT / "scripts" / "bench_reanalyse.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
 def test_sweep_runs_every_cell_and_writes_the_report(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -236,10 +243,7 @@ def test_a_finished_run_is_reanalysed_from_its_records(
     report = run(tmp_path, small_plan(tmp_path))
     out = tmp_path / "out"
     bench_module._result(report, out)
-    spec = importlib.util.spec_from_file_location("bench_reanalyse", ROOT / "scripts" / "bench_reanalyse.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    again = script.reanalyse(out, None)
+    again = reanalyse_script().reanalyse(out, None)
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert again["issues"] == report["issues"] != []
     assert again["notes"][-1].startswith("re-analysed from records.jsonl at commit ")
@@ -265,10 +269,7 @@ def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
     assert report["issues"] == [] and report["config"]["ddtree_no_overlap"] is True
     out = tmp_path / "out"
     bench_module._result(report, out)
-    spec = importlib.util.spec_from_file_location("bench_reanalyse", ROOT / "scripts" / "bench_reanalyse.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    again = script.reanalyse(out, None)
+    again = reanalyse_script().reanalyse(out, None)
     assert [g["name"] for g in again["groups"]] == [g["name"] for g in report["groups"]]
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert again["fastest_modes"] == json.loads(json.dumps(report["fastest_modes"]))
@@ -394,13 +395,6 @@ def test_a_runner_that_records_nothing_fails_every_engine_in_turn(tmp_path: Path
     assert [g["status"] for g in report["groups"]] == ["failed"] * len(plan.groups)
     assert all("exited with 1" in g["reason"] for g in report["groups"])
     assert len(report["issues"]) >= len(plan.groups)
-
-
-def reanalyse_script():
-    spec = importlib.util.spec_from_file_location("bench_reanalyse", ROOT / "scripts" / "bench_reanalyse.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
 
 
 def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(

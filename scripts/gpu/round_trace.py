@@ -30,14 +30,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_overlay.bench_plan import make_setting  # noqa: E402
+from ddtree_overlay.gpu.engine_runner import BASE_ENGINE  # noqa: E402
 from ddtree_overlay.trace_summary import load_trace, summarize_trace  # noqa: E402
 
 BASE = {
-    "skip_tokenizer_init": True,
-    "grammar_backend": "none",
-    "mem_fraction_static": 0.45,
-    "log_level": "error",
-    "random_seed": 0,
+    **BASE_ENGINE,
     "attention_backend": "triton",
     "cuda_graph_bs_decode": [1],
     "disable_prefill_cuda_graph": True,

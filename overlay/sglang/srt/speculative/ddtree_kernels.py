@@ -18,11 +18,13 @@ runs under overlap scheduling.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Tuple
 
 import torch
 import triton
 import triton.language as tl
+
 from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTopK,
     DDTreeDraftTree,
@@ -34,6 +36,13 @@ _VERIFY_TILE_ELEMS = 4096
 _PREFIX_BLOCK = 256
 _BATCH_BLOCK = 64
 _INT32_MAX = 2**31 - 1
+
+
+def _int64_outputs(device, *shapes) -> list:
+    """Fresh int64 tensors of these shapes, carved from one allocation."""
+    sizes = [math.prod(shape) for shape in shapes]
+    flat = torch.empty((sum(sizes),), dtype=torch.int64, device=device)
+    return [part.view(shape) for part, shape in zip(flat.split(sizes), shapes, strict=True)]
 
 
 @triton.jit
@@ -81,10 +90,8 @@ def prepare_draft_block(
     Returns block_ids [bs, L], positions [bs, L] and cache_loc [bs, N], all int64.
     """
     bs = int(prefix_lens.shape[0])
-    out = torch.empty((bs * (2 * block_size + num_verify_tokens),), dtype=torch.int64, device=prefix_lens.device)
-    widths = (block_size, block_size, num_verify_tokens)
-    block_ids, positions, cache_loc = (
-        part.view(bs, width) for part, width in zip(out.split([bs * w for w in widths]), widths, strict=True)
+    block_ids, positions, cache_loc = _int64_outputs(
+        prefix_lens.device, (bs, block_size), (bs, block_size), (bs, num_verify_tokens)
     )
     if bs > 0:
         _draft_block_kernel[(bs,)](
@@ -496,10 +503,9 @@ def accepted_paths(
     """
     bs, width = accept_index.shape
     n = int(cache_loc_2d.shape[1])
-    out = torch.empty((bs * (4 * width + 1),), dtype=torch.int64, device=accept_index.device)
-    parts = out.split([bs * width] * 4 + [bs])
-    node_index, tokens, kv_target, kv_source = (p.view(bs, width) for p in parts[:4])
-    bonus = parts[4]
+    node_index, tokens, kv_target, kv_source, bonus = _int64_outputs(
+        accept_index.device, *[(bs, width)] * 4, (bs,)
+    )
     new_seq_lens = torch.empty_like(prefix_lens)
     if bs > 0:
         _accepted_kernel[(bs,)](
