@@ -1,7 +1,7 @@
 """Where a decode step's host time goes: a torch-profiler trace per arm, and quiet bs-1 timings.
 
     python scripts/gpu/round_trace.py --out DIR [--setting fixture|qwen3-8b-random]
-        [--arms ddtree-b256,dflash,...] [--prompts-per-arm 8]
+        [--arms ddtree-b256,dflash,...] [--prompts-per-arm 8] [--tp-size 2]
 
 For each arm: start an sglang Engine on the bench setting's pair (batch-1 decode graphs only), warm up,
 decode --prompts-per-arm held-out prompts one at a time (tok/s, ms per step, tokens per round),
@@ -11,7 +11,9 @@ with --with-stack also the Python functions that hold the host, per step and bet
 The DDTREE stages show in the trace without SGLANG_DDTREE_PROFILE, so the timed decode carries
 no instrumentation in any arm.
 
-Arms: ddtree-b<B>[-no-overlap], dflash[-no-overlap], plain[-no-overlap]. Writes DIR/round_trace.json
+Arms: ddtree-b<B>[-no-overlap], dflash[-no-overlap], plain[-no-overlap], each optionally with
+environment settings for its engine, e.g. ddtree-b256@SGLANG_DDTREE_COMMIT_GRAPH=1 (A/B of the
+payload's switches in one command). Writes DIR/round_trace.json
 and a markdown table to stdout. Run on the H200 in the interpreter with the patched sglang.
 """
 
@@ -40,13 +42,24 @@ BASE = {
     "disable_prefill_cuda_graph": True,
 }
 ARM_RE = re.compile(r"^(plain|dflash|ddtree-b(\d+))(-no-overlap)?$")
+ENV_RE = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
 
 
-def engine_kwargs(arm: str, setting) -> dict:
-    match = ARM_RE.match(arm)
+def arm_env(arm: str) -> dict:
+    """The KEY=VALUE settings after the arm's name: ddtree-b32@K1=V1@K2=V2."""
+    settings = arm.split("@")[1:]
+    bad = [s for s in settings if not ENV_RE.match(s)]
+    if bad:
+        raise SystemExit(f"round_trace: arm {arm!r}: {bad[0]!r} is not KEY=VALUE")
+    return dict(s.split("=", 1) for s in settings)
+
+
+def engine_kwargs(arm: str, setting, tp_size: int = 1) -> dict:
+    arm_env(arm)
+    match = ARM_RE.match(arm.split("@")[0])
     if not match:
         raise SystemExit(f"round_trace: unknown arm {arm!r} (plain, dflash, ddtree-b<B>, each with -no-overlap)")
-    kwargs = dict(BASE, model_path=str(setting.target), **setting.engine)
+    kwargs = dict(BASE, model_path=str(setting.target), tp_size=tp_size, **setting.engine)
     if match.group(1) != "plain":
         kwargs["speculative_draft_model_path"] = str(setting.draft)
         kwargs["speculative_algorithm"] = "DFLASH" if match.group(1) == "dflash" else "DDTREE"
@@ -63,8 +76,14 @@ def run_arm(arm: str, setting, args, out: Path) -> dict:
     prompts = [list(p) for p in setting.prompts[: args.prompts_per_arm]]
     greedy = {"temperature": 0.0, "max_new_tokens": setting.max_new_tokens, "ignore_eos": True}
     t0 = time.perf_counter()
-    engine = sgl.Engine(**engine_kwargs(arm, setting))
-    record = {"arm": arm, "start_s": round(time.perf_counter() - t0, 1)}
+    saved_env = dict(os.environ)
+    os.environ.update(arm_env(arm))  # the engine's processes inherit it at start
+    try:
+        engine = sgl.Engine(**engine_kwargs(arm, setting, args.tp_size))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+    record = {"arm": arm, "tp_size": args.tp_size, "start_s": round(time.perf_counter() - t0, 1)}
     try:
         for prompt in prompts:  # the timed decode's own shapes: nothing compiles while timed
             engine.generate(input_ids=[prompt], sampling_params=greedy)
@@ -82,7 +101,7 @@ def run_arm(arm: str, setting, args, out: Path) -> dict:
             step_ms=round(1000 * decode_s / rounds, 3),
             tokens_per_step=round(tokens / rounds, 3),
         )
-        trace_dir = out / f"trace-{arm}"
+        trace_dir = out / ("trace-" + re.sub(r"[^\w.-]", "_", arm))
         engine.start_profile(
             output_dir=str(trace_dir), activities=["CPU", "GPU"], with_stack=args.with_stack, record_shapes=False
         )
@@ -133,6 +152,7 @@ def main() -> int:
     ap.add_argument("--arms", default="ddtree-b256,ddtree-b256-no-overlap,dflash,dflash-no-overlap")
     ap.add_argument("--setting", default="fixture", choices=("fixture", "qwen3-8b-random"))
     ap.add_argument("--prompts-per-arm", type=int, default=8)
+    ap.add_argument("--tp-size", type=int, default=1, help="tensor-parallel GPUs per engine, every arm alike")
     ap.add_argument("--trace-tokens", type=int, default=96)
     ap.add_argument("--keep-traces", action="store_true")
     ap.add_argument(
@@ -144,7 +164,7 @@ def main() -> int:
     setting = make_setting(args.setting, scratch=out)
     arms = [a for a in args.arms.split(",") if a]
     for arm in arms:
-        engine_kwargs(arm, setting)  # bad names fail before any engine starts
+        engine_kwargs(arm, setting, args.tp_size)  # bad names fail before any engine starts
     records = []
     for arm in arms:
         print(f"== {arm}", flush=True)

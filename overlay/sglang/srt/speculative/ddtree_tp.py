@@ -1,16 +1,18 @@
-"""DDTREE under tensor parallelism: vocab-parallel top-K and rank-0 decisions.
+"""DDTREE under tensor parallelism: vocab-parallel top-K, the same tree on every rank.
 
 With TP the target lm_head is split by vocabulary rows, so each rank sees only
 its shard of the drafter's logits. The tree needs the global top-K per draft
 position and the full-vocabulary log-normaliser; both come from per-rank
-pieces without ever gathering a vocabulary-sized tensor:
-  log Z   = m + log(sum_r S_r),  m = max_r m_r,  S_r = sum_v exp(l_v - m)  (two all-reduces)
-  top-K   = top-K over the K (score, id) pairs of every rank          (one all-gather)
-Ranks must then act on identical trees and identical accept decisions, or their
-attention shards would see different tokens. The top-K is broadcast from rank 0
-(``lm_head_draft_topk``); the accept needs nothing here: at T = 0 it reads the
-target's all-gathered (identical) logits, and at T > 0 ``eagle_sample``
-broadcasts its predict / accept_index from rank 0 itself.
+pieces without ever gathering a vocabulary-sized tensor. Each rank packs, per
+draft position, its shard's log-sum-exp and its K best (score, id) pairs, and
+one all-gather brings every rank the same bytes:
+  log Z  = logsumexp_r(lse_r)
+  top-K  = top-K over the world * K gathered pairs
+Every rank then runs the same kernels on the same bytes, so ranks build
+bit-identical trees without a broadcast (an all-reduced normaliser could differ
+across ranks in the last bit, and the tree must not). The accept needs nothing
+here: at T = 0 it reads the target's all-gathered (identical) logits, and at
+T > 0 ``eagle_sample`` broadcasts its predict / accept_index from rank 0 itself.
 
 The worker calls ``lm_head_draft_topk`` when tp_size > 1. Pure torch +
 torch.distributed; tested on CPU with gloo.
@@ -18,7 +20,7 @@ torch.distributed; tested on CPU with gloo.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -33,7 +35,7 @@ def vocab_parallel_draft_topk(
     k: int,
     group: Optional[dist.ProcessGroup] = None,
 ) -> DDTreeDraftTopK:
-    """Global top-K log-probabilities from this rank's vocabulary shard.
+    """Global top-K log-probabilities from this rank's vocabulary shard, one all-gather.
 
     Args:
         local_logits: drafter logits for this rank's vocabulary rows only (padding
@@ -41,7 +43,7 @@ def vocab_parallel_draft_topk(
         vocab_start: global id of this rank's first row.
         k: K = min(budget, global vocab); every rank must pass the same k.
     Returns: the same as ``compute_draft_topk`` on the gathered full logits, up to
-    fp32 summation order in the normaliser.
+    fp32 summation order in the normaliser; bit-identical on every rank.
     """
     if local_logits.ndim != 3:
         raise ValueError(
@@ -49,42 +51,31 @@ def vocab_parallel_draft_topk(
         )
     logits = local_logits.float()
     bs, depth, local_vocab = logits.shape
-
-    row_max = logits.amax(dim=-1)  # [bs, L]
-    dist.all_reduce(row_max, op=dist.ReduceOp.MAX, group=group)
-    sum_exp = torch.exp(logits - row_max.unsqueeze(-1)).sum(dim=-1)
-    dist.all_reduce(sum_exp, op=dist.ReduceOp.SUM, group=group)
-    log_z = row_max + torch.log(sum_exp)
-
-    # Every rank contributes exactly k pairs (padded with -inf) so the gather is rectangular.
     take = min(k, local_vocab)
-    local_scores = torch.full((bs, depth, k), float("-inf"), device=logits.device)
-    local_ids = torch.full((bs, depth, k), -1, dtype=torch.int64, device=logits.device)
+
+    # [lse_r | K scores | K ids] in float64, which holds fp32 scores and any token id
+    # exactly; a shard smaller than K pads with -inf scores, which the global top-K never
+    # picks while K <= the global vocabulary.
+    packed = torch.full(
+        (bs, depth, 1 + 2 * k), float("-inf"), dtype=torch.float64, device=logits.device
+    )
+    packed[..., 0] = torch.logsumexp(logits, dim=-1)
     top_scores, top_ids = torch.topk(logits, take, dim=-1)
-    local_scores[..., :take] = top_scores
-    local_ids[..., :take] = top_ids + int(vocab_start)
+    packed[..., 1 : 1 + take] = top_scores
+    packed[..., 1 + k : 1 + k + take] = top_ids + int(vocab_start)
 
     world = dist.get_world_size(group)
-    all_scores = [torch.empty_like(local_scores) for _ in range(world)]
-    all_ids = [torch.empty_like(local_ids) for _ in range(world)]
-    dist.all_gather(all_scores, local_scores, group=group)
-    dist.all_gather(all_ids, local_ids, group=group)
-    scores = torch.cat(all_scores, dim=-1)  # [bs, L, world * k]
-    ids = torch.cat(all_ids, dim=-1)
+    gathered = [torch.empty_like(packed) for _ in range(world)]
+    dist.all_gather(gathered, packed, group=group)
+    every = torch.stack(gathered, dim=2)  # [bs, L, world, 1 + 2K]
+    log_z = torch.logsumexp(every[..., 0], dim=-1).float()  # [bs, L]
+    scores = every[..., 1 : 1 + k].reshape(bs, depth, world * k).float()
+    ids = every[..., 1 + k :].reshape(bs, depth, world * k)
     best_scores, best_pos = torch.topk(scores, k, dim=-1)
     return DDTreeDraftTopK(
         log_probs=best_scores - log_z.unsqueeze(-1),
-        token_ids=ids.gather(-1, best_pos),
+        token_ids=ids.gather(-1, best_pos).long(),
     )
-
-
-def broadcast_from_rank0(
-    tensors: Sequence[torch.Tensor], group: Optional[dist.ProcessGroup] = None
-) -> None:
-    """Overwrite ``tensors`` on every rank with rank 0's values, in place."""
-    src = dist.get_global_rank(group, 0) if group is not None else 0
-    for tensor in tensors:
-        dist.broadcast(tensor, src=src, group=group)
 
 
 def lm_head_draft_topk(
@@ -104,9 +95,6 @@ def lm_head_draft_topk(
     shard = lm_head.shard_indices
     weight = lm_head.weight[: shard.num_org_elements]
     local_logits = torch.matmul(hidden.to(weight.dtype), weight.T)  # [bs, L, V_local]
-    topk = vocab_parallel_draft_topk(
+    return vocab_parallel_draft_topk(
         local_logits, vocab_start=shard.org_vocab_start_index, k=k, group=group
     )
-    # The all-reduced normaliser may differ across ranks in the last bit; the tree must not.
-    broadcast_from_rank0([topk.log_probs, topk.token_ids], group)
-    return topk
