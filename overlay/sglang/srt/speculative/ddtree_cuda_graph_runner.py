@@ -35,7 +35,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 TREE_GRAPH_ENV = "SGLANG_DDTREE_TREE_GRAPH"  # default 1; 0 runs the top-K and tree build eagerly
-COMMIT_GRAPH_ENV = "SGLANG_DDTREE_COMMIT_GRAPH"  # default 0; 1 replays the draft-KV commit
+COMMIT_GRAPH_ENV = "SGLANG_DDTREE_COMMIT_GRAPH"  # default 1; 0 runs the draft-KV commit eagerly
 # The tree graphs' pool holds the largest batch's draft logits (model dtype plus an fp32 copy);
 # above this, batches run eagerly, where the GPU work outweighs the launches anyway.
 MAX_GRAPH_LOGITS_BYTES = 256 << 20

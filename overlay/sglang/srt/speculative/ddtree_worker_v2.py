@@ -148,7 +148,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                     self._eager_tree, sizes, {"hidden": StaticInput(hidden, dtype)}, device
                 )
         fc = getattr(self.draft_model, "fc", None)
-        if graph_enabled(COMMIT_GRAPH_ENV, default=False) and fc is not None:
+        if graph_enabled(COMMIT_GRAPH_ENV, default=True) and fc is not None:
             sizes = capture_batch_sizes(model_runner)
             if sizes is not None:
                 width = self.accept_width
