@@ -7,7 +7,7 @@ a graph instead:
 
 - the tree stage: draft hidden states -> lm_head top-K with its fp32
   normaliser -> best-first tree (~16 launches and ~0.5 ms of host time eager);
-- the commit stage (opt-in until measured on a GPU): the accepted rows'
+- the commit stage: the accepted rows'
   target features -> DFlash's draft-KV writer (projection, then per layer K/V,
   norm, rope and a prefix-valid store; ~10 launches and DFlash's Python).
 

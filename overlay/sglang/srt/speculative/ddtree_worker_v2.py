@@ -131,7 +131,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self._capture_stage_graphs()
 
     def _capture_stage_graphs(self) -> None:
-        """Top-K + tree build, and (opt-in) the draft-KV commit, per captured batch size.
+        """Top-K + tree build, and the draft-KV commit, per captured batch size.
 
         Not under TP: the vocab-parallel top-K runs collectives each round."""
         if self._vocab_parallel_group is not None:
