@@ -6,7 +6,8 @@ run in the tool's own interpreter. What it checks, beyond "the module imports":
 * the DDTREE name resolves through SGLang's registry, and every predicate the builtin
   `SpeculativeAlgorithm` enum has can be called on DDTREE's spec class (the scheduler calls
   them on whatever `from_string` returns; a missing one is an AttributeError at server start);
-* the `--speculative-ddtree-budget` field reaches `ServerArgs` and its CLI parser;
+* the `--speculative-ddtree-budget` field (and, where the patch set declares it, the
+  budget schedule's) reaches `ServerArgs` and its CLI parser;
 * `ddtree_compat.api_contract_problems()`: the private DFlash members the DDTree worker uses,
   with the signatures its compat shim was written against;
 * DDTREE's server-args hook on real `ServerArgs` (model paths: the bundled fixture pair, named
@@ -117,7 +118,16 @@ def server_args_check():
     options = {option for action in parser._actions for option in action.option_strings}
     if "--speculative-ddtree-budget" not in options:
         problems.append("the CLI parser has no `--speculative-ddtree-budget`")
+    if _has_budget_schedule() and "--speculative-ddtree-budget-schedule" not in options:
+        problems.append("the CLI parser has no `--speculative-ddtree-budget-schedule`")
     return problems
+
+
+def _has_budget_schedule() -> bool:
+    """Whether the release's patch set declares the budget-schedule flag (0.5.14's does)."""
+    from sglang.srt.server_args import ServerArgs
+
+    return hasattr(ServerArgs, "speculative_ddtree_budget_schedule")
 
 
 RESOLUTION_CASES = (
@@ -127,6 +137,11 @@ RESOLUTION_CASES = (
     ({"speculative_ddtree_budget": 4, "speculative_dflash_block_size": 8}, (8, 8, 4)),
     ({"attention_backend": "fa3"}, "DDTREE requires --attention-backend triton or flashinfer"),
     ({"speculative_num_draft_tokens": 16}, "DDTREE sets the verify width"),
+)
+SCHEDULE_CASES = (
+    ({"speculative_ddtree_budget_schedule": "1:64,8:16", "speculative_dflash_block_size": 16}, (65, 16, 64)),
+    ({"speculative_ddtree_budget_schedule": "1:64", "speculative_ddtree_budget": 8}, "not both"),
+    ({"speculative_ddtree_budget_schedule": "4:64"}, "must start at batch size 1"),
 )
 
 
@@ -143,7 +158,8 @@ def resolution_check():
     if not fixtures:
         return None
     problems = []
-    for extra, expected in RESOLUTION_CASES:
+    cases = RESOLUTION_CASES + (SCHEDULE_CASES if _has_budget_schedule() else ())
+    for extra, expected in cases:
         try:
             got = _resolve_ddtree_args(fixtures, extra)
         except ValueError as error:

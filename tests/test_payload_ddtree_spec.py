@@ -81,6 +81,12 @@ CASES = {
     "dp_attention": {"enable_dp_attention": True},
     "attn_dp_size": {"attn_dp_size": 2},
     "pp2": {"pp_size": 2},
+    "schedule": {"speculative_ddtree_budget_schedule": "1:64,8:16,32:4"},
+    "schedule_and_budget": {"speculative_ddtree_budget_schedule": "1:64", "speculative_ddtree_budget": 32},
+    "schedule_from_2": {"speculative_ddtree_budget_schedule": "2:64"},
+    "schedule_descending": {"speculative_ddtree_budget_schedule": "1:64,8:16,4:8"},
+    "schedule_malformed": {"speculative_ddtree_budget_schedule": "1=64"},
+    "schedule_budget0": {"speculative_ddtree_budget_schedule": "1:64,8:0"},
 }
 for name, changes in CASES.items():
     args = server_args(**changes)
@@ -134,6 +140,12 @@ def test_handle_sets_block_size_and_verify_width(ddtree_report: dict) -> None:
     assert cases["flashinfer"]["verify_width"] == 16
 
 
+def test_a_budget_schedule_sets_the_widest_budgets_verify_width(ddtree_report: dict) -> None:
+    assert ddtree_report["cases"]["schedule"] == {
+        "budget": 64, "block": 16, "verify_width": 65, "steps": 1, "topk": 1,
+    }
+
+
 def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: dict) -> None:
     assert ddtree_report["cases"]["tp2"] == ddtree_report["cases"]["default"]
 
@@ -150,6 +162,11 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
         ("dp_attention", "DDTREE does not support dp attention"),
         ("attn_dp_size", "DDTREE does not support dp attention"),
         ("pp2", "only supports pp_size == 1"),
+        ("schedule_and_budget", "--speculative-ddtree-budget or --speculative-ddtree-budget-schedule, not both"),
+        ("schedule_from_2", "must start at batch size 1"),
+        ("schedule_descending", "batch sizes must ascend"),
+        ("schedule_malformed", "'1=64' is not BATCH_SIZE:BUDGET"),
+        ("schedule_budget0", "every budget must be >= 1"),
     ],
 )
 def test_unsupported_settings_are_refused_with_a_clear_message(ddtree_report: dict, case: str, fragment: str) -> None:

@@ -211,3 +211,82 @@ def test_the_environment_switches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(gr.TREE_GRAPH_ENV, "off")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_GRAPH must be 0 or 1"):
         gr.graph_enabled(gr.TREE_GRAPH_ENV, default=True)
+
+
+def target_runner(capture_bs):
+    """The target's model runner as VerifyWidths sees it: its backend and decode graphs."""
+    graphs = types.SimpleNamespace(name="target-graphs", capture_bs=capture_bs) if capture_bs else None
+    return types.SimpleNamespace(attn_backend="target-attn", decode_cuda_graph_runner=graphs)
+
+
+def recording_build(calls):
+    def build(num_verify_tokens, batch_sizes):
+        calls.append((num_verify_tokens, batch_sizes))
+        return f"attn-{num_verify_tokens}", f"graphs-{num_verify_tokens}"
+
+    return build
+
+
+def test_each_narrower_width_is_built_once_for_the_captured_sizes_its_budgets_serve() -> None:
+    calls = []
+    schedule = du.BudgetSchedule.parse("1:256,4:64,8:32,16:8,32:15")
+    widths = gr.VerifyWidths(
+        target_runner([1, 2, 4, 8, 16, 32, 48]),
+        budget=256, block_size=16, schedule=schedule, build=recording_build(calls),
+    )
+    # B = 8 and B = 15 both verify 16 tokens (the draft block): one backend, one graph set
+    assert sorted(calls) == [(16, [16, 32, 48]), (33, [8]), (65, [4])]
+    assert widths.by_budget[8].attn_backend == widths.by_budget[15].attn_backend == "attn-16"
+    assert (widths.by_budget[8].budget, widths.by_budget[15].budget) == (8, 15)
+    assert widths.by_budget[256].graph_runner.name == "target-graphs"  # the target's own
+
+
+@pytest.mark.parametrize(
+    ("bs", "budget"),
+    # a batch's budget is the schedule's at the graph size it pads to: 3 -> 4, 9 -> 16;
+    # past the largest graph, at its own size
+    [(1, 256), (2, 256), (3, 64), (4, 64), (5, 32), (8, 32), (9, 8), (16, 8), (33, 32), (64, 32)],
+)
+def test_a_batch_takes_the_budget_of_the_graph_size_it_pads_to(bs, budget) -> None:
+    schedule = du.BudgetSchedule.parse("1:256,4:64,5:32,9:8,33:32")
+    widths = gr.VerifyWidths(
+        target_runner([1, 2, 4, 8, 16, 32]),
+        budget=256, block_size=16, schedule=schedule, build=recording_build([]),
+    )
+    assert widths.budget_for(bs) == budget
+
+
+def test_using_a_width_swaps_the_targets_backend_and_graphs_only_when_the_width_changes() -> None:
+    model_runner = target_runner([1, 2, 4, 8, 16])
+    widths = gr.VerifyWidths(
+        model_runner, budget=64, block_size=16,
+        schedule=du.BudgetSchedule.parse("1:64,4:32,8:8,16:15"), build=recording_build([]),
+    )
+    seen = []
+    for bs in (1, 4, 8, 16, 2):
+        width = widths.use(bs)
+        seen.append((width.budget, width.num_verify_tokens, model_runner.attn_backend))
+        assert model_runner.decode_cuda_graph_runner == width.graph_runner
+    assert seen == [
+        (64, 65, "target-attn"), (32, 33, "attn-33"), (8, 16, "attn-16"), (15, 16, "attn-16"),
+        (64, 65, "target-attn"),
+    ]
+
+
+def test_without_a_schedule_every_batch_verifies_at_the_targets_own_width() -> None:
+    model_runner = target_runner([1, 2, 4])
+    widths = gr.VerifyWidths(model_runner, budget=32, block_size=16)
+    for bs in (1, 3, 100):
+        width = widths.use(bs)
+        assert (width.budget, width.num_verify_tokens, width.attn_backend) == (32, 33, "target-attn")
+    assert model_runner.attn_backend == "target-attn"
+
+
+def test_without_decode_graphs_the_narrower_widths_get_no_batch_sizes() -> None:
+    calls = []
+    widths = gr.VerifyWidths(
+        target_runner(None), budget=64, block_size=16,
+        schedule=du.BudgetSchedule.parse("1:64,8:15"), build=recording_build(calls),
+    )
+    assert calls == [(16, [])]
+    assert widths.budget_for(7) == 64 and widths.budget_for(8) == 15

@@ -7,30 +7,17 @@ it is loaded here straight from the overlay tree, without sglang.
 from __future__ import annotations
 
 import heapq
-import importlib.util
 import itertools
 import math
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
+from payload_modules import load_payload_module  # noqa: E402
 
-UTILS_PATH = (
-    Path(__file__).resolve().parents[1] / "overlay/sglang/srt/speculative/ddtree_utils.py"
-)
-
-
-def _load_utils():
-    spec = importlib.util.spec_from_file_location("ddtree_utils_under_test", UTILS_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-du = _load_utils()
+du = load_payload_module("sglang.srt.speculative.ddtree_utils")
 
 
 def brute_force_top_prefixes(log_probs, budget):
@@ -276,3 +263,26 @@ def test_tree_stage_is_triton_by_default_torch_on_request_and_a_typo_is_refused(
     monkeypatch.setenv(du.TREE_STAGE_ENV, "trition")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be 'torch' or 'triton'"):
         du.select_tree_stage()
+
+
+@pytest.mark.parametrize(
+    ("bs", "budget"), [(1, 256), (7, 256), (8, 64), (15, 64), (16, 32), (512, 32)]
+)
+def test_a_budget_schedule_gives_a_batch_the_last_step_at_or_below_it(bs, budget):
+    schedule = du.BudgetSchedule.parse("1:256, 8:64, 16:32")
+    assert schedule.budget_for(bs) == budget
+    assert schedule.budgets == [32, 64, 256]
+
+
+def test_a_budget_schedule_splits_the_captured_batch_sizes_between_its_budgets():
+    schedule = du.BudgetSchedule.parse("1:256,8:64,16:32")
+    sizes = [1, 2, 4, 8, 12, 16, 24, 32]
+    assert schedule.batch_sizes_for(256, sizes) == [1, 2, 4]
+    assert schedule.batch_sizes_for(64, sizes) == [8, 12]
+    assert schedule.batch_sizes_for(32, sizes) == [16, 24, 32]
+
+
+@pytest.mark.parametrize("text", ["", "256", "1:", "1:64,x:8", "1:64,8:-1"])
+def test_a_malformed_budget_schedule_is_refused_naming_the_bad_step(text):
+    with pytest.raises(ValueError, match="is not BATCH_SIZE:BUDGET"):
+        du.BudgetSchedule.parse(text)

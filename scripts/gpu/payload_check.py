@@ -39,6 +39,14 @@ def ddtree(budget, **extra):
     return dict(GRAPH, speculative_algorithm="DDTREE", speculative_ddtree_budget=budget, **extra)
 
 
+def ddtree_schedule(schedule, **extra):
+    return dict(GRAPH, speculative_algorithm="DDTREE", speculative_ddtree_budget_schedule=schedule, **extra)
+
+
+# B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
+SCHEDULE = "1:64,9:32,17:8"
+
+
 def presets(n_prompts, max_new):
     greedy = {"temperature": 0.0, "max_new_tokens": max_new, "ignore_eos": True}
     sampled = {"temperature": 1.0, "max_new_tokens": 4, "ignore_eos": True}
@@ -82,6 +90,15 @@ def presets(n_prompts, max_new):
             {"name": "ddtree-b32-tp2", "engine": ddtree(32, tp_size=2), "sampling": greedy},
             {"name": "dflash-tp2", "engine": dict(GRAPH, speculative_algorithm="DFLASH", tp_size=2), "sampling": greedy},
             {"name": "plain-tp2", "engine": dict(GRAPH, tp_size=2), "sampling": greedy},
+        ],
+        # A budget per batch size (--speculative-ddtree-budget-schedule): one engine, several
+        # verify widths. At most 12 running: waves of 12 (B = 32), then one of 8 (B = 64), so
+        # the engine switches width mid-run; 32 at once verify 16 tokens (B = 8).
+        "schedule": [
+            {"name": "plain", "engine": GRAPH, "sampling": greedy, "top2": True},
+            {"name": "ddtree-schedule-waves", "engine": ddtree_schedule(SCHEDULE, max_running_requests=12), "sampling": greedy},
+            {"name": "ddtree-schedule-bs32", "engine": ddtree_schedule(SCHEDULE), "sampling": greedy},
+            {"name": "ddtree-b64", "engine": ddtree(64), "sampling": greedy},
         ],
         "flashinfer": [
             {"name": "plain-flashinfer", "engine": dict(GRAPH, attention_backend="flashinfer"), "sampling": greedy, "top2": True},

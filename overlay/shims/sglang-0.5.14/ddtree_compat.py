@@ -47,6 +47,14 @@ CONTRACT = {
         ),
     },
     "sglang.srt.server_args:ServerArgs": {"members": ("get_attention_backends",)},
+    # A budget schedule's narrower verify widths (verify_width_scope).
+    "sglang.srt.model_executor.model_runner:ModelRunner._get_attention_backend": {
+        "params": ("init_new_workspace",),
+    },
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner:DecodeCudaGraphRunner": {
+        "params": ("model_runner", "attn_backend", "speculative_num_draft_tokens"),
+    },
+    "sglang.srt.model_executor.cuda_graph_config:PhaseConfig": {"fields": ("bs",)},
 }
 
 
@@ -126,6 +134,22 @@ def draft_width_during_init(server_args, block_size: int):
 def draft_width_scope(worker):
     """Draft-side initialisation after __init__: the draft runner has its own copy."""
     return nullcontext()
+
+
+@contextmanager
+def verify_width_scope(model_runner, num_verify_tokens: int, batch_sizes):
+    """The target's server args while a narrower verify width's attention backend and decode
+    graphs are built: the width the backend reads, and the batch sizes to capture (0.5.14's
+    runner reads them from cuda_graph_config.decode.bs)."""
+    server_args = model_runner.server_args
+    decode = server_args.cuda_graph_config.decode
+    saved = server_args.speculative_num_draft_tokens, decode.bs
+    server_args.speculative_num_draft_tokens = int(num_verify_tokens)
+    decode.bs = list(batch_sizes)
+    try:
+        yield
+    finally:
+        server_args.speculative_num_draft_tokens, decode.bs = saved
 
 
 # --- the decode round -----------------------------------------------------------------------

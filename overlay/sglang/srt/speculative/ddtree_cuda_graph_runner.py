@@ -20,17 +20,26 @@ is row-independent and nothing is written from them (the tree stage); the
 commit stage pads ``commit_lens`` with 0 so padded requests write no KV.
 Outputs are static buffers, valid until the next replay; the round consumes
 them on the same stream before then.
+
+With a budget schedule (``--speculative-ddtree-budget-schedule``) the target's
+verify also comes in several widths: ``VerifyWidths`` keeps, per budget, the
+target attention backend and TARGET_VERIFY graphs of that width, and the round
+swaps them into the target's model runner, as SGLang's adaptive EAGLE swaps
+its step states.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
+
+from sglang.srt.speculative.ddtree_utils import BudgetSchedule, num_verify_tokens_for
 
 logger = logging.getLogger(__name__)
 
@@ -144,3 +153,74 @@ def capture_batch_sizes(model_runner, bytes_per_request: int = 0, budget: int = 
         if not budget or int(b) * bytes_per_request <= budget
     ]
     return sizes or None
+
+
+@dataclass(frozen=True)
+class VerifyWidth:
+    """What a round with this budget verifies on: the width, and the target's attention backend
+    and decode-graph runner built for it."""
+
+    budget: int
+    num_verify_tokens: int
+    attn_backend: Any
+    graph_runner: Any
+
+
+class VerifyWidths:
+    """The target's verify resources per budget; one entry without a schedule.
+
+    The target's own backend and decode graphs, made at startup for every captured batch size,
+    serve the widest budget. Each narrower width gets its own, from ``build(num_verify_tokens,
+    batch_sizes)`` -> (attn_backend, graph_runner), with graphs for the captured batch sizes the
+    schedule gives it. A batch's budget is the schedule's at the graph batch size it pads to,
+    so the verify graph, the tree graph and the budget always agree.
+    """
+
+    def __init__(
+        self,
+        model_runner,
+        *,
+        budget: int,
+        block_size: int,
+        schedule: Optional[BudgetSchedule] = None,
+        build: Optional[Callable[[int, list], Tuple[Any, Any]]] = None,
+    ):
+        self.model_runner = model_runner
+        self.schedule = schedule
+        self.capture_bs = capture_batch_sizes(model_runner) or []
+        widest = VerifyWidth(
+            budget,
+            num_verify_tokens_for(budget, block_size),
+            model_runner.attn_backend,
+            model_runner.decode_cuda_graph_runner,
+        )
+        self.by_budget: Dict[int, VerifyWidth] = {budget: widest}
+        by_width = {widest.num_verify_tokens: widest}
+        for other in schedule.budgets if schedule is not None else ():
+            width = num_verify_tokens_for(other, block_size)
+            if width not in by_width:
+                sizes = [
+                    bs
+                    for bs in self.capture_bs
+                    if num_verify_tokens_for(schedule.budget_for(bs), block_size) == width
+                ]
+                attn_backend, graph_runner = build(width, sizes)
+                by_width[width] = VerifyWidth(other, width, attn_backend, graph_runner)
+            self.by_budget[other] = dataclasses.replace(by_width[width], budget=other)
+        self.widest = widest
+        self.active = widest
+
+    def budget_for(self, bs: int) -> int:
+        if self.schedule is None:
+            return self.widest.budget
+        i = bisect.bisect_left(self.capture_bs, bs)
+        return self.schedule.budget_for(self.capture_bs[i] if i < len(self.capture_bs) else bs)
+
+    def use(self, bs: int) -> VerifyWidth:
+        """The width for a batch of ``bs`` requests, made the target's current one."""
+        width = self.by_budget[self.budget_for(bs)]
+        if width.num_verify_tokens != self.active.num_verify_tokens:
+            self.model_runner.attn_backend = width.attn_backend
+            self.model_runner.decode_cuda_graph_runner = width.graph_runner
+        self.active = width
+        return width

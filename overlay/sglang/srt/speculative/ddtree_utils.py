@@ -29,8 +29,8 @@ from typing import Callable, List, NamedTuple
 
 import torch
 
-# Which implementation runs a round's tree stage: "torch" (these functions) or "triton"
-# (ddtree_kernels: two launches instead of ~150; opt-in until it has run on a GPU).
+# Which implementation runs a round's tree stage: "triton" (ddtree_kernels, the default: two
+# launches instead of ~150) or "torch" (these functions).
 TREE_STAGE_ENV = "SGLANG_DDTREE_TREE_KERNEL"
 
 
@@ -47,6 +47,50 @@ def num_verify_tokens_for(budget: int, block_size: int) -> int:
 def max_accept_width(budget: int, block_size: int) -> int:
     """Longest accepted path, root included: depth is capped by the block."""
     return min(int(budget), int(block_size) - 1) + 1
+
+
+@dataclass(frozen=True)
+class BudgetSchedule:
+    """The budget per batch size: ``steps`` are (smallest batch size, budget) pairs,
+    ascending, the first from batch size 1. A batch uses the last step at or below it.
+
+    Written ``"1:256,8:64,16:32"``: B = 256 for 1-7 requests, 64 for 8-15, 32 from 16.
+    """
+
+    steps: tuple
+
+    @classmethod
+    def parse(cls, text: str) -> "BudgetSchedule":
+        steps = []
+        for item in str(text).split(","):
+            bs, sep, budget = item.strip().partition(":")
+            if not sep or not bs.strip().isdigit() or not budget.strip().isdigit():
+                raise ValueError(
+                    f"DDTREE budget schedule {text!r}: {item.strip()!r} is not BATCH_SIZE:BUDGET."
+                )
+            steps.append((int(bs), int(budget)))
+        if steps[0][0] != 1:
+            raise ValueError(f"DDTREE budget schedule {text!r} must start at batch size 1.")
+        if any(b <= a for (a, _), (b, _) in zip(steps, steps[1:], strict=False)):
+            raise ValueError(f"DDTREE budget schedule {text!r}: batch sizes must ascend.")
+        if any(budget < 1 for _, budget in steps):
+            raise ValueError(f"DDTREE budget schedule {text!r}: every budget must be >= 1.")
+        return cls(tuple(steps))
+
+    def budget_for(self, batch_size: int) -> int:
+        budget = self.steps[0][1]
+        for smallest, step_budget in self.steps:
+            if batch_size >= smallest:
+                budget = step_budget
+        return budget
+
+    @property
+    def budgets(self) -> List[int]:
+        return sorted({budget for _, budget in self.steps})
+
+    def batch_sizes_for(self, budget: int, batch_sizes) -> List[int]:
+        """Those of ``batch_sizes`` that this schedule serves with ``budget``."""
+        return [bs for bs in batch_sizes if self.budget_for(bs) == budget]
 
 
 @dataclass(frozen=True)

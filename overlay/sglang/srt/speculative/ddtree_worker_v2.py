@@ -47,6 +47,7 @@ from sglang.srt.speculative.ddtree_cuda_graph_runner import (
     TREE_GRAPH_ENV,
     DDTreeStageCudaGraphs,
     StaticInput,
+    VerifyWidths,
     capture_batch_sizes,
     graph_enabled,
 )
@@ -59,6 +60,7 @@ from sglang.srt.speculative.ddtree_kernels import (
 from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler, get_round_sync_guard
 from sglang.srt.speculative.ddtree_tp import lm_head_draft_topk
 from sglang.srt.speculative.ddtree_utils import (
+    BudgetSchedule,
     DDTreeDraftTopK,
     DDTreeDraftTree,
     compute_draft_topk,
@@ -85,11 +87,12 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         with draft_width_during_init(server_args, block_size) as dflash_server_args:
             super().__init__(dflash_server_args, *args, **kwargs)
 
-        self.budget = int(spec_arg(server_args, "speculative_ddtree_budget"))
-        self.num_verify_tokens = num_verify_tokens
+        self.budget = int(spec_arg(server_args, "speculative_ddtree_budget"))  # the widest
+        # Only the releases whose patch set declares the flag have it.
+        schedule = getattr(server_args, "speculative_ddtree_budget_schedule", None)
+        self.budget_schedule = BudgetSchedule.parse(schedule) if schedule else None
         self.accept_width = max_accept_width(self.budget, self.block_size)
         self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
-        self.draft_topk = min(self.budget, self.vocab_size)
         tp_group = get_tp_group()
         # Under TP the target lm_head holds one vocabulary shard per rank.
         self._vocab_parallel_group = tp_group.device_group if tp_group.world_size > 1 else None
@@ -97,19 +100,19 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self.tree_stage = select_tree_stage()
         self.tree_graphs = None  # set by init_cuda_graphs
         self.commit_graphs = None
+        self.verify_widths = None
         # SGLANG_DDTREE_PROFILE=path: per-stage GPU ms per round (a no-op when unset).
         self.profiler = get_ddtree_profiler()
         # SGLANG_DDTREE_SYNC_DEBUG=warn|error: a host sync inside a round warns or raises.
         self.round_sync_guard = get_round_sync_guard()
         if getattr(self, "tp_rank", 0) == 0:
             logger.info(
-                "DDTREE worker ready: budget=%d, block_size=%d, verify width=%d, "
-                "accept width=%d, top-k=%d, tree stage=%s",
-                self.budget,
+                "DDTREE worker ready: budget=%s, block_size=%d, verify width=%d, "
+                "accept width=%d, tree stage=%s",
+                schedule or self.budget,
                 self.block_size,
-                self.num_verify_tokens,
+                num_verify_tokens,
                 self.accept_width,
-                self.draft_topk,
                 self.tree_stage.name,
             )
 
@@ -128,7 +131,44 @@ class DDTreeWorkerV2(DFlashWorkerV2):
     def init_cuda_graphs(self):
         with draft_width_scope(self):
             super().init_cuda_graphs()
+        self.verify_widths = VerifyWidths(
+            self.target_worker.model_runner,
+            budget=self.budget,
+            block_size=self.block_size,
+            schedule=self.budget_schedule,
+            build=self._build_verify_width,
+        )
         self._capture_stage_graphs()
+
+    def _build_verify_width(self, num_verify_tokens: int, batch_sizes: list):
+        """A narrower verify's target attention backend and decode graphs (those batch sizes;
+        eager without any), built as SGLang's adaptive EAGLE builds a step state."""
+        from sglang.srt.model_executor.runner.decode_cuda_graph_runner import (
+            DecodeCudaGraphRunner,
+        )
+        from sglang.srt.speculative.ddtree_compat import verify_width_scope
+
+        model_runner = self.target_worker.model_runner
+        with verify_width_scope(model_runner, num_verify_tokens, batch_sizes):
+            init_new_workspace = model_runner.init_new_workspace
+            try:
+                attn_backend = model_runner._get_attention_backend(init_new_workspace=True)
+            finally:
+                model_runner.init_new_workspace = init_new_workspace
+            if not batch_sizes:
+                return attn_backend, model_runner.eager_runner
+            graph_runner = DecodeCudaGraphRunner(
+                model_runner,
+                attn_backend=attn_backend,
+                speculative_num_draft_tokens=num_verify_tokens,
+            )
+        if getattr(self, "tp_rank", 0) == 0:
+            logger.info(
+                "DDTREE verify width %d captured for batch sizes %s",
+                num_verify_tokens,
+                graph_runner.capture_bs,
+            )
+        return attn_backend, graph_runner
 
     def _capture_stage_graphs(self) -> None:
         """Top-K + tree build, and the draft-KV commit, per captured batch size.
@@ -145,7 +185,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             if sizes is not None:
                 hidden = (self.block_size - 1, int(model_runner.model_config.hidden_size))
                 self.tree_graphs = self._capture_stage(
-                    self._eager_tree, sizes, {"hidden": StaticInput(hidden, dtype)}, device
+                    self._scheduled_tree, sizes, {"hidden": StaticInput(hidden, dtype)}, device
                 )
         fc = getattr(self.draft_model, "fc", None)
         if graph_enabled(COMMIT_GRAPH_ENV, default=True) and fc is not None:
@@ -210,9 +250,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
 
         bs = len(batch.seq_lens)
         prefix_lens = batch.seq_lens
-        seq_lens_cpu, seq_lens_sum = planning_seq_lens(
-            batch, draft_input, self.num_verify_tokens
-        )
+        width = self.verify_widths.use(bs)
+        n = width.num_verify_tokens
+        seq_lens_cpu, seq_lens_sum = planning_seq_lens(batch, draft_input, n)
         profiler = self.profiler
         with profiler.stage("draft"):
             # KV slots of the verify block [bs, N]; the draft block uses the first block_size.
@@ -223,16 +263,15 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 self.model_runner.req_to_token_pool.req_to_token,
                 mask_token_id=int(self._mask_token_id),
                 block_size=int(self.block_size),
-                num_verify_tokens=self.num_verify_tokens,
+                num_verify_tokens=n,
             )
             window = open_window(self, batch, draft_input, cache_loc_2d)
             draft_hidden = self._draft(
                 batch, block_ids, block_positions, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window
             )
         with profiler.stage("topk"):
-            tree = self._draft_tree(draft_hidden[:, 1:, :])
+            tree = self._draft_tree(draft_hidden[:, 1:, :], width.budget)
         with profiler.stage("tree"):
-            n = self.num_verify_tokens
             verify_tensors, custom_mask = self.tree_stage.write_verify_inputs(
                 tree,
                 root_tokens(draft_input),
@@ -319,12 +358,13 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             raise RuntimeError("DDTREE draft model returned no hidden states.")
         return out.hidden_states.view(bs, block_size, -1)
 
-    def _draft_tree(self, draft_hidden: torch.Tensor) -> DDTreeDraftTree:
-        """The round's tree from the hidden states of draft slots 1..L, [bs, L, H]."""
+    def _draft_tree(self, draft_hidden: torch.Tensor, budget: int) -> DDTreeDraftTree:
+        """The round's tree of ``budget`` nodes from the hidden states of draft slots 1..L,
+        [bs, L, H]."""
         bs = int(draft_hidden.shape[0])
         graphs = self.tree_graphs
         if graphs is None or not graphs.can_run(bs):
-            return self._eager_tree(draft_hidden)
+            return self._eager_tree(draft_hidden, budget)
         graphs.inputs_for(bs)["hidden"].copy_(draft_hidden)
         tree = graphs.replay(bs)
         if graphs.graph_bs(bs) == bs:
@@ -336,22 +376,22 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             log_scores=tree.log_scores[:bs],
         )
 
-    def _eager_tree(self, hidden: torch.Tensor) -> DDTreeDraftTree:
-        return self.tree_stage.build_tree(self._draft_topk(hidden), self.budget)
+    def _scheduled_tree(self, hidden: torch.Tensor) -> DDTreeDraftTree:
+        """The tree stage captured per graph batch size, with that batch size's budget."""
+        return self._eager_tree(hidden, self.verify_widths.budget_for(int(hidden.shape[0])))
 
-    def _draft_topk(self, draft_hidden: torch.Tensor) -> DDTreeDraftTopK:
+    def _eager_tree(self, hidden: torch.Tensor, budget: int) -> DDTreeDraftTree:
+        topk = self._draft_topk(hidden, min(budget, self.vocab_size))
+        return self.tree_stage.build_tree(topk, budget)
+
+    def _draft_topk(self, draft_hidden: torch.Tensor, k: int) -> DDTreeDraftTopK:
         """Top-K of the target lm_head over the draft slots' hidden states [bs, L, H]."""
         lm_head = self.target_worker.model_runner.model.lm_head
         if self._vocab_parallel_group is not None:
-            return lm_head_draft_topk(
-                lm_head,
-                draft_hidden,
-                k=self.draft_topk,
-                group=self._vocab_parallel_group,
-            )
+            return lm_head_draft_topk(lm_head, draft_hidden, k=k, group=self._vocab_parallel_group)
         weight = lm_head.weight[: self.vocab_size]  # drop vocab padding rows
         logits = torch.matmul(draft_hidden.to(weight.dtype), weight.T)  # [bs, L, V]
-        return compute_draft_topk(logits, self.draft_topk)
+        return compute_draft_topk(logits, k)
 
     def _verify(self, batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum):
         batch.out_cache_loc = cache_loc_2d.reshape(-1)
