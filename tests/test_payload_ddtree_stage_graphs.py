@@ -256,30 +256,34 @@ def test_a_batch_takes_the_budget_of_the_graph_size_it_pads_to(bs, budget) -> No
     assert widths.budget_for(bs) == budget
 
 
-def test_using_a_width_swaps_the_targets_backend_and_graphs_only_when_the_width_changes() -> None:
+def test_a_verify_runs_on_its_widths_backend_and_graphs_and_the_target_gets_its_own_back() -> None:
     model_runner = target_runner([1, 2, 4, 8, 16])
     widths = gr.VerifyWidths(
         model_runner, budget=64, block_size=16,
         schedule=du.BudgetSchedule.parse("1:64,4:32,8:8,16:15"), build=recording_build([]),
     )
     seen = []
-    for bs in (1, 4, 8, 16, 2):
-        width = widths.use(bs)
-        seen.append((width.budget, width.num_verify_tokens, model_runner.attn_backend))
-        assert model_runner.decode_cuda_graph_runner == width.graph_runner
+    for bs in (1, 4, 8, 16):
+        width = widths.width_for(bs)
+        with widths.verifying(width):
+            seen.append((width.budget, width.num_verify_tokens, model_runner.attn_backend))
+            assert model_runner.decode_cuda_graph_runner == width.graph_runner
+        assert model_runner.attn_backend == "target-attn"  # prefill and the rest see the target's
+        assert model_runner.decode_cuda_graph_runner.name == "target-graphs"
     assert seen == [
         (64, 65, "target-attn"), (32, 33, "attn-33"), (8, 16, "attn-16"), (15, 16, "attn-16"),
-        (64, 65, "target-attn"),
     ]
+    with pytest.raises(RuntimeError), widths.verifying(widths.width_for(4)):
+        raise RuntimeError("verify failed")
+    assert model_runner.attn_backend == "target-attn"
 
 
 def test_without_a_schedule_every_batch_verifies_at_the_targets_own_width() -> None:
     model_runner = target_runner([1, 2, 4])
     widths = gr.VerifyWidths(model_runner, budget=32, block_size=16)
     for bs in (1, 3, 100):
-        width = widths.use(bs)
+        width = widths.width_for(bs)
         assert (width.budget, width.num_verify_tokens, width.attn_backend) == (32, 33, "target-attn")
-    assert model_runner.attn_backend == "target-attn"
 
 
 def test_without_decode_graphs_the_narrower_widths_get_no_batch_sizes() -> None:

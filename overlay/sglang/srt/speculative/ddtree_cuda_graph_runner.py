@@ -24,8 +24,7 @@ them on the same stream before then.
 With a budget schedule (``--speculative-ddtree-budget-schedule``) the target's
 verify also comes in several widths: ``VerifyWidths`` keeps, per budget, the
 target attention backend and TARGET_VERIFY graphs of that width, and the round
-swaps them into the target's model runner, as SGLang's adaptive EAGLE swaps
-its step states.
+swaps them into the target's model runner for its verify only.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ import bisect
 import dataclasses
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -208,7 +208,6 @@ class VerifyWidths:
                 by_width[width] = VerifyWidth(other, width, attn_backend, graph_runner)
             self.by_budget[other] = dataclasses.replace(by_width[width], budget=other)
         self.widest = widest
-        self.active = widest
 
     def budget_for(self, bs: int) -> int:
         if self.schedule is None:
@@ -216,11 +215,17 @@ class VerifyWidths:
         i = bisect.bisect_left(self.capture_bs, bs)
         return self.schedule.budget_for(self.capture_bs[i] if i < len(self.capture_bs) else bs)
 
-    def use(self, bs: int) -> VerifyWidth:
-        """The width for a batch of ``bs`` requests, made the target's current one."""
-        width = self.by_budget[self.budget_for(bs)]
-        if width.num_verify_tokens != self.active.num_verify_tokens:
-            self.model_runner.attn_backend = width.attn_backend
-            self.model_runner.decode_cuda_graph_runner = width.graph_runner
-        self.active = width
-        return width
+    def width_for(self, bs: int) -> VerifyWidth:
+        return self.by_budget[self.budget_for(bs)]
+
+    @contextmanager
+    def verifying(self, width: VerifyWidth):
+        """The target's backend and decode graphs are ``width``'s for the verify inside, and
+        its own again after: prefill graphs and every other forward keep reading its own."""
+        runner = self.model_runner
+        saved = runner.attn_backend, runner.decode_cuda_graph_runner
+        runner.attn_backend, runner.decode_cuda_graph_runner = width.attn_backend, width.graph_runner
+        try:
+            yield
+        finally:
+            runner.attn_backend, runner.decode_cuda_graph_runner = saved

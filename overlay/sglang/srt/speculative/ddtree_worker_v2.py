@@ -250,7 +250,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
 
         bs = len(batch.seq_lens)
         prefix_lens = batch.seq_lens
-        width = self.verify_widths.use(bs)
+        width = self.verify_widths.width_for(bs)
         n = width.num_verify_tokens
         seq_lens_cpu, seq_lens_sum = planning_seq_lens(batch, draft_input, n)
         profiler = self.profiler
@@ -287,9 +287,10 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 **verify_input_extras(window),
             )
         with profiler.stage("verify"):
-            logits_output, can_run_cuda_graph = self._verify(
-                batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum
-            )
+            with self.verify_widths.verifying(width):
+                logits_output, can_run_cuda_graph = self._verify(
+                    batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum
+                )
         with profiler.stage("accept"):
             predict, accept_lens, accept_index = eagle_sample(
                 verify_input, batch, logits_output
