@@ -401,6 +401,26 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return columns
 
 
+def recommended_schedule(columns: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The fastest budget at each measured batch size (T = 0), as a value for SGLang's
+    ``--speculative-ddtree-budget-schedule``: batch sizes between two measured ones take the
+    smaller one's budget. ``below_dflash`` lists the batch sizes where even that budget loses
+    to DFLASH's faster mode."""
+    greedy = sorted((c for c in columns if c["temperature"] == 0), key=lambda c: c["batch_size"])
+    if not greedy:
+        return None
+    steps: list[tuple[int, int]] = []
+    for column in greedy:
+        budget = column["best"]["budget"]
+        if not steps or steps[-1][1] != budget:
+            steps.append((column["batch_size"] if steps else 1, budget))
+    return {
+        "schedule": ",".join(f"{bs}:{budget}" for bs, budget in steps),
+        "measured_batch_sizes": [c["batch_size"] for c in greedy],
+        "below_dflash": [c["batch_size"] for c in greedy if c["best"]["speedup_vs_dflash"] < 1.0],
+    }
+
+
 def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | None]) -> dict[str, Any]:
     """The group's status over its engine runs (repeat -> record): failed if any failed, ok if
     any ran; the fields shown are that run's, ``repeats`` lists every run."""
@@ -572,6 +592,7 @@ def analyse(
         notes.append(PROFILE_HINT)
     if not plan.setting.real_weights:
         notes.append(plan.setting.note)
+    fastest = fastest_modes(rows)
     return {
         "bench_report_version": REPORT_VERSION,
         "setting": {
@@ -596,7 +617,9 @@ def analyse(
         "context": dict(context or {}),
         "groups": groups,
         "cells": rows,
-        "fastest_modes": fastest_modes(rows),
+        "fastest_modes": fastest,
+        # random weights accept nothing, so their fastest budget says nothing about a real pair's
+        "recommended_schedule": recommended_schedule(fastest) if plan.setting.real_weights else None,
         "parity": parity,
         "issues": issues,
         "notes": notes,
@@ -687,6 +710,20 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
     for label, row in texts.items():
         lines.append(f"| {label} | " + " | ".join(row.get(key, DASH) for key in columns) + " |")
     return "\n".join(lines)
+
+
+def _schedule_lines(recommended: Mapping[str, Any] | None) -> list[str]:
+    if not recommended:
+        return []
+    text = (
+        "Budget per batch size from this sweep (the fastest budget at each measured batch size, "
+        f"T = 0; batch sizes in between take the smaller one's): "
+        f"`--speculative-ddtree-budget-schedule {recommended['schedule']}`."
+    )
+    if recommended["below_dflash"]:
+        sizes = ", ".join(str(bs) for bs in recommended["below_dflash"])
+        text += f" At batch size {sizes} even the fastest budget stays below DFLASH."
+    return ["", text]
 
 
 def _lossless_text(row: Mapping[str, Any]) -> str:
@@ -861,6 +898,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         ),
         "",
         fastest_modes_table(report),
+        *_schedule_lines(report.get("recommended_schedule")),
         "",
         "## Per cell",
         "",

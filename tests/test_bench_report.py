@@ -346,6 +346,37 @@ def test_speedup_summary_sets_each_algorithms_faster_mode_against_the_other(tmp_
     assert "| fastest DDTREE | B=8: 400 no overlap (x2.00) | B=32: 332 (x1.33) | B=32: 332 (x1.66) |" in markdown
 
 
+def test_the_fastest_budget_per_batch_size_becomes_a_budget_schedule(tmp_path: Path) -> None:
+    plan, cells, engines = no_overlap_run(tmp_path)  # T=0: bs 1 best B=8, bs 2 best B=32
+    report = br.analyse(plan, cells, engines, references=references())
+    assert report["recommended_schedule"] == {
+        "schedule": "1:8,2:32", "measured_batch_sizes": [1, 2], "below_dflash": [],
+    }
+    assert "`--speculative-ddtree-budget-schedule 1:8,2:32`." in br.markdown_report(report)
+
+
+def test_a_batch_size_where_even_the_fastest_budget_loses_to_dflash_is_named(tmp_path: Path) -> None:
+    plan, cells, engines = no_overlap_run(tmp_path)
+    for group in ("ddtree-b8", "ddtree-b8-no-overlap", "ddtree-b32", "ddtree-b32-no-overlap"):
+        cells[f"{group}/bs2/t0", 1] |= {"tok_per_s": 100.0, "decode_s": PROMPTS * NEW / 100.0}
+    report = br.analyse(plan, cells, engines, references=references())
+    recommended = report["recommended_schedule"]
+    assert recommended["below_dflash"] == [2]
+    assert recommended["schedule"].startswith("1:8")
+    assert "At batch size 2 even the fastest budget stays below DFLASH." in br.markdown_report(report)
+
+
+def test_random_weights_recommend_no_schedule(tmp_path: Path) -> None:
+    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    plan = bp.plan_sweep(setting, bp.BenchConfig(
+        budgets=(8, 32), batch_sizes=(1,), temperatures=(0.0,), max_new_tokens=NEW, prompts_per_cell=PROMPTS,
+    ))
+    cells, engines = synthetic(plan)
+    report = br.analyse(plan, cells, engines)
+    assert report["fastest_modes"] and report["recommended_schedule"] is None
+    assert "--speculative-ddtree-budget-schedule" not in br.markdown_report(report)
+
+
 def test_speedup_summary_without_the_no_overlap_arms_says_ddtree_ran_one_mode(tmp_path: Path) -> None:
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
