@@ -86,14 +86,16 @@ def make(tmp_path: Path, **kwargs):
     return profiler, gpu, clock
 
 
-def one_round(profiler, gpu: FakeGPU, clock: FakeClock, *, bs: int = 4, graph: bool = True) -> None:
+def one_round(
+    profiler, gpu: FakeGPU, clock: FakeClock, *, bs: int = 4, graph: bool = True, budget: int = 32
+) -> None:
     """Stage i takes i + 1 ms of GPU time, with a 0.5 ms gap before each stage."""
     for i, stage in enumerate(STAGES):
         gpu.now += 0.5
         with profiler.stage(stage):
             gpu.now += i + 1
     clock.t += 0.01
-    profiler.round_done(bs, cuda_graph=graph)
+    profiler.round_done(bs, cuda_graph=graph, budget=budget)
 
 
 def lines(tmp_path: Path) -> list[dict]:
@@ -143,12 +145,13 @@ def test_a_full_window_is_one_json_line_of_stage_sums(tmp_path: Path) -> None:
     for _ in range(3):
         one_round(profiler, gpu, clock)
     assert lines(tmp_path) == []
-    one_round(profiler, gpu, clock, bs=3, graph=False)
+    one_round(profiler, gpu, clock, bs=3, graph=False, budget=64)  # a schedule's other budget
     (window,) = lines(tmp_path)
     assert window["profile_version"] == dp.PROFILE_VERSION
     assert window["rounds"] == 4 and window["requests"] == 4 + 4 + 4 + 3
     assert window["cuda_graph_rounds"] == 3
     assert window["batch_sizes"] == {"4": 3, "3": 1}
+    assert window["budgets"] == {"32": 3, "64": 1}
     expected = {stage: 4.0 * (i + 1) for i, stage in enumerate(STAGES)}
     # a round spans its first event to its last: stages plus the five gaps between them
     expected["round"] = 4.0 * (sum(range(1, 7)) + 5 * 0.5)

@@ -15,7 +15,7 @@ keeps the events' host cost off all but the sampled rounds)::
 
     with profiler.stage("draft"):
         ...
-    profiler.round_done(bs, cuda_graph=can_run_cuda_graph)
+    profiler.round_done(bs, cuda_graph=can_run_cuda_graph, budget=budget)
 
 A round is folded into the current window only once its last event has
 completed (``Event.query()``, which does not block), so profiling adds no host
@@ -25,7 +25,7 @@ appended to the file as one JSON line::
 
     {"profile_version": 1, "pid": 4242, "t_first": 1764400000.1,
      "t_last": 1764400000.9, "rounds": 64, "requests": 1024,
-     "cuda_graph_rounds": 64, "batch_sizes": {"16": 64},
+     "cuda_graph_rounds": 64, "batch_sizes": {"16": 64}, "budgets": {"32": 64},
      "ms_sum": {"draft": 40.1, "topk": 6.0, "tree": 9.3, "verify": 80.2,
                 "accept": 5.5, "commit": 7.7, "round": 160.4},
      "ms_max": {"draft": 0.9, ..., "round": 3.1},
@@ -40,6 +40,7 @@ last, so ``round`` minus the stages is GPU time spent between them (launch
 gaps). ``t_first`` / ``t_last`` are host wall-clock times (``time.time()``) of
 the window's first and last ``round_done``, so a benchmark can match windows
 to the requests it sent; ``requests`` sums the batch size over the rounds.
+``budgets`` counts the rounds per tree budget (several under a budget schedule).
 
 Enabled or not, each stage is a ``ddtree.<stage>`` ``record_function`` range
 while a torch-profiler trace is being taken (scripts/gpu/round_trace.py).
@@ -74,7 +75,9 @@ class DDTreeNullProfiler:
     def stage(self, name: str):
         return _record_function("ddtree." + name)
 
-    def round_done(self, batch_size: int, cuda_graph: Optional[bool] = None) -> None:
+    def round_done(
+        self, batch_size: int, cuda_graph: Optional[bool] = None, budget: Optional[int] = None
+    ) -> None:
         return None
 
     def flush(self) -> None:
@@ -128,14 +131,15 @@ class _Stage:
 
 
 class _Round:
-    __slots__ = ("spans", "first", "last", "batch_size", "cuda_graph", "t")
+    __slots__ = ("spans", "first", "last", "batch_size", "cuda_graph", "budget", "t")
 
-    def __init__(self, spans, first, last, batch_size, cuda_graph, t):
+    def __init__(self, spans, first, last, batch_size, cuda_graph, budget, t):
         self.spans = spans  # [(name, start_event, end_event, host_ms)] in closing order
         self.first = first  # the round's first recorded event
         self.last = last  # the round's last recorded event
         self.batch_size = batch_size
         self.cuda_graph = cuda_graph
+        self.budget = budget
         self.t = t
 
 
@@ -147,6 +151,7 @@ class _Window:
         self.requests = 0
         self.cuda_graph_rounds = 0
         self.batch_sizes: Counter = Counter()
+        self.budgets: Counter = Counter()
         self.ms_sum: Dict[str, float] = {}
         self.ms_max: Dict[str, float] = {}  # one slow round (a compile, a stall) shows here
         self.host_ms_sum: Dict[str, float] = {}
@@ -164,6 +169,8 @@ class _Window:
         self.requests += int(rnd.batch_size)
         self.cuda_graph_rounds += 1 if rnd.cuda_graph else 0
         self.batch_sizes[str(int(rnd.batch_size))] += 1
+        if rnd.budget is not None:
+            self.budgets[str(int(rnd.budget))] += 1
         for name, ms in [*stage_ms, ("round", round_ms)]:
             self.ms_sum[name] = self.ms_sum.get(name, 0.0) + ms
             self.ms_max[name] = max(self.ms_max.get(name, 0.0), ms)
@@ -182,6 +189,7 @@ class _Window:
             "requests": self.requests,
             "cuda_graph_rounds": self.cuda_graph_rounds,
             "batch_sizes": dict(self.batch_sizes),
+            "budgets": dict(self.budgets),
             "ms_sum": {name: round(ms, 4) for name, ms in self.ms_sum.items()},
             "ms_max": {name: round(ms, 4) for name, ms in self.ms_max.items()},
             "host_ms_sum": {name: round(ms, 4) for name, ms in self.host_ms_sum.items()},
@@ -244,13 +252,15 @@ class DDTreeProfiler:
             return _NULL_STAGE
         return _Stage(self, name)
 
-    def round_done(self, batch_size: int, cuda_graph: Optional[bool] = None) -> None:
+    def round_done(
+        self, batch_size: int, cuda_graph: Optional[bool] = None, budget: Optional[int] = None
+    ) -> None:
         self._rounds_seen += 1
         if self._first is None:
             return  # nothing was recorded this round (unsampled, or during graph capture)
         now = self._clock()
         self._pending.append(
-            _Round(self._spans, self._first, self._last, batch_size, cuda_graph, now)
+            _Round(self._spans, self._first, self._last, batch_size, cuda_graph, budget, now)
         )
         self._spans, self._first, self._last = [], None, None
         self._last_round_t = now

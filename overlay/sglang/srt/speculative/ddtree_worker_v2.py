@@ -316,7 +316,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             next_input = next_draft_input(
                 self, bonus=accepted.bonus, new_seq_lens=new_seq_lens, draft_input=draft_input
             )
-        profiler.round_done(bs, cuda_graph=can_run_cuda_graph)
+        profiler.round_done(bs, cuda_graph=can_run_cuda_graph, budget=width.budget)
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=accepted.tokens.reshape(-1),
