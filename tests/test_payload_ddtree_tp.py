@@ -71,8 +71,47 @@ def _lm_head_rank_main(rank: int, world: int, init_file: str, seed: int, out: di
         by_k = {}
         for k in LM_HEAD_KS:
             got = tp.lm_head_draft_topk(lm_head, hidden, k=k, group=group)
-            by_k[k] = (got.log_probs, got.token_ids)
+            # what the worker sends every round: the widest budget's pairs, whatever this k
+            wide = tp.lm_head_draft_topk(lm_head, hidden, k=k, group=group, pack_k=max(LM_HEAD_KS))
+            by_k[k] = (got.log_probs, got.token_ids, wide.log_probs, wide.token_ids)
         out[rank] = by_k
+    finally:
+        dist.destroy_process_group()
+
+
+def _graph_rank_main(rank: int, world: int, init_file: str, seed: int, out: dict) -> None:
+    """The worker's TP tree stage with graphs: this rank's top-K pieces from one graph, the
+    all-gather eager, the combine + tree build from another; graphs of 2 and 4 requests, so the
+    3-request round replays padded ones."""
+    from fake_graphs import gr, make_graphs
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        group = dist.new_group(list(range(world)))
+        hidden, weight = full_problem(seed)
+        lm_head = sglang_lm_head(weight, rank, world)
+        pack_k, k = 32, 16  # the widest budget's pairs sent, a narrower budget's tree built
+
+        def copy_into(out, fresh):
+            out.copy_(fresh)
+
+        def copy_tree(out, fresh):
+            for field in ("tokens", "parent_indices", "depths", "log_scores"):
+                getattr(out, field).copy_(getattr(fresh, field))
+
+        local, _ = make_graphs(
+            lambda hidden: tp.lm_head_topk_pieces(lm_head, hidden, k=pack_k),
+            [2, 4], {"hidden": gr.StaticInput((DEPTH, HIDDEN), torch.float32)}, [], copy_into,
+        )
+        combine, _ = make_graphs(
+            lambda every: du.build_ddtree_tree(tp.combine_topk_pieces(every, k), k),
+            [2, 4], {"every": gr.StaticInput((DEPTH, world, 1 + 2 * pack_k), torch.float64)}, [], copy_tree,
+        )
+        local.inputs_for(BS)["hidden"].copy_(hidden)
+        every = tp.gather_topk_pieces(local.replay(BS)[:BS], group)
+        combine.inputs_for(BS)["every"].copy_(every)
+        tree = combine.replay(BS)
+        out[rank] = (tree.tokens[:BS], tree.parent_indices[:BS], tree.log_scores[:BS])
     finally:
         dist.destroy_process_group()
 
@@ -109,7 +148,7 @@ def test_every_rank_builds_the_bit_identical_tree_without_a_broadcast(tmp_path):
     # the gathered bytes are the same, so everything computed from them is too
     results = run_ranks(tmp_path, _rank_main, world=4, args=(64, 3))
     for rank in (1, 2, 3):
-        for mine, rank0 in zip(results[rank], results[0]):
+        for mine, rank0 in zip(results[rank], results[0], strict=True):
             assert torch.equal(mine, rank0)
 
 
@@ -128,7 +167,29 @@ def test_lm_head_top_k_skips_padding_rows_and_is_the_same_on_every_rank(tmp_path
     assert last_shard.shard_indices.num_org_elements < last_shard.weight.shape[0]  # padding rows
     for k in LM_HEAD_KS:
         expect = du.compute_draft_topk(hidden @ weight.T, k)
-        (log_probs, token_ids), (log_probs_1, token_ids_1) = results[0][k], results[1][k]
+        (log_probs, token_ids, *_), (log_probs_1, token_ids_1, *_) = results[0][k], results[1][k]
         assert torch.equal(token_ids, expect.token_ids)
         assert torch.allclose(log_probs, expect.log_probs, atol=1e-5)
         assert torch.equal(log_probs, log_probs_1) and torch.equal(token_ids, token_ids_1)
+
+
+def test_sending_more_pairs_than_k_gives_the_same_top_k(tmp_path):
+    hidden, weight = full_problem(6)
+    results = run_ranks(tmp_path, _lm_head_rank_main, world=2, args=(6,))
+    for k in LM_HEAD_KS:
+        expect = du.compute_draft_topk(hidden @ weight.T, k)
+        for rank in (0, 1):
+            log_probs, token_ids, wide_log_probs, wide_token_ids = results[rank][k]
+            assert torch.equal(wide_token_ids, token_ids) and torch.equal(wide_token_ids, expect.token_ids)
+            assert torch.equal(wide_log_probs, log_probs)
+
+
+def test_the_graphed_tree_stage_around_the_all_gather_builds_the_single_rank_tree(tmp_path):
+    hidden, weight = full_problem(7)
+    expect = du.build_ddtree_tree(du.compute_draft_topk(hidden @ weight.T, 16), 16)
+    results = run_ranks(tmp_path, _graph_rank_main, world=2, args=(7,))
+    for rank in (0, 1):
+        tokens, parents, log_scores = results[rank]
+        assert torch.equal(tokens, expect.tokens) and torch.equal(parents, expect.parent_indices)
+        assert torch.allclose(log_scores, expect.log_scores, atol=1e-4)
+    assert all(torch.equal(a, b) for a, b in zip(results[0], results[1], strict=True))

@@ -14,8 +14,10 @@ across ranks in the last bit, and the tree must not). The accept needs nothing
 here: at T = 0 it reads the target's all-gathered (identical) logits, and at
 T > 0 ``eagle_sample`` broadcasts its predict / accept_index from rank 0 itself.
 
-The worker calls ``lm_head_draft_topk`` when tp_size > 1. Pure torch +
-torch.distributed; tested on CPU with gloo.
+The worker calls ``lm_head_draft_topk`` when tp_size > 1, or replays the parts
+before and after the all-gather from CUDA graphs (``lm_head_topk_pieces``, then
+``combine_topk_pieces`` and the tree build), with the all-gather eager between
+them. Pure torch + torch.distributed; tested on CPU with gloo.
 """
 
 from __future__ import annotations
@@ -28,6 +30,57 @@ import torch.distributed as dist
 from sglang.srt.speculative.ddtree_utils import DDTreeDraftTopK
 
 
+def local_topk_pieces(local_logits: torch.Tensor, *, vocab_start: int, k: int) -> torch.Tensor:
+    """This rank's share of the global top-K: per draft position, its shard's log-sum-exp and
+    its K best (score, id) pairs, as [bs, L, 1 + 2K] float64 (which holds fp32 scores and any
+    token id exactly). A shard smaller than K pads with -inf scores, which the global top-K
+    never picks while K <= the global vocabulary.
+
+    Args:
+        local_logits: drafter logits for this rank's vocabulary rows only (padding rows
+            removed). Shape: [bs, L, V_local].
+        vocab_start: global id of this rank's first row.
+        k: K; every rank must pass the same.
+    """
+    if local_logits.ndim != 3:
+        raise ValueError(
+            f"DDTREE local draft logits must be [bs, L, V_local], got {tuple(local_logits.shape)}."
+        )
+    logits = local_logits.float()
+    bs, depth, local_vocab = logits.shape
+    take = min(k, local_vocab)
+    packed = torch.full(
+        (bs, depth, 1 + 2 * k), float("-inf"), dtype=torch.float64, device=logits.device
+    )
+    packed[..., 0] = torch.logsumexp(logits, dim=-1)
+    top_scores, top_ids = torch.topk(logits, take, dim=-1)
+    packed[..., 1 : 1 + take] = top_scores
+    packed[..., 1 + k : 1 + k + take] = top_ids + int(vocab_start)
+    return packed
+
+
+def gather_topk_pieces(packed: torch.Tensor, group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
+    """Every rank's pieces, [bs, L, world, 1 + 2K]: the round's one collective."""
+    gathered = [torch.empty_like(packed) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, packed, group=group)
+    return torch.stack(gathered, dim=2)
+
+
+def combine_topk_pieces(every: torch.Tensor, k: int) -> DDTreeDraftTopK:
+    """The global top-k from every rank's pieces ([bs, L, world, 1 + 2K], K >= k: a rank's K
+    best hold its share of any top-k). The same bytes on every rank give the same result."""
+    bs, depth, world, width = every.shape
+    packed_k = (width - 1) // 2
+    log_z = torch.logsumexp(every[..., 0], dim=-1).float()  # [bs, L]
+    scores = every[..., 1 : 1 + packed_k].reshape(bs, depth, world * packed_k).float()
+    ids = every[..., 1 + packed_k :].reshape(bs, depth, world * packed_k)
+    best_scores, best_pos = torch.topk(scores, k, dim=-1)
+    return DDTreeDraftTopK(
+        log_probs=best_scores - log_z.unsqueeze(-1),
+        token_ids=ids.gather(-1, best_pos).long(),
+    )
+
+
 def vocab_parallel_draft_topk(
     local_logits: torch.Tensor,
     *,
@@ -37,64 +90,35 @@ def vocab_parallel_draft_topk(
 ) -> DDTreeDraftTopK:
     """Global top-K log-probabilities from this rank's vocabulary shard, one all-gather.
 
-    Args:
-        local_logits: drafter logits for this rank's vocabulary rows only (padding
-            rows removed). Shape: [bs, L, V_local].
-        vocab_start: global id of this rank's first row.
-        k: K = min(budget, global vocab); every rank must pass the same k.
-    Returns: the same as ``compute_draft_topk`` on the gathered full logits, up to
-    fp32 summation order in the normaliser; bit-identical on every rank.
+    Returns the same as ``compute_draft_topk`` on the gathered full logits, up to fp32
+    summation order in the normaliser; bit-identical on every rank.
     """
-    if local_logits.ndim != 3:
-        raise ValueError(
-            f"DDTREE local draft logits must be [bs, L, V_local], got {tuple(local_logits.shape)}."
-        )
-    logits = local_logits.float()
-    bs, depth, local_vocab = logits.shape
-    take = min(k, local_vocab)
-
-    # [lse_r | K scores | K ids] in float64, which holds fp32 scores and any token id
-    # exactly; a shard smaller than K pads with -inf scores, which the global top-K never
-    # picks while K <= the global vocabulary.
-    packed = torch.full(
-        (bs, depth, 1 + 2 * k), float("-inf"), dtype=torch.float64, device=logits.device
-    )
-    packed[..., 0] = torch.logsumexp(logits, dim=-1)
-    top_scores, top_ids = torch.topk(logits, take, dim=-1)
-    packed[..., 1 : 1 + take] = top_scores
-    packed[..., 1 + k : 1 + k + take] = top_ids + int(vocab_start)
-
-    world = dist.get_world_size(group)
-    gathered = [torch.empty_like(packed) for _ in range(world)]
-    dist.all_gather(gathered, packed, group=group)
-    every = torch.stack(gathered, dim=2)  # [bs, L, world, 1 + 2K]
-    log_z = torch.logsumexp(every[..., 0], dim=-1).float()  # [bs, L]
-    scores = every[..., 1 : 1 + k].reshape(bs, depth, world * k).float()
-    ids = every[..., 1 + k :].reshape(bs, depth, world * k)
-    best_scores, best_pos = torch.topk(scores, k, dim=-1)
-    return DDTreeDraftTopK(
-        log_probs=best_scores - log_z.unsqueeze(-1),
-        token_ids=ids.gather(-1, best_pos).long(),
-    )
+    packed = local_topk_pieces(local_logits, vocab_start=vocab_start, k=k)
+    return combine_topk_pieces(gather_topk_pieces(packed, group), k)
 
 
-def lm_head_draft_topk(
-    lm_head: Any, hidden: torch.Tensor, *, k: int, group: dist.ProcessGroup
-) -> DDTreeDraftTopK:
-    """Global top-K of a vocab-parallel lm_head over draft hidden states, the same on every rank.
+def lm_head_topk_pieces(lm_head: Any, hidden: torch.Tensor, *, k: int) -> torch.Tensor:
+    """``local_topk_pieces`` of a vocab-parallel lm_head over draft hidden states [bs, L, H].
 
-    Args:
-        lm_head: SGLang's ParallelLMHead: ``weight`` holds this rank's rows (its base
-            vocabulary, padding, then any added vocabulary); ``shard_indices`` locates them.
-        hidden: draft hidden states. Shape: [bs, L, H].
-        k: as in ``vocab_parallel_draft_topk``.
-    Only the base vocabulary is scored: padding rows are not tokens, and LoRA-added rows
-    are left out, which is safe because a draft only proposes; the target verifies every
-    node against its own full logits, so the output stays lossless.
+    ``lm_head`` is SGLang's ParallelLMHead: ``weight`` holds this rank's rows (its base
+    vocabulary, padding, then any added vocabulary); ``shard_indices`` locates them. Only the
+    base vocabulary is scored: padding rows are not tokens, and LoRA-added rows are left out,
+    which is safe because a draft only proposes; the target verifies every node against its
+    own full logits, so the output stays lossless.
     """
     shard = lm_head.shard_indices
     weight = lm_head.weight[: shard.num_org_elements]
     local_logits = torch.matmul(hidden.to(weight.dtype), weight.T)  # [bs, L, V_local]
-    return vocab_parallel_draft_topk(
-        local_logits, vocab_start=shard.org_vocab_start_index, k=k, group=group
-    )
+    return local_topk_pieces(local_logits, vocab_start=shard.org_vocab_start_index, k=k)
+
+
+def lm_head_draft_topk(
+    lm_head: Any, hidden: torch.Tensor, *, k: int, group: dist.ProcessGroup, pack_k: Optional[int] = None
+) -> DDTreeDraftTopK:
+    """Global top-k of a vocab-parallel lm_head over draft hidden states, the same on every rank.
+
+    ``pack_k`` (>= k, default k) is how many pairs each rank sends: the worker sends the same
+    number every round, whatever the round's budget, so its ranks' collectives always match.
+    """
+    packed = lm_head_topk_pieces(lm_head, hidden, k=pack_k or k)
+    return combine_topk_pieces(gather_topk_pieces(packed, group), k)

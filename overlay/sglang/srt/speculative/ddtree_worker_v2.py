@@ -3,9 +3,10 @@
 One decode round, as the paper defines it:
   draft     DFlash block [bonus, MASK x (L)] through the drafter (slot 0 = bonus)
   topk      per-position top-K log-probs, fp32, full-vocabulary normaliser
-            (under TP: vocab-parallel, rank 0's broadcast; see ddtree_tp), and
+            (under TP: vocab-parallel, one all-gather; see ddtree_tp), and
             the best B prefixes (best-first rule), nodes in pop order; one
-            CUDA-graph replay per round (ddtree_cuda_graph_runner)
+            CUDA-graph replay per round (ddtree_cuda_graph_runner), two around
+            the all-gather under TP
   tree      verify tensors and the FULL-layout tree mask
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
             depth, ancestor-only mask
@@ -58,7 +59,12 @@ from sglang.srt.speculative.ddtree_kernels import (
     prepare_draft_block,
 )
 from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler, get_round_sync_guard
-from sglang.srt.speculative.ddtree_tp import lm_head_draft_topk
+from sglang.srt.speculative.ddtree_tp import (
+    combine_topk_pieces,
+    gather_topk_pieces,
+    lm_head_draft_topk,
+    lm_head_topk_pieces,
+)
 from sglang.srt.speculative.ddtree_utils import (
     BudgetSchedule,
     DDTreeDraftTopK,
@@ -96,9 +102,14 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         tp_group = get_tp_group()
         # Under TP the target lm_head holds one vocabulary shard per rank.
         self._vocab_parallel_group = tp_group.device_group if tp_group.world_size > 1 else None
+        self._tp_world = int(tp_group.world_size)
+        # Pairs each rank sends per position under TP: the widest budget's, every round, so
+        # the ranks' all-gathers match whatever budget a round (or a rank's fallback) has.
+        self._tp_pack_k = min(self.budget, self.vocab_size)
         # SGLANG_DDTREE_TREE_KERNEL=triton (default)|torch: who builds the tree, verify tensors and mask.
         self.tree_stage = select_tree_stage()
         self.tree_graphs = None  # set by init_cuda_graphs
+        self.tp_tree_graphs = None  # (top-K pieces, combine + tree) under TP
         self.commit_graphs = None
         self.verify_widths = None
         # SGLANG_DDTREE_PROFILE=path: per-stage GPU ms per round (a no-op when unset).
@@ -173,9 +184,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
     def _capture_stage_graphs(self) -> None:
         """Top-K + tree build, and the draft-KV commit, per captured batch size.
 
-        Not under TP: the vocab-parallel top-K runs collectives each round."""
-        if self._vocab_parallel_group is not None:
-            return
+        Under TP the top-K + tree build is two graphs around the round's all-gather, and the
+        commit stays eager (the draft model's TP layers are not captured here)."""
         model_runner = self.target_worker.model_runner
         device = torch.device(self.device)
         dtype = model_runner.model.lm_head.weight.dtype  # the target's hidden states, too
@@ -184,9 +194,15 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             sizes = capture_batch_sizes(model_runner, logits_bytes, MAX_GRAPH_LOGITS_BYTES)
             if sizes is not None:
                 hidden = (self.block_size - 1, int(model_runner.model_config.hidden_size))
-                self.tree_graphs = self._capture_stage(
-                    self._scheduled_tree, sizes, {"hidden": StaticInput(hidden, dtype)}, device
-                )
+                inputs = {"hidden": StaticInput(hidden, dtype)}
+                if self._vocab_parallel_group is None:
+                    self.tree_graphs = self._capture_stage(
+                        self._scheduled_tree, sizes, inputs, device
+                    )
+                else:
+                    self.tp_tree_graphs = self._capture_tp_tree(sizes, inputs, device)
+        if self._vocab_parallel_group is not None:
+            return
         fc = getattr(self.draft_model, "fc", None)
         if graph_enabled(COMMIT_GRAPH_ENV, default=True) and fc is not None:
             sizes = capture_batch_sizes(model_runner)
@@ -201,6 +217,15 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 self.commit_graphs = self._capture_stage(
                     self._eager_commit_draft_kv, sizes, inputs, device
                 )
+
+    def _capture_tp_tree(self, sizes, inputs, device):
+        """Under TP: this rank's top-K pieces, and the combine + tree build, as graphs; the
+        all-gather between them runs eagerly each round."""
+        width = 1 + 2 * self._tp_pack_k
+        pieces = {"every": StaticInput((self.block_size - 1, self._tp_world, width), torch.float64)}
+        local = self._capture_stage(self._tp_topk_pieces, sizes, inputs, device)
+        combine = self._capture_stage(self._tp_scheduled_combine, sizes, pieces, device)
+        return (local, combine) if local is not None and combine is not None else None
 
     def _capture_stage(self, stage, batch_sizes, inputs, device) -> Optional[DDTreeStageCudaGraphs]:
         graphs = DDTreeStageCudaGraphs(
@@ -362,24 +387,39 @@ class DDTreeWorkerV2(DFlashWorkerV2):
     def _draft_tree(self, draft_hidden: torch.Tensor, budget: int) -> DDTreeDraftTree:
         """The round's tree of ``budget`` nodes from the hidden states of draft slots 1..L,
         [bs, L, H]."""
+        if self._vocab_parallel_group is not None:
+            return self._tp_draft_tree(draft_hidden, budget)
         bs = int(draft_hidden.shape[0])
         graphs = self.tree_graphs
         if graphs is None or not graphs.can_run(bs):
             return self._eager_tree(draft_hidden, budget)
         graphs.inputs_for(bs)["hidden"].copy_(draft_hidden)
-        tree = graphs.replay(bs)
-        if graphs.graph_bs(bs) == bs:
-            return tree
-        return DDTreeDraftTree(
-            tokens=tree.tokens[:bs],
-            parent_indices=tree.parent_indices[:bs],
-            depths=tree.depths[:bs],
-            log_scores=tree.log_scores[:bs],
-        )
+        return _first_rows(graphs.replay(bs), bs)
+
+    def _tp_draft_tree(self, draft_hidden: torch.Tensor, budget: int) -> DDTreeDraftTree:
+        bs = int(draft_hidden.shape[0])
+        graphs = self.tp_tree_graphs
+        if graphs is None or not graphs[0].can_run(bs):
+            return self._eager_tree(draft_hidden, budget)
+        local, combine = graphs
+        local.inputs_for(bs)["hidden"].copy_(draft_hidden)
+        every = gather_topk_pieces(local.replay(bs)[:bs], self._vocab_parallel_group)
+        combine.inputs_for(bs)["every"].copy_(every)
+        return _first_rows(combine.replay(bs), bs)
 
     def _scheduled_tree(self, hidden: torch.Tensor) -> DDTreeDraftTree:
         """The tree stage captured per graph batch size, with that batch size's budget."""
         return self._eager_tree(hidden, self.verify_widths.budget_for(int(hidden.shape[0])))
+
+    def _tp_topk_pieces(self, hidden: torch.Tensor) -> torch.Tensor:
+        lm_head = self.target_worker.model_runner.model.lm_head
+        return lm_head_topk_pieces(lm_head, hidden, k=self._tp_pack_k)
+
+    def _tp_scheduled_combine(self, every: torch.Tensor) -> DDTreeDraftTree:
+        """Under TP: combine + tree build captured per graph batch size, with its budget."""
+        budget = self.verify_widths.budget_for(int(every.shape[0]))
+        topk = combine_topk_pieces(every, min(budget, self.vocab_size))
+        return self.tree_stage.build_tree(topk, budget)
 
     def _eager_tree(self, hidden: torch.Tensor, budget: int) -> DDTreeDraftTree:
         topk = self._draft_topk(hidden, min(budget, self.vocab_size))
@@ -389,7 +429,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         """Top-K of the target lm_head over the draft slots' hidden states [bs, L, H]."""
         lm_head = self.target_worker.model_runner.model.lm_head
         if self._vocab_parallel_group is not None:
-            return lm_head_draft_topk(lm_head, draft_hidden, k=k, group=self._vocab_parallel_group)
+            return lm_head_draft_topk(
+                lm_head, draft_hidden, k=k, group=self._vocab_parallel_group, pack_k=self._tp_pack_k
+            )
         weight = lm_head.weight[: self.vocab_size]  # drop vocab padding rows
         logits = torch.matmul(draft_hidden.to(weight.dtype), weight.T)  # [bs, L, V]
         return compute_draft_topk(logits, k)
@@ -466,3 +508,15 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             cache_loc_2d=cache_loc,
             commit_lens=commit_lens,
         )
+
+
+def _first_rows(tree: DDTreeDraftTree, bs: int) -> DDTreeDraftTree:
+    """A graph's tree for its padded batch, cut to the round's ``bs`` requests."""
+    if int(tree.tokens.shape[0]) == bs:
+        return tree
+    return DDTreeDraftTree(
+        tokens=tree.tokens[:bs],
+        parent_indices=tree.parent_indices[:bs],
+        depths=tree.depths[:bs],
+        log_scores=tree.log_scores[:bs],
+    )
