@@ -2,7 +2,7 @@
 
 A decode step of a speculative arm launches two CUDA graphs (draft, target verify) and a plain
 decode step one, so steady-state steps are counted between graph launches. DDTREE rounds carry
-``ddtree.<stage>`` annotations (``ddtree_profile`` adds them while SGLANG_DDTREE_PROFILE is set);
+``ddtree.<stage>`` annotations (``ddtree_profile`` adds them whenever a trace is being taken);
 for those the host time, the launches and the busiest top-level ops of each stage are reported,
 and ``between`` is what the host does from one round's commit to the next round's draft.
 

@@ -274,14 +274,6 @@ def test_a_budget_schedule_gives_a_batch_the_last_step_at_or_below_it(bs, budget
     assert schedule.budgets == [32, 64, 256]
 
 
-def test_a_budget_schedule_splits_the_captured_batch_sizes_between_its_budgets():
-    schedule = du.BudgetSchedule.parse("1:256,8:64,16:32")
-    sizes = [1, 2, 4, 8, 12, 16, 24, 32]
-    assert schedule.batch_sizes_for(256, sizes) == [1, 2, 4]
-    assert schedule.batch_sizes_for(64, sizes) == [8, 12]
-    assert schedule.batch_sizes_for(32, sizes) == [16, 24, 32]
-
-
 @pytest.mark.parametrize("text", ["", "256", "1:", "1:64,x:8", "1:64,8:-1"])
 def test_a_malformed_budget_schedule_is_refused_naming_the_bad_step(text):
     with pytest.raises(ValueError, match="is not BATCH_SIZE:BUDGET"):

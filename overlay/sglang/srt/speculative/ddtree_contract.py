@@ -26,9 +26,7 @@ FORWARD_BATCH_FIELDS = (
 VERIFY_INPUT_FIELDS = (
     "draft_token", "positions", "draft_token_num", "topk", "custom_mask", "capture_hidden_mode",
 )
-DFLASH_WORKER_ASSIGNED = (
-    "_block_pos_offsets", "_mask_token_id", "_draft_block_spec_info", "draft_model_runner", "block_size",
-)
+DFLASH_WORKER_ASSIGNED = ("_mask_token_id", "_draft_block_spec_info", "draft_model_runner", "block_size")
 
 # What the payload needs in every supported release; each family's ddtree_compat adds
 # (or, for the same key, replaces) the entries where its release differs.
@@ -47,9 +45,8 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
         "params": ("verify_input", "batch", "logits_output"),
         "reads_subset_of": ("verify_input", "sglang.srt.speculative.ddtree_info:DDTreeVerifyInput"),
     },
-    "sglang.srt.speculative.spec_utils:move_accept_tokens_to_target_kvcache": {
-        "params": ("batch", "accept_index", "num_correct_drafts", "token_to_kv_pool_allocator"),
-    },
+    # The commit moves the accepted nodes' target KV with the pool's own mover.
+    "sglang.srt.mem_cache.memory_pool:MHATokenToKVPool.move_kv_cache": {"params": ("tgt_loc", "src_loc")},
     FORWARD_BATCH: {"fields": FORWARD_BATCH_FIELDS},
     "sglang.srt.managers.utils:GenerationBatchResult": {
         "fields": (

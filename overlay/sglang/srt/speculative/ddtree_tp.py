@@ -22,7 +22,7 @@ them. Pure torch + torch.distributed; tested on CPU with gloo.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -87,18 +87,22 @@ def vocab_parallel_draft_topk(
     vocab_start: int,
     k: int,
     group: Optional[dist.ProcessGroup] = None,
+    pack_k: Optional[int] = None,
 ) -> DDTreeDraftTopK:
-    """Global top-K log-probabilities from this rank's vocabulary shard, one all-gather.
+    """Global top-k log-probabilities from this rank's vocabulary shard, one all-gather.
 
+    ``pack_k`` (>= k, default k) is how many pairs each rank sends: the worker sends the same
+    number every round, whatever the round's budget, so its ranks' collectives always match.
     Returns the same as ``compute_draft_topk`` on the gathered full logits, up to fp32
     summation order in the normaliser; bit-identical on every rank.
     """
-    packed = local_topk_pieces(local_logits, vocab_start=vocab_start, k=k)
+    packed = local_topk_pieces(local_logits, vocab_start=vocab_start, k=pack_k or k)
     return combine_topk_pieces(gather_topk_pieces(packed, group), k)
 
 
-def lm_head_topk_pieces(lm_head: Any, hidden: torch.Tensor, *, k: int) -> torch.Tensor:
-    """``local_topk_pieces`` of a vocab-parallel lm_head over draft hidden states [bs, L, H].
+def _lm_head_local_logits(lm_head: Any, hidden: torch.Tensor) -> Tuple[torch.Tensor, int]:
+    """This rank's logits of a vocab-parallel lm_head over hidden states [bs, L, H], and the
+    global id of its first row.
 
     ``lm_head`` is SGLang's ParallelLMHead: ``weight`` holds this rank's rows (its base
     vocabulary, padding, then any added vocabulary); ``shard_indices`` locates them. Only the
@@ -108,17 +112,21 @@ def lm_head_topk_pieces(lm_head: Any, hidden: torch.Tensor, *, k: int) -> torch.
     """
     shard = lm_head.shard_indices
     weight = lm_head.weight[: shard.num_org_elements]
-    local_logits = torch.matmul(hidden.to(weight.dtype), weight.T)  # [bs, L, V_local]
-    return local_topk_pieces(local_logits, vocab_start=shard.org_vocab_start_index, k=k)
+    return torch.matmul(hidden.to(weight.dtype), weight.T), shard.org_vocab_start_index
+
+
+def lm_head_topk_pieces(lm_head: Any, hidden: torch.Tensor, *, k: int) -> torch.Tensor:
+    """``local_topk_pieces`` of a vocab-parallel lm_head over draft hidden states [bs, L, H]."""
+    local_logits, vocab_start = _lm_head_local_logits(lm_head, hidden)
+    return local_topk_pieces(local_logits, vocab_start=vocab_start, k=k)
 
 
 def lm_head_draft_topk(
     lm_head: Any, hidden: torch.Tensor, *, k: int, group: dist.ProcessGroup, pack_k: Optional[int] = None
 ) -> DDTreeDraftTopK:
-    """Global top-k of a vocab-parallel lm_head over draft hidden states, the same on every rank.
-
-    ``pack_k`` (>= k, default k) is how many pairs each rank sends: the worker sends the same
-    number every round, whatever the round's budget, so its ranks' collectives always match.
-    """
-    packed = lm_head_topk_pieces(lm_head, hidden, k=pack_k or k)
-    return combine_topk_pieces(gather_topk_pieces(packed, group), k)
+    """Global top-k of a vocab-parallel lm_head over draft hidden states, the same on every rank
+    (``vocab_parallel_draft_topk`` of this rank's logits)."""
+    local_logits, vocab_start = _lm_head_local_logits(lm_head, hidden)
+    return vocab_parallel_draft_topk(
+        local_logits, vocab_start=vocab_start, k=k, group=group, pack_k=pack_k
+    )

@@ -88,10 +88,6 @@ class BudgetSchedule:
     def budgets(self) -> List[int]:
         return sorted({budget for _, budget in self.steps})
 
-    def batch_sizes_for(self, budget: int, batch_sizes) -> List[int]:
-        """Those of ``batch_sizes`` that this schedule serves with ``budget``."""
-        return [bs for bs in batch_sizes if self.budget_for(bs) == budget]
-
 
 @dataclass(frozen=True)
 class DDTreeDraftTopK:
