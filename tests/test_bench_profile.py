@@ -283,6 +283,19 @@ def test_one_round_in_n_is_timed_and_the_others_record_nothing(tmp_path: Path) -
     assert annotated == [f"ddtree.{stage}" for stage in STAGES] * 2
 
 
+def test_an_unsampled_round_after_an_idle_gap_writes_the_last_cells_rounds(tmp_path: Path) -> None:
+    profiler, gpu, clock = make(tmp_path, window_rounds=64, sample_every=8, idle_gap_s=0.2)
+    for _ in range(10):  # rounds 0 and 8 are timed
+        one_round(profiler, gpu, clock, bs=16)
+    assert lines(tmp_path) == []
+    clock.t += 1.0  # the last cell is over; a short health-check request follows
+    for _ in range(3):  # rounds 10..12: none is sampled
+        one_round(profiler, gpu, clock, bs=1)
+    (window,) = lines(tmp_path)
+    assert window["rounds"] == 2 and window["batch_sizes"] == {"16": 2}
+    assert window["t_last"] < clock.t - 0.5
+
+
 def test_the_sampling_rate_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(dp, "_PROFILER", None)
     monkeypatch.setenv(dp.PROFILE_ENV, str(tmp_path / "p.jsonl"))

@@ -257,7 +257,11 @@ class DDTreeProfiler:
     ) -> None:
         self._rounds_seen += 1
         if self._first is None:
-            return  # nothing was recorded this round (unsampled, or during graph capture)
+            # Nothing was recorded this round (unsampled, or during graph capture). An unsampled
+            # round after an idle gap still writes what is pending: an engine's last requests
+            # may be too short to reach a sampled round.
+            self._flush_if_idle()
+            return
         now = self._clock()
         self._pending.append(
             _Round(self._spans, self._first, self._last, batch_size, cuda_graph, budget, now)
