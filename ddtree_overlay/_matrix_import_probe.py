@@ -6,12 +6,12 @@ run in the tool's own interpreter. What it checks, beyond "the module imports":
 * the DDTREE name resolves through SGLang's registry, and every predicate the builtin
   `SpeculativeAlgorithm` enum has can be called on DDTREE's spec class (the scheduler calls
   them on whatever `from_string` returns; a missing one is an AttributeError at server start);
-* the `--speculative-ddtree-budget` field (and, where the patch set declares it, the
-  budget schedule's) reaches `ServerArgs` and its CLI parser;
+* the `--speculative-ddtree-budget` field (and, where the patch set declares them, the
+  budget schedule's and the adaptive budgets') reaches `ServerArgs` and its CLI parser;
 * `ddtree_compat.api_contract_problems()`: the private DFlash members the DDTree worker uses,
   with the signatures its compat shim was written against;
 * DDTREE's server-args hook on real `ServerArgs` (model paths: the bundled fixture pair, named
-  by `DDTREE_MATRIX_FIXTURES`): verify width, block size and budget as resolved, and two
+  by `DDTREE_MATRIX_FIXTURES`): verify width, block size and budget as resolved, and the
   refusals; then, published where the release has a runtime context, the widths the worker
   reads through its shim, and the block-size scope DFlash's __init__ runs in.
 
@@ -118,16 +118,18 @@ def server_args_check():
     options = {option for action in parser._actions for option in action.option_strings}
     if "--speculative-ddtree-budget" not in options:
         problems.append("the CLI parser has no `--speculative-ddtree-budget`")
-    if _has_budget_schedule() and "--speculative-ddtree-budget-schedule" not in options:
-        problems.append("the CLI parser has no `--speculative-ddtree-budget-schedule`")
+    for flag in _budget_policy_flags():
+        if f"--{flag.replace('_', '-')}" not in options:
+            problems.append(f"the CLI parser has no `--{flag.replace('_', '-')}`")
     return problems
 
 
-def _has_budget_schedule() -> bool:
-    """Whether the release's patch set declares the budget-schedule flag (0.5.14's does)."""
+def _budget_policy_flags() -> list:
+    """The budget-policy flags the release's patch set declares (0.5.14's: both)."""
     from sglang.srt.server_args import ServerArgs
 
-    return hasattr(ServerArgs, "speculative_ddtree_budget_schedule")
+    flags = ("speculative_ddtree_budget_schedule", "speculative_ddtree_adaptive_budgets")
+    return [flag for flag in flags if hasattr(ServerArgs, flag)]
 
 
 RESOLUTION_CASES = (
@@ -140,8 +142,13 @@ RESOLUTION_CASES = (
 )
 SCHEDULE_CASES = (
     ({"speculative_ddtree_budget_schedule": "1:64,8:16", "speculative_dflash_block_size": 16}, (65, 16, 64)),
-    ({"speculative_ddtree_budget_schedule": "1:64", "speculative_ddtree_budget": 8}, "not both"),
+    ({"speculative_ddtree_budget_schedule": "1:64", "speculative_ddtree_budget": 8}, "not several"),
     ({"speculative_ddtree_budget_schedule": "4:64"}, "must start at batch size 1"),
+)
+ADAPTIVE_CASES = (
+    ({"speculative_ddtree_adaptive_budgets": "8,32,64", "speculative_dflash_block_size": 16}, (65, 16, 64)),
+    ({"speculative_ddtree_adaptive_budgets": "8,32", "speculative_ddtree_budget": 8}, "not several"),
+    ({"speculative_ddtree_adaptive_budgets": "8,32", "tp_size": 2}, "do not support tensor parallelism"),
 )
 
 
@@ -158,7 +165,12 @@ def resolution_check():
     if not fixtures:
         return None
     problems = []
-    cases = RESOLUTION_CASES + (SCHEDULE_CASES if _has_budget_schedule() else ())
+    flags = _budget_policy_flags()
+    cases = (
+        RESOLUTION_CASES
+        + (SCHEDULE_CASES if "speculative_ddtree_budget_schedule" in flags else ())
+        + (ADAPTIVE_CASES if "speculative_ddtree_adaptive_budgets" in flags else ())
+    )
     for extra, expected in cases:
         try:
             got = _resolve_ddtree_args(fixtures, extra)

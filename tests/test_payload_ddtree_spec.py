@@ -87,6 +87,12 @@ CASES = {
     "schedule_descending": {"speculative_ddtree_budget_schedule": "1:64,8:16,4:8"},
     "schedule_malformed": {"speculative_ddtree_budget_schedule": "1=64"},
     "schedule_budget0": {"speculative_ddtree_budget_schedule": "1:64,8:0"},
+    "adaptive": {"speculative_ddtree_adaptive_budgets": "8,32,128"},
+    "adaptive_and_schedule": {
+        "speculative_ddtree_adaptive_budgets": "8,32", "speculative_ddtree_budget_schedule": "1:64",
+    },
+    "adaptive_tp2": {"speculative_ddtree_adaptive_budgets": "8,32", "tp_size": 2},
+    "adaptive_one": {"speculative_ddtree_adaptive_budgets": "32"},
 }
 for name, changes in CASES.items():
     args = server_args(**changes)
@@ -146,6 +152,12 @@ def test_a_budget_schedule_sets_the_widest_budgets_verify_width(ddtree_report: d
     }
 
 
+def test_adaptive_budgets_set_the_widest_budgets_verify_width(ddtree_report: dict) -> None:
+    assert ddtree_report["cases"]["adaptive"] == {
+        "budget": 128, "block": 16, "verify_width": 129, "steps": 1, "topk": 1,
+    }
+
+
 def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: dict) -> None:
     assert ddtree_report["cases"]["tp2"] == ddtree_report["cases"]["default"]
 
@@ -162,7 +174,10 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
         ("dp_attention", "DDTREE does not support dp attention"),
         ("attn_dp_size", "DDTREE does not support dp attention"),
         ("pp2", "only supports pp_size == 1"),
-        ("schedule_and_budget", "--speculative-ddtree-budget or --speculative-ddtree-budget-schedule, not both"),
+        ("schedule_and_budget", "one of --speculative-ddtree-budget / --speculative-ddtree-budget-schedule, not several"),
+        ("adaptive_and_schedule", "--speculative-ddtree-budget-schedule / --speculative-ddtree-adaptive-budgets"),
+        ("adaptive_tp2", "adaptive budgets do not support tensor parallelism yet"),
+        ("adaptive_one", "give at least two budgets to choose from"),
         ("schedule_from_2", "must start at batch size 1"),
         ("schedule_descending", "batch sizes must ascend"),
         ("schedule_malformed", "'1=64' is not BATCH_SIZE:BUDGET"),

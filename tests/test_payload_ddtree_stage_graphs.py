@@ -249,3 +249,15 @@ def test_without_decode_graphs_the_narrower_widths_get_no_batch_sizes() -> None:
     )
     assert calls == [(16, [])]
     assert widths.budget_for(7) == 64 and widths.budget_for(8) == 15
+
+
+def test_adaptive_budgets_get_every_captured_size_at_every_width_and_trees_at_the_widest() -> None:
+    calls = []
+    widths = gr.VerifyWidths(
+        target_runner([1, 2, 4, 8]), budget=128, block_size=16,
+        choices=(8, 15, 32, 128), build=recording_build(calls),
+    )
+    assert sorted(calls) == [(16, [1, 2, 4, 8]), (33, [1, 2, 4, 8])]
+    assert [widths.by_budget[b].num_verify_tokens for b in (8, 15, 32, 128)] == [16, 16, 33, 129]
+    assert widths.by_budget[128].attn_backend == "target-attn"
+    assert {widths.budget_for(bs) for bs in (1, 3, 8, 20)} == {128}  # the tree graphs' budget

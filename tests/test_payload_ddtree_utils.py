@@ -278,3 +278,32 @@ def test_a_budget_schedule_gives_a_batch_the_last_step_at_or_below_it(bs, budget
 def test_a_malformed_budget_schedule_is_refused_naming_the_bad_step(text):
     with pytest.raises(ValueError, match="is not BATCH_SIZE:BUDGET"):
         du.BudgetSchedule.parse(text)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_narrower_budgets_tree_is_the_first_nodes_of_the_widest(seed):
+    # What adaptive budgets rely on: one tree at the widest budget serves every narrower one.
+    widest = 128
+    logits, topk = random_topk(3, 15, 300, widest, 2000 + seed)
+    tree = du.build_ddtree_tree(topk, widest)
+    for budget in (8, 15, 32, 64):
+        narrow = du.build_ddtree_tree(du.compute_draft_topk(logits, budget), budget)
+        for field in ("tokens", "parent_indices", "depths", "log_scores"):
+            assert torch.equal(getattr(tree, field)[:, :budget], getattr(narrow, field)), field
+
+
+@pytest.mark.parametrize(
+    ("text", "budgets"), [("16,64,256", [16, 64, 256]), (" 64, 8 ,64,32", [8, 32, 64])]
+)
+def test_adaptive_budgets_parse_ascending_without_repeats(text, budgets):
+    assert du.parse_budget_choices(text) == budgets
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("16;64", "separated by commas"), ("16,x", "separated by commas"), ("0,16", "must be >= 1"),
+     ("64", "at least two budgets"), ("64,64", "at least two budgets")],
+)
+def test_malformed_adaptive_budgets_are_refused(text, message):
+    with pytest.raises(ValueError, match=message):
+        du.parse_budget_choices(text)

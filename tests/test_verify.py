@@ -26,6 +26,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_compat",
     "sglang.srt.speculative.ddtree_profile",
     "sglang.srt.speculative.ddtree_tp",
+    "sglang.srt.speculative.ddtree_adaptive",
     "sglang.srt.speculative.ddtree_cuda_graph_runner",
 ]
 

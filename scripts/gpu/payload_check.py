@@ -43,8 +43,13 @@ def ddtree_schedule(schedule, **extra):
     return dict(GRAPH, speculative_algorithm="DDTREE", speculative_ddtree_budget_schedule=schedule, **extra)
 
 
+def ddtree_adaptive(budgets, **extra):
+    return dict(GRAPH, speculative_algorithm="DDTREE", speculative_ddtree_adaptive_budgets=budgets, **extra)
+
+
 # B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
 SCHEDULE = "1:64,9:32,17:8"
+ADAPTIVE = "8,32,128"
 
 
 def presets(n_prompts, max_new):
@@ -99,6 +104,21 @@ def presets(n_prompts, max_new):
             {"name": "ddtree-schedule-waves", "engine": ddtree_schedule(SCHEDULE, max_running_requests=12), "sampling": greedy},
             {"name": "ddtree-schedule-bs32", "engine": ddtree_schedule(SCHEDULE), "sampling": greedy},
             {"name": "ddtree-b64", "engine": ddtree(64), "sampling": greedy},
+        ],
+        # A budget chosen per round (--speculative-ddtree-adaptive-budgets): lossless whatever
+        # the widths chosen; with the profiler on, the windows' `budgets` count the widths used
+        # (all three while they are timed, then mostly the chosen one). With overlap and without,
+        # and under the sync guard: the policy reads the GPU only through polled events.
+        "adaptive": [
+            {"name": "plain", "engine": GRAPH, "sampling": greedy, "top2": True},
+            {"name": "ddtree-adaptive", "engine": ddtree_adaptive(ADAPTIVE), "sampling": greedy, "env": NO_SYNC},
+            {"name": "ddtree-adaptive-no-overlap",
+             "engine": ddtree_adaptive(ADAPTIVE, disable_overlap_schedule=True), "sampling": greedy},
+            {"name": "ddtree-adaptive-waves", "engine": ddtree_adaptive(ADAPTIVE, max_running_requests=4),
+             "sampling": greedy},
+            {"name": "ddtree-adaptive-t1", "engine": ddtree_adaptive(ADAPTIVE, **WAVES), "sampling": sampled,
+             "repeat": 512, "prompts": 1},
+            {"name": "plain-t1", "engine": dict(GRAPH, **WAVES), "sampling": sampled, "repeat": 512, "prompts": 1},
         ],
         "flashinfer": [
             {"name": "plain-flashinfer", "engine": dict(GRAPH, attention_backend="flashinfer"), "sampling": greedy, "top2": True},

@@ -11,7 +11,8 @@ with --with-stack also the Python functions that hold the host, per step and bet
 The DDTREE stages show in the trace without SGLANG_DDTREE_PROFILE, so the timed decode carries
 no instrumentation in any arm.
 
-Arms: ddtree-b<B>[-no-overlap], dflash[-no-overlap], plain[-no-overlap], each optionally with
+Arms: ddtree-b<B>[-no-overlap], ddtree-adaptive-<B1>-<B2>...[-no-overlap] (a budget per round
+among B1, B2, ...), dflash[-no-overlap], plain[-no-overlap], each optionally with
 environment settings for its engine, e.g. ddtree-b256@SGLANG_DDTREE_COMMIT_GRAPH=1 (A/B of the
 payload's switches in one command). Writes DIR/round_trace.json
 and a markdown table to stdout. Run on the H200 in the interpreter with the patched sglang.
@@ -41,7 +42,7 @@ BASE = {
     "cuda_graph_bs_decode": [1],
     "disable_prefill_cuda_graph": True,
 }
-ARM_RE = re.compile(r"^(plain|dflash|ddtree-b(\d+))(-no-overlap)?$")
+ARM_RE = re.compile(r"^(plain|dflash|ddtree-b(\d+)|ddtree-adaptive-(\d+(?:-\d+)+))(-no-overlap)?$")
 ENV_RE = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
 
 
@@ -58,7 +59,10 @@ def engine_kwargs(arm: str, setting, tp_size: int = 1) -> dict:
     arm_env(arm)
     match = ARM_RE.match(arm.split("@")[0])
     if not match:
-        raise SystemExit(f"round_trace: unknown arm {arm!r} (plain, dflash, ddtree-b<B>, each with -no-overlap)")
+        raise SystemExit(
+            f"round_trace: unknown arm {arm!r} "
+            "(plain, dflash, ddtree-b<B>, ddtree-adaptive-<B1>-<B2>..., each with -no-overlap)"
+        )
     kwargs = dict(BASE, model_path=str(setting.target), tp_size=tp_size, **setting.engine)
     if match.group(1) != "plain":
         kwargs["speculative_draft_model_path"] = str(setting.draft)
@@ -66,6 +70,8 @@ def engine_kwargs(arm: str, setting, tp_size: int = 1) -> dict:
     if match.group(2):
         kwargs["speculative_ddtree_budget"] = int(match.group(2))
     if match.group(3):
+        kwargs["speculative_ddtree_adaptive_budgets"] = match.group(3).replace("-", ",")
+    if match.group(4):
         kwargs["disable_overlap_schedule"] = True
     return kwargs
 

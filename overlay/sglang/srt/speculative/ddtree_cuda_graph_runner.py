@@ -21,10 +21,11 @@ commit stage pads ``commit_lens`` with 0 so padded requests write no KV.
 Outputs are static buffers, valid until the next replay; the round consumes
 them on the same stream before then.
 
-With a budget schedule (``--speculative-ddtree-budget-schedule``) the target's
-verify also comes in several widths: ``VerifyWidths`` keeps, per budget, the
-target attention backend and TARGET_VERIFY graphs of that width, and the round
-swaps them into the target's model runner for its verify only.
+With a budget schedule (``--speculative-ddtree-budget-schedule``) or adaptive
+budgets (``--speculative-ddtree-adaptive-budgets``) the target's verify also
+comes in several widths: ``VerifyWidths`` keeps, per budget, the target
+attention backend and TARGET_VERIFY graphs of that width, and the round swaps
+them into the target's model runner for its verify only.
 """
 
 from __future__ import annotations
@@ -172,8 +173,9 @@ class VerifyWidths:
     The target's own backend and decode graphs, made at startup for every captured batch size,
     serve the widest budget. Each narrower width gets its own, from ``build(num_verify_tokens,
     batch_sizes)`` -> (attn_backend, graph_runner), with graphs for the captured batch sizes the
-    schedule gives it. A batch's budget is the schedule's at the graph batch size it pads to,
-    so the verify graph, the tree graph and the budget always agree.
+    schedule gives it, or for all of them when a round may pick any of ``choices`` (adaptive
+    budgets). Under a schedule a batch's budget is the schedule's at the graph batch size it
+    pads to, so the verify graph, the tree graph and the budget always agree.
     """
 
     def __init__(
@@ -183,6 +185,7 @@ class VerifyWidths:
         budget: int,
         block_size: int,
         schedule: Optional[BudgetSchedule] = None,
+        choices: Sequence[int] = (),
         build: Optional[Callable[[int, list], Tuple[Any, Any]]] = None,
     ):
         self.model_runner = model_runner
@@ -205,6 +208,12 @@ class VerifyWidths:
                     if num_verify_tokens_for(schedule.budget_for(bs), block_size) == width
                 ]
                 attn_backend, graph_runner = build(width, sizes)
+                by_width[width] = VerifyWidth(other, width, attn_backend, graph_runner)
+            self.by_budget[other] = dataclasses.replace(by_width[width], budget=other)
+        for other in choices:
+            width = num_verify_tokens_for(other, block_size)
+            if width not in by_width:
+                attn_backend, graph_runner = build(width, list(self.capture_bs))
                 by_width[width] = VerifyWidth(other, width, attn_backend, graph_runner)
             self.by_budget[other] = dataclasses.replace(by_width[width], budget=other)
         self.widest = widest

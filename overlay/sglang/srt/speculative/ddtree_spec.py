@@ -74,26 +74,43 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
     Afterwards ``speculative_dflash_block_size`` is the drafter's block and
     ``speculative_num_draft_tokens`` the verify width N (tree nodes incl. the
     root, padded up to the block): the target runner, its CUDA graphs and
-    DFlash's KV over-allocation all read the latter. With a budget schedule it
-    is the widest budget's; the worker adds narrower verify graphs. Reads and writes go through
+    DFlash's KV over-allocation all read the latter. With a budget schedule or
+    adaptive budgets it is the widest budget's; the worker adds narrower verify
+    graphs. Reads and writes go through
     the release's ``ddtree_compat`` (plain attributes up to 0.5.18, declared
     resolutions from 0.5.19).
     """
     from sglang.srt.arg_groups.speculative_hook import _handle_dflash
     from sglang.srt.speculative.ddtree_compat import declare, server_args_view
-    from sglang.srt.speculative.ddtree_utils import BudgetSchedule, num_verify_tokens_for
+    from sglang.srt.speculative.ddtree_utils import (
+        BudgetSchedule,
+        num_verify_tokens_for,
+        parse_budget_choices,
+    )
 
     cfg = server_args_view(server_args)
     budget = cfg.speculative_ddtree_budget
-    # Only the releases whose patch set declares the flag have it.
+    # Only the releases whose patch set declares these flags have them.
     schedule = getattr(cfg, "speculative_ddtree_budget_schedule", None)
+    adaptive = getattr(cfg, "speculative_ddtree_adaptive_budgets", None)
+    given = [
+        flag
+        for flag, value in (
+            ("--speculative-ddtree-budget", budget),
+            ("--speculative-ddtree-budget-schedule", schedule),
+            ("--speculative-ddtree-adaptive-budgets", adaptive),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise ValueError(f"DDTREE takes one of {' / '.join(given)}, not several.")
     if schedule is not None:
-        if budget is not None:
-            raise ValueError(
-                "DDTREE takes --speculative-ddtree-budget or "
-                "--speculative-ddtree-budget-schedule, not both."
-            )
         budget = max(BudgetSchedule.parse(schedule).budgets)  # sets the widest verify
+    if adaptive is not None:
+        if int(cfg.tp_size) > 1:
+            # Each rank would time its own rounds; the ranks' verify widths must match.
+            raise ValueError("DDTREE adaptive budgets do not support tensor parallelism yet.")
+        budget = max(parse_budget_choices(adaptive))
     if budget is None:
         budget = DDTREE_DEFAULT_BUDGET
     if int(budget) < 1:

@@ -89,6 +89,22 @@ class BudgetSchedule:
         return sorted({budget for _, budget in self.steps})
 
 
+def parse_budget_choices(text: str) -> List[int]:
+    """``--speculative-ddtree-adaptive-budgets``: the budgets a round may choose from,
+    written ``"16,32,64,128,256"``; returned ascending, without repeats."""
+    items = [item.strip() for item in str(text).split(",")]
+    if not all(item.isdigit() for item in items):
+        raise ValueError(
+            f"DDTREE adaptive budgets {text!r}: expected budgets separated by commas, e.g. '16,64,256'."
+        )
+    budgets = sorted({int(item) for item in items})
+    if budgets[0] < 1:
+        raise ValueError(f"DDTREE adaptive budgets {text!r}: every budget must be >= 1.")
+    if len(budgets) < 2:
+        raise ValueError(f"DDTREE adaptive budgets {text!r}: give at least two budgets to choose from.")
+    return budgets
+
+
 @dataclass(frozen=True)
 class DDTreeDraftTopK:
     """Per-position top-K of the drafter, in fp32 log-probabilities.

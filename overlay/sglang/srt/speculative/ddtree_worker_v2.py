@@ -7,7 +7,9 @@ One decode round, as the paper defines it:
             the best B prefixes (best-first rule), nodes in pop order; one
             CUDA-graph replay per round (ddtree_cuda_graph_runner), two around
             the all-gather under TP
-  tree      verify tensors and the FULL-layout tree mask
+  tree      verify tensors and the FULL-layout tree mask (with adaptive budgets:
+            of the first nodes of the widest tree, as many as the round's
+            budget; see ddtree_adaptive)
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
             depth, ancestor-only mask
   accept    SGLang's tree kernels: verify_tree_greedy at T=0, target-only tree
@@ -28,6 +30,7 @@ from sglang.srt.distributed import get_tp_group
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+from sglang.srt.speculative.ddtree_adaptive import AdaptiveBudget
 from sglang.srt.speculative.ddtree_compat import (
     draft_commit_loc,
     draft_forward_batch,
@@ -71,6 +74,7 @@ from sglang.srt.speculative.ddtree_utils import (
     DDTreeDraftTree,
     compute_draft_topk,
     max_accept_width,
+    parse_budget_choices,
     select_tree_stage,
 )
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
@@ -97,6 +101,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         # Only the releases whose patch set declares the flag have it.
         schedule = getattr(server_args, "speculative_ddtree_budget_schedule", None)
         self.budget_schedule = BudgetSchedule.parse(schedule) if schedule else None
+        adaptive = getattr(server_args, "speculative_ddtree_adaptive_budgets", None)
+        self.budget_choices = parse_budget_choices(adaptive) if adaptive else []
+        self.adaptive_budget = None  # set by init_cuda_graphs when budget_choices
         self.accept_width = max_accept_width(self.budget, self.block_size)
         self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
         tp_group = get_tp_group()
@@ -120,7 +127,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             logger.info(
                 "DDTREE worker ready: budget=%s, block_size=%d, verify width=%d, "
                 "accept width=%d, tree stage=%s",
-                schedule or self.budget,
+                schedule or adaptive or self.budget,
                 self.block_size,
                 num_verify_tokens,
                 self.accept_width,
@@ -147,8 +154,13 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             budget=self.budget,
             block_size=self.block_size,
             schedule=self.budget_schedule,
+            choices=self.budget_choices,
             build=self._build_verify_width,
         )
+        if self.budget_choices:
+            self.adaptive_budget = AdaptiveBudget(
+                self.budget_choices, self.verify_widths.capture_bs, device=torch.device(self.device)
+            )
         self._capture_stage_graphs()
 
     def _build_verify_width(self, num_verify_tokens: int, batch_sizes: list):
@@ -262,6 +274,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             or batch.forward_mode.is_idle()
             or batch.spec_info is None
         ):
+            if self.adaptive_budget is not None:
+                self.adaptive_budget.interrupt()
             return super().forward_batch_generation(batch, on_publish=on_publish, **kwargs)
         with self.round_sync_guard:
             return self._tree_round(batch, on_publish)
@@ -275,7 +289,13 @@ class DDTreeWorkerV2(DFlashWorkerV2):
 
         bs = len(batch.seq_lens)
         prefix_lens = batch.seq_lens
-        width = self.verify_widths.width_for(bs)
+        adaptive = self.adaptive_budget
+        if adaptive is None:
+            width = self.verify_widths.width_for(bs)
+            tree_budget = width.budget
+        else:
+            width = self.verify_widths.by_budget[adaptive.begin_round(bs)]
+            tree_budget = self.budget  # the widest: every width's expected gain comes from it
         n = width.num_verify_tokens
         seq_lens_cpu, seq_lens_sum = planning_seq_lens(batch, draft_input, n)
         profiler = self.profiler
@@ -295,7 +315,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 batch, block_ids, block_positions, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window
             )
         with profiler.stage("topk"):
-            tree = self._draft_tree(draft_hidden[:, 1:, :], width.budget)
+            widest_tree = self._draft_tree(draft_hidden[:, 1:, :], tree_budget)
+            tree = _first_nodes(widest_tree, width.budget)
         with profiler.stage("tree"):
             verify_tensors, custom_mask = self.tree_stage.write_verify_inputs(
                 tree,
@@ -341,6 +362,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             next_input = next_draft_input(
                 self, bonus=accepted.bonus, new_seq_lens=new_seq_lens, draft_input=draft_input
             )
+        if adaptive is not None:
+            adaptive.end_round(widest_tree.log_scores, accept_lens)
         profiler.round_done(bs, cuda_graph=can_run_cuda_graph, budget=width.budget)
         return GenerationBatchResult(
             logits_output=logits_output,
@@ -519,4 +542,17 @@ def _first_rows(tree: DDTreeDraftTree, bs: int) -> DDTreeDraftTree:
         parent_indices=tree.parent_indices[:bs],
         depths=tree.depths[:bs],
         log_scores=tree.log_scores[:bs],
+    )
+
+
+def _first_nodes(tree: DDTreeDraftTree, budget: int) -> DDTreeDraftTree:
+    """The tree of ``budget`` nodes inside a wider one: its first nodes in pop order (the
+    best-first rule pops the same nodes first whatever the budget)."""
+    if int(tree.tokens.shape[1]) == budget:
+        return tree
+    return DDTreeDraftTree(
+        tokens=tree.tokens[:, :budget],
+        parent_indices=tree.parent_indices[:, :budget],
+        depths=tree.depths[:, :budget],
+        log_scores=tree.log_scores[:, :budget],
     )

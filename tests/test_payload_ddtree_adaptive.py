@@ -1,0 +1,153 @@
+"""The per-round budget policy (overlay/.../ddtree_adaptive.py), on the CPU with fake CUDA events."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from payload_modules import load_payload_module  # noqa: E402
+
+da = load_payload_module("sglang.srt.speculative.ddtree_adaptive")
+
+BUDGETS = (8, 32, 128)
+
+
+class FakeGPU:
+    """A stream whose clock the test moves; events complete up to ``completed``."""
+
+    def __init__(self) -> None:
+        self.now = 0.0  # ms
+        self.completed = math.inf
+        self.syncs = 0
+
+    def event(self) -> FakeEvent:
+        return FakeEvent(self)
+
+
+class FakeEvent:
+    def __init__(self, gpu: FakeGPU) -> None:
+        self.gpu = gpu
+        self.t: float | None = None
+
+    def record(self) -> None:
+        self.t = self.gpu.now
+
+    def query(self) -> bool:
+        return self.t is not None and self.t <= self.gpu.completed
+
+    def synchronize(self) -> None:
+        self.gpu.syncs += 1
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.query() and end.query(), "elapsed_time on an event that has not completed"
+        return end.t - self.t
+
+
+def make(batch_sizes=(1, 2, 4, 8), **kwargs):
+    gpu = FakeGPU()
+    policy = da.AdaptiveBudget(
+        BUDGETS,
+        batch_sizes,
+        device=torch.device("cpu"),
+        new_event=gpu.event,
+        new_host_buffer=lambda n: torch.empty(n),
+        **kwargs,
+    )
+    return policy, gpu
+
+
+def scores_with_prefix_mass(bs: int, phi: dict[int, float]) -> torch.Tensor:
+    """[bs, 128] log scores whose q sums to phi[w] over the first w nodes, for each w."""
+    q = torch.zeros(bs, max(BUDGETS))
+    edges = [0, *BUDGETS]
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        q[:, lo:hi] = (phi[hi] - phi.get(lo, 0.0)) / (hi - lo)
+    return q.log()  # q = 0 -> -inf: unreachable nodes
+
+
+def run_rounds(policy, gpu, n, *, bs=1, phi, round_ms, accepted=1.0, gap_ms=0.5):
+    """``n`` decode rounds: each takes round_ms(budget) of GPU time and accepts ``accepted``
+    times the Φ of the budget it used, per request. Returns the budgets chosen."""
+    chosen = []
+    for _ in range(n):
+        budget = policy.begin_round(bs)
+        chosen.append(budget)
+        gpu.now += round_ms(budget)
+        drafts = round(accepted * phi[budget])
+        policy.end_round(scores_with_prefix_mass(bs, phi), torch.full((bs,), drafts + 1))
+        gpu.now += gap_ms
+    return chosen
+
+
+PHI = {8: 3.0, 32: 5.0, 128: 5.5}
+
+
+def test_untimed_widths_are_tried_first_then_the_most_tokens_per_ms_wins() -> None:
+    policy, gpu = make()
+    # (1 + Φ) / (gap + t): 4 / 1.58 = 2.53, 6 / 1.82 = 3.30, 6.5 / 2.78 = 2.34
+    chosen = run_rounds(policy, gpu, 20, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)
+    assert chosen[:6] == [8, 8, 32, 32, 128, 128]
+    assert set(chosen[6:]) == {32}
+    assert policy.phi == pytest.approx([3.0, 5.0, 5.5], rel=1e-5)
+    assert policy.between_ms == pytest.approx(0.5, abs=0.05)
+    assert gpu.syncs == 0
+
+
+def test_a_host_bound_round_takes_the_widest_tree() -> None:
+    policy, gpu = make()
+    chosen = run_rounds(policy, gpu, 20, phi=PHI, round_ms=lambda b: 3.0 + 0.0001 * b)
+    assert set(chosen[6:]) == {128}
+
+
+def test_measured_acceptance_rescales_the_drafters_probabilities() -> None:
+    phi = {8: 4.0, 32: 6.0, 128: 6.0}
+    cost = {8: 1.0, 32: 1.37, 128: 3.0}
+    # c = 1: 5 / 1.0 < 7 / 1.37 = 5.11.  c = 0.5: 3 / 1.0 > 4 / 1.37 = 2.92
+    calibrated, gpu = make()
+    assert set(run_rounds(calibrated, gpu, 30, phi=phi, round_ms=cost.get, gap_ms=0.0)[6:]) == {32}
+    overconfident, gpu = make()
+    chosen = run_rounds(overconfident, gpu, 200, phi=phi, round_ms=cost.get, accepted=0.5, gap_ms=0.0)
+    assert overconfident.scale == pytest.approx(0.5, abs=0.05)
+    assert set(chosen[-50:]) - {32, 128} == {8}  # exploration re-times the others now and then
+
+
+def test_every_nth_round_of_a_batch_size_re_times_its_stalest_width() -> None:
+    policy, gpu = make(explore_every=16)
+    chosen = run_rounds(policy, gpu, 64, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)
+    others = [i + 1 for i, b in enumerate(chosen) if b != 32 and i >= 6]
+    assert others == [16, 32, 48, 64]
+    assert [chosen[i - 1] for i in others] == [8, 128, 8, 128]
+
+
+def test_nothing_waits_on_the_gpu_and_a_late_gpu_only_delays_the_feedback() -> None:
+    policy, gpu = make()
+    gpu.completed = -1.0  # no event completes
+    chosen = run_rounds(policy, gpu, 20, phi=PHI, round_ms=lambda b: 1.0)
+    assert chosen == [8] * 20  # still untimed: the first width, no stall
+    assert gpu.syncs == 0 and policy.phi is None
+    gpu.completed = math.inf  # statistics of rounds past the 8 slots were dropped, timings kept
+    policy.begin_round(1)
+    assert policy._samples[(1, 8)] == 20 and policy.phi is not None
+
+
+def test_gaps_after_a_prefill_or_an_idle_engine_are_not_per_round_work() -> None:
+    policy, gpu = make()
+    run_rounds(policy, gpu, 4, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
+    gpu.now += 30.0  # idle
+    run_rounds(policy, gpu, 1, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
+    policy.interrupt()
+    gpu.now += 5.0  # a prefill batch ran
+    run_rounds(policy, gpu, 2, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
+    policy.begin_round(1)
+    assert policy.between_ms < 0.4
+
+
+def test_widths_are_timed_per_graph_batch_size() -> None:
+    policy, _ = make(batch_sizes=(1, 2, 4, 8, 16))
+    assert [policy.bucket(bs) for bs in (1, 3, 8, 9, 16, 17, 40)] == [1, 4, 8, 16, 16, 32, 64]
+    policy, gpu = make()
+    run_rounds(policy, gpu, 12, bs=1, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)
+    assert run_rounds(policy, gpu, 1, bs=3, phi=PHI, round_ms=lambda b: 1.0) == [8]  # bucket 4: untimed
