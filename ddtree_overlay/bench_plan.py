@@ -8,7 +8,8 @@ DDTREE budgets, the known-good one and the B = 32 cliff first. With
 random weights (the Qwen3-8B-shaped setting) only round costs mean something: target-only goes
 last and the budgets run widest-spread first. With `ddtree_no_overlap`, every DDTREE budget also
 runs without overlap scheduling, right after its overlap twin, so each algorithm can be compared
-in its faster mode. Inside an engine, T = 0 cells run before T = 1 and batch 1 before the widest
+in its faster mode. With `adaptive_budgets`, one more DDTREE arm (in each of those modes) lets
+every round choose its budget among them (`--speculative-ddtree-adaptive-budgets`). Inside an engine, T = 0 cells run before T = 1 and batch 1 before the widest
 batch, so a time box cuts the least informative cells.
 
 With `repeats` N > 1 the whole list of groups runs N times, in rounds, each run a fresh engine
@@ -264,6 +265,7 @@ class BenchConfig:
     prompts_per_cell: int | None = None
     max_minutes: float | None = None
     ddtree_no_overlap: bool = False  # every DDTREE budget also without overlap scheduling
+    adaptive_budgets: tuple[int, ...] = ()  # one more DDTREE arm: a budget per round among these
     repeats: int = 1  # every group this many times, one engine each, in rounds
 
 
@@ -287,6 +289,7 @@ class EngineGroup:
     cells: tuple[Cell, ...]
     est_start_s: float
     est_overhead_s: float
+    adaptive: tuple[int, ...] = ()  # DDTREE with a budget per round among these (budget None)
 
     @property
     def est_s(self) -> float:
@@ -337,9 +340,10 @@ class SweepPlan:
         return next(g for g in self.groups if g.name == name)
 
 
-def group_name(algorithm: str, budget: int | None, overlap: bool) -> str:
+def group_name(algorithm: str, budget: int | None, overlap: bool, adaptive: Sequence[int] = ()) -> str:
     if algorithm == DDTREE:
-        return f"ddtree-b{budget}" + ("" if overlap else "-no-overlap")
+        arm = "ddtree-adaptive-" + "-".join(map(str, adaptive)) if adaptive else f"ddtree-b{budget}"
+        return arm + ("" if overlap else "-no-overlap")
     if algorithm == DFLASH:
         return "dflash" if overlap else "dflash-no-overlap"
     return TARGET_ONLY
@@ -410,15 +414,16 @@ def _group(
     overlap: bool,
     first: bool,
     max_new_tokens: int,
+    adaptive: tuple[int, ...] = (),
 ) -> EngineGroup:
-    name = group_name(algorithm, budget, overlap)
+    name = group_name(algorithm, budget, overlap, adaptive)
     cells = []
     for bs, temp in ordered_cells(config.batch_sizes, config.temperatures):
         n_prompts = prompts_for(setting, config, bs)
         est = estimate_cell_s(
             setting,
             algorithm=algorithm,
-            budget=budget,
+            budget=max(adaptive) if adaptive else budget,  # priced as its widest: an upper bound
             batch_size=bs,
             temperature=temp,
             prompts=n_prompts,
@@ -449,7 +454,9 @@ def _group(
     }
     if algorithm != TARGET_ONLY:
         engine["speculative_algorithm"] = algorithm
-    if algorithm == DDTREE:
+    if adaptive:
+        engine["speculative_ddtree_adaptive_budgets"] = ",".join(map(str, adaptive))
+    elif algorithm == DDTREE:
         engine["speculative_ddtree_budget"] = budget
     if not overlap:
         engine["disable_overlap_schedule"] = True
@@ -463,6 +470,7 @@ def _group(
         cells=tuple(cells),
         est_start_s=cost.engine_start_s + (cost.first_start_extra_s if first else 0),
         est_overhead_s=cost.engine_overhead_s,
+        adaptive=adaptive,
     )
 
 
@@ -494,14 +502,19 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     # (algorithm, budget, overlap): both DFLASH modes first, since every speedup is against
     # DFLASH's faster one; a budget's no-overlap arm, when asked for, right after its overlap one
     modes = (True, False) if config.ddtree_no_overlap else (True,)
-    target_only: list[tuple[str, int | None, bool]] = [(TARGET_ONLY, None, True)]
+    adaptive = tuple(sorted(set(config.adaptive_budgets)))
+    target_only: list[tuple[str, int | None, bool, tuple[int, ...]]] = [(TARGET_ONLY, None, True, ())]
     specs = [] if setting.target_only_last else list(target_only)
-    specs += [(DFLASH, None, True), (DFLASH, None, False)]
-    specs += [(DDTREE, b, o) for b in budgets for o in modes]
+    specs += [(DFLASH, None, True, ()), (DFLASH, None, False, ())]
+    specs += [(DDTREE, b, o, ()) for b in budgets for o in modes]
+    specs += [(DDTREE, None, o, adaptive) for o in modes] if adaptive else []
     specs += target_only if setting.target_only_last else []
     groups = tuple(
-        _group(setting, config, algorithm=a, budget=b, overlap=o, first=i == 0, max_new_tokens=max_new)
-        for i, (a, b, o) in enumerate(specs)
+        _group(
+            setting, config, algorithm=a, budget=b, overlap=o, first=i == 0, max_new_tokens=max_new,
+            adaptive=ad,
+        )
+        for i, (a, b, o, ad) in enumerate(specs)
     )
     runs = plan_runs(groups, config.repeats, setting.cost)
     fit, spent = [], 0.0
@@ -586,6 +599,7 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
                 "name": g.name,
                 "algorithm": g.algorithm,
                 "budget": g.budget,
+                "adaptive": list(g.adaptive),
                 "overlap": g.overlap,
                 "engine": dict(g.engine),
                 "cells": [c.name for c in g.cells],

@@ -131,6 +131,10 @@ def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: f
             ms_sum[stage] = ms_sum.get(stage, 0.0) + float(ms)
     ms = {stage: total / rounds for stage, total in ms_sum.items()}
     ms["other"] = ms.get("round", 0.0) - sum(ms.get(stage, 0.0) for stage in STAGES)
+    budgets: dict[str, int] = {}  # rounds per budget: several with adaptive budgets
+    for window in inside:
+        for budget, count in (window.get("budgets") or {}).items():
+            budgets[budget] = budgets.get(budget, 0) + int(count)
     with_host = [w for w in inside if "host_ms_sum" in w]  # older profiles lack it
     host_rounds = sum(int(w["rounds"]) for w in with_host)
     host_ms = sum(float(ms) for w in with_host for ms in w["host_ms_sum"].values())
@@ -140,6 +144,7 @@ def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: f
         "cuda_graph_fraction": sum(int(w.get("cuda_graph_rounds") or 0) for w in inside) / rounds,
         "ms_per_round": {k: round(v, 4) for k, v in ms.items()},
         "host_ms_per_round": round(host_ms / host_rounds, 4) if host_rounds else None,
+        "budgets": dict(sorted(budgets.items(), key=lambda item: int(item[0]))),
     }
 
 
@@ -155,6 +160,7 @@ def cell_metrics(
         "group": group.name,
         "algorithm": group.algorithm,
         "budget": group.budget,
+        "adaptive": list(group.adaptive),
         "overlap": group.overlap,
         "batch_size": cell.batch_size,
         "temperature": cell.temperature,
@@ -326,10 +332,11 @@ def _reference_tokens_per_round(rows: Sequence[Mapping[str, Any]]) -> float | No
 
 def reference_key(group: EngineGroup) -> str | None:
     """The offline reference a group is judged against: one per algorithm and budget, whatever
-    the scheduling (overlap changes when the host works, not which tokens are accepted)."""
+    the scheduling (overlap changes when the host works, not which tokens are accepted). None
+    for adaptive budgets: the offline decoder has no per-round budget choice."""
     if group.algorithm == DFLASH:
         return "dflash"
-    if group.algorithm == DDTREE:
+    if group.algorithm == DDTREE and not group.adaptive:
         return f"ddtree-b{group.budget}"
     return None
 
@@ -356,9 +363,9 @@ def _speedups(rows: list[dict[str, Any]]) -> None:
 
 
 def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per (T, bs): DFLASH in its faster scheduling mode, DDTREE at every budget in its faster
-    mode against it, and the fastest DDTREE arm. Columns lacking either algorithm are left out;
-    a tie goes to overlap scheduling (the default)."""
+    """Per (T, bs): DFLASH in its faster scheduling mode, DDTREE at every budget (and with
+    adaptive budgets) in its faster mode against it, and the fastest DDTREE arm. Columns lacking
+    either algorithm are left out; a tie goes to overlap scheduling (the default)."""
 
     def fastest(candidates: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         return max(candidates, key=lambda r: r["tok_per_s"], default=None)
@@ -372,13 +379,14 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if dflash is None or not ddtree:
             continue
         budgets = []
-        for budget in sorted({r["budget"] for r in ddtree}):
-            row = fastest(r for r in ddtree if r["budget"] == budget)
+        for arm in sorted({_ddtree_arm(r) for r in ddtree}):
+            row = fastest(r for r in ddtree if _ddtree_arm(r) == arm)
             assert row is not None
             speedup = row["tok_per_s"] / dflash["tok_per_s"]
             entry = {
                 "group": row["group"],
-                "budget": budget,
+                "budget": row["budget"],
+                "adaptive": list(row.get("adaptive") or ()),
                 "overlap": row["overlap"],
                 "tok_per_s": row["tok_per_s"],
                 "speedup_vs_dflash": speedup,
@@ -401,23 +409,30 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return columns
 
 
+def _ddtree_arm(row: Mapping[str, Any]) -> tuple[int, ...]:
+    """A DDTREE arm's sort key: (budget,) for a fixed budget; adaptive budgets sort after."""
+    adaptive = tuple(row.get("adaptive") or ())
+    return (1 << 30, *adaptive) if adaptive else (int(row["budget"]),)
+
+
 def recommended_schedule(columns: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The fastest budget at each measured batch size (T = 0), as a value for SGLang's
+    """The fastest fixed budget at each measured batch size (T = 0), as a value for SGLang's
     ``--speculative-ddtree-budget-schedule``: batch sizes between two measured ones take the
     smaller one's budget. ``below_dflash`` lists the batch sizes where even that budget loses
     to DFLASH's faster mode."""
     greedy = sorted((c for c in columns if c["temperature"] == 0), key=lambda c: c["batch_size"])
-    if not greedy:
+    fixed = [[e for e in c["budgets"] if not e.get("adaptive")] for c in greedy]
+    if not greedy or not all(fixed):
         return None
+    best = [max(entries, key=lambda e: e["tok_per_s"]) for entries in fixed]
     steps: list[tuple[int, int]] = []
-    for column in greedy:
-        budget = column["best"]["budget"]
-        if not steps or steps[-1][1] != budget:
-            steps.append((column["batch_size"] if steps else 1, budget))
+    for column, entry in zip(greedy, best, strict=True):
+        if not steps or steps[-1][1] != entry["budget"]:
+            steps.append((column["batch_size"] if steps else 1, entry["budget"]))
     return {
         "schedule": ",".join(f"{bs}:{budget}" for bs, budget in steps),
         "measured_batch_sizes": [c["batch_size"] for c in greedy],
-        "below_dflash": [c["batch_size"] for c in greedy if c["best"]["speedup_vs_dflash"] < 1.0],
+        "below_dflash": [c["batch_size"] for c, e in zip(greedy, best, strict=True) if e["speedup_vs_dflash"] < 1.0],
     }
 
 
@@ -433,6 +448,7 @@ def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | Non
         "name": group.name,
         "algorithm": group.algorithm,
         "budget": group.budget,
+        "adaptive": list(group.adaptive),
         "overlap": group.overlap,
         "engine": dict(group.engine),
         "status": status,
@@ -612,6 +628,7 @@ def analyse(
             "prompts_per_cell": max((c.prompts for c in plan.cells), default=0),
             "max_minutes": plan.config.max_minutes,
             "ddtree_no_overlap": plan.config.ddtree_no_overlap,
+            "adaptive_budgets": list(plan.config.adaptive_budgets),
             "repeats": repeats,
         },
         "context": dict(context or {}),
@@ -635,9 +652,15 @@ def _fmt(value: Any, spec: str = ".2f", empty: str = DASH) -> str:
     return format(value, spec)
 
 
+def budget_label(row: Mapping[str, Any]) -> str:
+    """``B=32``, or ``adaptive 8/32/256`` for a budget per round among those."""
+    adaptive = row.get("adaptive")
+    return "adaptive " + "/".join(map(str, adaptive)) if adaptive else f"B={row['budget']}"
+
+
 def arm_label(row: Mapping[str, Any]) -> str:
     if row["algorithm"] == DDTREE:
-        return f"DDTREE B={row['budget']}" + ("" if row["overlap"] else " (no overlap)")
+        return f"DDTREE {budget_label(row)}" + ("" if row["overlap"] else " (no overlap)")
     if row["algorithm"] == DFLASH:
         return "DFLASH" if row["overlap"] else "DFLASH (no overlap)"
     return TARGET_ONLY
@@ -688,18 +711,18 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
     then the fastest DDTREE arm, and how much of its acceptance advantage its speedup keeps."""
     columns = _columns(report)
     by_column = {(float(c["temperature"]), int(c["batch_size"])): c for c in report.get("fastest_modes") or ()}
-    budgets = sorted({b["budget"] for c in by_column.values() for b in c["budgets"]})
+    arms = sorted({_ddtree_arm(b): budget_label(b) for c in by_column.values() for b in c["budgets"]}.items())
     texts: dict[str, dict[tuple[float, int], str]] = {"DFLASH": {}}
-    texts |= {f"DDTREE B={b}": {} for b in budgets}
+    texts |= {f"DDTREE {label}": {} for _, label in arms}
     texts["fastest DDTREE"] = {}
     per_acceptance = "fastest DDTREE: speedup ÷ acceptance ratio"
     texts[per_acceptance] = {}
     for key, column in by_column.items():
         texts["DFLASH"][key] = f"{column['dflash']['tok_per_s']:.0f}{_mode_text(column['dflash'])}"
         for entry in column["budgets"]:
-            texts[f"DDTREE B={entry['budget']}"][key] = _versus_dflash_text(entry)
+            texts[f"DDTREE {budget_label(entry)}"][key] = _versus_dflash_text(entry)
         best = column["best"]
-        texts["fastest DDTREE"][key] = f"B={best['budget']}: " + _versus_dflash_text(best)
+        texts["fastest DDTREE"][key] = f"{budget_label(best)}: " + _versus_dflash_text(best)
         if "speedup_per_acceptance" in best:
             texts[per_acceptance][key] = (
                 f"{best['speedup_per_acceptance']:.0%} (x{best['speedup_vs_dflash']:.2f} ÷ "
@@ -712,11 +735,23 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _adaptive_lines(report: Mapping[str, Any]) -> list[str]:
+    """Which budgets the adaptive arms' rounds took, per cell (from the profiled rounds)."""
+    rows = [r for r in report["cells"] if r.get("adaptive") and (r.get("profile") or {}).get("budgets")]
+    if not rows:
+        return []
+    lines = ["", "Budgets the adaptive arms' profiled rounds took (rounds per budget):", ""]
+    for row in rows:
+        counts = ", ".join(f"B={b}: {n}" for b, n in row["profile"]["budgets"].items())
+        lines.append(f"- {row['name']}: {counts}")
+    return lines
+
+
 def _schedule_lines(recommended: Mapping[str, Any] | None) -> list[str]:
     if not recommended:
         return []
     text = (
-        "Budget per batch size from this sweep (the fastest budget at each measured batch size, "
+        "Budget per batch size from this sweep (the fastest fixed budget at each measured batch size, "
         f"T = 0; batch sizes in between take the smaller one's): "
         f"`--speculative-ddtree-budget-schedule {recommended['schedule']}`."
     )
@@ -912,6 +947,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         "divergence with the target's top1-top2 margin on that run (T = 0).",
         "",
         cells_table(report),
+        *_adaptive_lines(report),
         "",
         "## Acceptance-length histograms",
         "",
@@ -948,27 +984,31 @@ MATPLOTLIB_MISSING = (
 def _series(
     rows: Iterable[Mapping[str, Any]], key: str, *, overlap: bool = True
 ) -> dict[tuple[float, int], list[tuple[int, float]]]:
-    """(T, bs) -> [(budget, value)] over DDTREE cells of one scheduling mode, sorted by budget."""
+    """(T, bs) -> [(budget, value)] over fixed-budget DDTREE cells of one scheduling mode,
+    sorted by budget."""
     series: dict[tuple[float, int], list[tuple[int, float]]] = {}
     for row in rows:
-        if row["algorithm"] == DDTREE and row["overlap"] == overlap and row.get(key) is not None:
+        fixed = row["algorithm"] == DDTREE and not row.get("adaptive")
+        if fixed and row["overlap"] == overlap and row.get(key) is not None:
             series.setdefault((row["temperature"], row["batch_size"]), []).append((row["budget"], row[key]))
     return {k: sorted(v) for k, v in series.items()}
 
 
 def _flat(
-    rows: Iterable[Mapping[str, Any]], algorithm: str, key: str, *, overlap: bool = True
+    rows: Iterable[Mapping[str, Any]], algorithm: str, key: str, *, overlap: bool = True, adaptive: bool = False
 ) -> dict[tuple[float, int], float]:
     return {
         (r["temperature"], r["batch_size"]): r[key]
         for r in rows
-        if r["algorithm"] == algorithm and r["overlap"] == overlap and r.get(key) is not None
+        if r["algorithm"] == algorithm and bool(r.get("adaptive")) == adaptive
+        and r["overlap"] == overlap and r.get(key) is not None
     }
 
 
 def _plot_lines(ax: Any, report: Mapping[str, Any], temp: float, *, key: str, colours: Sequence[str]) -> list[int]:
-    """One panel's DDTREE curves and DFLASH levels per batch size; with overlap scheduling
-    solid and dashed, without it (where DDTREE ran that way too) dotted and dash-dotted."""
+    """One panel's DDTREE curves and DFLASH levels per batch size (adaptive budgets, where run:
+    thin levels); with overlap scheduling solid and dashed, without it (where DDTREE ran that way
+    too) dotted and dash-dotted."""
     budgets: set[int] = set()
     for overlap, marker, ddtree_style, dflash_style, mode in (
         (True, "o", "-", "--", ""),
@@ -978,6 +1018,7 @@ def _plot_lines(ax: Any, report: Mapping[str, Any], temp: float, *, key: str, co
         if not overlap and not series:  # DDTREE ran with overlap only: DFLASH's other mode is noise
             continue
         dflash = _flat(report["cells"], DFLASH, key, overlap=overlap)
+        adaptive = _flat(report["cells"], DDTREE, key, overlap=overlap, adaptive=True)
         for i, bs in enumerate(sorted(report["config"]["batch_sizes"])):
             colour = colours[i % len(colours)]
             points = series.get((temp, bs), [])
@@ -987,6 +1028,9 @@ def _plot_lines(ax: Any, report: Mapping[str, Any], temp: float, *, key: str, co
                 budgets.update(b for b, _ in points)
             if (temp, bs) in dflash:
                 ax.axhline(dflash[(temp, bs)], color=colour, linestyle=dflash_style, label=f"DFLASH{mode} bs={bs}")
+            if (temp, bs) in adaptive:
+                ax.axhline(adaptive[(temp, bs)], color=colour, linestyle=ddtree_style, linewidth=0.8,
+                           label=f"DDTREE adaptive{mode} bs={bs}")
     return sorted(budgets)
 
 
@@ -1003,7 +1047,8 @@ def _plot_vs_budget(plt: Any, report: Mapping[str, Any], *, key: str, ylabel: st
                 {
                     (r["budget"], r["reference_acceptance_length"])
                     for r in report["parity"]
-                    if r["algorithm"] == DDTREE and r.get("reference_acceptance_length") is not None
+                    if r["algorithm"] == DDTREE and r.get("budget") is not None
+                    and r.get("reference_acceptance_length") is not None
                 }
             )
             if ref:
@@ -1035,8 +1080,8 @@ def _plot_round_time(plt: Any, report: Mapping[str, Any], path: Path) -> Path | 
     sizes = sorted({r["batch_size"] for r in rows})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.5), squeeze=False)
     for ax, bs in zip(axes[0], sizes, strict=True):
-        mine = sorted((r for r in rows if r["batch_size"] == bs), key=lambda r: (r["budget"], not r["overlap"]))
-        labels = [f"{r['budget']}" + ("" if r["overlap"] else "\nno overlap") for r in mine]
+        mine = sorted((r for r in rows if r["batch_size"] == bs), key=lambda r: (_ddtree_arm(r), not r["overlap"]))
+        labels = [budget_label(r).removeprefix("B=") + ("" if r["overlap"] else "\nno overlap") for r in mine]
         bottom = [0.0] * len(mine)
         for stage in (*STAGES, "other"):
             values = [max(0.0, r["profile"]["ms_per_round"].get(stage, 0.0)) for r in mine]

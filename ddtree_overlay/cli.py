@@ -178,6 +178,16 @@ def _number_list(kind: type, minimum: float) -> Callable[[str], tuple]:
     return parse
 
 
+def _adaptive_budgets(text: str | None) -> tuple:
+    """Typer callback: None -> (); "8,32,256" -> (8, 32, 256), at least two budgets."""
+    if text is None:
+        return ()
+    values = _number_list(int, 1)(text)
+    if len(values) < 2:
+        raise typer.BadParameter(f"expected at least two budgets to choose from, got {text!r}")
+    return values
+
+
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     def check(value: str) -> str:
         if value not in choices:
@@ -277,6 +287,15 @@ def bench(
             "so each algorithm is compared in its faster mode",
         ),
     ] = False,
+    ddtree_adaptive: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--ddtree-adaptive",
+            callback=_adaptive_budgets,
+            help="one more DDTREE arm: each round chooses its budget among these, e.g. 8,32,256 "
+            "(--speculative-ddtree-adaptive-budgets; sglang 0.5.14's patch set, TP size 1)",
+        ),
+    ] = None,
     repeats: Annotated[
         int,
         typer.Option(
@@ -294,6 +313,8 @@ def bench(
         raise typer.BadParameter("--target and --draft go together")
     if target is not None and setting != "fixture":
         raise typer.BadParameter(f"--target/--draft replace the fixture pair; --setting {setting} has its own")
+    if ddtree_adaptive and tp_size > 1:
+        raise typer.BadParameter("--ddtree-adaptive runs at --tp-size 1 only (the payload refuses it under TP)")
     config = bench_plan.BenchConfig(
         budgets=budgets,  # type: ignore[arg-type] - the callbacks made tuples
         batch_sizes=batch_sizes,  # type: ignore[arg-type]
@@ -304,6 +325,7 @@ def bench(
         prompts_per_cell=prompts_per_cell,
         max_minutes=max_minutes,
         ddtree_no_overlap=ddtree_no_overlap,
+        adaptive_budgets=ddtree_adaptive,  # type: ignore[arg-type]
         repeats=repeats,
     )
     request = BenchRequest(

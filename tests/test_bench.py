@@ -41,6 +41,9 @@ def assert_usage_error(done: subprocess.CompletedProcess[str], fragment: str) ->
         (["--max-minutes", "0"], "--max-minutes"),
         (["--max-new-tokens", "0"], "--max-new-tokens"),
         (["--repeats", "0"], "--repeats"),
+        (["--ddtree-adaptive", "32"], "at least two budgets to choose from"),
+        (["--ddtree-adaptive", "8,0"], "expected comma-separated numbers >= 1"),
+        (["--ddtree-adaptive", "8,32", "--tp-size", "2"], "--ddtree-adaptive runs at --tp-size 1 only"),
     ],
 )
 def test_bad_arguments_are_usage_errors(args: list[str], fragment: str) -> None:
@@ -91,6 +94,15 @@ def test_ddtree_no_overlap_flag_plans_every_budget_without_overlap_too() -> None
     plain = json.loads(run_cli("bench", "--env", sys.executable, "--dry-run", "--json", "--budgets", "8").stdout)
     plain_names = [g["name"] for g in plain["data"]["plan"]["groups"]]
     assert plain_names == ["target-only", "dflash", "dflash-no-overlap", "ddtree-b8"]
+
+
+def test_ddtree_adaptive_flag_plans_one_more_ddtree_arm() -> None:
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--json", "--budgets", "8", "--ddtree-adaptive", "32,8")
+    assert done.returncode == 0, done.stderr
+    groups = json.loads(done.stdout)["data"]["plan"]["groups"]
+    assert [g["name"] for g in groups][-1] == "ddtree-adaptive-8-32"
+    assert groups[-1]["engine"]["speculative_ddtree_adaptive_budgets"] == "8,32"
+    assert groups[-1]["adaptive"] == [8, 32] and groups[-1]["budget"] is None
 
 
 def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:

@@ -123,6 +123,21 @@ def test_ddtree_no_overlap_arms_count_in_the_time_box(tmp_path: Path) -> None:
     assert "ddtree-b32-no-overlap" in boxed.notes[0] and "ddtree-b16-no-overlap" not in boxed.notes[0]
 
 
+def test_adaptive_budgets_add_one_ddtree_arm_per_scheduling_mode_after_the_fixed_budgets(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(32, 256), adaptive_budgets=(256, 8, 32), ddtree_no_overlap=True)
+    assert [g.name for g in plan.groups][-2:] == ["ddtree-adaptive-8-32-256", "ddtree-adaptive-8-32-256-no-overlap"]
+    arm, widest = plan.group("ddtree-adaptive-8-32-256"), plan.group("ddtree-b256")
+    assert (arm.algorithm, arm.budget, arm.adaptive, arm.overlap) == (bp.DDTREE, None, (8, 32, 256), True)
+    assert arm.engine["speculative_ddtree_adaptive_budgets"] == "8,32,256"
+    assert "speculative_ddtree_budget" not in arm.engine
+    assert dict(arm.engine) | {"speculative_ddtree_budget": 256} == dict(
+        widest.engine, speculative_ddtree_adaptive_budgets="8,32,256"
+    )
+    assert [c.est_s for c in arm.cells] == [c.est_s for c in widest.cells]  # priced as its widest
+    assert bp.describe_plan(plan)["groups"][-1]["adaptive"] == [8, 32, 256]
+    assert not any(g.adaptive for g in fixture_plan(tmp_path).groups)
+
+
 def test_group_names_carry_the_scheduling_mode() -> None:
     assert bp.group_name(bp.DDTREE, 32, True) == "ddtree-b32"
     assert bp.group_name(bp.DDTREE, 32, False) == "ddtree-b32-no-overlap"

@@ -458,6 +458,37 @@ def test_plots_draw_the_no_overlap_ddtree_arms_as_their_own_series(tmp_path: Pat
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in files)
 
 
+def test_an_adaptive_budget_arm_is_compared_like_a_budget_but_recommends_no_schedule_step(tmp_path: Path) -> None:
+    """Adaptive 8/32 at 300 tok/s, except 500 at T=0 bs=2: the fastest DDTREE arm there; the
+    schedule still comes from the fixed budgets (B=32 at 332 in both T=0 columns)."""
+    plan = small_plan(tmp_path, adaptive_budgets=(8, 32))
+    cells, engines = synthetic(plan)
+    set_rate(cells, "ddtree-adaptive-8-32/bs2/t0", 1, 500.0)
+    for window in engines["ddtree-adaptive-8-32", 1]["profile"]:
+        window["budgets"] = {"32": 3, "8": 1}
+    report = br.analyse(plan, cells, engines, references=references())
+    rows = {r["name"]: r for r in report["cells"]}
+    assert rows["ddtree-adaptive-8-32/bs2/t0"]["adaptive"] == [8, 32]
+    assert rows["ddtree-adaptive-8-32/bs2/t0"]["speedup_vs_dflash"] == pytest.approx(2.5)
+    bs2 = next(c for c in report["fastest_modes"] if (c["temperature"], c["batch_size"]) == (0.0, 2))
+    assert [b["group"] for b in bs2["budgets"]] == ["ddtree-b8", "ddtree-b32", "ddtree-adaptive-8-32"]
+    assert bs2["best"]["group"] == "ddtree-adaptive-8-32"
+    assert report["recommended_schedule"]["schedule"] == "1:32"
+    assert "ddtree-adaptive-8-32" not in {row["group"] for row in report["parity"]}  # no offline reference
+    assert report["issues"] == []
+    markdown = br.markdown_report(report)
+    assert "| DDTREE adaptive 8/32 | 300 (x3.00, x1.50 DFLASH) | 500 (x5.00, x2.50 DFLASH) |" in markdown
+    assert "| DDTREE adaptive 8/32 | 300 (x1.50) | 500 (x2.50) |" in markdown
+    assert "| fastest DDTREE | B=32: 332 (x1.66) | adaptive 8/32: 500 (x2.50) |" in markdown
+    assert rows["ddtree-adaptive-8-32/bs2/t0"]["profile"]["budgets"] == {"8": 1, "32": 3}
+    assert "- ddtree-adaptive-8-32/bs2/t0: B=8: 1, B=32: 3" in markdown
+    assert br._series(report["cells"], "tok_per_s")[(0.0, 2)] == [(8, 308.0), (32, 332.0)]
+    assert br._flat(report["cells"], bp.DDTREE, "tok_per_s", adaptive=True)[(0.0, 2)] == 500.0
+    pytest.importorskip("matplotlib")
+    files, why_not = br.write_plots(report, tmp_path)
+    assert why_not is None and len(files) == 3
+
+
 # --- repeats (--repeats N) ------------------------------------------------------------------
 
 

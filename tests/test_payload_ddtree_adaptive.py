@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -63,7 +64,7 @@ def scores_with_prefix_mass(bs: int, phi: dict[int, float]) -> torch.Tensor:
     """[bs, 128] log scores whose q sums to phi[w] over the first w nodes, for each w."""
     q = torch.zeros(bs, max(BUDGETS))
     edges = [0, *BUDGETS]
-    for lo, hi in zip(edges, edges[1:], strict=False):
+    for lo, hi in itertools.pairwise(edges):
         q[:, lo:hi] = (phi[hi] - phi.get(lo, 0.0)) / (hi - lo)
     return q.log()  # q = 0 -> -inf: unreachable nodes
 

@@ -199,7 +199,7 @@ class AdaptiveBudget:
         bs = max(rnd.batch_size, 1)
         phi = [v / bs for v in values[:-1]]
         self.phi = phi if self.phi is None else [
-            old + PHI_EMA * (new - old) for old, new in zip(self.phi, phi)
+            old + PHI_EMA * (new - old) for old, new in zip(self.phi, phi, strict=True)
         ]
         used = self.budgets.index(rnd.key[1])
         self._accepted += SCALE_EMA * (values[-1] / bs - self._accepted)
