@@ -758,6 +758,9 @@ def _schedule_lines(recommended: Mapping[str, Any] | None) -> list[str]:
     if recommended["below_dflash"]:
         sizes = ", ".join(str(bs) for bs in recommended["below_dflash"])
         text += f" At batch size {sizes} even the fastest budget stays below DFLASH."
+    smallest = recommended["measured_batch_sizes"][0]
+    if smallest > 1:
+        text += f" Nothing below batch size {smallest} was measured: its budget is carried down to 1."
     return ["", text]
 
 

@@ -352,7 +352,12 @@ def test_the_fastest_budget_per_batch_size_becomes_a_budget_schedule(tmp_path: P
     assert report["recommended_schedule"] == {
         "schedule": "1:8,2:32", "measured_batch_sizes": [1, 2], "below_dflash": [],
     }
-    assert "`--speculative-ddtree-budget-schedule 1:8,2:32`." in br.markdown_report(report)
+    markdown = br.markdown_report(report)
+    assert "`--speculative-ddtree-budget-schedule 1:8,2:32`." in markdown
+    assert "Nothing below batch size" not in markdown
+    only_bs2 = br.analyse(small_plan(tmp_path, batch_sizes=(2,)), *synthetic(small_plan(tmp_path, batch_sizes=(2,))))
+    assert only_bs2["recommended_schedule"]["schedule"] == "1:32"
+    assert "Nothing below batch size 2 was measured: its budget is carried down to 1." in br.markdown_report(only_bs2)
 
 
 def test_a_batch_size_where_even_the_fastest_budget_loses_to_dflash_is_named(tmp_path: Path) -> None:
