@@ -175,6 +175,7 @@ def cell_metrics(
         decode_s=record.get("decode_s"),
         tokens=record.get("tokens"),
         steps=_steps(record, group.algorithm),
+        host=record.get("host"),
     )
     row["step_ms"] = 1000 * record["decode_s"] / row["steps"] if row["steps"] else None
     if group.algorithm != TARGET_ONLY:
@@ -220,7 +221,8 @@ def combine_repeats(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         row = dict(next((r for r in repeats if r["status"] == "skipped"), repeats[0]))
     del row["repeat"]
     row["repeats"] = [
-        {key: r.get(key) for key in ("repeat", "status", "reason", "tok_per_s", "step_ms")} for r in repeats
+        {key: r.get(key) for key in ("repeat", "status", "reason", "tok_per_s", "step_ms", "host")}
+        for r in repeats
     ]
     row["measured_repeats"] = len(ok)
     return row
@@ -747,6 +749,30 @@ def _adaptive_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def host_table(report: Mapping[str, Any]) -> str | None:
+    """Per timed cell and repeat: what the host did meanwhile (engine_runner's ``host``)."""
+    lines = []
+    for row in report["cells"]:
+        for run in row.get("repeats") or ():
+            host = run.get("host")
+            if not host:
+                continue
+            busiest = (host.get("processes") or [None])[0]
+            process = (
+                f"{busiest['comm']}: {busiest['cpu_per_wall']:.2f} CPU s/s on CPUs {busiest['cpus']} "
+                f"(last {busiest['last_cpu']})" if busiest else DASH
+            )
+            load = " → ".join(f"{v:.2f}" for v in host["load1"])
+            lines.append(
+                f"| {row['name']} | {run['repeat']} | {_fmt(run.get('tok_per_s'), '.0f')} | "
+                f"{_fmt(run.get('step_ms'))} | {load} | {_fmt(host.get('busy_cores'))} of {host['cpus']} | {process} |"
+            )
+    if not lines:
+        return None
+    head = "| cell | repeat | tok/s | wall ms/step | load (1 min) | busy cores | busiest engine process |"
+    return "\n".join([head, "|---" * 7 + "|", *lines])
+
+
 def _schedule_lines(recommended: Mapping[str, Any] | None) -> list[str]:
     if not recommended:
         return []
@@ -965,6 +991,18 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             f"T = 0. Status `off` when the ratio leaves 1 +- {PARITY_TOLERANCE:.0%}.",
             "",
             _parity_table(report),
+            "",
+        ]
+    host = host_table(report)
+    if host:
+        parts += [
+            "## The host during each cell",
+            "",
+            "Load average, busy cores over the cell (all CPUs' busy share x CPU count), and the "
+            "busiest engine process (SGLang's scheduler, as a rule) with its CPU set. Host-bound "
+            "arms move more between engines than between budgets; this is where to look.",
+            "",
+            host,
             "",
         ]
     parts += ["## Engines", "", _engines_table(report), ""]

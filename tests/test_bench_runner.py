@@ -273,3 +273,53 @@ def test_warm_up_runs_one_wave_per_temperature_and_batch_size_of_the_cells() -> 
     engine = Engine()
     runner._warm_up(engine, {"prompts": PROMPTS}, arm("a", {}, cells))
     assert engine.calls == [(1, 0.0), (4, 0.0), (1, 1.0), (4, 1.0)]
+
+
+def load_runner():
+    spec = importlib.util.spec_from_file_location("engine_runner_under_test", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake_proc(root: Path, *, load1: float, busy: int, idle: int, children: dict[int, int]) -> Path:
+    """A /proc with one runner (pid 10) whose children (pid -> utime jiffies) sit on CPUs 2-3."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "loadavg").write_text(f"{load1} 1.0 1.0 2/300 99\n")
+    (root / "stat").write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 1 2 3 4\n")
+    (root / "10" / "task" / "10").mkdir(parents=True, exist_ok=True)
+    (root / "10" / "task" / "10" / "children").write_text(" ".join(map(str, children)) + " ")
+    for pid, utime in children.items():
+        (root / str(pid) / "task" / str(pid)).mkdir(parents=True, exist_ok=True)
+        (root / str(pid) / "task" / str(pid) / "children").write_text("")
+        fields = ["S"] + ["0"] * 10 + [str(utime), "5"] + ["0"] * 23 + ["3"]  # utime, stime; CPU 3
+        (root / str(pid) / "stat").write_text(f"{pid} (sglang::sched ler) " + " ".join(fields) + "\n")
+        (root / str(pid) / "status").write_text("Name:\tx\nCpus_allowed_list:\t2-3\n")
+    return root
+
+
+def test_the_host_around_a_cell_comes_from_proc(tmp_path: Path) -> None:
+    runner = load_runner()
+    tick = os.sysconf("SC_CLK_TCK")
+    before = runner.host_sample(str(fake_proc(tmp_path / "a", load1=0.5, busy=1000, idle=1000, children={20: 100})), 10)
+    after = runner.host_sample(
+        str(fake_proc(tmp_path / "b", load1=2.5, busy=1300, idle=1100, children={20: 100 + tick, 21: 7})), 10
+    )
+    assert before["processes"]["20"] == {"comm": "sglang::sched ler", "jiffies": 105, "last_cpu": 3, "cpus": "2-3"}
+    host = runner.host_during(before, after, wall_s=2.0)
+    assert host["load1"] == [0.5, 2.5]
+    assert host["busy_cores"] == pytest.approx(0.75 * host["cpus"], abs=0.01)
+    # a process that started during the cell has no "before": left out
+    assert host["processes"] == [
+        {"pid": 20, "comm": "sglang::sched ler", "cpu_per_wall": 0.5, "cpus": "2-3", "last_cpu": 3},
+    ]
+    assert runner.host_sample(str(tmp_path / "no-proc")) is None
+    assert runner.host_during(None, after, 2.0) is None
+
+
+def test_every_timed_cell_records_the_host(tmp_path: Path) -> None:
+    done, records, _ = run_runner(tmp_path, {"arms": [ddtree(8)]})
+    assert done.returncode == 0, done.stderr
+    for record in by_arm(records, "cell").values():
+        host = record["host"]  # busy_cores is None for a cell shorter than a clock tick
+        assert host["cpus"] == os.cpu_count() and len(host["load1"]) == 2 and "processes" in host

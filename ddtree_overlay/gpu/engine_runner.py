@@ -31,7 +31,9 @@ writes, so repeats stay apart.
 
 Each cell decodes the first ``prompts`` prompts in waves of ``batch_size``
 concurrent requests and appends a ``{"kind": "cell", ...}`` line (``CELL`` on
-stdout); the engine appends a ``{"kind": "engine", ...}`` line (``ENGINE``)
+stdout), with ``host``: what the machine did meanwhile (Linux ``/proc``: load
+average, busy cores, and the engine processes' CPU time and CPU sets), since
+host-bound arms move far more between engines than between budgets; the engine appends a ``{"kind": "engine", ...}`` line (``ENGINE``)
 with its start time, health check and, when the plan has ``profile_path`` and
 the arm ``profile``, the DDTREE profile windows written while it ran
 (``SGLANG_DDTREE_PROFILE``, see ddtree_profile.py). With a plan-level
@@ -213,6 +215,84 @@ def _engine_base(arm: dict) -> dict:
     return {"arm": arm["name"], "repeat": int(arm.get("repeat", 1))}
 
 
+def host_sample(proc: str = "/proc", pid: int | None = None) -> dict | None:
+    """Load average, all CPUs' busy and total jiffies, and per engine process (this process's
+    descendants: SGLang's schedulers and detokenizer) its CPU jiffies, CPU set and last CPU.
+    None where there is no ``/proc``."""
+    try:
+        with open(f"{proc}/loadavg") as f:
+            load1 = float(f.read().split()[0])
+        with open(f"{proc}/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    processes = {}
+    for child in _descendants(proc, os.getpid() if pid is None else pid):
+        try:
+            with open(f"{proc}/{child}/stat") as f:
+                stat = f.read()
+            with open(f"{proc}/{child}/status") as f:
+                status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+        except OSError:
+            continue  # exited meanwhile
+        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        processes[str(child)] = {
+            "comm": comm,
+            "jiffies": int(rest[11]) + int(rest[12]),  # utime + stime (fields 14 and 15)
+            "last_cpu": int(rest[36]),  # field 39
+            "cpus": status.get("Cpus_allowed_list", "").strip(),
+        }
+    return {"load1": load1, "busy": sum(fields) - idle, "total": sum(fields), "processes": processes}
+
+
+def _descendants(proc: str, pid: int) -> list:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"{proc}/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"{proc}/{parent}/task/{task}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def host_during(before: dict | None, after: dict | None, wall_s: float) -> dict | None:
+    """The host over a cell from two ``host_sample``s: load average at both ends, busy cores
+    (all CPUs' busy share x CPU count), and each engine process's CPU seconds per wall second,
+    busiest first."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    total = after["total"] - before["total"]
+    cpus = os.cpu_count() or 1
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    processes = [
+        {
+            "pid": int(pid),
+            "comm": info["comm"],
+            "cpu_per_wall": round((info["jiffies"] - before["processes"][pid]["jiffies"]) / tick / wall_s, 3),
+            "cpus": info["cpus"],
+            "last_cpu": info["last_cpu"],
+        }
+        for pid, info in after["processes"].items()
+        if pid in before["processes"]
+    ]
+    return {
+        "load1": [before["load1"], after["load1"]],
+        "busy_cores": round((after["busy"] - before["busy"]) / total * cpus, 2) if total > 0 else None,
+        "cpus": cpus,
+        "processes": sorted(processes, key=lambda p: -p["cpu_per_wall"]),
+    }
+
+
 def _cell_base(arm: dict, cell: dict) -> dict:
     sampling = dict({"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True}, **cell.get("sampling", {}))
     return {
@@ -233,12 +313,14 @@ def run_cell(engine, plan: dict, arm: dict, cell: dict) -> dict:
     gen_extra = {"return_logprob": True, "top_logprobs_num": 2} if cell.get("top2") else {}
     outs, wave_s = [], []
     time.sleep(plan.get("idle_gap_s", IDLE_GAP_S))  # the profile closes the previous cell's window here
+    before = host_sample()
     record["t_start"] = time.time()
     for i in range(0, len(prompts), batch):
         t0 = time.perf_counter()
         outs.extend(engine.generate(input_ids=prompts[i : i + batch], sampling_params=sampling, **gen_extra))
         wave_s.append(time.perf_counter() - t0)
     record["t_end"] = time.time()
+    record["host"] = host_during(before, host_sample(), record["t_end"] - record["t_start"])
     record.update(_decoded(outs, sum(wave_s), top2=cell.get("top2", False)), wave_s=wave_s)
     return record
 
