@@ -749,6 +749,9 @@ def _adaptive_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+BUSY_PROCESS = 0.05  # CPU s per wall s below which an engine process is left out of the host table
+
+
 def host_table(report: Mapping[str, Any]) -> str | None:
     """Per timed cell and repeat: what the host did meanwhile (engine_runner's ``host``)."""
     lines = []
@@ -757,20 +760,25 @@ def host_table(report: Mapping[str, Any]) -> str | None:
             host = run.get("host")
             if not host:
                 continue
-            busiest = (host.get("processes") or [None])[0]
-            process = (
-                f"{busiest['comm']}: {busiest['cpu_per_wall']:.2f} CPU s/s on CPUs {busiest['cpus']} "
-                f"(last {busiest['last_cpu']})" if busiest else DASH
-            )
+            busy = [p for p in host.get("processes") or () if p["cpu_per_wall"] >= BUSY_PROCESS][:3]
+            process = "; ".join(
+                f"{p['comm']} {p['cpu_per_wall']:.2f} on CPU {p['last_cpu']}"
+                + (f" (core {p['core']})" if p.get("core") else "") for p in busy
+            ) or DASH
+            allowed = (host.get("processes") or [{}])[0].get("cpus") or DASH
             load = " → ".join(f"{v:.2f}" for v in host["load1"])
             lines.append(
                 f"| {row['name']} | {run['repeat']} | {_fmt(run.get('tok_per_s'), '.0f')} | "
-                f"{_fmt(run.get('step_ms'))} | {load} | {_fmt(host.get('busy_cores'))} of {host['cpus']} | {process} |"
+                f"{_fmt(run.get('step_ms'))} | {load} | {_fmt(host.get('busy_cores'))} of {host['cpus']} | "
+                f"{process} | {allowed} |"
             )
     if not lines:
         return None
-    head = "| cell | repeat | tok/s | wall ms/step | load (1 min) | busy cores | busiest engine process |"
-    return "\n".join([head, "|---" * 7 + "|", *lines])
+    head = (
+        "| cell | repeat | tok/s | wall ms/step | load (1 min) | busy cores | "
+        "busy engine processes: CPU s/s, last CPU (core) | CPUs allowed |"
+    )
+    return "\n".join([head, "|---" * 8 + "|", *lines])
 
 
 def _schedule_lines(recommended: Mapping[str, Any] | None) -> list[str]:
@@ -999,8 +1007,9 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             "## The host during each cell",
             "",
             "Load average, busy cores over the cell (all CPUs' busy share x CPU count), and the "
-            "busiest engine process (SGLang's scheduler, as a rule) with its CPU set. Host-bound "
-            "arms move more between engines than between budgets; this is where to look.",
+            "engine processes that worked (SGLang's scheduler first, as a rule) with the CPU and "
+            "physical core each last ran on: two on one core's hyperthreads slow each other. "
+            "Host-bound arms move more between engines than between budgets; this is where to look.",
             "",
             host,
             "",

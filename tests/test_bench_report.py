@@ -635,19 +635,26 @@ def test_cells_short_of_repeats_keep_the_median_of_those_measured(tmp_path: Path
 
 def test_the_host_during_each_cell_and_repeat_is_tabled(tmp_path: Path) -> None:
     plan, cells, engines = repeats_run(tmp_path, repeats=2)
-    process = {"pid": 7, "comm": "sglang::schedul", "cpu_per_wall": 0.97, "cpus": "0-15", "last_cpu": 3}
+    processes = [
+        {"pid": 7, "comm": "sglang::schedul", "cpu_per_wall": 0.97, "cpus": "0-15", "last_cpu": 3, "core": "0/3"},
+        {"pid": 8, "comm": "sglang::detoken", "cpu_per_wall": 0.31, "cpus": "0-15", "last_cpu": 11, "core": "0/3"},
+        {"pid": 9, "comm": "python3", "cpu_per_wall": 0.01, "cpus": "0-15", "last_cpu": 5, "core": "0/5"},
+    ]
     for repeat, (load, busy) in enumerate(((4.0, 6.5), (0.5, 1.2)), 1):
         cells["dflash/bs1/t0", repeat]["host"] = {
-            "load1": [load, load + 1], "busy_cores": busy, "cpus": 16, "processes": [process],
+            "load1": [load, load + 1], "busy_cores": busy, "cpus": 16, "processes": processes,
         }
     report = br.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["dflash/bs1/t0"]
     assert [e["host"]["busy_cores"] for e in row["repeats"]] == [6.5, 1.2]
     lines = br.host_table(report).splitlines()
-    assert lines[0].startswith("| cell | repeat | tok/s | wall ms/step | load (1 min) | busy cores |")
+    assert lines[0].startswith("| cell | repeat | tok/s | wall ms/step | load (1 min) | busy cores | busy engine")
     assert len(lines) == 4  # head, rule, one line per repeat that recorded its host
     assert lines[2].startswith("| dflash/bs1/t0 | 1 | 150 | ")
-    assert lines[2].endswith("| 4.00 → 5.00 | 6.50 of 16 | sglang::schedul: 0.97 CPU s/s on CPUs 0-15 (last 3) |")
+    assert lines[2].endswith(
+        "| 4.00 → 5.00 | 6.50 of 16 | sglang::schedul 0.97 on CPU 3 (core 0/3); "
+        "sglang::detoken 0.31 on CPU 11 (core 0/3) | 0-15 |"
+    )
     assert "## The host during each cell" in br.markdown_report(report)
     plain = br.analyse(*repeats_run(tmp_path / "plain", repeats=1), references=references())
     assert br.host_table(plain) is None and "## The host during" not in br.markdown_report(plain)

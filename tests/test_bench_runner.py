@@ -283,7 +283,8 @@ def load_runner():
 
 
 def fake_proc(root: Path, *, load1: float, busy: int, idle: int, children: dict[int, int]) -> Path:
-    """A /proc with one runner (pid 10) whose children (pid -> utime jiffies) sit on CPUs 2-3."""
+    """A /proc with one runner (pid 10, gone from /proc/10/stat: left out) whose children
+    (pid -> utime jiffies) sit on CPUs 2-3."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "loadavg").write_text(f"{load1} 1.0 1.0 2/300 99\n")
     (root / "stat").write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 1 2 3 4\n")
@@ -301,17 +302,26 @@ def fake_proc(root: Path, *, load1: float, busy: int, idle: int, children: dict[
 def test_the_host_around_a_cell_comes_from_proc(tmp_path: Path) -> None:
     runner = load_runner()
     tick = os.sysconf("SC_CLK_TCK")
-    before = runner.host_sample(str(fake_proc(tmp_path / "a", load1=0.5, busy=1000, idle=1000, children={20: 100})), 10)
-    after = runner.host_sample(
-        str(fake_proc(tmp_path / "b", load1=2.5, busy=1300, idle=1100, children={20: 100 + tick, 21: 7})), 10
+    topology = tmp_path / "sys" / "cpu3" / "topology"
+    topology.mkdir(parents=True)
+    (topology / "physical_package_id").write_text("1\n")
+    (topology / "core_id").write_text("9\n")
+    sys_cpu = str(tmp_path / "sys")
+    before = runner.host_sample(
+        str(fake_proc(tmp_path / "a", load1=0.5, busy=1000, idle=1000, children={20: 100})), 10, sys_cpu
     )
-    assert before["processes"]["20"] == {"comm": "sglang::sched ler", "jiffies": 105, "last_cpu": 3, "cpus": "2-3"}
+    after = runner.host_sample(
+        str(fake_proc(tmp_path / "b", load1=2.5, busy=1300, idle=1100, children={20: 100 + tick, 21: 7})), 10, sys_cpu
+    )
+    assert before["processes"]["20"] == {
+        "comm": "sglang::sched ler", "jiffies": 105, "last_cpu": 3, "core": "1/9", "cpus": "2-3",
+    }
     host = runner.host_during(before, after, wall_s=2.0)
     assert host["load1"] == [0.5, 2.5]
     assert host["busy_cores"] == pytest.approx(0.75 * host["cpus"], abs=0.01)
     # a process that started during the cell has no "before": left out
     assert host["processes"] == [
-        {"pid": 20, "comm": "sglang::sched ler", "cpu_per_wall": 0.5, "cpus": "2-3", "last_cpu": 3},
+        {"pid": 20, "comm": "sglang::sched ler", "cpu_per_wall": 0.5, "cpus": "2-3", "last_cpu": 3, "core": "1/9"},
     ]
     assert runner.host_sample(str(tmp_path / "no-proc")) is None
     assert runner.host_during(None, after, 2.0) is None

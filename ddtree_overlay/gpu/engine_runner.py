@@ -215,9 +215,11 @@ def _engine_base(arm: dict) -> dict:
     return {"arm": arm["name"], "repeat": int(arm.get("repeat", 1))}
 
 
-def host_sample(proc: str = "/proc", pid: int | None = None) -> dict | None:
-    """Load average, all CPUs' busy and total jiffies, and per engine process (this process's
-    descendants: SGLang's schedulers and detokenizer) its CPU jiffies, CPU set and last CPU.
+def host_sample(proc: str = "/proc", pid: int | None = None, sys_cpu: str = "/sys/devices/system/cpu") -> dict | None:
+    """Load average, all CPUs' busy and total jiffies, and per engine process (this one, with
+    SGLang's tokenizer manager, and its descendants: the schedulers and the detokenizer) its CPU
+    jiffies, CPU set, last CPU and that
+    CPU's physical core (two busy processes on one core's hyperthreads slow each other).
     None where there is no ``/proc``."""
     try:
         with open(f"{proc}/loadavg") as f:
@@ -228,7 +230,8 @@ def host_sample(proc: str = "/proc", pid: int | None = None) -> dict | None:
         return None
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     processes = {}
-    for child in _descendants(proc, os.getpid() if pid is None else pid):
+    root = os.getpid() if pid is None else pid
+    for child in [root, *_descendants(proc, root)]:  # the runner holds SGLang's tokenizer manager
         try:
             with open(f"{proc}/{child}/stat") as f:
                 stat = f.read()
@@ -237,13 +240,26 @@ def host_sample(proc: str = "/proc", pid: int | None = None) -> dict | None:
         except OSError:
             continue  # exited meanwhile
         comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        last_cpu = int(rest[36])  # field 39
         processes[str(child)] = {
             "comm": comm,
             "jiffies": int(rest[11]) + int(rest[12]),  # utime + stime (fields 14 and 15)
-            "last_cpu": int(rest[36]),  # field 39
+            "last_cpu": last_cpu,
+            "core": _core_of(sys_cpu, last_cpu),
             "cpus": status.get("Cpus_allowed_list", "").strip(),
         }
     return {"load1": load1, "busy": sum(fields) - idle, "total": sum(fields), "processes": processes}
+
+
+def _core_of(sys_cpu: str, cpu: int) -> str | None:
+    """``package/core`` of a logical CPU: hyperthreads of one physical core share it."""
+    try:
+        with open(f"{sys_cpu}/cpu{cpu}/topology/physical_package_id") as f:
+            package = f.read().strip()
+        with open(f"{sys_cpu}/cpu{cpu}/topology/core_id") as f:
+            return f"{package}/{f.read().strip()}"
+    except OSError:
+        return None
 
 
 def _descendants(proc: str, pid: int) -> list:
@@ -281,6 +297,7 @@ def host_during(before: dict | None, after: dict | None, wall_s: float) -> dict 
             "cpu_per_wall": round((info["jiffies"] - before["processes"][pid]["jiffies"]) / tick / wall_s, 3),
             "cpus": info["cpus"],
             "last_cpu": info["last_cpu"],
+            "core": info.get("core"),
         }
         for pid, info in after["processes"].items()
         if pid in before["processes"]
