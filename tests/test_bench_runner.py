@@ -176,6 +176,7 @@ def test_plain_arms_keep_their_one_record_format(tmp_path: Path) -> None:
     (record,) = records
     assert "kind" not in record and record["arm"] == "plain" and len(record["outputs"]) == 5
     assert record["meta"][0]["completion_tokens"] == 3 and len(record["top2_margins"][0]) == 3
+    assert record["t_start"] <= record["t_end"]  # the engine's lifetime: its profile windows
 
 
 def test_an_arms_env_reaches_its_engine_only(tmp_path: Path) -> None:

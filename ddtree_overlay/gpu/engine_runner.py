@@ -136,7 +136,7 @@ def _run_arm(plan: dict, arm: dict) -> dict:
     sampling = dict({"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True}, **arm.get("sampling", {}))
     gen_extra = {"return_logprob": True, "top_logprobs_num": 2} if arm.get("top2") else {}
 
-    result = {"arm": arm["name"], "engine": arm.get("engine", {}), "sampling": sampling}
+    result = {"arm": arm["name"], "engine": arm.get("engine", {}), "sampling": sampling, "t_start": time.time()}
     t0 = time.perf_counter()
     engine = sgl.Engine(**kwargs)
     try:
@@ -152,6 +152,7 @@ def _run_arm(plan: dict, arm: dict) -> dict:
     finally:
         engine.shutdown()
 
+    result["t_end"] = time.time()  # profile windows between t_start and t_end are this arm's
     result.update(_decoded(outs, decode_s, top2=arm.get("top2", False)))
     return result
 

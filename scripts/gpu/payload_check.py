@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -164,6 +165,20 @@ def tp_comparison(tp1, tp2):
     }
 
 
+def budgets_used(profile_path, record):
+    """Rounds per tree budget in the profile windows written while an arm's engine lived."""
+    path = Path(profile_path) if profile_path else None
+    if path is None or not path.exists() or record.get("t_start") is None:
+        return None
+    counts = {}
+    for line in path.read_text().splitlines():
+        window = json.loads(line)
+        if record["t_start"] <= (window.get("t_first") or 0) <= record["t_end"]:
+            for budget, rounds in (window.get("budgets") or {}).items():
+                counts[budget] = counts.get(budget, 0) + int(rounds)
+    return dict(sorted(counts.items(), key=lambda item: int(item[0]))) or None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", default=str(FIXTURES / "target"))
@@ -207,7 +222,10 @@ def main():
         if not rec.get("ok"):
             summary["arms"][name] = {"ok": False, "error": rec.get("error"), "traceback": rec.get("traceback")}
             continue
-        summary["arms"][name] = dict(dc.acceptance_summary(rec), ok=True, start_s=rec.get("start_s"), decode_s=rec.get("decode_s"))
+        summary["arms"][name] = dict(
+            dc.acceptance_summary(rec), ok=True, start_s=rec.get("start_s"), decode_s=rec.get("decode_s"),
+            budgets=budgets_used(os.environ.get("SGLANG_DDTREE_PROFILE"), rec),
+        )
         base = "plain-flashinfer" if name.endswith("-flashinfer") else "plain"
         if name != base and rec["sampling"]["temperature"] == 0 and records.get(base, {}).get("ok"):
             summary["lossless"].append(dc.lossless_report(records[base], rec))

@@ -1,0 +1,41 @@
+"""scripts/gpu/payload_check.py's CPU-side pieces: which budgets an arm's rounds took."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_payload_check():
+    spec = importlib.util.spec_from_file_location("payload_check", ROOT / "scripts" / "gpu" / "payload_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_arm_counts_the_budgets_of_the_profile_windows_written_while_its_engine_lived(tmp_path: Path) -> None:
+    check = load_payload_check()
+    profile = tmp_path / "profile.jsonl"
+    windows = [
+        {"t_first": 5.0, "budgets": {"64": 9}},  # the arm before
+        {"t_first": 12.0, "budgets": {"32": 40, "8": 3}},
+        {"t_first": 15.0, "budgets": {"32": 10, "128": 2}},
+        {"t_first": 25.0, "budgets": {"8": 1}},  # the arm after
+    ]
+    profile.write_text("".join(json.dumps(w) + "\n" for w in windows))
+    arm = {"t_start": 10.0, "t_end": 20.0}
+    assert check.budgets_used(str(profile), arm) == {"8": 3, "32": 50, "128": 2}
+    assert check.budgets_used(None, arm) is None
+    assert check.budgets_used(str(profile), {"t_start": 30.0, "t_end": 40.0}) is None
+    assert check.budgets_used(str(profile), {}) is None  # a record from before t_start was kept
+
+
+def test_the_adaptive_preset_checks_lossless_overlap_sync_and_sampling() -> None:
+    arms = {arm["name"]: arm for arm in load_payload_check().presets(32, 256)["adaptive"]}
+    assert arms["ddtree-adaptive"]["engine"]["speculative_ddtree_adaptive_budgets"] == "8,32,128"
+    assert arms["ddtree-adaptive"]["env"] == {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
+    assert arms["ddtree-adaptive-no-overlap"]["engine"]["disable_overlap_schedule"] is True
+    assert {"plain", "plain-t1", "ddtree-adaptive-t1"} <= set(arms)
