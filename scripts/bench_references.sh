@@ -3,12 +3,13 @@
 # DFlash and DDTree at each budget, T=0, fp32 on the CPU, the sweep's prompts (the first N
 # held-out fixture prompts) and length. Made here, they spare the GPU host's cores during a sweep.
 #   bash scripts/bench_references.sh DIR [BUDGETS [N_PROMPTS [MAX_NEW_TOKENS]]]
-# Defaults: 4,8,16,32,64,128,256, 16 prompts (the fixture sweep's widest cell), 256 tokens.
+# Defaults: 4,8,16,32,64,128,256, 32 prompts, 256 tokens. A sweep of fewer prompts uses the first
+# ones (the fixture sweep's cells decode 16 by default; --prompts-per-cell 32 at bs 16 decodes two waves).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: bash scripts/bench_references.sh DIR [BUDGETS [N_PROMPTS [MAX_NEW_TOKENS]]]}
 budgets=${2:-4,8,16,32,64,128,256}
-n_prompts=${3:-16}
+n_prompts=${3:-32}
 max_new=${4:-256}
 py=${PYTHON:-.venv/bin/python}
 F=ddtree_overlay/fixtures
