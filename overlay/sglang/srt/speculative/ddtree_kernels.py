@@ -39,7 +39,7 @@ _VERIFY_TILE_ELEMS = 4096
 _PREFIX_BLOCK = 256
 _BATCH_BLOCK = 64
 _INT32_MAX = 2**31 - 1
-# Vocabulary elements one top-K program reads: 74 chunks per row of a 151936-token vocabulary.
+# Vocabulary elements one top-K program reads: 75 chunks per row of a 151936-token vocabulary.
 _TOPK_CHUNK = 2048
 
 
