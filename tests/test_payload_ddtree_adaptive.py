@@ -23,8 +23,10 @@ class FakeGPU:
         self.now = 0.0  # ms
         self.completed = math.inf
         self.syncs = 0
+        self.created = 0
 
     def event(self) -> FakeEvent:
+        self.created += 1
         return FakeEvent(self)
 
 
@@ -132,6 +134,13 @@ def test_nothing_waits_on_the_gpu_and_a_late_gpu_only_delays_the_feedback() -> N
     gpu.completed = math.inf  # statistics of rounds past the 8 slots were dropped, timings kept
     policy.begin_round(1)
     assert policy._samples[(1, 8)] == 20 and policy.phi is not None
+
+
+def test_events_and_pinned_slots_are_reused_round_after_round() -> None:
+    policy, gpu = make()
+    run_rounds(policy, gpu, 200, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)
+    assert gpu.created <= 6  # two per round, recycled once folded
+    assert len(policy._free_slots) == da.STATS_SLOTS - 1  # the last round's is still out
 
 
 def test_gaps_after_a_prefill_or_an_idle_engine_are_not_per_round_work() -> None:

@@ -46,8 +46,7 @@ class _Round:
     start: Any  # CUDA event at the round's first launch
     end: Any = None  # CUDA event after its last
     follows_round: bool = False  # the previous decode round ran right before it
-    stats: Any = None  # event after the statistics' copy to ``slot``
-    slot: Optional[torch.Tensor] = None
+    slot: Optional[torch.Tensor] = None  # its statistics, copied before ``end`` is recorded
     batch_size: int = 0
 
 
@@ -142,9 +141,7 @@ class AdaptiveBudget:
             stats[-1:].copy_(accept_lens.sum() - bs)
             rnd.slot = self._free_slots.pop()
             rnd.slot.copy_(stats, non_blocking=True)
-            rnd.stats = self._event()
-            rnd.stats.record()
-        rnd.end = self._event()
+        rnd.end = self._event()  # once it completes, so has the copy (same stream)
         rnd.end.record()
         self._pending.append(rnd)
         self._follows_round = True
@@ -189,12 +186,12 @@ class AdaptiveBudget:
                 if 0.0 <= gap <= MAX_BETWEEN_MS:
                     self.between_ms += COST_EMA * (gap - self.between_ms)
             if previous is not None:
-                self._free_events.extend(e for e in (previous.start, previous.end, previous.stats) if e)
+                self._free_events += [previous.start, previous.end]
             if rnd.slot is not None:
                 self._take_stats(rnd)
 
     def _take_stats(self, rnd: _Round) -> None:
-        values = rnd.slot.tolist()  # complete: its event preceded the end event
+        values = rnd.slot.tolist()  # complete: the copy preceded the end event
         self._free_slots.append(rnd.slot)
         bs = max(rnd.batch_size, 1)
         phi = [v / bs for v in values[:-1]]
