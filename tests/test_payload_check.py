@@ -19,11 +19,16 @@ def load_payload_check():
 def test_an_arm_counts_the_budgets_of_the_profile_windows_written_while_its_engine_lived(tmp_path: Path) -> None:
     check = load_payload_check()
     profile = tmp_path / "profile.jsonl"
+    def window(t_first: float, budgets: dict[str, int]) -> dict:  # as ddtree_profile writes one
+        rounds = sum(budgets.values())
+        return {"t_first": t_first, "t_last": t_first + 1.0, "rounds": rounds, "requests": rounds,
+                "cuda_graph_rounds": rounds, "ms_sum": {"round": 2.0 * rounds}, "budgets": budgets}
+
     windows = [
-        {"t_first": 5.0, "budgets": {"64": 9}},  # the arm before
-        {"t_first": 12.0, "budgets": {"32": 40, "8": 3}},
-        {"t_first": 15.0, "budgets": {"32": 10, "128": 2}},
-        {"t_first": 25.0, "budgets": {"8": 1}},  # the arm after
+        window(5.0, {"64": 9}),  # the arm before
+        window(12.0, {"32": 40, "8": 3}),
+        window(15.0, {"32": 10, "128": 2}),
+        window(25.0, {"8": 1}),  # the arm after
     ]
     profile.write_text("".join(json.dumps(w) + "\n" for w in windows))
     arm = {"t_start": 10.0, "t_end": 20.0}

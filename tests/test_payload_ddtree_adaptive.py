@@ -9,44 +9,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fake_cuda_events import FakeGPU  # noqa: E402
 from payload_modules import load_payload_module  # noqa: E402
 
 da = load_payload_module("sglang.srt.speculative.ddtree_adaptive")
 
 BUDGETS = (8, 32, 128)
-
-
-class FakeGPU:
-    """A stream whose clock the test moves; events complete up to ``completed``."""
-
-    def __init__(self) -> None:
-        self.now = 0.0  # ms
-        self.completed = math.inf
-        self.syncs = 0
-        self.created = 0
-
-    def event(self) -> FakeEvent:
-        self.created += 1
-        return FakeEvent(self)
-
-
-class FakeEvent:
-    def __init__(self, gpu: FakeGPU) -> None:
-        self.gpu = gpu
-        self.t: float | None = None
-
-    def record(self) -> None:
-        self.t = self.gpu.now
-
-    def query(self) -> bool:
-        return self.t is not None and self.t <= self.gpu.completed
-
-    def synchronize(self) -> None:
-        self.gpu.syncs += 1
-
-    def elapsed_time(self, end: FakeEvent) -> float:
-        assert self.query() and end.query(), "elapsed_time on an event that has not completed"
-        return end.t - self.t
 
 
 def make(batch_sizes=(1, 2, 4, 8), **kwargs):

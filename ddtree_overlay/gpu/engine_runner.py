@@ -33,8 +33,8 @@ Each cell decodes the first ``prompts`` prompts in waves of ``batch_size``
 concurrent requests and appends a ``{"kind": "cell", ...}`` line (``CELL`` on
 stdout), with ``host``: what the machine did meanwhile (Linux ``/proc``: load
 average, busy cores, and the engine processes' CPU time and CPU sets), since
-host-bound arms move far more between engines than between budgets; the engine appends a ``{"kind": "engine", ...}`` line (``ENGINE``)
-with its start time, health check and, when the plan has ``profile_path`` and
+host-bound arms move far more between engines than between budgets. The engine
+appends a ``{"kind": "engine", ...}`` line (``ENGINE``) with its start time, health check and, when the plan has ``profile_path`` and
 the arm ``profile``, the DDTREE profile windows written while it ran
 (``SGLANG_DDTREE_PROFILE``, see ddtree_profile.py). With a plan-level
 ``deadline`` (unix time), engines and cells that would not finish by then are
@@ -108,7 +108,8 @@ def _decoded(outs: list, decode_s: float, *, top2: bool) -> dict:
 
 
 @contextmanager
-def _environment(overrides: dict):
+def environment(overrides: dict):
+    """``overrides`` in os.environ for the block (an engine's processes inherit them at start)."""
     saved = {name: os.environ.get(name) for name in overrides}
     os.environ.update({name: str(value) for name, value in overrides.items()})
     try:
@@ -122,7 +123,7 @@ def _environment(overrides: dict):
 
 
 def run_arm(plan: dict, arm: dict) -> dict:
-    with _environment(arm.get("env", {})):
+    with environment(arm.get("env", {})):
         return _run_arm(plan, arm)
 
 
@@ -219,9 +220,8 @@ def _engine_base(arm: dict) -> dict:
 def host_sample(proc: str = "/proc", pid: int | None = None, sys_cpu: str = "/sys/devices/system/cpu") -> dict | None:
     """Load average, all CPUs' busy and total jiffies, and per engine process (this one, with
     SGLang's tokenizer manager, and its descendants: the schedulers and the detokenizer) its CPU
-    jiffies, CPU set, last CPU and that
-    CPU's physical core (two busy processes on one core's hyperthreads slow each other).
-    None where there is no ``/proc``."""
+    jiffies, CPU set, last CPU and that CPU's physical core (two busy processes on one core's
+    hyperthreads slow each other). None where there is no ``/proc``."""
     try:
         with open(f"{proc}/loadavg") as f:
             load1 = float(f.read().split()[0])
@@ -357,7 +357,8 @@ def _warm_up(engine, plan: dict, arm: dict) -> None:
         engine.generate(input_ids=plan["prompts"][: key[1]], sampling_params=sampling)
 
 
-def _profile_windows(path, since: float) -> list:
+def profile_windows(path, since: float = 0.0) -> list:
+    """The DDTREE profile windows in ``path`` (SGLANG_DDTREE_PROFILE) that began at ``since`` or later."""
     if not path or not os.path.exists(path):
         return []
     with open(path) as f:
@@ -378,7 +379,7 @@ def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
         return True
     profile_path = plan.get("profile_path") if arm.get("profile") else None
     env = dict(arm.get("env", {}), **({PROFILE_ENV: profile_path, **PROFILE_EVERY} if profile_path else {}))
-    with _environment(env):
+    with environment(env):
         return _run_engine(plan, arm, out_path, box, profile_path)
 
 
@@ -431,7 +432,7 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
         engine_record.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=20))
     finally:
         engine.shutdown()
-    engine_record["profile"] = _profile_windows(profile_path, since)
+    engine_record["profile"] = profile_windows(profile_path, since)
     _emit_engine(out_path, engine_record)
     return ok
 

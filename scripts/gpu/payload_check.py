@@ -22,6 +22,8 @@ FIXTURES = ROOT / "ddtree_overlay" / "fixtures"
 sys.path.insert(0, str(ROOT))
 
 from ddtree_overlay import decode_compare as dc  # noqa: E402
+from ddtree_overlay.bench_report import profile_split  # noqa: E402
+from ddtree_overlay.gpu.engine_runner import profile_windows  # noqa: E402
 
 # Decode graphs for the batch sizes these arms reach (32 prompts at once, fewer as they finish);
 # prefill graphs off. Both shorten the engine start; neither changes what is measured.
@@ -172,16 +174,10 @@ def tp_comparison(tp1, tp2):
 
 def budgets_used(profile_path, record):
     """Rounds per tree budget in the profile windows written while an arm's engine lived."""
-    path = Path(profile_path) if profile_path else None
-    if path is None or not path.exists() or record.get("t_start") is None:
+    if record.get("t_start") is None:
         return None
-    counts = {}
-    for line in path.read_text().splitlines():
-        window = json.loads(line)
-        if record["t_start"] <= (window.get("t_first") or 0) <= record["t_end"]:
-            for budget, rounds in (window.get("budgets") or {}).items():
-                counts[budget] = counts.get(budget, 0) + int(rounds)
-    return dict(sorted(counts.items(), key=lambda item: int(item[0]))) or None
+    split = profile_split(profile_windows(profile_path), record["t_start"], record["t_end"])
+    return (split or {}).get("budgets") or None
 
 
 def main():

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_overlay.bench_plan import make_setting  # noqa: E402
-from ddtree_overlay.gpu.engine_runner import BASE_ENGINE  # noqa: E402
+from ddtree_overlay.gpu.engine_runner import BASE_ENGINE, environment  # noqa: E402
 from ddtree_overlay.trace_summary import load_trace, summarize_trace  # noqa: E402
 
 BASE = {
@@ -82,13 +82,8 @@ def run_arm(arm: str, setting, args, out: Path) -> dict:
     prompts = [list(p) for p in setting.prompts[: args.prompts_per_arm]]
     greedy = {"temperature": 0.0, "max_new_tokens": setting.max_new_tokens, "ignore_eos": True}
     t0 = time.perf_counter()
-    saved_env = dict(os.environ)
-    os.environ.update(arm_env(arm))  # the engine's processes inherit it at start
-    try:
+    with environment(arm_env(arm)):  # the engine's processes inherit it at start
         engine = sgl.Engine(**engine_kwargs(arm, setting, args.tp_size))
-    finally:
-        os.environ.clear()
-        os.environ.update(saved_env)
     record = {"arm": arm, "tp_size": args.tp_size, "start_s": round(time.perf_counter() - t0, 1)}
     try:
         for prompt in prompts:  # the timed decode's own shapes: nothing compiles while timed

@@ -95,8 +95,9 @@ class AdaptiveBudget:
         self.round_ms: Dict[Tuple[int, int], float] = {}
         self._samples: Dict[Tuple[int, int], int] = {}
         self.between_ms = 0.0
-        self._timed_at: Dict[Tuple[int, int], int] = {}
-        self._rounds: Dict[int, int] = {}
+        self._timed_at: Dict[Tuple[int, int], int] = {}  # round count when last timed
+        self._rounds: Dict[int, int] = {}  # per bucket
+        self._round_count = 0
         self.phi: Optional[List[float]] = None  # Φ̄ per width, per request
         self._accepted = 0.0  # EMAs of accepted drafts and of Φ at the widths used, per request
         self._predicted = 0.0
@@ -151,6 +152,7 @@ class AdaptiveBudget:
         self._follows_round = False
 
     def _choose(self, bucket: int) -> int:
+        self._round_count += 1
         count = self._rounds[bucket] = self._rounds.get(bucket, 0) + 1
         untimed = [b for b in self.budgets if self._samples.get((bucket, b), 0) < MIN_SAMPLES]
         if untimed:
@@ -179,7 +181,7 @@ class AdaptiveBudget:
                 self.round_ms[rnd.key] = min(old, ms)
             else:
                 self.round_ms[rnd.key] = old + COST_EMA * (ms - old)
-            self._timed_at[rnd.key] = sum(self._rounds.values())
+            self._timed_at[rnd.key] = self._round_count
             previous, self._last_timed = self._last_timed, rnd
             if previous is not None and rnd.follows_round:
                 gap = previous.end.elapsed_time(rnd.start)

@@ -185,7 +185,7 @@ class VerifyWidths:
         budget: int,
         block_size: int,
         schedule: Optional[BudgetSchedule] = None,
-        choices: Sequence[int] = (),
+        choices: Sequence[int] = (),  # adaptive budgets; never together with a schedule
         build: Optional[Callable[[int, list], Tuple[Any, Any]]] = None,
     ):
         self.model_runner = model_runner
@@ -199,21 +199,16 @@ class VerifyWidths:
         )
         self.by_budget: Dict[int, VerifyWidth] = {budget: widest}
         by_width = {widest.num_verify_tokens: widest}
-        for other in schedule.budgets if schedule is not None else ():
+        for other in schedule.budgets if schedule is not None else choices:
             width = num_verify_tokens_for(other, block_size)
             if width not in by_width:
-                sizes = [
+                sizes = [  # a schedule's width serves its batch sizes; a choice serves them all
                     bs
                     for bs in self.capture_bs
-                    if num_verify_tokens_for(schedule.budget_for(bs), block_size) == width
+                    if schedule is None
+                    or num_verify_tokens_for(schedule.budget_for(bs), block_size) == width
                 ]
                 attn_backend, graph_runner = build(width, sizes)
-                by_width[width] = VerifyWidth(other, width, attn_backend, graph_runner)
-            self.by_budget[other] = dataclasses.replace(by_width[width], budget=other)
-        for other in choices:
-            width = num_verify_tokens_for(other, block_size)
-            if width not in by_width:
-                attn_backend, graph_runner = build(width, list(self.capture_bs))
                 by_width[width] = VerifyWidth(other, width, attn_backend, graph_runner)
             self.by_budget[other] = dataclasses.replace(by_width[width], budget=other)
         self.widest = widest

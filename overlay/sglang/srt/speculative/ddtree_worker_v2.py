@@ -295,10 +295,11 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         adaptive = self.adaptive_budget
         if adaptive is None:
             width = self.verify_widths.width_for(bs)
-            tree_budget = width.budget
         else:
             width = self.verify_widths.by_budget[adaptive.begin_round(bs)]
-            tree_budget = self.budget  # the widest: every width's expected gain comes from it
+        # The budget the tree graphs were captured with: the schedule's, else the widest (every
+        # adaptive width's expected gain comes from the widest tree).
+        tree_budget = self.verify_widths.budget_for(bs)
         n = width.num_verify_tokens
         seq_lens_cpu, seq_lens_sum = planning_seq_lens(batch, draft_input, n)
         profiler = self.profiler
