@@ -63,7 +63,7 @@ def test_untimed_widths_are_tried_first_then_the_most_tokens_per_ms_wins() -> No
     assert chosen[:6] == [8, 8, 32, 32, 128, 128]
     assert set(chosen[6:]) == {32}
     assert policy.phi == pytest.approx([3.0, 5.0, 5.5], rel=1e-5)
-    assert policy.between_ms == pytest.approx(0.5, abs=0.05)
+    assert policy.cost_ms[(1, 32)] == pytest.approx(1.32 + 0.5, abs=0.05)  # round and gap
     assert gpu.syncs == 0
 
 
@@ -104,23 +104,32 @@ def test_nothing_waits_on_the_gpu_and_a_late_gpu_only_delays_the_feedback() -> N
     assert policy._samples[(1, 8)] == 20 and policy.phi is not None
 
 
-def test_events_and_pinned_slots_are_reused_round_after_round() -> None:
-    policy, gpu = make()
-    run_rounds(policy, gpu, 200, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)
-    assert gpu.created <= 6  # two per round, recycled once folded
-    assert len(policy._free_slots) == da.STATS_SLOTS - 1  # the last round's is still out
+def test_only_every_nth_round_is_measured_and_slots_are_reused() -> None:
+    policy, gpu = make(sample_every=8, explore_every=1000)
+    run_rounds(policy, gpu, 6, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)  # every width timed
+    created = gpu.created
+    chosen = run_rounds(policy, gpu, 200, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)
+    assert set(chosen) == {32}
+    # The last timing round's end, then 25 measured rounds: a start event each and the next
+    # round's start as its end.
+    assert gpu.created - created == 1 + 2 * 25
+    assert policy._samples[(1, 32)] == 2 + 25
+    assert len(policy._free_slots) == da.STATS_SLOTS  # every measured round's came back
 
 
-def test_gaps_after_a_prefill_or_an_idle_engine_are_not_per_round_work() -> None:
-    policy, gpu = make()
-    run_rounds(policy, gpu, 4, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
-    gpu.now += 30.0  # idle
-    run_rounds(policy, gpu, 1, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
+def test_a_measured_round_before_a_prefill_or_an_idle_engine_keeps_its_statistics_only() -> None:
+    policy, gpu = make(sample_every=1)
+    run_rounds(policy, gpu, 9, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
+    assert policy.cost_ms[(1, 128)] == pytest.approx(1.4)
+    samples = policy._samples[(1, 128)]
     policy.interrupt()
     gpu.now += 5.0  # a prefill batch ran
-    run_rounds(policy, gpu, 2, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
+    run_rounds(policy, gpu, 1, phi={**PHI, 128: 7.0}, round_ms=lambda b: 1.0, gap_ms=0.4)
+    gpu.now += 30.0  # idle, and nothing told the policy
     policy.begin_round(1)
-    assert policy.between_ms < 0.4
+    assert policy._samples[(1, 128)] == samples  # neither interval timed
+    assert policy.cost_ms[(1, 128)] == pytest.approx(1.4)
+    assert policy.phi[-1] > PHI[128]  # the statistics still count
 
 
 def test_widths_are_timed_per_graph_batch_size() -> None:

@@ -6,18 +6,22 @@ drafter's own path probability q (the exp of its log score), the first w nodes o
 (best-first order, so q never grows along it) would yield 1 + Φ(w) tokens per request, Φ(w) being
 the sum of their q. The round verifies the first w nodes for the w that maximises
 
-    θ(w) = (1 + c Φ̄(w)) / (t_between + t_round(bs, w)),
+    θ(w) = (1 + c Φ̄(w)) / t(bs, w),
 
 CaDDTree's stopping rule over a few CUDA-graph widths. Φ̄ is the mean Φ per request of the
-latest round whose statistics reached the host; c rescales it to the acceptance measured since
-(the drafter is not calibrated); t_round(bs, w) is the GPU time of a round at that graph batch
-size and width, t_between the GPU time from one round's end to the next one's start.
+latest measured round whose statistics reached the host; c rescales it to the acceptance
+measured since (the drafter is not calibrated); t(bs, w) is the GPU time from a round's start at
+that graph batch size and width to the next round's start, so it holds the gap the host leaves
+between rounds too.
 
 Nothing waits on the GPU: statistics come back through pinned memory and timings through CUDA
-events, both polled, so a round chooses from what rounds one or two before it measured. At a
-batch size, widths not timed yet are tried first, and every ``EXPLORE_EVERY``-th round re-times
-the width timed longest ago, so the costs follow the growing context. A width's first timings
-keep the lower one (a first replay may pay a one-off cost), later ones move an average.
+events, both polled, so a choice rests on rounds a few before it. Only every
+``SAMPLE_EVERY``-th round is measured (two events and a few small launches), because a small
+model's round is host-bound and every launch shows in its step time; the other rounds cost a
+dictionary lookup. At a batch size, widths not timed yet are tried (and measured) first, and every
+``EXPLORE_EVERY``-th round re-times the width timed longest ago, so the costs follow the growing
+context. A width's first timings keep the lower one (a first replay may pay a one-off cost), later
+ones move an average.
 """
 
 from __future__ import annotations
@@ -29,25 +33,26 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+SAMPLE_EVERY = 8
 EXPLORE_EVERY = 64
 MIN_SAMPLES = 2  # timings of a width at a batch size before its cost is trusted (the lower one)
-COST_EMA = 0.2  # weight of a new round's time in t_round
+COST_EMA = 0.2  # weight of a new timing in t(bs, w)
 PHI_EMA = 0.5  # weight of a new round's Φ̄: the draft's confidence moves with the text
 SCALE_EMA = 0.05  # weight of a new round in c's numerator and denominator
 SCALE_BOUNDS = (0.1, 10.0)
-# A longer gap between two rounds is an idle engine or a prefill, not per-round work.
-MAX_BETWEEN_MS = 20.0
-STATS_SLOTS = 8  # rounds whose statistics may be in flight at once
+# A timing this far above its width's cost spans an idle engine, not a round and its gap.
+MAX_EXCESS_MS = 20.0
+STATS_SLOTS = 8  # measured rounds whose statistics may be in flight at once
 
 
 @dataclass
 class _Round:
     key: Tuple[int, int]  # (batch-size bucket, budget)
     start: Any  # CUDA event at the round's first launch
-    end: Any = None  # CUDA event after its last
-    follows_round: bool = False  # the previous decode round ran right before it
+    batch_size: int
+    end: Any = None  # CUDA event at the next round's start, or before another batch
+    timed: bool = False  # end is the next decode round's start
     slot: Optional[torch.Tensor] = None  # its statistics, copied before ``end`` is recorded
-    batch_size: int = 0
 
 
 class AdaptiveBudget:
@@ -61,8 +66,8 @@ class AdaptiveBudget:
             float32 host tensor of a given length; injectable for CPU tests.
 
     Use per decode round: ``budget = begin_round(bs)`` before the first launch, then
-    ``end_round(log_scores, accept_lens)`` after the last; ``interrupt()`` when another batch
-    (a prefill) ran in between.
+    ``end_round(log_scores, accept_lens)`` after the last; ``interrupt()`` before another batch
+    (a prefill) runs.
     """
 
     def __init__(
@@ -73,11 +78,13 @@ class AdaptiveBudget:
         device: torch.device,
         new_event: Optional[Callable[[], Any]] = None,
         new_host_buffer: Optional[Callable[[int], torch.Tensor]] = None,
+        sample_every: int = SAMPLE_EVERY,
         explore_every: int = EXPLORE_EVERY,
     ):
         self.budgets = sorted({int(b) for b in budgets})
         self.widest = self.budgets[-1]
         self.batch_sizes = sorted({int(b) for b in batch_sizes})
+        self.sample_every = int(sample_every)
         self.explore_every = int(explore_every)
         # Φ(w) for every width at once: [widest] summed q @ [widest, widths] prefix indicator.
         nodes = torch.arange(self.widest, device=device)
@@ -87,15 +94,12 @@ class AdaptiveBudget:
             lambda n: torch.empty(n, dtype=torch.float32, pin_memory=True)
         )
         self._free_slots = [new_host_buffer(len(self.budgets) + 1) for _ in range(STATS_SLOTS)]
-        self._free_events: List[Any] = []
         self._pending: Deque[_Round] = deque()
-        self._open: Optional[_Round] = None
-        self._last_timed: Optional[_Round] = None  # whose end event starts the next gap
-        self._follows_round = False
-        self.round_ms: Dict[Tuple[int, int], float] = {}
+        self._open: Optional[_Round] = None  # the measured round awaiting its end event
+        self.cost_ms: Dict[Tuple[int, int], float] = {}  # t(bs, w)
         self._samples: Dict[Tuple[int, int], int] = {}
-        self.between_ms = 0.0
         self._timed_at: Dict[Tuple[int, int], int] = {}  # round count when last timed
+        self._best: Dict[int, int] = {}  # per bucket, until the next fold brings news
         self._rounds: Dict[int, int] = {}  # per bucket
         self._round_count = 0
         self.phi: Optional[List[float]] = None  # Φ̄ per width, per request
@@ -118,79 +122,100 @@ class AdaptiveBudget:
         return 1 << (int(bs) - 1).bit_length()
 
     def begin_round(self, bs: int) -> int:
-        """This round's budget; marks its start on the current stream."""
+        """This round's budget; on a measured round (or right after one) marks its start on the
+        current stream."""
+        start = None
+        if self._open is not None:
+            start = self._record()
+            self._close(start, timed=True)
         self._fold()
+        self._round_count += 1
         bucket = self.bucket(bs)
-        budget = self._choose(bucket)
-        start = self._event()
-        start.record()
-        self._open = _Round((bucket, budget), start, follows_round=self._follows_round, batch_size=bs)
+        budget, explore = self._choose(bucket)
+        if explore or self._round_count % self.sample_every == 0:
+            self._open = _Round((bucket, budget), start or self._record(), batch_size=bs)
         return budget
 
     def end_round(self, log_scores: torch.Tensor, accept_lens: torch.Tensor) -> None:
-        """After the round's last launch: its statistics on their way to the host.
+        """After the round's last launch: a measured round's statistics on their way to the
+        host.
 
         ``log_scores``: the widest tree's node log scores, [bs, widest] (-inf: unreachable);
         ``accept_lens``: accepted tokens per request, bonus included, [bs]."""
-        rnd, self._open = self._open, None
-        if rnd is None:
+        rnd = self._open
+        if rnd is None or not self._free_slots:
             return
-        if self._free_slots:
-            bs = int(log_scores.shape[0])
-            stats = torch.empty(len(self.budgets) + 1, dtype=torch.float32, device=log_scores.device)
-            torch.mv(self._prefix.T, log_scores.float().exp().sum(0), out=stats[:-1])
-            stats[-1:].copy_(accept_lens.sum() - bs)
-            rnd.slot = self._free_slots.pop()
-            rnd.slot.copy_(stats, non_blocking=True)
-        rnd.end = self._event()  # once it completes, so has the copy (same stream)
-        rnd.end.record()
-        self._pending.append(rnd)
-        self._follows_round = True
+        bs = int(log_scores.shape[0])
+        stats = torch.empty(len(self.budgets) + 1, dtype=torch.float32, device=log_scores.device)
+        torch.mv(self._prefix.T, log_scores.float().exp().sum(0), out=stats[:-1])
+        stats[-1:].copy_(accept_lens.sum() - bs)
+        rnd.slot = self._free_slots.pop()
+        rnd.slot.copy_(stats, non_blocking=True)  # done once the round's end event is
 
     def interrupt(self) -> None:
-        """Another batch ran since the last round: the next gap is not per-round work."""
-        self._follows_round = False
+        """Another batch is about to run: the measured round's gap is not per-round work."""
+        if self._open is not None:
+            self._close(self._record(), timed=False)
 
-    def _choose(self, bucket: int) -> int:
-        self._round_count += 1
+    def _record(self):
+        event = self._new_event()
+        event.record()
+        return event
+
+    def _close(self, end, *, timed: bool) -> None:
+        rnd, self._open = self._open, None
+        rnd.end, rnd.timed = end, timed
+        self._pending.append(rnd)
+
+    def _choose(self, bucket: int) -> Tuple[int, bool]:
+        """The budget, and whether it is chosen to be timed rather than for its θ."""
         count = self._rounds[bucket] = self._rounds.get(bucket, 0) + 1
         untimed = [b for b in self.budgets if self._samples.get((bucket, b), 0) < MIN_SAMPLES]
         if untimed:
-            return untimed[0]
+            return untimed[0], True
         if count % self.explore_every == 0:
-            return min(self.budgets, key=lambda b: self._timed_at[(bucket, b)])
+            return min(self.budgets, key=lambda b: self._timed_at[(bucket, b)]), True
+        best = self._best.get(bucket)
+        if best is None:
+            best = self._best[bucket] = self._most_tokens_per_ms(bucket)
+        return best, False
+
+    def _most_tokens_per_ms(self, bucket: int) -> int:
         if self.phi is None:
             return self.widest
         scale = self.scale
         return max(
             self.budgets,
             key=lambda b: (1.0 + scale * self.phi[self.budgets.index(b)])
-            / (self.between_ms + self.round_ms[(bucket, b)]),
+            / self.cost_ms[(bucket, b)],
         )
 
     def _fold(self) -> None:
-        """Take in every finished round's timing and statistics, oldest first; never blocks."""
+        """Take in every finished measured round's timing and statistics, oldest first; never
+        blocks."""
+        folded = False
         while self._pending and self._pending[0].end.query():
             rnd = self._pending.popleft()
-            ms = rnd.start.elapsed_time(rnd.end)
-            old = self.round_ms.get(rnd.key)
-            samples = self._samples[rnd.key] = self._samples.get(rnd.key, 0) + 1
-            if old is None:
-                self.round_ms[rnd.key] = ms
-            elif samples <= MIN_SAMPLES:
-                self.round_ms[rnd.key] = min(old, ms)
-            else:
-                self.round_ms[rnd.key] = old + COST_EMA * (ms - old)
-            self._timed_at[rnd.key] = self._round_count
-            previous, self._last_timed = self._last_timed, rnd
-            if previous is not None and rnd.follows_round:
-                gap = previous.end.elapsed_time(rnd.start)
-                if 0.0 <= gap <= MAX_BETWEEN_MS:
-                    self.between_ms += COST_EMA * (gap - self.between_ms)
-            if previous is not None:
-                self._free_events += [previous.start, previous.end]
+            folded = True
+            if rnd.timed:
+                self._time(rnd.key, rnd.start.elapsed_time(rnd.end))
             if rnd.slot is not None:
                 self._take_stats(rnd)
+        if folded:
+            self._best.clear()
+
+    def _time(self, key: Tuple[int, int], ms: float) -> None:
+        old = self.cost_ms.get(key)
+        if old is not None and ms > old + MAX_EXCESS_MS:
+            return
+        samples = self._samples[key] = self._samples.get(key, 0) + 1
+        if old is None:
+            self.cost_ms[key] = ms
+        elif samples <= MIN_SAMPLES:
+            self.cost_ms[key] = min(old, ms)
+        else:
+            self.cost_ms[key] = old + COST_EMA * (ms - old)
+        self._timed_at[key] = self._round_count
 
     def _take_stats(self, rnd: _Round) -> None:
         values = rnd.slot.tolist()  # complete: the copy preceded the end event
@@ -203,6 +228,3 @@ class AdaptiveBudget:
         used = self.budgets.index(rnd.key[1])
         self._accepted += SCALE_EMA * (values[-1] / bs - self._accepted)
         self._predicted += SCALE_EMA * (phi[used] - self._predicted)
-
-    def _event(self):
-        return self._free_events.pop() if self._free_events else self._new_event()
