@@ -44,11 +44,3 @@ def test_the_adaptive_preset_checks_lossless_overlap_sync_and_sampling() -> None
     assert arms["ddtree-adaptive"]["env"] == {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
     assert arms["ddtree-adaptive-no-overlap"]["engine"]["disable_overlap_schedule"] is True
     assert {"plain", "plain-t1", "ddtree-adaptive-t1"} <= set(arms)
-
-
-def test_the_kernels_preset_runs_the_triton_draft_topk_under_the_sync_guard() -> None:
-    arms = {arm["name"]: arm for arm in load_payload_check().presets(32, 256)["kernels"]}
-    assert arms["ddtree-b32-topk-triton"]["env"] == {
-        "SGLANG_DDTREE_TOPK_KERNEL": "triton", "SGLANG_DDTREE_SYNC_DEBUG": "error",
-    }
-    assert arms["ddtree-b256-topk-triton"]["engine"]["speculative_ddtree_budget"] == 256

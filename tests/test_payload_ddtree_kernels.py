@@ -327,13 +327,6 @@ AOT_SCRIPT = textwrap.dedent(
         if int32_inputs:  # SGLang's verified_id and seq_lens may be int32
             sig.update(root_tokens_ptr="*i32", prefix_lens_ptr="*i32")
         built.append(build(dk._verify_inputs_kernel, sig, consts, 4, int32_inputs))
-    topk_sig = {{
-        "logits_ptr": "*bf16", "keys_ptr": "*i64", "chunk_max_ptr": "*fp32", "chunk_sumexp_ptr": "*fp32",
-        "row_stride": "i32", "vocab": "i32", "n_chunks": "i32", "CHUNK": "constexpr", "K": "constexpr",
-    }}
-    for dtype, k in (("*bf16", 32), ("*fp32", 256)):
-        built.append(build(dk._chunk_topk_kernel, dict(topk_sig, logits_ptr=dtype),
-                           {{"CHUNK": dk._TOPK_CHUNK, "K": k}}, 8))
     print(json.dumps(built))
     """
 )
@@ -350,7 +343,7 @@ def test_kernels_compile_ahead_of_time_for_sm90():
     )
     assert result.returncode == 0, result.stderr[-4000:]
     built = __import__("json").loads(result.stdout.strip().splitlines()[-1])
-    assert len(built) == 7 and all(size > 0 for _, size in built)
+    assert len(built) == 5 and all(size > 0 for _, size in built)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
@@ -422,48 +415,3 @@ def test_accepted_paths_match_the_torch_bookkeeping_on_random_paths(interpret):
     for b in range(bs):
         for r in range(int(accept_lens[b])):
             assert moves[int(cache_loc[b, r])] == int(cache_loc.view(-1)[safe[b, r]])
-
-
-# --- the draft top-K (draft_topk) -------------------------------------------------------------
-
-
-@pytest.fixture
-def small_chunks(interpret, monkeypatch):
-    """Chunks of 64 tokens, so small vocabularies span several chunks and a ragged last one."""
-    monkeypatch.setattr(interpret, "_TOPK_CHUNK", 64)
-    return interpret
-
-
-@pytest.mark.parametrize(("bs", "depth", "vocab", "k"), [(1, 1, 300, 1), (2, 3, 300, 8), (3, 2, 193, 32), (1, 2, 500, 100)])
-def test_draft_topk_kernel_equals_compute_draft_topk(small_chunks, bs, depth, vocab, k):
-    g = torch.Generator().manual_seed(vocab + k)
-    logits = torch.randn(bs, depth, vocab, generator=g) * 3.0  # fp32: no exact ties
-    want = du.compute_draft_topk(logits, k)
-    got = small_chunks.draft_topk(logits, k)
-    assert torch.equal(got.token_ids, want.token_ids)
-    torch.testing.assert_close(got.log_probs, want.log_probs, rtol=0, atol=1e-5)
-
-
-def test_draft_topk_kernel_reads_bf16_logits_without_an_fp32_copy_and_keeps_their_values(small_chunks):
-    g = torch.Generator().manual_seed(7)
-    logits = (torch.randn(2, 4, 400, generator=g) * 3.0).to(torch.bfloat16)  # bf16: ties likely
-    want = du.compute_draft_topk(logits, 16)
-    got = small_chunks.draft_topk(logits, 16)
-    torch.testing.assert_close(got.log_probs, want.log_probs, rtol=0, atol=1e-5)
-    log_z = torch.logsumexp(logits.float(), dim=-1, keepdim=True)
-    picked = torch.gather(logits.float(), -1, got.token_ids) - log_z  # each id carries its own value
-    torch.testing.assert_close(got.log_probs, picked, rtol=0, atol=1e-5)
-
-
-def test_draft_topk_kernel_breaks_exact_ties_by_the_lower_token_id(small_chunks):
-    logits = torch.zeros(1, 1, 200)
-    logits[0, 0, [150, 3, 70, 199]] = 5.0  # four-way tie across three chunks
-    logits[0, 0, 120] = 6.0
-    got = small_chunks.draft_topk(logits, 4)
-    assert got.token_ids[0, 0].tolist() == [120, 3, 70, 150]
-
-
-def test_draft_topk_kernel_with_k_above_the_chunk_widens_the_chunk(small_chunks):
-    logits = torch.randn(1, 2, 700, generator=torch.Generator().manual_seed(3))
-    got = small_chunks.draft_topk(logits, 130)  # chunk 64 < K: chunks of 256
-    assert torch.equal(got.token_ids, du.compute_draft_topk(logits, 130).token_ids)

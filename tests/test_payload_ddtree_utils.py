@@ -265,22 +265,6 @@ def test_tree_stage_is_triton_by_default_torch_on_request_and_a_typo_is_refused(
         du.select_tree_stage()
 
 
-def test_the_draft_topk_is_torch_by_default_triton_on_request_and_a_typo_is_refused(monkeypatch):
-    kernels = types.ModuleType("sglang.srt.speculative.ddtree_kernels")  # no triton needed here
-    kernels.draft_topk = object()
-    monkeypatch.setitem(sys.modules, kernels.__name__, kernels)
-    package = sys.modules.get("sglang.srt.speculative") or types.ModuleType("sglang.srt.speculative")
-    monkeypatch.setitem(sys.modules, package.__name__, package)
-    monkeypatch.setattr(package, "ddtree_kernels", kernels, raising=False)
-    monkeypatch.delenv(du.TOPK_ENV, raising=False)
-    assert du.select_draft_topk() is du.compute_draft_topk
-    monkeypatch.setenv(du.TOPK_ENV, "triton")
-    assert du.select_draft_topk() is kernels.draft_topk
-    monkeypatch.setenv(du.TOPK_ENV, "cuda")
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_TOPK_KERNEL must be 'torch' or 'triton'"):
-        du.select_draft_topk()
-
-
 @pytest.mark.parametrize(
     ("bs", "budget"), [(1, 256), (7, 256), (8, 64), (15, 64), (16, 32), (512, 32)]
 )

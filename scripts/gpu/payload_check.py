@@ -35,7 +35,6 @@ GRAPH = {
 # The T=1 arms send 512 single-prompt draws; 32 at a time keeps them on the captured graphs.
 WAVES = {"max_running_requests": 32}
 TORCH_TREE = {"SGLANG_DDTREE_TREE_KERNEL": "torch"}  # the default is the Triton kernels
-TRITON_TOPK = {"SGLANG_DDTREE_TOPK_KERNEL": "triton"}  # the default is torch's topk
 NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
 
 
@@ -77,17 +76,13 @@ def presets(n_prompts, max_new):
             {"name": "plain-t1", "engine": dict(GRAPH, **WAVES), "sampling": sampled, "repeat": 512, "prompts": 1},
             {"name": "ddtree-b32-t1", "engine": ddtree(32, **WAVES), "sampling": sampled, "repeat": 512, "prompts": 1},
         ],
-        # The tree stage as Triton kernels against the torch ops (same engine settings), and the
-        # draft top-K as one (ddtree_kernels.draft_topk), under the sync guard too.
+        # The tree stage as Triton kernels against the torch ops (same engine settings).
         "kernels": [
             {"name": "plain", "engine": GRAPH, "sampling": greedy, "top2": True},
             {"name": "ddtree-b15-torch", "engine": ddtree(15), "sampling": greedy, "env": TORCH_TREE},
             {"name": "ddtree-b15-triton", "engine": ddtree(15), "sampling": greedy},
             {"name": "ddtree-b32-torch", "engine": ddtree(32), "sampling": greedy, "env": TORCH_TREE},
             {"name": "ddtree-b32-triton", "engine": ddtree(32), "sampling": greedy},
-            {"name": "ddtree-b32-topk-triton", "engine": ddtree(32), "sampling": greedy,
-             "env": dict(TRITON_TOPK, **NO_SYNC)},
-            {"name": "ddtree-b256-topk-triton", "engine": ddtree(256), "sampling": greedy, "env": TRITON_TOPK},
         ],
         # Any host sync inside a DDTREE round raises (torch's CUDA sync debug mode, scoped to
         # the round): the arm fails, naming the operation.

@@ -5,9 +5,6 @@ The same outputs as ``ddtree_utils``'s ``build_ddtree_tree`` ->
 stay the oracle), in two launches instead of ~150 small torch ones: a round's
 tree stage is bound by CPU launch time, not by GPU work.
 
-- ``_chunk_topk_kernel`` (one program per vocabulary chunk of a draft row) keeps
-  the chunk's max, sum of exps and top K, for ``draft_topk``
-  (``SGLANG_DDTREE_TOPK_KERNEL=triton``);
 - ``_draft_block_kernel`` (one program per request) writes the draft block's
   token ids and positions and the verify block's KV slots;
 - ``_best_first_tree_kernel`` (one program per request) pops the paper's
@@ -39,8 +36,6 @@ _VERIFY_TILE_ELEMS = 4096
 _PREFIX_BLOCK = 256
 _BATCH_BLOCK = 64
 _INT32_MAX = 2**31 - 1
-# Vocabulary elements one top-K program reads: 75 chunks per row of a 151936-token vocabulary.
-_TOPK_CHUNK = 2048
 
 
 def _int64_outputs(device, *shapes) -> list:
@@ -128,74 +123,6 @@ def _split_order_key(best):
     bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
     key = 0x7FFFFFFF - (best - ((best >> 32) << 32)).to(tl.int32)
     return bits.to(tl.float32, bitcast=True), key
-
-
-@triton.jit
-def _chunk_topk_kernel(
-    logits_ptr,  # [R, V] rows of draft logits, any float dtype, unit stride along V
-    keys_ptr,  # [R, n_chunks, K] int64 out: the chunk's top K as _order_key(logit, token id)
-    chunk_max_ptr,  # [R, n_chunks] fp32 out
-    chunk_sumexp_ptr,  # [R, n_chunks] fp32 out: sum of exp(logit - chunk max)
-    row_stride,
-    vocab,
-    n_chunks,
-    CHUNK: tl.constexpr,
-    K: tl.constexpr,
-):
-    """One chunk of one row's vocabulary, read once: its max and sum of exps (for the
-    log-normaliser) and its K best logits with their token ids, best first (ties: lower id)."""
-    row = tl.program_id(0).to(tl.int64)
-    chunk = tl.program_id(1)
-    lane = tl.arange(0, CHUNK)
-    ids = chunk * CHUNK + lane
-    valid = ids < vocab
-    x = tl.load(logits_ptr + row * row_stride + ids, mask=valid, other=float("-inf")).to(tl.float32)
-    top = tl.max(x, axis=0)
-    sumexp = tl.sum(tl.where(valid, tl.exp(x - top), 0.0), axis=0)
-    keys = tl.sort(_order_key(x, ids), descending=True)  # padding (-inf) sorts last
-    out = row * n_chunks + chunk
-    tl.store(keys_ptr + out * K + lane, keys, mask=lane < K)
-    tl.store(chunk_max_ptr + out, top)
-    tl.store(chunk_sumexp_ptr + out, sumexp)
-
-
-def draft_topk(logits: torch.Tensor, k: int) -> DDTreeDraftTopK:
-    """``compute_draft_topk`` without an fp32 copy of the logits and without a top-K over the
-    whole vocabulary: one launch reads each row once in chunks, keeping each chunk's max, sum
-    of exps and K best; a top-K over those candidates and the normaliser's merge follow.
-
-    Same log-probabilities (fp32, full-vocabulary normaliser) and ids; on exact ties the lower
-    token id comes first (``torch.topk`` leaves the order of ties open).
-    """
-    if logits.ndim != 3:
-        raise ValueError(f"DDTREE draft logits must be [bs, L, V], got {tuple(logits.shape)}.")
-    bs, depth, vocab = logits.shape
-    k = min(int(k), int(vocab))
-    rows = logits.reshape(bs * depth, vocab)
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()
-    n_rows = int(rows.shape[0])
-    chunk = max(_TOPK_CHUNK, triton.next_power_of_2(k))
-    n_chunks = triton.cdiv(vocab, chunk)
-    keys = torch.empty((n_rows, n_chunks, k), dtype=torch.int64, device=logits.device)
-    chunk_max, chunk_sumexp = torch.empty(
-        (2, n_rows, n_chunks), dtype=torch.float32, device=logits.device
-    ).unbind(0)
-    if n_rows > 0 and k > 0:
-        _chunk_topk_kernel[(n_rows, n_chunks)](
-            rows, keys, chunk_max, chunk_sumexp, rows.stride(0), vocab, n_chunks,
-            CHUNK=chunk, K=k, num_warps=8,
-        )
-    best = torch.topk(keys.view(n_rows, n_chunks * k), k, dim=1).values  # sorted, best first
-    ordered = (best >> 32).to(torch.int32)  # _split_order_key, in torch
-    log_probs = (ordered ^ ((ordered >> 31) & 0x7FFFFFFF)).view(torch.float32)
-    token_ids = 0x7FFFFFFF - (best & 0x7FFFFFFF)
-    top = chunk_max.amax(dim=1, keepdim=True)
-    log_z = top + torch.log((chunk_sumexp * torch.exp(chunk_max - top)).sum(dim=1, keepdim=True))
-    return DDTreeDraftTopK(
-        log_probs=(log_probs - log_z).view(bs, depth, k),
-        token_ids=token_ids.view(bs, depth, k),
-    )
 
 
 @triton.jit

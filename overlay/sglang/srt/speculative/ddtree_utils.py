@@ -32,9 +32,6 @@ import torch
 # Which implementation runs a round's tree stage: "triton" (ddtree_kernels, the default: two
 # launches instead of ~150) or "torch" (these functions).
 TREE_STAGE_ENV = "SGLANG_DDTREE_TREE_KERNEL"
-# Who takes the draft top-K and its normaliser from the logits: "torch" (compute_draft_topk, the
-# default) or "triton" (ddtree_kernels.draft_topk: no fp32 copy, no top-K over the whole vocabulary).
-TOPK_ENV = "SGLANG_DDTREE_TOPK_KERNEL"
 
 
 def num_verify_tokens_for(budget: int, block_size: int) -> int:
@@ -413,18 +410,6 @@ def select_tree_stage(choice: str | None = None) -> TreeStage:
 
         return TreeStage("triton", ddtree_kernels.build_tree, ddtree_kernels.write_verify_inputs)
     raise ValueError(f"{TREE_STAGE_ENV} must be 'torch' or 'triton', got {choice!r}.")
-
-
-def select_draft_topk(choice: str | None = None) -> Callable[[torch.Tensor, int], DDTreeDraftTopK]:
-    """The draft top-K ``SGLANG_DDTREE_TOPK_KERNEL`` names: torch (default) or triton."""
-    choice = os.environ.get(TOPK_ENV, "torch") if choice is None else choice
-    if choice == "torch":
-        return compute_draft_topk
-    if choice == "triton":
-        from sglang.srt.speculative import ddtree_kernels
-
-        return ddtree_kernels.draft_topk
-    raise ValueError(f"{TOPK_ENV} must be 'torch' or 'triton', got {choice!r}.")
 
 
 def follow_verified_tree_cpu(

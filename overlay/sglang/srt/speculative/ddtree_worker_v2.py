@@ -72,9 +72,9 @@ from sglang.srt.speculative.ddtree_utils import (
     BudgetSchedule,
     DDTreeDraftTopK,
     DDTreeDraftTree,
+    compute_draft_topk,
     max_accept_width,
     parse_budget_choices,
-    select_draft_topk,
     select_tree_stage,
 )
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
@@ -115,8 +115,6 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self._tp_pack_k = min(self.budget, self.vocab_size)
         # SGLANG_DDTREE_TREE_KERNEL=triton (default)|torch: who builds the tree, verify tensors and mask.
         self.tree_stage = select_tree_stage()
-        # SGLANG_DDTREE_TOPK_KERNEL=torch (default)|triton: who takes the draft top-K (one rank).
-        self.draft_topk = select_draft_topk()
         self.tree_graphs = None  # set by init_cuda_graphs
         self.tp_tree_graphs = None  # (top-K pieces, combine + tree) under TP
         self.commit_graphs = None
@@ -128,13 +126,12 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         if getattr(self, "tp_rank", 0) == 0:
             logger.info(
                 "DDTREE worker ready: budget=%s, block_size=%d, verify width=%d, "
-                "accept width=%d, tree stage=%s, draft top-K=%s",
+                "accept width=%d, tree stage=%s",
                 schedule or adaptive or self.budget,
                 self.block_size,
                 num_verify_tokens,
                 self.accept_width,
                 self.tree_stage.name,
-                self.draft_topk.__name__,
             )
 
     def init_attention_backends(self):
@@ -461,7 +458,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             )
         weight = lm_head.weight[: self.vocab_size]  # drop vocab padding rows
         logits = torch.matmul(draft_hidden.to(weight.dtype), weight.T)  # [bs, L, V]
-        return self.draft_topk(logits, k)
+        return compute_draft_topk(logits, k)
 
     def _verify(self, batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum):
         batch.out_cache_loc = cache_loc_2d.reshape(-1)
