@@ -327,6 +327,11 @@ AOT_SCRIPT = textwrap.dedent(
         if int32_inputs:  # SGLang's verified_id and seq_lens may be int32
             sig.update(root_tokens_ptr="*i32", prefix_lens_ptr="*i32")
         built.append(build(dk._verify_inputs_kernel, sig, consts, 4, int32_inputs))
+    lse_sig = {{"logits_ptr": "*bf16", "out_ptr": "*fp32", "vocab": "i32", "row_stride": "i32",
+               "BLOCK": "constexpr"}}
+    for dtype in ("*bf16", "*fp32"):
+        built.append(build(dk._row_logsumexp_kernel, dict(lse_sig, logits_ptr=dtype),
+                           {{"BLOCK": dk._LSE_BLOCK}}, 8))
     print(json.dumps(built))
     """
 )
@@ -343,7 +348,7 @@ def test_kernels_compile_ahead_of_time_for_sm90():
     )
     assert result.returncode == 0, result.stderr[-4000:]
     built = __import__("json").loads(result.stdout.strip().splitlines()[-1])
-    assert len(built) == 5 and all(size > 0 for _, size in built)
+    assert len(built) == 7 and all(size > 0 for _, size in built)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
@@ -415,3 +420,49 @@ def test_accepted_paths_match_the_torch_bookkeeping_on_random_paths(interpret):
     for b in range(bs):
         for r in range(int(accept_lens[b])):
             assert moves[int(cache_loc[b, r])] == int(cache_loc.view(-1)[safe[b, r]])
+
+
+# --- the draft top-K (draft_topk) -------------------------------------------------------------
+
+
+@pytest.fixture
+def small_lse_blocks(interpret, monkeypatch):
+    """Steps of 64 vocabulary entries, so a row takes several and a ragged last one."""
+    monkeypatch.setattr(interpret, "_LSE_BLOCK", 64)
+    return interpret
+
+
+@pytest.mark.parametrize(("bs", "depth", "vocab", "k"), [(1, 1, 300, 1), (2, 3, 300, 8), (3, 2, 193, 32), (1, 2, 40, 40)])
+def test_draft_topk_equals_compute_draft_topk(small_lse_blocks, bs, depth, vocab, k):
+    g = torch.Generator().manual_seed(vocab + k)
+    logits = torch.randn(bs, depth, vocab, generator=g) * 3.0  # fp32: no exact ties
+    want = du.compute_draft_topk(logits, k)
+    got = small_lse_blocks.draft_topk(logits, k)
+    assert torch.equal(got.token_ids, want.token_ids)
+    torch.testing.assert_close(got.log_probs, want.log_probs, rtol=0, atol=1e-5)
+
+
+def test_draft_topk_reads_bf16_logits_and_keeps_each_ids_own_value(small_lse_blocks):
+    g = torch.Generator().manual_seed(7)
+    logits = (torch.randn(2, 4, 400, generator=g) * 3.0).to(torch.bfloat16)  # bf16: ties likely
+    want = du.compute_draft_topk(logits, 16)
+    got = small_lse_blocks.draft_topk(logits, 16)
+    torch.testing.assert_close(got.log_probs, want.log_probs, rtol=0, atol=1e-5)
+    log_z = torch.logsumexp(logits.float(), dim=-1, keepdim=True)
+    picked = torch.gather(logits.float(), -1, got.token_ids) - log_z
+    torch.testing.assert_close(got.log_probs, picked, rtol=0, atol=1e-5)
+
+
+def test_draft_topk_normaliser_ignores_masked_out_entries(small_lse_blocks):
+    logits = torch.full((1, 2, 150), NEG_INF)
+    logits[0, 0, [5, 140]] = torch.tensor([1.0, 2.0])  # two finite entries, 64-entry steps apart
+    logits[0, 1, 70] = -3.0
+    got = small_lse_blocks.draft_topk(logits, 2)
+    want = du.compute_draft_topk(logits, 2)
+    torch.testing.assert_close(got.log_probs, want.log_probs, rtol=0, atol=1e-6)
+    assert got.token_ids[0, 0].tolist() == [140, 5] and got.token_ids[0, 1, 0].item() == 70
+
+
+def test_draft_topk_refuses_logits_without_a_position_axis(interpret):
+    with pytest.raises(ValueError, match=r"\[bs, L, V\]"):
+        interpret.draft_topk(torch.zeros(2, 10), 4)

@@ -251,15 +251,19 @@ def test_write_verify_inputs_is_buffers_then_mask():
 
 def test_tree_stage_is_triton_by_default_torch_on_request_and_a_typo_is_refused(monkeypatch):
     kernels = types.ModuleType("sglang.srt.speculative.ddtree_kernels")  # no triton needed here
-    kernels.build_tree, kernels.write_verify_inputs = object(), object()
+    kernels.draft_topk, kernels.build_tree, kernels.write_verify_inputs = object(), object(), object()
     monkeypatch.setitem(sys.modules, kernels.__name__, kernels)
     package = sys.modules.get("sglang.srt.speculative") or types.ModuleType("sglang.srt.speculative")
     monkeypatch.setitem(sys.modules, package.__name__, package)
     monkeypatch.setattr(package, "ddtree_kernels", kernels, raising=False)
     monkeypatch.delenv(du.TREE_STAGE_ENV, raising=False)
-    assert du.select_tree_stage() == ("triton", kernels.build_tree, kernels.write_verify_inputs)
+    assert du.select_tree_stage() == (
+        "triton", kernels.draft_topk, kernels.build_tree, kernels.write_verify_inputs
+    )
     monkeypatch.setenv(du.TREE_STAGE_ENV, "torch")
-    assert du.select_tree_stage() == ("torch", du.build_ddtree_tree, du.write_verify_inputs)
+    assert du.select_tree_stage() == (
+        "torch", du.compute_draft_topk, du.build_ddtree_tree, du.write_verify_inputs
+    )
     monkeypatch.setenv(du.TREE_STAGE_ENV, "trition")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be 'torch' or 'triton'"):
         du.select_tree_stage()

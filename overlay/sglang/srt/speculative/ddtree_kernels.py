@@ -5,6 +5,9 @@ The same outputs as ``ddtree_utils``'s ``build_ddtree_tree`` ->
 stay the oracle), in two launches instead of ~150 small torch ones: a round's
 tree stage is bound by CPU launch time, not by GPU work.
 
+- ``_row_logsumexp_kernel`` (one program per draft row) takes the drafter's
+  full-vocabulary normaliser in fp32 straight from its bf16 logits, for
+  ``draft_topk``;
 - ``_draft_block_kernel`` (one program per request) writes the draft block's
   token ids and positions and the verify block's KV slots;
 - ``_best_first_tree_kernel`` (one program per request) pops the paper's
@@ -36,6 +39,7 @@ _VERIFY_TILE_ELEMS = 4096
 _PREFIX_BLOCK = 256
 _BATCH_BLOCK = 64
 _INT32_MAX = 2**31 - 1
+_LSE_BLOCK = 2048  # vocabulary entries a logsumexp program reads per step
 
 
 def _int64_outputs(device, *shapes) -> list:
@@ -348,6 +352,48 @@ def _verify_inputs_kernel(
     share = (tail + programs - 1) // programs
     start = exact_len + (req * tl.num_programs(1) + tile) * share
     _fill_true(mask_ptr, start, tl.minimum(start + share, mask_capacity), PREFIX_BLOCK)
+
+
+@triton.jit
+def _row_logsumexp_kernel(logits_ptr, out_ptr, vocab, row_stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    lanes = tl.arange(0, BLOCK)
+    run_max = tl.full([BLOCK], float("-inf"), tl.float32)
+    run_sum = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, vocab, BLOCK):
+        cols = start + lanes
+        x = tl.load(logits_ptr + row * row_stride + cols, mask=cols < vocab, other=float("-inf"))
+        x = x.to(tl.float32)
+        new_max = tl.maximum(run_max, x)
+        shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # an all -inf lane stays 0
+        run_sum = run_sum * tl.exp(run_max - shift) + tl.exp(x - shift)
+        run_max = new_max
+    row_max = tl.max(run_max, axis=0)
+    shift = tl.where(row_max == float("-inf"), 0.0, row_max)
+    total = tl.sum(run_sum * tl.exp(run_max - shift), axis=0)
+    tl.store(out_ptr + row, shift + tl.log(total))
+
+
+def draft_topk(logits: torch.Tensor, k: int) -> DDTreeDraftTopK:
+    """``compute_draft_topk`` without an fp32 copy of the logits: the normaliser in one Triton
+    pass over them, the top-K over their own dtype (bf16 -> fp32 is exact, so the same values
+    come out; ids may differ only between equal values)."""
+    if logits.ndim != 3:
+        raise ValueError(f"DDTREE draft logits must be [bs, L, V], got {tuple(logits.shape)}.")
+    bs, depth, vocab = logits.shape
+    k = min(int(k), int(vocab))
+    rows = logits.reshape(bs * depth, vocab)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    log_z = torch.empty((bs * depth,), dtype=torch.float32, device=logits.device)
+    if rows.shape[0] > 0:
+        _row_logsumexp_kernel[(rows.shape[0],)](
+            rows, log_z, vocab, rows.stride(0), BLOCK=_LSE_BLOCK, num_warps=8
+        )
+    top_logits, top_ids = torch.topk(logits, k, dim=-1, sorted=True)
+    return DDTreeDraftTopK(
+        log_probs=top_logits.float() - log_z.view(bs, depth, 1), token_ids=top_ids
+    )
 
 
 def build_tree(topk: DDTreeDraftTopK, budget: int) -> DDTreeDraftTree:

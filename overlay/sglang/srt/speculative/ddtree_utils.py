@@ -392,10 +392,11 @@ def write_verify_inputs(
 
 
 class TreeStage(NamedTuple):
-    """A round's tree stage: ``build_tree(topk, budget)``, then
+    """A round's tree stage: ``draft_topk(logits, k)``, ``build_tree(topk, budget)``, then
     ``write_verify_inputs(tree, root_tokens, prefix_lens, N, max_depth, mask_capacity)``."""
 
     name: str
+    draft_topk: Callable[[torch.Tensor, int], DDTreeDraftTopK]
     build_tree: Callable[[DDTreeDraftTopK, int], DDTreeDraftTree]
     write_verify_inputs: Callable[..., tuple]
 
@@ -404,11 +405,16 @@ def select_tree_stage(choice: str | None = None) -> TreeStage:
     """The tree stage ``SGLANG_DDTREE_TREE_KERNEL`` names: triton (default) or torch."""
     choice = os.environ.get(TREE_STAGE_ENV, "triton") if choice is None else choice
     if choice == "torch":
-        return TreeStage("torch", build_ddtree_tree, write_verify_inputs)
+        return TreeStage("torch", compute_draft_topk, build_ddtree_tree, write_verify_inputs)
     if choice == "triton":
         from sglang.srt.speculative import ddtree_kernels
 
-        return TreeStage("triton", ddtree_kernels.build_tree, ddtree_kernels.write_verify_inputs)
+        return TreeStage(
+            "triton",
+            ddtree_kernels.draft_topk,
+            ddtree_kernels.build_tree,
+            ddtree_kernels.write_verify_inputs,
+        )
     raise ValueError(f"{TREE_STAGE_ENV} must be 'torch' or 'triton', got {choice!r}.")
 
 

@@ -72,7 +72,6 @@ from sglang.srt.speculative.ddtree_utils import (
     BudgetSchedule,
     DDTreeDraftTopK,
     DDTreeDraftTree,
-    compute_draft_topk,
     max_accept_width,
     parse_budget_choices,
     select_tree_stage,
@@ -458,7 +457,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             )
         weight = lm_head.weight[: self.vocab_size]  # drop vocab padding rows
         logits = torch.matmul(draft_hidden.to(weight.dtype), weight.T)  # [bs, L, V]
-        return compute_draft_topk(logits, k)
+        return self.tree_stage.draft_topk(logits, k)
 
     def _verify(self, batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum):
         batch.out_cache_loc = cache_loc_2d.reshape(-1)
