@@ -39,6 +39,7 @@ STAGES = ("draft", "topk", "tree", "verify", "accept", "commit")
 PARITY_TOLERANCE = 0.10
 PER_PROMPT_TOLERANCE = 0.03  # issue 4's per-prompt bar, reported (not gated) per prompt
 DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md
+REPEAT_SPREAD = 1.10  # a cell whose repeats' tok/s differ by more gets a note
 PROFILE_HINT = (
     "no DDTREE profile windows were recorded: is ddtree_profile wired into the worker's "
     "_tree_round (SGLANG_DDTREE_PROFILE)?"
@@ -366,8 +367,10 @@ def _speedups(rows: list[dict[str, Any]]) -> None:
 
 def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per (T, bs): DFLASH in its faster scheduling mode, DDTREE at every budget (and with
-    adaptive budgets) in its faster mode against it, and the fastest DDTREE arm. Columns lacking
-    either algorithm are left out; a tie goes to overlap scheduling (the default)."""
+    adaptive budgets) in its faster mode against it, and the fastest DDTREE arm; with repeats,
+    also its worst case (``worst_case``: that arm's slowest repeat against the fastest repeat of
+    either DFLASH mode). Columns lacking either algorithm are left out; a tie goes to overlap
+    scheduling (the default)."""
 
     def fastest(candidates: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
         return max(candidates, key=lambda r: r["tok_per_s"], default=None)
@@ -380,10 +383,11 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         ddtree = [r for r in here if r["algorithm"] == DDTREE]
         if dflash is None or not ddtree:
             continue
-        budgets = []
+        budgets, arm_rows = [], []
         for arm in sorted({_ddtree_arm(r) for r in ddtree}):
             row = fastest(r for r in ddtree if _ddtree_arm(r) == arm)
             assert row is not None
+            arm_rows.append(row)
             speedup = row["tok_per_s"] / dflash["tok_per_s"]
             entry = {
                 "group": row["group"],
@@ -399,16 +403,31 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 ratio = row["tokens_per_round"] / dflash["tokens_per_round"]
                 entry |= {"acceptance_ratio": ratio, "speedup_per_acceptance": speedup / ratio}
             budgets.append(entry)
-        columns.append(
-            {
-                "temperature": key[0],
-                "batch_size": key[1],
-                "dflash": {"group": dflash["group"], "overlap": dflash["overlap"], "tok_per_s": dflash["tok_per_s"]},
-                "budgets": budgets,
-                "best": max(budgets, key=lambda b: b["tok_per_s"]),
-            }
-        )
+        best = max(range(len(budgets)), key=lambda i: budgets[i]["tok_per_s"])
+        column = {
+            "temperature": key[0],
+            "batch_size": key[1],
+            "dflash": {"group": dflash["group"], "overlap": dflash["overlap"], "tok_per_s": dflash["tok_per_s"]},
+            "budgets": budgets,
+            "best": budgets[best],
+        }
+        worst = _worst_case(arm_rows[best], [r for r in here if r["algorithm"] == DFLASH])
+        columns.append(column | ({"worst_case": worst} if worst else {}))
     return columns
+
+
+def repeat_rates(row: Mapping[str, Any]) -> list[float]:
+    """A cell's tok/s in each repeat that measured it."""
+    return [e["tok_per_s"] for e in row.get("repeats") or () if e.get("status") == "ok" and e.get("tok_per_s")]
+
+
+def _worst_case(ddtree: Mapping[str, Any], dflash: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """The DDTREE cell's slowest repeat against the fastest repeat of any DFLASH cell; None
+    when no cell has two repeats (the median ratio says it all then)."""
+    ours, theirs = repeat_rates(ddtree), [rate for row in dflash for rate in repeat_rates(row)]
+    if not ours or not theirs or max(len(repeat_rates(r)) for r in (ddtree, *dflash)) < 2:
+        return None
+    return {"ddtree_tok_per_s": min(ours), "dflash_tok_per_s": max(theirs), "speedup_vs_dflash": min(ours) / max(theirs)}
 
 
 def _ddtree_arm(row: Mapping[str, Any]) -> tuple[int, ...]:
@@ -605,6 +624,16 @@ def analyse(
             f"{len(short)} cell(s) measured in fewer than their planned repeats (time box, or an "
             f"engine failed); repeats measured: {', '.join(short)}"
         )
+    spread = [
+        f"{r['name']} ({max(rates) / min(rates):.2f}x)"
+        for r in rows
+        if len(rates := repeat_rates(r)) > 1 and max(rates) > REPEAT_SPREAD * min(rates)
+    ]
+    if spread:
+        notes.append(
+            f"the repeats of {len(spread)} cell(s) differ by more than {REPEAT_SPREAD - 1:.0%} in tok/s "
+            f"(engine-to-engine spread: quote the worst case): {', '.join(spread)}"
+        )
     ddtree_ok = [r for r in rows if r["algorithm"] == DDTREE and r["status"] == "ok"]
     if ddtree_ok and not any(r.get("profile") for r in ddtree_ok):
         notes.append(PROFILE_HINT)
@@ -719,6 +748,9 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
     texts["fastest DDTREE"] = {}
     per_acceptance = "fastest DDTREE: speedup ÷ acceptance ratio"
     texts[per_acceptance] = {}
+    worst_label = "fastest DDTREE, worst case: its slowest repeat ÷ DFLASH's fastest"
+    if any("worst_case" in c for c in by_column.values()):
+        texts[worst_label] = {}
     for key, column in by_column.items():
         texts["DFLASH"][key] = f"{column['dflash']['tok_per_s']:.0f}{_mode_text(column['dflash'])}"
         for entry in column["budgets"]:
@@ -729,6 +761,12 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
             texts[per_acceptance][key] = (
                 f"{best['speedup_per_acceptance']:.0%} (x{best['speedup_vs_dflash']:.2f} ÷ "
                 f"x{best['acceptance_ratio']:.2f})"
+            )
+        if "worst_case" in column:
+            worst = column["worst_case"]
+            texts[worst_label][key] = (
+                f"x{worst['speedup_vs_dflash']:.2f} ({worst['ddtree_tok_per_s']:.0f} ÷ "
+                f"{worst['dflash_tok_per_s']:.0f})"
             )
     lines = ["| arm | " + " | ".join(f"T={t:g} bs={bs}" for t, bs in columns) + " |"]
     lines.append("|---" * (len(columns) + 1) + "|")

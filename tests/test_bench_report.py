@@ -355,6 +355,7 @@ def test_the_fastest_budget_per_batch_size_becomes_a_budget_schedule(tmp_path: P
     markdown = br.markdown_report(report)
     assert "`--speculative-ddtree-budget-schedule 1:8,2:32`." in markdown
     assert "Nothing below batch size" not in markdown
+    assert "worst case" not in markdown and not any("worst_case" in c for c in report["fastest_modes"])
     only_bs2 = br.analyse(small_plan(tmp_path, batch_sizes=(2,)), *synthetic(small_plan(tmp_path, batch_sizes=(2,))))
     assert only_bs2["recommended_schedule"]["schedule"] == "1:32"
     assert "Nothing below batch size 2 was measured: its budget is carried down to 1." in br.markdown_report(only_bs2)
@@ -542,6 +543,13 @@ def test_a_cells_throughput_is_the_median_over_its_repeats(tmp_path: Path) -> No
     assert "| DDTREE B=8 | 1 | 0 | 320 | 300, 340, 320 | 3.20 | 1.60 |" in markdown
     assert "| engine | repeat | status | start s | health |" in markdown
     assert "| dflash | 2 | ok | 40.0 | ok |" in markdown
+    # B=32 (332 in every repeat) is the fastest arm; DFLASH's fastest repeat is 210 (repeat 2).
+    assert bs1["worst_case"] == {"ddtree_tok_per_s": 332.0, "dflash_tok_per_s": 210.0,
+                                 "speedup_vs_dflash": pytest.approx(332 / 210)}
+    assert "| fastest DDTREE, worst case: its slowest repeat ÷ DFLASH's fastest | x1.58 (332 ÷ 210) |" in markdown
+    spread = next(n for n in report["notes"] if n.startswith("the repeats of"))
+    assert spread == ("the repeats of 2 cell(s) differ by more than 10% in tok/s (engine-to-engine spread: "
+                      "quote the worst case): dflash/bs1/t0 (1.40x), ddtree-b8/bs1/t0 (1.13x)")
 
 
 def test_two_repeats_give_the_mean_of_the_two(tmp_path: Path) -> None:
