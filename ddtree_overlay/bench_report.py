@@ -803,20 +803,21 @@ def host_table(report: Mapping[str, Any]) -> str | None:
                 f"{p['comm']} {p['cpu_per_wall']:.2f} on CPU {p['last_cpu']}"
                 + (f" (core {p['core']})" if p.get("core") else "") for p in busy
             ) or DASH
+            others = "; ".join(f"{o['comm']} {o['cpu_per_wall']:.2f}" for o in host.get("others") or ()) or DASH
             allowed = (host.get("processes") or [{}])[0].get("cpus") or DASH
             load = " → ".join(f"{v:.2f}" for v in host["load1"])
             lines.append(
                 f"| {row['name']} | {run['repeat']} | {_fmt(run.get('tok_per_s'), '.0f')} | "
                 f"{_fmt(run.get('step_ms'))} | {load} | {_fmt(host.get('busy_cores'))} of {host['cpus']} | "
-                f"{process} | {allowed} |"
+                f"{process} | {others} | {allowed} |"
             )
     if not lines:
         return None
     head = (
         "| cell | repeat | tok/s | wall ms/step | load (1 min) | busy cores | "
-        "busy engine processes: CPU s/s, last CPU (core) | CPUs allowed |"
+        "busy engine processes: CPU s/s, last CPU (core) | busiest other processes: CPU s/s | CPUs allowed |"
     )
-    return "\n".join([head, "|---" * 8 + "|", *lines])
+    return "\n".join([head, "|---" * 9 + "|", *lines])
 
 
 def _schedule_lines(recommended: Mapping[str, Any] | None) -> list[str]:
@@ -1046,7 +1047,8 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             "",
             "Load average, busy cores over the cell (all CPUs' busy share x CPU count), and the "
             "engine processes that worked (SGLang's scheduler first, as a rule) with the CPU and "
-            "physical core each last ran on: two on one core's hyperthreads slow each other. "
+            "physical core each last ran on: two on one core's hyperthreads slow each other; then "
+            "the busiest processes outside the engine (another job, an engine still shutting down). "
             "Host-bound arms move more between engines than between budgets; this is where to look.",
             "",
             host,

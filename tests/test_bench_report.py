@@ -648,9 +648,11 @@ def test_the_host_during_each_cell_and_repeat_is_tabled(tmp_path: Path) -> None:
         {"pid": 8, "comm": "sglang::detoken", "cpu_per_wall": 0.31, "cpus": "0-15", "last_cpu": 11, "core": "0/3"},
         {"pid": 9, "comm": "python3", "cpu_per_wall": 0.01, "cpus": "0-15", "last_cpu": 5, "core": "0/5"},
     ]
+    others = [{"pid": 30, "comm": "python3", "cpu_per_wall": 4.2}, {"pid": 31, "comm": "ptxas", "cpu_per_wall": 0.9}]
     for repeat, (load, busy) in enumerate(((4.0, 6.5), (0.5, 1.2)), 1):
         cells["dflash/bs1/t0", repeat]["host"] = {
             "load1": [load, load + 1], "busy_cores": busy, "cpus": 16, "processes": processes,
+            **({"others": others} if repeat == 1 else {}),  # records before others were sampled lack it
         }
     report = br.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["dflash/bs1/t0"]
@@ -661,8 +663,9 @@ def test_the_host_during_each_cell_and_repeat_is_tabled(tmp_path: Path) -> None:
     assert lines[2].startswith("| dflash/bs1/t0 | 1 | 150 | ")
     assert lines[2].endswith(
         "| 4.00 → 5.00 | 6.50 of 16 | sglang::schedul 0.97 on CPU 3 (core 0/3); "
-        "sglang::detoken 0.31 on CPU 11 (core 0/3) | 0-15 |"
+        "sglang::detoken 0.31 on CPU 11 (core 0/3) | python3 4.20; ptxas 0.90 | 0-15 |"
     )
+    assert lines[3].endswith("(core 0/3) | \u2013 | 0-15 |")
     assert "## The host during each cell" in br.markdown_report(report)
     plain = br.analyse(*repeats_run(tmp_path / "plain", repeats=1), references=references())
     assert br.host_table(plain) is None and "## The host during" not in br.markdown_report(plain)

@@ -283,9 +283,10 @@ def load_runner():
     return module
 
 
-def fake_proc(root: Path, *, load1: float, busy: int, idle: int, children: dict[int, int]) -> Path:
+def fake_proc(root: Path, *, load1: float, busy: int, idle: int, children: dict[int, int],
+              others: dict[int, int] | None = None) -> Path:
     """A /proc with one runner (pid 10, gone from /proc/10/stat: left out) whose children
-    (pid -> utime jiffies) sit on CPUs 2-3."""
+    (pid -> utime jiffies) sit on CPUs 2-3, and other processes (pid -> utime jiffies)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "loadavg").write_text(f"{load1} 1.0 1.0 2/300 99\n")
     (root / "stat").write_text(f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\ncpu0 1 2 3 4\n")
@@ -297,6 +298,10 @@ def fake_proc(root: Path, *, load1: float, busy: int, idle: int, children: dict[
         fields = ["S"] + ["0"] * 10 + [str(utime), "5"] + ["0"] * 23 + ["3"]  # utime, stime; CPU 3
         (root / str(pid) / "stat").write_text(f"{pid} (sglang::sched ler) " + " ".join(fields) + "\n")
         (root / str(pid) / "status").write_text("Name:\tx\nCpus_allowed_list:\t2-3\n")
+    for pid, utime in (others or {}).items():
+        (root / str(pid)).mkdir(parents=True, exist_ok=True)
+        fields = ["S"] + ["0"] * 10 + [str(utime), "0"] + ["0"] * 24
+        (root / str(pid) / "stat").write_text(f"{pid} (other {pid}) " + " ".join(fields) + "\n")
     return root
 
 
@@ -308,11 +313,16 @@ def test_the_host_around_a_cell_comes_from_proc(tmp_path: Path) -> None:
     (topology / "physical_package_id").write_text("1\n")
     (topology / "core_id").write_text("9\n")
     sys_cpu = str(tmp_path / "sys")
+    others_before = {40: 0, 41: 0, 42: 0, 43: 0, 44: 0, 45: 50}
+    others_after = {40: 6 * tick, 41: 2 * tick, 42: 4 * tick, 43: tick, 44: tick // 100, 46: 9 * tick}
     before = runner.host_sample(
-        str(fake_proc(tmp_path / "a", load1=0.5, busy=1000, idle=1000, children={20: 100})), 10, sys_cpu
+        str(fake_proc(tmp_path / "a", load1=0.5, busy=1000, idle=1000, children={20: 100}, others=others_before)),
+        10, sys_cpu,
     )
     after = runner.host_sample(
-        str(fake_proc(tmp_path / "b", load1=2.5, busy=1300, idle=1100, children={20: 100 + tick, 21: 7})), 10, sys_cpu
+        str(fake_proc(tmp_path / "b", load1=2.5, busy=1300, idle=1100, children={20: 100 + tick, 21: 7},
+                      others=others_after)),
+        10, sys_cpu,
     )
     assert before["processes"]["20"] == {
         "comm": "sglang::sched ler", "jiffies": 105, "last_cpu": 3, "core": "1/9", "cpus": "2-3",
@@ -323,6 +333,12 @@ def test_the_host_around_a_cell_comes_from_proc(tmp_path: Path) -> None:
     # a process that started during the cell has no "before": left out
     assert host["processes"] == [
         {"pid": 20, "comm": "sglang::sched ler", "cpu_per_wall": 0.5, "cpus": "2-3", "last_cpu": 3, "core": "1/9"},
+    ]
+    # the busiest three outside the engine; one below 0.05 CPU s/s, one gone and one new are left out
+    assert host["others"] == [
+        {"pid": 40, "comm": "other 40", "cpu_per_wall": 3.0},
+        {"pid": 42, "comm": "other 42", "cpu_per_wall": 2.0},
+        {"pid": 41, "comm": "other 41", "cpu_per_wall": 1.0},
     ]
     assert runner.host_sample(str(tmp_path / "no-proc")) is None
     assert runner.host_during(None, after, 2.0) is None

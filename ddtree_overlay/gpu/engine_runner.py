@@ -221,7 +221,9 @@ def host_sample(proc: str = "/proc", pid: int | None = None, sys_cpu: str = "/sy
     """Load average, all CPUs' busy and total jiffies, and per engine process (this one, with
     SGLang's tokenizer manager, and its descendants: the schedulers and the detokenizer) its CPU
     jiffies, CPU set, last CPU and that CPU's physical core (two busy processes on one core's
-    hyperthreads slow each other). None where there is no ``/proc``."""
+    hyperthreads slow each other); and every other process's name and CPU jiffies (what else
+    kept the host busy: another job, an engine still shutting down). None where there is no
+    ``/proc``."""
     try:
         with open(f"{proc}/loadavg") as f:
             load1 = float(f.read().split()[0])
@@ -249,7 +251,17 @@ def host_sample(proc: str = "/proc", pid: int | None = None, sys_cpu: str = "/sy
             "core": _core_of(sys_cpu, last_cpu),
             "cpus": status.get("Cpus_allowed_list", "").strip(),
         }
-    return {"load1": load1, "busy": sum(fields) - idle, "total": sum(fields), "processes": processes}
+    others = {}
+    for entry in os.listdir(proc):
+        if entry.isdigit() and entry not in processes:
+            try:
+                with open(f"{proc}/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            rest = stat[stat.rindex(")") + 2 :].split()
+            others[entry] = {"comm": stat[stat.index("(") + 1 : stat.rindex(")")], "jiffies": int(rest[11]) + int(rest[12])}
+    return {"load1": load1, "busy": sum(fields) - idle, "total": sum(fields), "processes": processes, "others": others}
 
 
 def _core_of(sys_cpu: str, cpu: int) -> str | None:
@@ -282,10 +294,15 @@ def _descendants(proc: str, pid: int) -> list:
     return found
 
 
+OTHER_BUSY = 0.05  # CPU s per wall s from which another process is worth naming
+OTHERS_SHOWN = 3
+
+
 def host_during(before: dict | None, after: dict | None, wall_s: float) -> dict | None:
     """The host over a cell from two ``host_sample``s: load average at both ends, busy cores
-    (all CPUs' busy share x CPU count), and each engine process's CPU seconds per wall second,
-    busiest first."""
+    (all CPUs' busy share x CPU count), each engine process's CPU seconds per wall second,
+    busiest first, and the busiest other processes (``others``: the top ``OTHERS_SHOWN`` at
+    ``OTHER_BUSY`` CPU s/s or more)."""
     if before is None or after is None or wall_s <= 0:
         return None
     total = after["total"] - before["total"]
@@ -303,11 +320,20 @@ def host_during(before: dict | None, after: dict | None, wall_s: float) -> dict 
         for pid, info in after["processes"].items()
         if pid in before["processes"]
     ]
+    earlier = before.get("others") or {}
+    others = [
+        {"pid": int(pid), "comm": info["comm"],
+         "cpu_per_wall": round((info["jiffies"] - earlier[pid]["jiffies"]) / tick / wall_s, 3)}
+        for pid, info in (after.get("others") or {}).items()
+        if pid in earlier
+    ]
+    others = sorted((o for o in others if o["cpu_per_wall"] >= OTHER_BUSY), key=lambda o: -o["cpu_per_wall"])
     return {
         "load1": [before["load1"], after["load1"]],
         "busy_cores": round((after["busy"] - before["busy"]) / total * cpus, 2) if total > 0 else None,
         "cpus": cpus,
         "processes": sorted(processes, key=lambda p: -p["cpu_per_wall"]),
+        "others": others[:OTHERS_SHOWN],
     }
 
 
