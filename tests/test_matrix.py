@@ -144,7 +144,10 @@ def test_contract_names_each_missing_parameter_field_member_and_read(tmp_path: P
         "fake_dflash:Worker.make": {"params": ("bonus_tokens", "verified_id")},
         "fake_dflash:DraftInput": {"fields": ("bonus_tokens", "nxt_kv_lens_cpu")},
         "fake_dflash:Worker": {"members": ("make", "init_cuda_graphs"), "assigned": ("block_size", "_mask_token_id")},
-        "fake_dflash:sample": {"reads_subset_of": ("verify_input", "fake_dflash:Verify")},
+        "fake_dflash:sample": {
+            "reads_subset_of": ("verify_input", "fake_dflash:Verify"),
+            "source_reads": ("verify_input.draft_token", "get_spec().speculative_num_draft_tokens"),
+        },
         "fake_dflash:Gone": {},
     })
     assert problems == [
@@ -153,5 +156,6 @@ def test_contract_names_each_missing_parameter_field_member_and_read(tmp_path: P
         "fake_dflash:Worker: no member `init_cuda_graphs`",
         "fake_dflash:Worker: never assigns `self._mask_token_id`",
         "fake_dflash:sample reads `verify_input.tree_topk`, which fake_dflash:Verify lacks",
+        "fake_dflash:sample: no longer reads `get_spec().speculative_num_draft_tokens`",
         "fake_dflash:Gone: not found (module 'fake_dflash' has no attribute 'Gone')",
     ]

@@ -7,7 +7,8 @@ only ``reserved_seq_lens_*``; the host bound of the KV lengths is the committed 
 plus the window the forward writes (``batch.seq_lens_cpu + width``); no ``verify_done``
 event (the scheduler no longer waits on one); DFlash no longer deep-copies server_args
 for its draft runner, and from 0.5.17 the resolved record is read-only and the draft
-side reads its width from the ``spec`` runtime-context bag (see draft_width_during_init).
+side reads its width from the ``spec`` runtime-context bag (see draft_width_during_init);
+from 0.5.18 the decode graphs' batch sizes come from the ``exec.graph`` bag (verify_width_scope).
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from sglang.srt.speculative.ddtree_contract import (
     installed_release,
 )
 
-
-
 RELEASE = installed_release()
 FAMILY = "sglang 0.5.15 - 0.5.18"
 # 0.5.17+: the draft runner's attention backends and graph runner read get_spec().
 SPEC_BAG_WIDTH = RELEASE >= (0, 5, 17)
+# 0.5.18+: get_batch_sizes_to_capture reads cuda_graph_config from get_exec().graph.
+GRAPH_BAG_BS = RELEASE >= (0, 5, 18)
 
 CONTRACT = {
     **SHARED_CONTRACT,
@@ -50,6 +51,32 @@ CONTRACT = {
         "fields": ("bonus_tokens", "reserved_seq_lens_cpu", "reserved_seq_lens_sum"),
     },
     "sglang.srt.server_args:ServerArgs": {"members": ("get_attention_backends",)},
+    # A budget schedule's or adaptive budgets' narrower verify widths (verify_width_scope).
+    "sglang.srt.model_executor.model_runner:ModelRunner._get_attention_backend": {
+        "params": ("init_new_workspace",),
+    },
+    "sglang.srt.model_executor.model_runner:ModelRunner": {
+        "assigned": ("init_new_workspace", "eager_runner", "decode_cuda_graph_runner"),
+    },
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner:DecodeCudaGraphRunner": {
+        "params": ("model_runner", "attn_backend", "speculative_num_draft_tokens"),
+    },
+    "sglang.srt.model_executor.cuda_graph_config:PhaseConfig": {"fields": ("bs",)},
+    # Where the narrower width's backend and graph runner read the batch sizes and the width.
+    "sglang.srt.model_executor.runner.base_cuda_graph_runner:get_batch_sizes_to_capture": {
+        "source_reads": (
+            "get_exec().graph.cuda_graph_config.decode.bs"
+            if GRAPH_BAG_BS
+            else "server_args.cuda_graph_config.decode.bs",
+        ),
+    },
+    "sglang.srt.layers.attention.triton_backend:TritonAttnBackend.__init__": {
+        "source_reads": (
+            "get_spec().speculative_num_draft_tokens"
+            if SPEC_BAG_WIDTH
+            else "model_runner.server_args.speculative_num_draft_tokens",
+        ),
+    },
 }
 
 
@@ -140,12 +167,47 @@ def draft_width_scope(worker):
     return _spec_bag_width(worker.block_size)
 
 
-def _spec_bag_width(block_size: int):
+def _spec_bag_width(width: int):
     if not SPEC_BAG_WIDTH:
         return nullcontext()
     from sglang.srt.runtime_context import get_spec
 
-    return get_spec().override(speculative_num_draft_tokens=int(block_size))
+    return get_spec().override(speculative_num_draft_tokens=int(width))
+
+
+@contextmanager
+def verify_width_scope(model_runner, num_verify_tokens: int, batch_sizes):
+    """What a narrower verify width's target attention backend and decode graphs are built
+    under: that width where the backend and runner read it (the target's server_args up to
+    0.5.16, the ``spec`` bag from 0.5.17, whose record is read-only), and the batch sizes to
+    capture where get_batch_sizes_to_capture reads them (cuda_graph_config.decode.bs: the
+    target's server_args' up to 0.5.17, the ``exec.graph`` bag's from 0.5.18)."""
+    if SPEC_BAG_WIDTH:
+        width = _spec_bag_width(num_verify_tokens)
+    else:
+        width = _replaced(
+            model_runner.server_args, "speculative_num_draft_tokens", int(num_verify_tokens)
+        )
+    with width, _replaced(_decode_graph_config(model_runner), "bs", list(batch_sizes)):
+        yield
+
+
+def _decode_graph_config(model_runner):
+    if GRAPH_BAG_BS:
+        from sglang.srt.runtime_context import get_exec
+
+        return get_exec().graph.cuda_graph_config.decode
+    return model_runner.server_args.cuda_graph_config.decode
+
+
+@contextmanager
+def _replaced(obj, name: str, value):
+    saved = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, saved)
 
 
 # --- the decode round -----------------------------------------------------------------------

@@ -3,8 +3,9 @@
 The DDTree worker subclasses ``DFlashWorkerV2`` and reads private members of it and of
 its draft/verify inputs. Each release family's ``ddtree_compat`` declares a ``CONTRACT``;
 ``contract_problems(CONTRACT)`` checks it against the installed SGLang by introspection
-(signatures, dataclass fields, assignments in ``__init__``) and returns one line per
-mismatch. ``ddtree-overlay matrix`` runs it in every release's interpreter on CPU.
+(signatures, dataclass fields, assignments in ``__init__``, expressions in the source) and
+returns one line per mismatch. ``ddtree-overlay matrix`` runs it in every release's
+interpreter on CPU.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def contract_problems(contract: Dict[str, Dict[str, object]]) -> List[str]:
         problems += _check_members(target, obj, wants.get("members", ()))
         problems += _check_assigned(target, obj, wants.get("assigned", ()))
         problems += _check_reads(target, obj, wants.get("reads_subset_of"))
+        problems += _check_source(target, obj, wants.get("source_reads", ()))
     return problems
 
 
@@ -134,6 +136,15 @@ def _check_assigned(target, obj, names) -> List[str]:
         for n in names
         if not re.search(rf"self\.{re.escape(n)}\s*(:[^=]+)?=[^=]", source)
     ]
+
+
+def _check_source(target, obj, expressions) -> List[str]:
+    """Expressions the source must contain: where the payload expects ``obj`` to read a value
+    it overrides in scope (a release that reads it elsewhere would not see the override)."""
+    if not expressions:
+        return []
+    source = inspect.getsource(obj)
+    return [f"{target}: no longer reads `{e}`" for e in expressions if e not in source]
 
 
 def _check_reads(target, obj, spec) -> List[str]:
