@@ -13,7 +13,9 @@ run in the tool's own interpreter. What it checks, beyond "the module imports":
 * DDTREE's server-args hook on real `ServerArgs` (model paths: the bundled fixture pair, named
   by `DDTREE_MATRIX_FIXTURES`): verify width, block size and budget as resolved, and the
   refusals; then, published where the release has a runtime context, the widths the worker
-  reads through its shim, and the block-size scope DFlash's __init__ runs in.
+  reads through its shim, and the block-size scope DFlash's __init__ runs in; and, where the
+  shim has `verify_width_scope`, the width and decode batch sizes a narrower verify width is
+  built with (the release's own `get_batch_sizes_to_capture`).
 
 The one thing done to the environment: torchvision wheels on PyPI are CUDA builds whose `_C`
 cannot load against a CPU torch, and torchvision then registers fake kernels for two ops that
@@ -245,6 +247,46 @@ def worker_width_check():
     return problems
 
 
+def verify_width_check():
+    """The shim's verify_width_scope on published ServerArgs (verify width 32): inside it the
+    width the target's attention backend reads is 17 and the release's own
+    get_batch_sizes_to_capture returns [1, 2]; afterwards both are as before."""
+    import os
+    import types
+
+    fixtures = os.environ.get("DDTREE_MATRIX_FIXTURES")
+    if not fixtures:
+        return None
+    from sglang.srt.speculative import ddtree_compat as compat
+
+    if not hasattr(compat, "verify_width_scope"):
+        return None  # the release's patch set has no budget schedule or adaptive budgets
+    from sglang.srt.model_executor.runner.base_cuda_graph_runner import get_batch_sizes_to_capture
+    from sglang.srt.runtime_context import get_parallel
+
+    server_args = _published_ddtree_args(fixtures)
+    runner = types.SimpleNamespace(
+        server_args=server_args, req_to_token_pool=types.SimpleNamespace(size=4096)
+    )
+
+    def seen():
+        bag = _spec_bag_width()
+        width = bag if bag is not None else server_args.speculative_num_draft_tokens
+        with get_parallel().override(attn_tp_size=1, attn_cp_size=1):
+            return width, get_batch_sizes_to_capture(runner, 1)[0]
+
+    before = seen()
+    with compat.verify_width_scope(runner, 17, [1, 2]):
+        inside = seen()
+    after = seen()
+    problems = []
+    if inside != (17, [1, 2]):
+        problems.append(f"inside the scope (width, capture bs) = {inside}, expected (17, [1, 2])")
+    if after != before or before[0] != 32:
+        problems.append(f"(width, capture bs) {before} before the scope, {after} after")
+    return problems
+
+
 def _spec_bag_width():
     """`get_spec().speculative_num_draft_tokens` where a runtime context is published."""
     try:
@@ -311,6 +353,7 @@ def main(modules):
         report["compat"] = guarded(compat_check)
         report["resolution"] = guarded(resolution_check)
         report["worker_width"] = guarded(worker_width_check)
+        report["verify_width"] = guarded(verify_width_check)
     sys.stdout.write("\n@@MATRIX-JSON@@" + json.dumps(report, sort_keys=True) + "\n")
 
 

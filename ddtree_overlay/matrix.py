@@ -263,7 +263,10 @@ def _compile_and_import(cell: Cell, env: Path, patch_set: PatchSet) -> bool:
     cell.imports = report["modules"]
     cell.checks = {
         k: report.get(k)
-        for k in ("registry", "server_args", "compat", "resolution", "worker_width", "shims", "torch")
+        for k in (
+            "registry", "server_args", "compat", "resolution", "worker_width", "verify_width",
+            "shims", "torch",
+        )
     }
     problems = _import_problems(report)
     if problems:
@@ -280,7 +283,7 @@ def _import_problems(report: dict[str, Any]) -> list[str]:
         if not entry["ok"]
     ]
     registry = report.get("registry") or {}
-    checks = ("registry", "server_args", "compat", "resolution", "worker_width")
+    checks = ("registry", "server_args", "compat", "resolution", "worker_width", "verify_width")
     for key in checks:
         value = report.get(key)
         if isinstance(value, dict) and "error" in value:
@@ -290,7 +293,11 @@ def _import_problems(report: dict[str, Any]) -> list[str]:
     compat = report.get("compat")
     if isinstance(compat, list):
         problems += [f"compat contract: {p}" for p in compat]
-    for key, label in (("resolution", "server-args resolution"), ("worker_width", "worker widths")):
+    for key, label in (
+        ("resolution", "server-args resolution"),
+        ("worker_width", "worker widths"),
+        ("verify_width", "verify width scope"),
+    ):
         value = report.get(key)
         if isinstance(value, list):
             problems += [f"{label}: {p}" for p in value]
@@ -590,7 +597,9 @@ def _markdown_notes(report: dict[str, Any]) -> list[str]:
         "  registry and answers every predicate of the builtin enum; `--speculative-ddtree-budget`",
         "  reaches the CLI parser; the compat shim's contract (the DFlash internals the worker uses);",
         "  the server-args hook on a real `ServerArgs` (verify width, block size, budget, refusals);",
-        "  the widths the worker reads once the args are published, and its draft block-size scope.",
+        "  the widths the worker reads once the args are published, and its draft block-size scope;",
+        "  where the shim builds narrower verify widths (budget schedule, adaptive budgets), the",
+        "  width and the release's own capture batch sizes inside and after that scope.",
         "- Not covered on CPU: CUDA kernels (sgl_kernel, flashinfer, JIT), CUDA-graph capture and",
         "  anything a forward pass does; that is `verify --smoke` on a GPU.",
     ]
