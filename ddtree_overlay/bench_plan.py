@@ -9,8 +9,10 @@ random weights (the Qwen3-8B-shaped setting) only round costs mean something: ta
 last and the budgets run widest-spread first. With `ddtree_no_overlap`, every DDTREE budget also
 runs without overlap scheduling, right after its overlap twin, so each algorithm can be compared
 in its faster mode. With `adaptive_budgets`, one more DDTREE arm (in each of those modes) lets
-every round choose its budget among them (`--speculative-ddtree-adaptive-budgets`). Inside an engine, T = 0 cells run before T = 1 and batch 1 before the widest
-batch, so a time box cuts the least informative cells.
+every round choose its budget among them (`--speculative-ddtree-adaptive-budgets`); with
+`budget_schedule`, one more takes its budget from the batch size
+(`--speculative-ddtree-budget-schedule`). Inside an engine, T = 0 cells run before T = 1 and
+batch 1 before the widest batch, so a time box cuts the least informative cells.
 
 With `repeats` N > 1 the whole list of groups runs N times, in rounds, each run a fresh engine
 (`EngineRun`): odd rounds in plan order, even rounds reversed, so no group is always first (on a
@@ -38,6 +40,7 @@ ATTENTION_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask
 SETTINGS = ("fixture", "qwen3-8b-random")
 
 TARGET_ONLY, DFLASH, DDTREE = "target-only", "DFLASH", "DDTREE"
+Schedule = tuple[tuple[int, int], ...]  # a budget schedule's (smallest batch size, budget) steps
 
 # Every arm gets the same engine options: decode CUDA graphs captured only for the batch sizes
 # the sweep uses and the powers of two below them (a wave that shrinks as its requests finish
@@ -266,6 +269,7 @@ class BenchConfig:
     max_minutes: float | None = None
     ddtree_no_overlap: bool = False  # every DDTREE budget also without overlap scheduling
     adaptive_budgets: tuple[int, ...] = ()  # one more DDTREE arm: a budget per round among these
+    budget_schedule: Schedule = ()  # one more DDTREE arm: (smallest batch size, budget) steps
     repeats: int = 1  # every group this many times, one engine each, in rounds
 
 
@@ -290,6 +294,7 @@ class EngineGroup:
     est_start_s: float
     est_overhead_s: float
     adaptive: tuple[int, ...] = ()  # DDTREE with a budget per round among these (budget None)
+    schedule: Schedule = ()  # DDTREE with a budget per batch size (budget None)
 
     @property
     def est_s(self) -> float:
@@ -340,9 +345,21 @@ class SweepPlan:
         return next(g for g in self.groups if g.name == name)
 
 
-def group_name(algorithm: str, budget: int | None, overlap: bool, adaptive: Sequence[int] = ()) -> str:
+def schedule_text(schedule: Schedule) -> str:
+    """As SGLang's flag writes it: ``1:256,8:64``."""
+    return ",".join(f"{bs}:{budget}" for bs, budget in schedule)
+
+
+def group_name(
+    algorithm: str, budget: int | None, overlap: bool, adaptive: Sequence[int] = (), schedule: Schedule = ()
+) -> str:
     if algorithm == DDTREE:
-        arm = "ddtree-adaptive-" + "-".join(map(str, adaptive)) if adaptive else f"ddtree-b{budget}"
+        if adaptive:
+            arm = "ddtree-adaptive-" + "-".join(map(str, adaptive))
+        elif schedule:
+            arm = "ddtree-schedule-" + "-".join(f"{bs}x{b}" for bs, b in schedule)
+        else:
+            arm = f"ddtree-b{budget}"
         return arm + ("" if overlap else "-no-overlap")
     if algorithm == DFLASH:
         return "dflash" if overlap else "dflash-no-overlap"
@@ -415,15 +432,17 @@ def _group(
     first: bool,
     max_new_tokens: int,
     adaptive: tuple[int, ...] = (),
+    schedule: Schedule = (),
 ) -> EngineGroup:
-    name = group_name(algorithm, budget, overlap, adaptive)
+    name = group_name(algorithm, budget, overlap, adaptive, schedule)
+    priced = max(adaptive or [b for _, b in schedule] or [budget]) if algorithm == DDTREE else budget
     cells = []
     for bs, temp in ordered_cells(config.batch_sizes, config.temperatures):
         n_prompts = prompts_for(setting, config, bs)
         est = estimate_cell_s(
             setting,
             algorithm=algorithm,
-            budget=max(adaptive) if adaptive else budget,  # priced as its widest: an upper bound
+            budget=priced,  # a policy arm is priced as its widest budget: an upper bound
             batch_size=bs,
             temperature=temp,
             prompts=n_prompts,
@@ -456,6 +475,8 @@ def _group(
         engine["speculative_algorithm"] = algorithm
     if adaptive:
         engine["speculative_ddtree_adaptive_budgets"] = ",".join(map(str, adaptive))
+    elif schedule:
+        engine["speculative_ddtree_budget_schedule"] = schedule_text(schedule)
     elif algorithm == DDTREE:
         engine["speculative_ddtree_budget"] = budget
     if not overlap:
@@ -471,6 +492,7 @@ def _group(
         est_start_s=cost.engine_start_s + (cost.first_start_extra_s if first else 0),
         est_overhead_s=cost.engine_overhead_s,
         adaptive=adaptive,
+        schedule=schedule,
     )
 
 
@@ -503,18 +525,21 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     # DFLASH's faster one; a budget's no-overlap arm, when asked for, right after its overlap one
     modes = (True, False) if config.ddtree_no_overlap else (True,)
     adaptive = tuple(sorted(set(config.adaptive_budgets)))
-    target_only: list[tuple[str, int | None, bool, tuple[int, ...]]] = [(TARGET_ONLY, None, True, ())]
+    schedule = tuple(config.budget_schedule)
+    # (algorithm, budget, overlap, adaptive budgets, schedule)
+    target_only: list[tuple[str, int | None, bool, tuple[int, ...], Schedule]] = [(TARGET_ONLY, None, True, (), ())]
     specs = [] if setting.target_only_last else list(target_only)
-    specs += [(DFLASH, None, True, ()), (DFLASH, None, False, ())]
-    specs += [(DDTREE, b, o, ()) for b in budgets for o in modes]
-    specs += [(DDTREE, None, o, adaptive) for o in modes] if adaptive else []
+    specs += [(DFLASH, None, True, (), ()), (DFLASH, None, False, (), ())]
+    specs += [(DDTREE, b, o, (), ()) for b in budgets for o in modes]
+    specs += [(DDTREE, None, o, adaptive, ()) for o in modes] if adaptive else []
+    specs += [(DDTREE, None, o, (), schedule) for o in modes] if schedule else []
     specs += target_only if setting.target_only_last else []
     groups = tuple(
         _group(
             setting, config, algorithm=a, budget=b, overlap=o, first=i == 0, max_new_tokens=max_new,
-            adaptive=ad,
+            adaptive=ad, schedule=sc,
         )
-        for i, (a, b, o, ad) in enumerate(specs)
+        for i, (a, b, o, ad, sc) in enumerate(specs)
     )
     runs = plan_runs(groups, config.repeats, setting.cost)
     fit, spent = [], 0.0
@@ -600,6 +625,7 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
                 "algorithm": g.algorithm,
                 "budget": g.budget,
                 "adaptive": list(g.adaptive),
+                "schedule": schedule_text(g.schedule),
                 "overlap": g.overlap,
                 "engine": dict(g.engine),
                 "cells": [c.name for c in g.cells],

@@ -28,6 +28,7 @@ from ddtree_overlay.bench_plan import (
     EngineGroup,
     SweepPlan,
     capture_batch_sizes,
+    schedule_text,
 )
 
 REPORT_VERSION = 1
@@ -162,6 +163,7 @@ def cell_metrics(
         "algorithm": group.algorithm,
         "budget": group.budget,
         "adaptive": list(group.adaptive),
+        "schedule": schedule_text(group.schedule),
         "overlap": group.overlap,
         "batch_size": cell.batch_size,
         "temperature": cell.temperature,
@@ -336,10 +338,10 @@ def _reference_tokens_per_round(rows: Sequence[Mapping[str, Any]]) -> float | No
 def reference_key(group: EngineGroup) -> str | None:
     """The offline reference a group is judged against: one per algorithm and budget, whatever
     the scheduling (overlap changes when the host works, not which tokens are accepted). None
-    for adaptive budgets: the offline decoder has no per-round budget choice."""
+    for adaptive budgets and a schedule: the offline decoder runs one budget throughout."""
     if group.algorithm == DFLASH:
         return "dflash"
-    if group.algorithm == DDTREE and not group.adaptive:
+    if group.algorithm == DDTREE and not group.adaptive and not group.schedule:
         return f"ddtree-b{group.budget}"
     return None
 
@@ -393,6 +395,7 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "group": row["group"],
                 "budget": row["budget"],
                 "adaptive": list(row.get("adaptive") or ()),
+                "schedule": row.get("schedule") or "",
                 "overlap": row["overlap"],
                 "tok_per_s": row["tok_per_s"],
                 "speedup_vs_dflash": speedup,
@@ -431,9 +434,13 @@ def _worst_case(ddtree: Mapping[str, Any], dflash: Sequence[Mapping[str, Any]]) 
 
 
 def _ddtree_arm(row: Mapping[str, Any]) -> tuple[int, ...]:
-    """A DDTREE arm's sort key: (budget,) for a fixed budget; adaptive budgets sort after."""
-    adaptive = tuple(row.get("adaptive") or ())
-    return (1 << 30, *adaptive) if adaptive else (int(row["budget"]),)
+    """A DDTREE arm's sort key: (budget,) for a fixed budget; adaptive budgets sort after, and
+    a schedule after those."""
+    if row.get("adaptive"):
+        return (1 << 30, *row["adaptive"])
+    if row.get("schedule"):
+        return (1 << 31, *(int(v) for step in row["schedule"].split(",") for v in step.split(":")))
+    return (int(row["budget"]),)
 
 
 def recommended_schedule(columns: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -442,7 +449,7 @@ def recommended_schedule(columns: Sequence[Mapping[str, Any]]) -> dict[str, Any]
     smaller one's budget. ``below_dflash`` lists the batch sizes where even that budget loses
     to DFLASH's faster mode."""
     greedy = sorted((c for c in columns if c["temperature"] == 0), key=lambda c: c["batch_size"])
-    fixed = [[e for e in c["budgets"] if not e.get("adaptive")] for c in greedy]
+    fixed = [[e for e in c["budgets"] if not policy_label(e)] for c in greedy]
     if not greedy or not all(fixed):
         return None
     best = [max(entries, key=lambda e: e["tok_per_s"]) for entries in fixed]
@@ -470,6 +477,7 @@ def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | Non
         "algorithm": group.algorithm,
         "budget": group.budget,
         "adaptive": list(group.adaptive),
+        "schedule": schedule_text(group.schedule),
         "overlap": group.overlap,
         "engine": dict(group.engine),
         "status": status,
@@ -660,6 +668,7 @@ def analyse(
             "max_minutes": plan.config.max_minutes,
             "ddtree_no_overlap": plan.config.ddtree_no_overlap,
             "adaptive_budgets": list(plan.config.adaptive_budgets),
+            "budget_schedule": schedule_text(plan.config.budget_schedule),
             "repeats": repeats,
         },
         "context": dict(context or {}),
@@ -683,10 +692,19 @@ def _fmt(value: Any, spec: str = ".2f", empty: str = DASH) -> str:
     return format(value, spec)
 
 
+def policy_label(row: Mapping[str, Any]) -> str | None:
+    """A DDTREE arm without one fixed budget: ``adaptive 8/32/256`` (a budget per round among
+    those) or ``schedule 1:256,8:64`` (a budget per batch size); None for a fixed budget."""
+    if row.get("adaptive"):
+        return "adaptive " + "/".join(map(str, row["adaptive"]))
+    if row.get("schedule"):
+        return f"schedule {row['schedule']}"
+    return None
+
+
 def budget_label(row: Mapping[str, Any]) -> str:
-    """``B=32``, or ``adaptive 8/32/256`` for a budget per round among those."""
-    adaptive = row.get("adaptive")
-    return "adaptive " + "/".join(map(str, adaptive)) if adaptive else f"B={row['budget']}"
+    """``B=32``, or the arm's ``policy_label``."""
+    return policy_label(row) or f"B={row['budget']}"
 
 
 def arm_label(row: Mapping[str, Any]) -> str:
@@ -775,12 +793,13 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _adaptive_lines(report: Mapping[str, Any]) -> list[str]:
-    """Which budgets the adaptive arms' rounds took, per cell (from the profiled rounds)."""
-    rows = [r for r in report["cells"] if r.get("adaptive") and (r.get("profile") or {}).get("budgets")]
+def _policy_lines(report: Mapping[str, Any]) -> list[str]:
+    """Which budgets the adaptive and schedule arms' rounds took, per cell (from the profiled
+    rounds)."""
+    rows = [r for r in report["cells"] if policy_label(r) and (r.get("profile") or {}).get("budgets")]
     if not rows:
         return []
-    lines = ["", "Budgets the adaptive arms' profiled rounds took (rounds per budget):", ""]
+    lines = ["", "Budgets the adaptive and schedule arms' profiled rounds took (rounds per budget):", ""]
     for row in rows:
         counts = ", ".join(f"B={b}: {n}" for b, n in row["profile"]["budgets"].items())
         lines.append(f"- {row['name']}: {counts}")
@@ -1023,7 +1042,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         "divergence with the target's top1-top2 margin on that run (T = 0).",
         "",
         cells_table(report),
-        *_adaptive_lines(report),
+        *_policy_lines(report),
         "",
         "## Acceptance-length histograms",
         "",
@@ -1078,28 +1097,30 @@ def _series(
     sorted by budget."""
     series: dict[tuple[float, int], list[tuple[int, float]]] = {}
     for row in rows:
-        fixed = row["algorithm"] == DDTREE and not row.get("adaptive")
+        fixed = row["algorithm"] == DDTREE and not policy_label(row)
         if fixed and row["overlap"] == overlap and row.get(key) is not None:
             series.setdefault((row["temperature"], row["batch_size"]), []).append((row["budget"], row[key]))
     return {k: sorted(v) for k, v in series.items()}
 
 
 def _flat(
-    rows: Iterable[Mapping[str, Any]], algorithm: str, key: str, *, overlap: bool = True, adaptive: bool = False
+    rows: Iterable[Mapping[str, Any]], algorithm: str, key: str, *, overlap: bool = True, policy: str | None = None
 ) -> dict[tuple[float, int], float]:
+    """One arm's values per (T, bs): DFLASH's, or a DDTREE policy arm's (``policy_label``)."""
     return {
         (r["temperature"], r["batch_size"]): r[key]
         for r in rows
-        if r["algorithm"] == algorithm and bool(r.get("adaptive")) == adaptive
+        if r["algorithm"] == algorithm and policy_label(r) == policy
         and r["overlap"] == overlap and r.get(key) is not None
     }
 
 
 def _plot_lines(ax: Any, report: Mapping[str, Any], temp: float, *, key: str, colours: Sequence[str]) -> list[int]:
-    """One panel's DDTREE curves and DFLASH levels per batch size (adaptive budgets, where run:
-    thin levels); with overlap scheduling solid and dashed, without it (where DDTREE ran that way
-    too) dotted and dash-dotted."""
+    """One panel's DDTREE curves and DFLASH levels per batch size (adaptive budgets and a
+    schedule, where run: thin levels, the schedule's thicker); with overlap scheduling solid and
+    dashed, without it (where DDTREE ran that way too) dotted and dash-dotted."""
     budgets: set[int] = set()
+    policies = sorted({label for r in report["cells"] if (label := policy_label(r))})
     for overlap, marker, ddtree_style, dflash_style, mode in (
         (True, "o", "-", "--", ""),
         (False, "s", ":", "-.", " no overlap"),
@@ -1108,7 +1129,7 @@ def _plot_lines(ax: Any, report: Mapping[str, Any], temp: float, *, key: str, co
         if not overlap and not series:  # DDTREE ran with overlap only: DFLASH's other mode is noise
             continue
         dflash = _flat(report["cells"], DFLASH, key, overlap=overlap)
-        adaptive = _flat(report["cells"], DDTREE, key, overlap=overlap, adaptive=True)
+        levels = {p: _flat(report["cells"], DDTREE, key, overlap=overlap, policy=p) for p in policies}
         for i, bs in enumerate(sorted(report["config"]["batch_sizes"])):
             colour = colours[i % len(colours)]
             points = series.get((temp, bs), [])
@@ -1118,9 +1139,10 @@ def _plot_lines(ax: Any, report: Mapping[str, Any], temp: float, *, key: str, co
                 budgets.update(b for b, _ in points)
             if (temp, bs) in dflash:
                 ax.axhline(dflash[(temp, bs)], color=colour, linestyle=dflash_style, label=f"DFLASH{mode} bs={bs}")
-            if (temp, bs) in adaptive:
-                ax.axhline(adaptive[(temp, bs)], color=colour, linestyle=ddtree_style, linewidth=0.8,
-                           label=f"DDTREE adaptive{mode} bs={bs}")
+            for j, (policy, values) in enumerate(levels.items()):
+                if (temp, bs) in values:
+                    ax.axhline(values[(temp, bs)], color=colour, linestyle=ddtree_style, linewidth=0.8 + 0.8 * j,
+                               label=f"DDTREE {policy}{mode} bs={bs}")
     return sorted(budgets)
 
 

@@ -188,6 +188,24 @@ def _adaptive_budgets(text: str | None) -> tuple:
     return values
 
 
+def _budget_schedule(text: str | None) -> tuple:
+    """Typer callback: None -> (); "1:256,8:64" -> ((1, 256), (8, 64)), as SGLang's
+    --speculative-ddtree-budget-schedule takes it: from batch size 1, ascending, budgets >= 1."""
+    if text is None:
+        return ()
+    steps = []
+    for item in text.split(","):
+        bs, sep, budget = item.strip().partition(":")
+        if not (sep and bs.strip().isdigit() and budget.strip().isdigit()):
+            raise typer.BadParameter(f"expected BATCH_SIZE:BUDGET steps such as 1:256,8:64, got {text!r}")
+        steps.append((int(bs), int(budget)))
+    if steps[0][0] != 1 or any(b <= a for (a, _), (b, _) in zip(steps, steps[1:])):
+        raise typer.BadParameter(f"the schedule's batch sizes must start at 1 and ascend, got {text!r}")
+    if any(budget < 1 for _, budget in steps):
+        raise typer.BadParameter(f"every budget must be >= 1, got {text!r}")
+    return tuple(steps)
+
+
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
     def check(value: str) -> str:
         if value not in choices:
@@ -293,7 +311,16 @@ def bench(
             "--ddtree-adaptive",
             callback=_adaptive_budgets,
             help="one more DDTREE arm: each round chooses its budget among these, e.g. 8,32,256 "
-            "(--speculative-ddtree-adaptive-budgets; sglang 0.5.14's patch set, TP size 1)",
+            "(--speculative-ddtree-adaptive-budgets; TP size 1; patch sets that carry the flag)",
+        ),
+    ] = None,
+    ddtree_schedule: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--ddtree-schedule",
+            callback=_budget_schedule,
+            help="one more DDTREE arm: a budget per batch size, e.g. 1:256,8:64 (the report's recommended "
+            "schedule; --speculative-ddtree-budget-schedule; patch sets that carry the flag)",
         ),
     ] = None,
     repeats: Annotated[
@@ -326,6 +353,7 @@ def bench(
         max_minutes=max_minutes,
         ddtree_no_overlap=ddtree_no_overlap,
         adaptive_budgets=ddtree_adaptive,  # type: ignore[arg-type]
+        budget_schedule=ddtree_schedule,  # type: ignore[arg-type]
         repeats=repeats,
     )
     request = BenchRequest(

@@ -44,6 +44,10 @@ def assert_usage_error(done: subprocess.CompletedProcess[str], fragment: str) ->
         (["--ddtree-adaptive", "32"], "at least two budgets to choose from"),
         (["--ddtree-adaptive", "8,0"], "expected comma-separated numbers >= 1"),
         (["--ddtree-adaptive", "8,32", "--tp-size", "2"], "--ddtree-adaptive runs at --tp-size 1 only"),
+        (["--ddtree-schedule", "1=256"], "expected BATCH_SIZE:BUDGET steps"),
+        (["--ddtree-schedule", "2:256"], "must start at 1 and ascend"),
+        (["--ddtree-schedule", "1:256,8:64,4:8"], "must start at 1 and ascend"),
+        (["--ddtree-schedule", "1:256,8:0"], "every budget must be >= 1"),
     ],
 )
 def test_bad_arguments_are_usage_errors(args: list[str], fragment: str) -> None:
@@ -103,6 +107,18 @@ def test_ddtree_adaptive_flag_plans_one_more_ddtree_arm() -> None:
     assert [g["name"] for g in groups][-1] == "ddtree-adaptive-8-32"
     assert groups[-1]["engine"]["speculative_ddtree_adaptive_budgets"] == "8,32"
     assert groups[-1]["adaptive"] == [8, 32] and groups[-1]["budget"] is None
+
+
+def test_ddtree_schedule_flag_plans_one_more_ddtree_arm_per_scheduling_mode() -> None:
+    done = run_cli(
+        "bench", "--env", sys.executable, "--dry-run", "--json", "--budgets", "8",
+        "--ddtree-no-overlap", "--ddtree-schedule", "1:256, 8:64",
+    )
+    assert done.returncode == 0, done.stderr
+    groups = json.loads(done.stdout)["data"]["plan"]["groups"]
+    assert [g["name"] for g in groups][-2:] == ["ddtree-schedule-1x256-8x64", "ddtree-schedule-1x256-8x64-no-overlap"]
+    assert groups[-1]["engine"]["speculative_ddtree_budget_schedule"] == "1:256,8:64"
+    assert groups[-1]["schedule"] == "1:256,8:64" and groups[-1]["budget"] is None
 
 
 def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:

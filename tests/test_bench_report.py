@@ -489,7 +489,36 @@ def test_an_adaptive_budget_arm_is_compared_like_a_budget_but_recommends_no_sche
     assert rows["ddtree-adaptive-8-32/bs2/t0"]["profile"]["budgets"] == {"8": 1, "32": 3}
     assert "- ddtree-adaptive-8-32/bs2/t0: B=8: 1, B=32: 3" in markdown
     assert br._series(report["cells"], "tok_per_s")[(0.0, 2)] == [(8, 308.0), (32, 332.0)]
-    assert br._flat(report["cells"], bp.DDTREE, "tok_per_s", adaptive=True)[(0.0, 2)] == 500.0
+    assert br._flat(report["cells"], bp.DDTREE, "tok_per_s", policy="adaptive 8/32")[(0.0, 2)] == 500.0
+    pytest.importorskip("matplotlib")
+    files, why_not = br.write_plots(report, tmp_path)
+    assert why_not is None and len(files) == 3
+
+
+def test_a_schedule_arm_is_compared_like_a_budget_after_the_adaptive_one(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path, adaptive_budgets=(8, 32), budget_schedule=((1, 32), (2, 8)))
+    assert plan.groups[-1].engine["speculative_ddtree_budget_schedule"] == "1:32,2:8"
+    cells, engines = synthetic(plan)
+    set_rate(cells, "ddtree-schedule-1x32-2x8/bs1/t0", 1, 450.0)
+    for window in engines["ddtree-schedule-1x32-2x8", 1]["profile"]:
+        window["budgets"] = {"32": 2, "8": 2}
+    report = br.analyse(plan, cells, engines, references=references())
+    rows = {r["name"]: r for r in report["cells"]}
+    assert rows["ddtree-schedule-1x32-2x8/bs1/t0"]["schedule"] == "1:32,2:8"
+    assert br.policy_label(rows["ddtree-schedule-1x32-2x8/bs1/t0"]) == "schedule 1:32,2:8"
+    bs1 = next(c for c in report["fastest_modes"] if (c["temperature"], c["batch_size"]) == (0.0, 1))
+    assert [b["group"] for b in bs1["budgets"]] == [
+        "ddtree-b8", "ddtree-b32", "ddtree-adaptive-8-32", "ddtree-schedule-1x32-2x8",
+    ]
+    assert bs1["best"]["group"] == "ddtree-schedule-1x32-2x8"
+    assert report["recommended_schedule"]["schedule"] == "1:32"  # fixed budgets only
+    assert "ddtree-schedule-1x32-2x8" not in {row["group"] for row in report["parity"]}
+    assert report["config"]["budget_schedule"] == "1:32,2:8" and report["issues"] == []
+    markdown = br.markdown_report(report)
+    assert "| DDTREE schedule 1:32,2:8 | 450 (x2.25) | 300 (x1.50) |" in markdown
+    assert "| fastest DDTREE | schedule 1:32,2:8: 450 (x2.25) | B=32: 332 (x1.66) |" in markdown
+    assert "- ddtree-schedule-1x32-2x8/bs1/t0: B=8: 2, B=32: 2" in markdown
+    assert br._flat(report["cells"], bp.DDTREE, "tok_per_s", policy="schedule 1:32,2:8")[(0.0, 1)] == 450.0
     pytest.importorskip("matplotlib")
     files, why_not = br.write_plots(report, tmp_path)
     assert why_not is None and len(files) == 3
