@@ -15,7 +15,9 @@ module; the manifest of each release installs the shim written against that fami
   iteration's KV-loc plan bound to the draft forward, the verify input and the draft-KV
   commit (0.5.22+), ``can_run_decode_cuda_graph`` (0.5.23);
 * 0.5.23: under TP the target's verify logits come back vocab-sharded (DFlash finishes
-  the gather itself); see finish_verify_logits.
+  the gather itself); see finish_verify_logits;
+* a narrower verify width (budget schedule, adaptive budgets) is built under the ``spec``
+  bag's width and the ``exec.graph`` bag's decode batch sizes (verify_width_scope).
 """
 
 from __future__ import annotations
@@ -83,6 +85,24 @@ CONTRACT = {
     "sglang.srt.arg_groups.model_override_base:resolving_view": {"params": ("server_args",)},
     "sglang.srt.arg_groups.model_override_base:attention_backends_of": {"params": ("cfg",)},
     "sglang.srt.runtime_context:get_spec": {},
+    # A budget schedule's or adaptive budgets' narrower verify widths (verify_width_scope).
+    "sglang.srt.model_executor.model_runner:ModelRunner._get_attention_backend": {
+        "params": ("init_new_workspace",),
+    },
+    "sglang.srt.model_executor.model_runner:ModelRunner": {
+        "assigned": ("init_new_workspace", "eager_runner", "decode_cuda_graph_runner"),
+    },
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner:DecodeCudaGraphRunner": {
+        "params": ("model_runner", "attn_backend", "speculative_num_draft_tokens"),
+    },
+    "sglang.srt.model_executor.cuda_graph_config:PhaseConfig": {"fields": ("bs",)},
+    # Where the narrower width's backend and graph runner read the batch sizes and the width.
+    "sglang.srt.model_executor.runner.base_cuda_graph_runner:get_batch_sizes_to_capture": {
+        "source_reads": ("get_exec().graph.cuda_graph_config.decode.bs",),
+    },
+    "sglang.srt.layers.attention.triton_backend:TritonAttnBackend.__init__": {
+        "source_reads": ("get_spec().speculative_num_draft_tokens",),
+    },
     **(
         {
             "sglang.srt.layers.logits_processor:LogitsProcessor": {
@@ -138,10 +158,10 @@ def spec_arg(server_args, name: str):
     return getattr(get_spec(), name)
 
 
-def _draft_width(block_size: int):
+def _spec_bag_width(width: int):
     from sglang.srt.runtime_context import get_spec
 
-    return get_spec().override(speculative_num_draft_tokens=int(block_size))
+    return get_spec().override(speculative_num_draft_tokens=int(width))
 
 
 @contextmanager
@@ -149,13 +169,36 @@ def draft_width_during_init(server_args, block_size: int):
     """The server_args DFlash's __init__ gets (the published record itself: the draft
     ModelRunner asserts it). DFlash reads the block size from ``get_spec()`` and builds
     the draft runner under the override; the bag is restored afterwards."""
-    with _draft_width(block_size):
+    with _spec_bag_width(block_size):
         yield server_args
 
 
 def draft_width_scope(worker):
     """Draft attention backends and draft CUDA graphs read the width at construction."""
-    return _draft_width(worker.block_size)
+    return _spec_bag_width(worker.block_size)
+
+
+@contextmanager
+def verify_width_scope(model_runner, num_verify_tokens: int, batch_sizes):
+    """What a narrower verify width's target attention backend and decode graphs are built
+    under: that width in the ``spec`` bag (the record is read-only), and the batch sizes to
+    capture in the ``exec.graph`` bag's cuda_graph_config.decode.bs, where
+    get_batch_sizes_to_capture reads them; both restored afterwards."""
+    from sglang.srt.runtime_context import get_exec
+
+    decode = get_exec().graph.cuda_graph_config.decode
+    with _spec_bag_width(num_verify_tokens), _replaced(decode, "bs", list(batch_sizes)):
+        yield
+
+
+@contextmanager
+def _replaced(obj, name: str, value):
+    saved = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, saved)
 
 
 # --- the decode round -------------------------------------------------------------------------
