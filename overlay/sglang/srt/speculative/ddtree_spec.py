@@ -183,6 +183,10 @@ def _unsupported_ddtree_settings(cfg):
         yield "DDTREE does not support --speculative-adaptive."
     if cfg.enable_return_hidden_states:
         yield "DDTREE does not support --enable-return-hidden-states."
+    if getattr(cfg, "elastic_ep_backend", None) is not None:
+        # From 0.5.21 a scale event recaptures the target's decode graphs and replaces its
+        # runner; the verify-width graphs DDTREE holds would go stale.
+        yield "DDTREE does not support elastic EP (--elastic-ep-backend)."
 
 
 def _attention_dp(cfg) -> bool:
