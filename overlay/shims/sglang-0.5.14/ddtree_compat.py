@@ -47,14 +47,6 @@ CONTRACT = {
         ),
     },
     "sglang.srt.server_args:ServerArgs": {"members": ("get_attention_backends",)},
-    # A budget schedule's narrower verify widths (verify_width_scope).
-    "sglang.srt.model_executor.model_runner:ModelRunner._get_attention_backend": {
-        "params": ("init_new_workspace",),
-    },
-    "sglang.srt.model_executor.runner.decode_cuda_graph_runner:DecodeCudaGraphRunner": {
-        "params": ("model_runner", "attn_backend", "speculative_num_draft_tokens"),
-    },
-    "sglang.srt.model_executor.cuda_graph_config:PhaseConfig": {"fields": ("bs",)},
 }
 
 

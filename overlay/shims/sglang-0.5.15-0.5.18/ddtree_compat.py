@@ -51,18 +51,8 @@ CONTRACT = {
         "fields": ("bonus_tokens", "reserved_seq_lens_cpu", "reserved_seq_lens_sum"),
     },
     "sglang.srt.server_args:ServerArgs": {"members": ("get_attention_backends",)},
-    # A budget schedule's or adaptive budgets' narrower verify widths (verify_width_scope).
-    "sglang.srt.model_executor.model_runner:ModelRunner._get_attention_backend": {
-        "params": ("init_new_workspace",),
-    },
-    "sglang.srt.model_executor.model_runner:ModelRunner": {
-        "assigned": ("init_new_workspace", "eager_runner", "decode_cuda_graph_runner"),
-    },
-    "sglang.srt.model_executor.runner.decode_cuda_graph_runner:DecodeCudaGraphRunner": {
-        "params": ("model_runner", "attn_backend", "speculative_num_draft_tokens"),
-    },
-    "sglang.srt.model_executor.cuda_graph_config:PhaseConfig": {"fields": ("bs",)},
-    # Where the narrower width's backend and graph runner read the batch sizes and the width.
+    # Where a narrower verify width's backend and graph runner read its width and batch sizes
+    # (verify_width_scope overrides them there).
     "sglang.srt.model_executor.runner.base_cuda_graph_runner:get_batch_sizes_to_capture": {
         "source_reads": (
             "get_exec().graph.cuda_graph_config.decode.bs"

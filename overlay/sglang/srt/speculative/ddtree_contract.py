@@ -71,6 +71,18 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
         "fields": ("org_vocab_start_index",),
         "members": ("num_org_elements",),
     },
+    # A budget schedule's or adaptive budgets' narrower verify widths: the worker builds each
+    # one's target backend and decode graphs inside the shim's verify_width_scope.
+    "sglang.srt.model_executor.model_runner:ModelRunner._get_attention_backend": {
+        "params": ("init_new_workspace",),
+    },
+    "sglang.srt.model_executor.model_runner:ModelRunner": {
+        "assigned": ("init_new_workspace", "eager_runner", "decode_cuda_graph_runner"),
+    },
+    "sglang.srt.model_executor.runner.decode_cuda_graph_runner:DecodeCudaGraphRunner": {
+        "params": ("model_runner", "attn_backend", "speculative_num_draft_tokens"),
+    },
+    "sglang.srt.model_executor.cuda_graph_config:PhaseConfig": {"fields": ("bs",)},
 }
 
 
