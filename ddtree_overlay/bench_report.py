@@ -428,7 +428,7 @@ def _worst_case(ddtree: Mapping[str, Any], dflash: Sequence[Mapping[str, Any]]) 
     """The DDTREE cell's slowest repeat against the fastest repeat of any DFLASH cell; None
     when no cell has two repeats (the median ratio says it all then)."""
     ours, theirs = repeat_rates(ddtree), [rate for row in dflash for rate in repeat_rates(row)]
-    if not ours or not theirs or max(len(repeat_rates(r)) for r in (ddtree, *dflash)) < 2:
+    if not ours or not theirs or max(r["measured_repeats"] for r in (ddtree, *dflash)) < 2:
         return None
     return {"ddtree_tok_per_s": min(ours), "dflash_tok_per_s": max(theirs), "speedup_vs_dflash": min(ours) / max(theirs)}
 

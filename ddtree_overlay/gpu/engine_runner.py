@@ -242,11 +242,11 @@ def host_sample(proc: str = "/proc", pid: int | None = None, sys_cpu: str = "/sy
                 status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
         except OSError:
             continue  # exited meanwhile
-        comm, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        comm, jiffies, rest = _parse_stat(stat)
         last_cpu = int(rest[36])  # field 39
         processes[str(child)] = {
             "comm": comm,
-            "jiffies": int(rest[11]) + int(rest[12]),  # utime + stime (fields 14 and 15)
+            "jiffies": jiffies,
             "last_cpu": last_cpu,
             "core": _core_of(sys_cpu, last_cpu),
             "cpus": status.get("Cpus_allowed_list", "").strip(),
@@ -259,9 +259,16 @@ def host_sample(proc: str = "/proc", pid: int | None = None, sys_cpu: str = "/sy
                     stat = f.read()
             except OSError:
                 continue
-            rest = stat[stat.rindex(")") + 2 :].split()
-            others[entry] = {"comm": stat[stat.index("(") + 1 : stat.rindex(")")], "jiffies": int(rest[11]) + int(rest[12])}
+            comm, jiffies, _ = _parse_stat(stat)
+            others[entry] = {"comm": comm, "jiffies": jiffies}
     return {"load1": load1, "busy": sum(fields) - idle, "total": sum(fields), "processes": processes, "others": others}
+
+
+def _parse_stat(stat: str) -> tuple[str, int, list[str]]:
+    """A ``/proc/PID/stat`` line: the command name, utime + stime (fields 14 and 15) in jiffies,
+    and the fields after the name (field 3 on)."""
+    rest = stat[stat.rindex(")") + 2 :].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], int(rest[11]) + int(rest[12]), rest
 
 
 def _core_of(sys_cpu: str, cpu: int) -> str | None:
