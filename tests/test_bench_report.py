@@ -464,15 +464,21 @@ def test_plots_draw_the_no_overlap_ddtree_arms_as_their_own_series(tmp_path: Pat
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in files)
 
 
+def analysed_with_policy_arm(plan: bp.SweepPlan, cell: str, rate: float, budgets: dict[str, int]) -> dict:
+    """`synthetic`, with ``cell`` (of an adaptive or schedule arm) at ``rate`` tok/s and its
+    engine's profile windows counting ``budgets`` rounds per budget."""
+    cells, engines = synthetic(plan)
+    set_rate(cells, cell, 1, rate)
+    for window in engines[cell.split("/")[0], 1]["profile"]:
+        window["budgets"] = budgets
+    return br.analyse(plan, cells, engines, references=references())
+
+
 def test_an_adaptive_budget_arm_is_compared_like_a_budget_but_recommends_no_schedule_step(tmp_path: Path) -> None:
     """Adaptive 8/32 at 300 tok/s, except 500 at T=0 bs=2: the fastest DDTREE arm there; the
     schedule still comes from the fixed budgets (B=32 at 332 in both T=0 columns)."""
     plan = small_plan(tmp_path, adaptive_budgets=(8, 32))
-    cells, engines = synthetic(plan)
-    set_rate(cells, "ddtree-adaptive-8-32/bs2/t0", 1, 500.0)
-    for window in engines["ddtree-adaptive-8-32", 1]["profile"]:
-        window["budgets"] = {"32": 3, "8": 1}
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysed_with_policy_arm(plan, "ddtree-adaptive-8-32/bs2/t0", 500.0, {"32": 3, "8": 1})
     rows = {r["name"]: r for r in report["cells"]}
     assert rows["ddtree-adaptive-8-32/bs2/t0"]["adaptive"] == [8, 32]
     assert rows["ddtree-adaptive-8-32/bs2/t0"]["speedup_vs_dflash"] == pytest.approx(2.5)
@@ -498,11 +504,7 @@ def test_an_adaptive_budget_arm_is_compared_like_a_budget_but_recommends_no_sche
 def test_a_schedule_arm_is_compared_like_a_budget_after_the_adaptive_one(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, adaptive_budgets=(8, 32), budget_schedule=((1, 32), (2, 8)))
     assert plan.groups[-1].engine["speculative_ddtree_budget_schedule"] == "1:32,2:8"
-    cells, engines = synthetic(plan)
-    set_rate(cells, "ddtree-schedule-1x32-2x8/bs1/t0", 1, 450.0)
-    for window in engines["ddtree-schedule-1x32-2x8", 1]["profile"]:
-        window["budgets"] = {"32": 2, "8": 2}
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysed_with_policy_arm(plan, "ddtree-schedule-1x32-2x8/bs1/t0", 450.0, {"32": 2, "8": 2})
     rows = {r["name"]: r for r in report["cells"]}
     assert rows["ddtree-schedule-1x32-2x8/bs1/t0"]["schedule"] == "1:32,2:8"
     assert br.policy_label(rows["ddtree-schedule-1x32-2x8/bs1/t0"]) == "schedule 1:32,2:8"

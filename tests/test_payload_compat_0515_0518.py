@@ -8,6 +8,7 @@ import importlib.util
 import sys
 import types
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -18,10 +19,11 @@ SHIM = OVERLAY / "shims/sglang-0.5.15-0.5.18/ddtree_compat.py"
 BATCH_SIZES = [1, 2, 4, 8, 16]
 
 
-def load_shim(monkeypatch: pytest.MonkeyPatch, release: tuple[int, ...]) -> types.ModuleType:
+def load_shim(monkeypatch: pytest.MonkeyPatch, release: tuple[int, ...], shim: Path = SHIM) -> types.ModuleType:
+    """A family's shim as it loads under ``release``."""
     contract = load_payload_module("sglang.srt.speculative.ddtree_contract")
     monkeypatch.setattr(contract, "installed_release", lambda: release)
-    spec = importlib.util.spec_from_file_location(f"ddtree_compat_{'_'.join(map(str, release))}", SHIM)
+    spec = importlib.util.spec_from_file_location(f"ddtree_compat_{'_'.join(map(str, release))}", shim)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -54,14 +56,20 @@ def graphs(bs) -> types.SimpleNamespace:
     return types.SimpleNamespace(decode=types.SimpleNamespace(bs=list(bs)))
 
 
-@pytest.fixture
-def world(monkeypatch: pytest.MonkeyPatch):
-    """A target model runner (verify width 257) and the runtime context's spec and exec bags."""
+def runtime_context(monkeypatch: pytest.MonkeyPatch) -> tuple[Bag, types.SimpleNamespace]:
+    """The published spec bag (verify width 257) and exec bag, as sglang.srt.runtime_context."""
     spec = Bag(speculative_num_draft_tokens=257)
     exec_bag = types.SimpleNamespace(graph=Bag(cuda_graph_config=graphs(BATCH_SIZES)))
     context = types.ModuleType("sglang.srt.runtime_context")
     context.get_spec, context.get_exec = (lambda: spec), (lambda: exec_bag)
     monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", context)
+    return spec, exec_bag
+
+
+@pytest.fixture
+def world(monkeypatch: pytest.MonkeyPatch):
+    """A target model runner (verify width 257) and the runtime context's spec and exec bags."""
+    spec, exec_bag = runtime_context(monkeypatch)
     fields = {"speculative_num_draft_tokens": 257, "cuda_graph_config": graphs(BATCH_SIZES)}
     return types.SimpleNamespace(spec=spec, exec=exec_bag, fields=fields)
 

@@ -4,37 +4,28 @@ get_batch_sizes_to_capture)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import types
 
 import pytest
 
 pytest.importorskip("torch")
-from payload_modules import OVERLAY, load_payload_module
-from test_payload_compat_0515_0518 import BATCH_SIZES, Bag, ReadOnlyRecord, graphs
+from payload_modules import OVERLAY
+from test_payload_compat_0515_0518 import (
+    BATCH_SIZES,
+    ReadOnlyRecord,
+    graphs,
+    load_shim,
+    runtime_context,
+)
 
 SHIM = OVERLAY / "shims/sglang-0.5.19-0.5.23/ddtree_compat.py"
 RELEASES = [(0, 5, 19), (0, 5, 20), (0, 5, 21), (0, 5, 22), (0, 5, 23)]
 
 
-def load_shim(monkeypatch: pytest.MonkeyPatch, release: tuple[int, ...]) -> types.ModuleType:
-    contract = load_payload_module("sglang.srt.speculative.ddtree_contract")
-    monkeypatch.setattr(contract, "installed_release", lambda: release)
-    spec = importlib.util.spec_from_file_location(f"ddtree_compat_{'_'.join(map(str, release))}", SHIM)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def world(monkeypatch: pytest.MonkeyPatch):
     """The published spec and exec bags (verify width 257) and the target's read-only record."""
-    spec = Bag(speculative_num_draft_tokens=257)
-    exec_bag = types.SimpleNamespace(graph=Bag(cuda_graph_config=graphs(BATCH_SIZES)))
-    context = types.ModuleType("sglang.srt.runtime_context")
-    context.get_spec, context.get_exec = (lambda: spec), (lambda: exec_bag)
-    monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", context)
+    spec, exec_bag = runtime_context(monkeypatch)
     record = ReadOnlyRecord(speculative_num_draft_tokens=257, cuda_graph_config=graphs(BATCH_SIZES))
     runner = types.SimpleNamespace(server_args=record)
 
@@ -49,7 +40,7 @@ def world(monkeypatch: pytest.MonkeyPatch):
 def test_the_width_and_capture_sizes_hold_inside_the_scope_and_are_restored_after(
     monkeypatch: pytest.MonkeyPatch, world, release
 ) -> None:
-    compat = load_shim(monkeypatch, release)
+    compat = load_shim(monkeypatch, release, SHIM)
     with compat.verify_width_scope(world.runner, 33, [8, 16]):
         assert world.seen() == (33, [8, 16])
     assert world.seen() == (257, BATCH_SIZES)
@@ -59,7 +50,7 @@ def test_the_width_and_capture_sizes_hold_inside_the_scope_and_are_restored_afte
 
 @pytest.mark.parametrize("release", [(0, 5, 19), (0, 5, 23)])
 def test_a_failed_build_restores_them_too(monkeypatch: pytest.MonkeyPatch, world, release) -> None:
-    compat = load_shim(monkeypatch, release)
+    compat = load_shim(monkeypatch, release, SHIM)
     with pytest.raises(RuntimeError, match="capture failed"), compat.verify_width_scope(world.runner, 16, []):
         assert world.seen() == (16, [])
         raise RuntimeError("capture failed")
