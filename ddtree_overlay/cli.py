@@ -6,6 +6,7 @@ and add a command here that calls `_run` with it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Optional
@@ -199,7 +200,7 @@ def _budget_schedule(text: str | None) -> tuple:
         if not (sep and bs.strip().isdigit() and budget.strip().isdigit()):
             raise typer.BadParameter(f"expected BATCH_SIZE:BUDGET steps such as 1:256,8:64, got {text!r}")
         steps.append((int(bs), int(budget)))
-    if steps[0][0] != 1 or any(b <= a for (a, _), (b, _) in zip(steps, steps[1:])):
+    if steps[0][0] != 1 or any(b <= a for (a, _), (b, _) in itertools.pairwise(steps)):
         raise typer.BadParameter(f"the schedule's batch sizes must start at 1 and ascend, got {text!r}")
     if any(budget < 1 for _, budget in steps):
         raise typer.BadParameter(f"every budget must be >= 1, got {text!r}")

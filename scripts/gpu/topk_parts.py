@@ -72,12 +72,12 @@ def main() -> int:
             got = dk.draft_topk(logits, k)
             row = {
                 "bs": bs, "k": k, "vocab": args.vocab, "depth": args.depth,
-                "lm_head_ms": gpu_ms(lambda: torch.matmul(hidden, weight.T)),
-                "compute_draft_topk_ms": gpu_ms(lambda k=k: du.compute_draft_topk(logits, k)),
-                "fp32_copy_ms": gpu_ms(lambda: logits.float()),
-                "logsumexp_ms": gpu_ms(lambda: torch.logsumexp(wide, dim=-1, keepdim=True)),
-                "topk_fp32_ms": gpu_ms(lambda k=k: torch.topk(wide, k, dim=-1, sorted=True)),
-                "draft_topk_ms": gpu_ms(lambda k=k: dk.draft_topk(logits, k)),
+                "lm_head_ms": gpu_ms(lambda h=hidden: torch.matmul(h, weight.T)),
+                "compute_draft_topk_ms": gpu_ms(lambda x=logits, k=k: du.compute_draft_topk(x, k)),
+                "fp32_copy_ms": gpu_ms(lambda x=logits: x.float()),
+                "logsumexp_ms": gpu_ms(lambda x=wide: torch.logsumexp(x, dim=-1, keepdim=True)),
+                "topk_fp32_ms": gpu_ms(lambda x=wide, k=k: torch.topk(x, k, dim=-1, sorted=True)),
+                "draft_topk_ms": gpu_ms(lambda x=logits, k=k: dk.draft_topk(x, k)),
                 "max_log_prob_diff": (want.log_probs - got.log_probs).abs().max().item(),
                 "same_ids": (want.token_ids == got.token_ids).float().mean().item(),
             }
