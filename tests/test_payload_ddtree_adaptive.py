@@ -63,8 +63,29 @@ def test_untimed_widths_are_tried_first_then_the_most_tokens_per_ms_wins() -> No
     assert chosen[:6] == [8, 8, 32, 32, 128, 128]
     assert set(chosen[6:]) == {32}
     assert policy.phi == pytest.approx([3.0, 5.0, 5.5], rel=1e-5)
-    assert policy.cost_ms[(1, 32)] == pytest.approx(1.32 + 0.5, abs=0.05)  # round and gap
+    assert policy.cost_ms[(1, 32)] == pytest.approx(1.32, abs=0.01)  # the round
+    assert policy.gap_ms[1] == pytest.approx(0.5, abs=0.01)  # and the gap after it
     assert gpu.syncs == 0
+    view = policy.snapshot()
+    assert view["choice"] == {"1": 32} and view["gap_ms"] == {"1": pytest.approx(0.5, abs=0.01)}
+    assert view["round_ms"]["1"] == pytest.approx({"8": 1.08, "32": 1.32, "128": 2.28}, abs=0.01)
+
+
+def test_a_long_gap_after_one_widths_timing_is_shared_not_held_against_that_width() -> None:
+    # The widest tree wins on rounds alone: 6.5 / 1.3 > 6 / 1.25 > 4 / 1.0. The scheduler's
+    # work between rounds (a request finishing) lands after whichever round it follows.
+    phi = {8: 3.0, 32: 5.0, 128: 5.5}
+    cost = {8: 1.0, 32: 1.25, 128: 1.3}
+    policy, gpu = make(sample_every=1)
+    chosen = []
+    for i in range(40):
+        budget = policy.begin_round(1)
+        chosen.append(budget)
+        gpu.now += cost[budget]
+        policy.end_round(scores_with_prefix_mass(1, phi), torch.full((1,), round(phi[budget]) + 1))
+        gpu.now += 4.0 if budget == 128 and i < 6 else 0.3  # both of 128's first timings
+    assert set(chosen[6:]) == {128}
+    assert policy.cost_ms[(1, 128)] == pytest.approx(1.3)
 
 
 def test_a_host_bound_round_takes_the_widest_tree() -> None:
@@ -110,26 +131,26 @@ def test_only_every_nth_round_is_measured_and_slots_are_reused() -> None:
     created = gpu.created
     chosen = run_rounds(policy, gpu, 200, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)
     assert set(chosen) == {32}
-    # The last timing round's end, then 25 measured rounds: a start event each and the next
-    # round's start as its end.
-    assert gpu.created - created == 1 + 2 * 25
+    # The last timing round's end, then 25 measured rounds: a start and a done event each, and
+    # the next round's start as its end.
+    assert gpu.created - created == 1 + 3 * 25
     assert policy._samples[(1, 32)] == 2 + 25
     assert len(policy._free_slots) == da.STATS_SLOTS  # every measured round's came back
 
 
-def test_a_measured_round_before_a_prefill_or_an_idle_engine_keeps_its_statistics_only() -> None:
+def test_a_measured_round_before_a_prefill_or_an_idle_engine_keeps_its_round_and_statistics() -> None:
     policy, gpu = make(sample_every=1)
     run_rounds(policy, gpu, 9, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
-    assert policy.cost_ms[(1, 128)] == pytest.approx(1.4)
+    assert (policy.cost_ms[(1, 128)], policy.gap_ms[1]) == pytest.approx((1.0, 0.4))
     samples = policy._samples[(1, 128)]
     policy.interrupt()
     gpu.now += 5.0  # a prefill batch ran
     run_rounds(policy, gpu, 1, phi={**PHI, 128: 7.0}, round_ms=lambda b: 1.0, gap_ms=0.4)
     gpu.now += 30.0  # idle, and nothing told the policy
     policy.begin_round(1)
-    assert policy._samples[(1, 128)] == samples  # neither interval timed
-    assert policy.cost_ms[(1, 128)] == pytest.approx(1.4)
-    assert policy.phi[-1] > PHI[128]  # the statistics still count
+    assert policy._samples[(1, 128)] == samples + 2  # both rounds count
+    assert policy.gap_ms[1] == pytest.approx(0.4)  # neither the prefill nor the idle time
+    assert policy.phi[-1] > PHI[128]  # the statistics count too
 
 
 def test_widths_are_timed_per_graph_batch_size() -> None:

@@ -10,13 +10,16 @@ the sum of their q. The round verifies the first w nodes for the w that maximise
 
 CaDDTree's stopping rule over a few CUDA-graph widths. Φ̄ is the mean Φ per request of the
 latest measured round whose statistics reached the host; c rescales it to the acceptance
-measured since (the drafter is not calibrated); t(bs, w) is the GPU time from a round's start at
-that graph batch size and width to the next round's start, so it holds the gap the host leaves
-between rounds too.
+measured since (the drafter is not calibrated). t(bs, w) = r(bs, w) + g(bs): r is the GPU time
+from a round's start to its end at that graph batch size and width, g the gap the host leaves
+before the next round starts. The gap is the scheduler's work between rounds (requests
+finishing, new ones joining), the same whatever the width and noisier than a round, so it is
+averaged over every measured round of the batch size, not per width: a width that happened to
+be timed before a long gap must not lose for it.
 
 Nothing waits on the GPU: statistics come back through pinned memory and timings through CUDA
 events, both polled, so a choice rests on rounds a few before it. Only every
-``SAMPLE_EVERY``-th round is measured (two events and a few small launches), because a small
+``SAMPLE_EVERY``-th round is measured (three events and a few small launches), because a small
 model's round is host-bound and every launch shows in its step time; the other rounds cost a
 dictionary lookup. At a batch size, widths not timed yet are tried (and measured) first, and every
 ``EXPLORE_EVERY``-th round re-times the width timed longest ago, so the costs follow the growing
@@ -40,7 +43,7 @@ COST_EMA = 0.2  # weight of a new timing in t(bs, w)
 PHI_EMA = 0.5  # weight of a new round's Φ̄: the draft's confidence moves with the text
 SCALE_EMA = 0.05  # weight of a new round in c's numerator and denominator
 SCALE_BOUNDS = (0.1, 10.0)
-# A timing this far above its width's cost spans an idle engine, not a round and its gap.
+# A round or gap this far above its running cost spans an idle engine or a stall.
 MAX_EXCESS_MS = 20.0
 STATS_SLOTS = 8  # measured rounds whose statistics may be in flight at once
 
@@ -50,9 +53,10 @@ class _Round:
     key: Tuple[int, int]  # (batch-size bucket, budget)
     start: Any  # CUDA event at the round's first launch
     batch_size: int
+    done: Any = None  # CUDA event after the round's last launch (``end_round``)
     end: Any = None  # CUDA event at the next round's start, or before another batch
-    timed: bool = False  # end is the next decode round's start
-    slot: Optional[torch.Tensor] = None  # its statistics, copied before ``end`` is recorded
+    timed: bool = False  # end is the next decode round's start: done -> end is the gap
+    slot: Optional[torch.Tensor] = None  # its statistics, copied before ``done`` is recorded
 
 
 class AdaptiveBudget:
@@ -96,7 +100,8 @@ class AdaptiveBudget:
         self._free_slots = [new_host_buffer(len(self.budgets) + 1) for _ in range(STATS_SLOTS)]
         self._pending: Deque[_Round] = deque()
         self._open: Optional[_Round] = None  # the measured round awaiting its end event
-        self.cost_ms: Dict[Tuple[int, int], float] = {}  # t(bs, w)
+        self.cost_ms: Dict[Tuple[int, int], float] = {}  # r(bs, w)
+        self.gap_ms: Dict[int, float] = {}  # g(bs), per bucket
         self._samples: Dict[Tuple[int, int], int] = {}
         self._timed_at: Dict[Tuple[int, int], int] = {}  # round count when last timed
         self._best: Dict[int, int] = {}  # per bucket, until the next fold brings news
@@ -113,6 +118,24 @@ class AdaptiveBudget:
             return 1.0
         low, high = SCALE_BOUNDS
         return min(max(self._accepted / self._predicted, low), high)
+
+    def snapshot(self) -> Dict[str, Any]:
+        """The policy's view, for the profile: per batch size, r(bs, w) and g(bs) in ms and the
+        width it would choose now; Φ̄ per width and c."""
+        round_ms: Dict[str, Dict[str, float]] = {}
+        for (bucket, width), ms in sorted(self.cost_ms.items()):
+            round_ms.setdefault(str(bucket), {})[str(width)] = round(ms, 4)
+        timed = [
+            int(b) for b, widths in round_ms.items()
+            if len(widths) == len(self.budgets) and self.phi is not None
+        ]
+        return {
+            "round_ms": round_ms,
+            "gap_ms": {str(b): round(ms, 4) for b, ms in sorted(self.gap_ms.items())},
+            "choice": {str(b): self._most_tokens_per_ms(b) for b in timed},
+            "phi": None if self.phi is None else [round(v, 4) for v in self.phi],
+            "scale": round(self.scale, 4),
+        }
 
     def bucket(self, bs: int) -> int:
         """The graph batch size ``bs`` pads to; eager batches by powers of two."""
@@ -137,20 +160,24 @@ class AdaptiveBudget:
         return budget
 
     def end_round(self, log_scores: torch.Tensor, accept_lens: torch.Tensor) -> None:
-        """After the round's last launch: a measured round's statistics on their way to the
-        host.
+        """After the round's last launch: a measured round's end marked and its statistics on
+        their way to the host.
 
         ``log_scores``: the widest tree's node log scores, [bs, widest] (-inf: unreachable);
         ``accept_lens``: accepted tokens per request, bonus included, [bs]."""
         rnd = self._open
-        if rnd is None or not self._free_slots:
+        if rnd is None:
             return
-        bs = int(log_scores.shape[0])
-        stats = torch.empty(len(self.budgets) + 1, dtype=torch.float32, device=log_scores.device)
-        torch.mv(self._prefix.T, log_scores.float().exp().sum(0), out=stats[:-1])
-        stats[-1:].copy_(accept_lens.sum() - bs)
-        rnd.slot = self._free_slots.pop()
-        rnd.slot.copy_(stats, non_blocking=True)  # done once the round's end event is
+        if self._free_slots:
+            bs = int(log_scores.shape[0])
+            stats = torch.empty(
+                len(self.budgets) + 1, dtype=torch.float32, device=log_scores.device
+            )
+            torch.mv(self._prefix.T, log_scores.float().exp().sum(0), out=stats[:-1])
+            stats[-1:].copy_(accept_lens.sum() - bs)
+            rnd.slot = self._free_slots.pop()
+            rnd.slot.copy_(stats, non_blocking=True)  # complete once ``done`` is
+        rnd.done = self._record()
 
     def interrupt(self) -> None:
         """Another batch is about to run: the measured round's gap is not per-round work."""
@@ -184,10 +211,11 @@ class AdaptiveBudget:
         if self.phi is None:
             return self.widest
         scale = self.scale
+        gap = self.gap_ms.get(bucket, 0.0)
         return max(
             self.budgets,
             key=lambda b: (1.0 + scale * self.phi[self.budgets.index(b)])
-            / self.cost_ms[(bucket, b)],
+            / (self.cost_ms[(bucket, b)] + gap),
         )
 
     def _fold(self) -> None:
@@ -197,8 +225,10 @@ class AdaptiveBudget:
         while self._pending and self._pending[0].end.query():
             rnd = self._pending.popleft()
             folded = True
-            if rnd.timed:
-                self._time(rnd.key, rnd.start.elapsed_time(rnd.end))
+            if rnd.done is not None:
+                self._time(rnd.key, rnd.start.elapsed_time(rnd.done))
+                if rnd.timed:
+                    self._time_gap(rnd.key[0], rnd.done.elapsed_time(rnd.end))
             if rnd.slot is not None:
                 self._take_stats(rnd)
         if folded:
@@ -216,6 +246,13 @@ class AdaptiveBudget:
         else:
             self.cost_ms[key] = old + COST_EMA * (ms - old)
         self._timed_at[key] = self._round_count
+
+    def _time_gap(self, bucket: int, ms: float) -> None:
+        old = self.gap_ms.get(bucket)
+        if old is None:
+            self.gap_ms[bucket] = ms
+        elif ms <= old + MAX_EXCESS_MS:
+            self.gap_ms[bucket] = old + COST_EMA * (ms - old)
 
     def _take_stats(self, rnd: _Round) -> None:
         values = rnd.slot.tolist()  # complete: the copy preceded the end event
