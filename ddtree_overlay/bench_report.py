@@ -138,6 +138,7 @@ def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: f
         for budget, count in (window.get("budgets") or {}).items():
             budgets[budget] = budgets.get(budget, 0) + int(count)
     with_host = [w for w in inside if "host_ms_sum" in w]  # older profiles lack it
+    policy = [w["adaptive"] for w in inside if w.get("adaptive")]
     host_rounds = sum(int(w["rounds"]) for w in with_host)
     host_ms = sum(float(ms) for w in with_host for ms in w["host_ms_sum"].values())
     return {
@@ -147,6 +148,7 @@ def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: f
         "ms_per_round": {k: round(v, 4) for k, v in ms.items()},
         "host_ms_per_round": round(host_ms / host_rounds, 4) if host_rounds else None,
         "budgets": dict(sorted(budgets.items(), key=lambda item: int(item[0]))),
+        "adaptive": policy[-1] if policy else None,  # the policy's view at the cell's end
     }
 
 
@@ -803,7 +805,28 @@ def _policy_lines(report: Mapping[str, Any]) -> list[str]:
     for row in rows:
         counts = ", ".join(f"B={b}: {n}" for b, n in row["profile"]["budgets"].items())
         lines.append(f"- {row['name']}: {counts}")
+        view = row["profile"].get("adaptive")
+        if view:
+            lines.append(f"  - policy at the cell's end: {_policy_view(view)}")
     return lines
+
+
+def _policy_view(view: Mapping[str, Any]) -> str:
+    """One line of an adaptive policy's snapshot: per graph batch size, round ms per width plus
+    the shared gap and the width it chooses; then Φ̄ per width and c."""
+    parts = []
+    for bucket, widths in view.get("round_ms", {}).items():
+        rounds = " ".join(f"{w}:{ms:.2f}" for w, ms in widths.items())
+        gap = view.get("gap_ms", {}).get(bucket)
+        gap_text = f" + gap {gap:.2f}" if gap is not None else ""
+        choice = view.get("choice", {}).get(bucket)
+        choice_text = f" -> B={choice}" if choice is not None else ""
+        parts.append(f"bs {bucket}: round ms {rounds}{gap_text}{choice_text}")
+    phi = view.get("phi")
+    if phi:
+        parts.append("Φ̄ " + "/".join(f"{v:.2f}" for v in phi))
+    parts.append(f"c {view.get('scale', 1.0):.2f}")
+    return "; ".join(parts)
 
 
 BUSY_PROCESS = 0.05  # CPU s per wall s below which an engine process is left out of the host table

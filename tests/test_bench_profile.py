@@ -129,6 +129,19 @@ def test_a_full_window_is_one_json_line_of_stage_sums(tmp_path: Path) -> None:
     assert gpu.syncs == 0
 
 
+def test_an_attached_view_is_written_with_every_window(tmp_path: Path) -> None:
+    profiler, gpu, clock = make(tmp_path, window_rounds=2)
+    state = {"choice": {"16": 64}}
+    profiler.attach("adaptive", lambda: dict(state))
+    for _ in range(2):
+        one_round(profiler, gpu, clock)
+    state["choice"] = {"16": 256}
+    for _ in range(2):
+        one_round(profiler, gpu, clock)
+    assert [w["adaptive"] for w in lines(tmp_path)] == [{"choice": {"16": 64}}, {"choice": {"16": 256}}]
+    dp.DDTreeNullProfiler().attach("adaptive", lambda: {})  # the disabled profiler takes it too
+
+
 def test_rounds_wait_for_their_events_without_a_host_sync(tmp_path: Path) -> None:
     profiler, gpu, clock = make(tmp_path, window_rounds=2)
     gpu.completed = -1.0  # the GPU has finished nothing yet

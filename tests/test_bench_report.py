@@ -464,13 +464,18 @@ def test_plots_draw_the_no_overlap_ddtree_arms_as_their_own_series(tmp_path: Pat
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in files)
 
 
-def analysed_with_policy_arm(plan: bp.SweepPlan, cell: str, rate: float, budgets: dict[str, int]) -> dict:
+def analysed_with_policy_arm(
+    plan: bp.SweepPlan, cell: str, rate: float, budgets: dict[str, int], policy_views=None
+) -> dict:
     """`synthetic`, with ``cell`` (of an adaptive or schedule arm) at ``rate`` tok/s and its
-    engine's profile windows counting ``budgets`` rounds per budget."""
+    engine's profile windows counting ``budgets`` rounds per budget (and holding the adaptive
+    policy's ``policy_views``, one per window, when given)."""
     cells, engines = synthetic(plan)
     set_rate(cells, cell, 1, rate)
-    for window in engines[cell.split("/")[0], 1]["profile"]:
+    for i, window in enumerate(engines[cell.split("/")[0], 1]["profile"]):
         window["budgets"] = budgets
+        if policy_views:
+            window["adaptive"] = policy_views[min(i, len(policy_views) - 1)]
     return br.analyse(plan, cells, engines, references=references())
 
 
@@ -478,7 +483,17 @@ def test_an_adaptive_budget_arm_is_compared_like_a_budget_but_recommends_no_sche
     """Adaptive 8/32 at 300 tok/s, except 500 at T=0 bs=2: the fastest DDTREE arm there; the
     schedule still comes from the fixed budgets (B=32 at 332 in both T=0 columns)."""
     plan = small_plan(tmp_path, adaptive_budgets=(8, 32))
-    report = analysed_with_policy_arm(plan, "ddtree-adaptive-8-32/bs2/t0", 500.0, {"32": 3, "8": 1})
+    early = {"round_ms": {"2": {"8": 1.0}}, "gap_ms": {}, "choice": {}, "phi": None, "scale": 1.0}
+    late = {
+        "round_ms": {"2": {"8": 1.0, "32": 1.25}},
+        "gap_ms": {"2": 0.5},
+        "choice": {"2": 32},
+        "phi": [3.0, 5.5],
+        "scale": 0.8,
+    }
+    report = analysed_with_policy_arm(
+        plan, "ddtree-adaptive-8-32/bs2/t0", 500.0, {"32": 3, "8": 1}, policy_views=[early, late]
+    )
     rows = {r["name"]: r for r in report["cells"]}
     assert rows["ddtree-adaptive-8-32/bs2/t0"]["adaptive"] == [8, 32]
     assert rows["ddtree-adaptive-8-32/bs2/t0"]["speedup_vs_dflash"] == pytest.approx(2.5)
@@ -494,6 +509,10 @@ def test_an_adaptive_budget_arm_is_compared_like_a_budget_but_recommends_no_sche
     assert "| fastest DDTREE | B=32: 332 (x1.66) | adaptive 8/32: 500 (x2.50) |" in markdown
     assert rows["ddtree-adaptive-8-32/bs2/t0"]["profile"]["budgets"] == {"8": 1, "32": 3}
     assert "- ddtree-adaptive-8-32/bs2/t0: B=8: 1, B=32: 3" in markdown
+    assert (  # the view of the last window in the cell
+        "  - policy at the cell's end: bs 2: round ms 8:1.00 32:1.25 + gap 0.50 -> B=32; "
+        "Φ̄ 3.00/5.50; c 0.80" in markdown
+    )
     assert br._series(report["cells"], "tok_per_s")[(0.0, 2)] == [(8, 308.0), (32, 332.0)]
     assert br._flat(report["cells"], bp.DDTREE, "tok_per_s", policy="adaptive 8/32")[(0.0, 2)] == 500.0
     pytest.importorskip("matplotlib")

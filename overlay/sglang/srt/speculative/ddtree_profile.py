@@ -41,6 +41,8 @@ gaps). ``t_first`` / ``t_last`` are host wall-clock times (``time.time()``) of
 the window's first and last ``round_done``, so a benchmark can match windows
 to the requests it sent; ``requests`` sums the batch size over the rounds.
 ``budgets`` counts the rounds per tree budget (several under a budget schedule).
+With adaptive budgets the line also has ``adaptive``: the policy's costs, statistics and
+choices when the window was written (``AdaptiveBudget.snapshot``).
 
 Enabled or not, each stage is a ``ddtree.<stage>`` ``record_function`` range
 while a torch-profiler trace is being taken (scripts/gpu/round_trace.py).
@@ -81,6 +83,9 @@ class DDTreeNullProfiler:
         return None
 
     def flush(self) -> None:
+        return None
+
+    def attach(self, name: str, view: Callable[[], Dict[str, Any]]) -> None:
         return None
 
 
@@ -242,6 +247,11 @@ class DDTreeProfiler:
         self._window = _Window()
         self._last_round_t: Optional[float] = None
         self._write_failed = False
+        self._views: Dict[str, Callable[[], Dict[str, Any]]] = {}
+
+    def attach(self, name: str, view: Callable[[], Dict[str, Any]]) -> None:
+        """Write ``view()`` under ``name`` in every window's line (a policy's state then)."""
+        self._views[name] = view
 
     def stage(self, name: str):
         if self._rounds_seen % self.sample_every:
@@ -311,7 +321,10 @@ class DDTreeProfiler:
                 self._free_events.extend((start, end))
 
     def _write(self) -> None:
-        line = json.dumps(self._window.to_json(), sort_keys=True)
+        data = self._window.to_json()
+        for name, view in self._views.items():
+            data[name] = view()
+        line = json.dumps(data, sort_keys=True)
         self._window = _Window()
         try:
             with open(self.path, "a") as f:

@@ -160,6 +160,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             self.adaptive_budget = AdaptiveBudget(
                 self.budget_choices, self.verify_widths.capture_bs, device=torch.device(self.device)
             )
+            self.profiler.attach("adaptive", self.adaptive_budget.snapshot)
         self._capture_stage_graphs()
 
     def _build_verify_width(self, num_verify_tokens: int, batch_sizes: list):
