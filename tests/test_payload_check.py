@@ -44,3 +44,26 @@ def test_the_adaptive_preset_checks_lossless_overlap_sync_and_sampling() -> None
     assert arms["ddtree-adaptive"]["env"] == {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
     assert arms["ddtree-adaptive-no-overlap"]["engine"]["disable_overlap_schedule"] is True
     assert {"plain", "plain-t1", "ddtree-adaptive-t1"} <= set(arms)
+
+
+def test_the_summary_is_written_after_every_arm_so_a_cut_off_run_keeps_its_verdicts(tmp_path: Path) -> None:
+    check = load_payload_check()
+    greedy = {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": True}
+
+    def record(arm: str, outputs: list[list[int]], **extra) -> dict:
+        meta = [{"completion_tokens": len(o), "spec_verify_ct": 2} for o in outputs]
+        return {"arm": arm, "ok": True, "sampling": greedy, "outputs": outputs, "meta": meta,
+                "tok_per_s": 100.0, **extra}
+
+    results = tmp_path / "arms.jsonl"
+    plain = record("plain", [[1, 2, 3, 4], [5, 6, 7, 8]], top2_margins=[[0.5] * 4, [0.5, 0.0, 0.5, 0.5]])
+    results.write_text(json.dumps(plain) + "\n")
+    assert check.write_summary(results, tmp_path, None)["lossless"] == []
+    # the second arm (after which the time box struck) diverges where the target's top two tie
+    ddtree = record("ddtree-adaptive", [[1, 2, 3, 4], [5, 9, 7, 8]])
+    results.write_text(json.dumps(plain) + "\n" + json.dumps(ddtree) + "\n")
+    check.write_summary(results, tmp_path, None)
+    (verdict,) = json.loads((tmp_path / "summary.json").read_text())["lossless"]
+    assert (verdict["arm"], verdict["identical"], verdict["unexplained"], verdict["passed"]) == (
+        "ddtree-adaptive", 1, 0, True,
+    )

@@ -203,6 +203,7 @@ def main():
     results_path = out / "arms.jsonl"
     results_path.unlink(missing_ok=True)
     ddtree_broken = False
+    summary: dict = {}
     for arm in arms:  # one runner process per arm keeps a crash contained
         if ddtree_broken and "ddtree" in arm["name"]:
             print(f"skip {arm['name']}: an earlier DDTREE arm failed", flush=True)
@@ -212,7 +213,17 @@ def main():
             ddtree_broken = True
             if on_fail:
                 run_one(args, prompts, on_fail, out, results_path)
-    records = {r["arm"]: r for r in map(json.loads, results_path.read_text().splitlines())}
+        # after every arm: a run cut off by its time box keeps the verdicts it reached
+        summary = write_summary(results_path, out, args.reference_dir)
+    print(json.dumps(summary, indent=1)[:20000])
+
+
+def write_summary(results_path: Path, out: Path, reference_dir) -> dict:
+    """Judge the arms in arms.jsonl so far (lossless against plain, parity, TP, T = 1
+    distribution) into summary.json."""
+    records = {}
+    if results_path.exists():
+        records = {r["arm"]: r for r in map(json.loads, results_path.read_text().splitlines())}
     summary = {"arms": {}, "lossless": [], "distribution": [], "parity": [], "tp": []}
     for name, rec in records.items():
         if not rec.get("ok"):
@@ -225,7 +236,7 @@ def main():
         base = "plain-flashinfer" if name.endswith("-flashinfer") else "plain"
         if name != base and rec["sampling"]["temperature"] == 0 and records.get(base, {}).get("ok"):
             summary["lossless"].append(dc.lossless_report(records[base], rec))
-        reference = reference_for(args.reference_dir, name) if rec["sampling"]["temperature"] == 0 else None
+        reference = reference_for(reference_dir, name) if rec["sampling"]["temperature"] == 0 else None
         if reference is not None:
             parity = dc.acceptance_parity(rec, reference)
             summary["parity"].append({k: v for k, v in parity.items() if k != "per_prompt"})
@@ -236,8 +247,7 @@ def main():
             for pos in (1, 2, 3):
                 summary["distribution"].append(dict(dc.distribution_test(records["plain-t1"], rec, pos), arm=name))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    print(json.dumps(summary, indent=1)[:20000])
-
+    return summary
 
 if __name__ == "__main__":
     main()
