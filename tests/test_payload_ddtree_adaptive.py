@@ -63,7 +63,7 @@ def test_untimed_widths_are_tried_first_then_the_most_tokens_per_ms_wins() -> No
     assert chosen[:6] == [8, 8, 32, 32, 128, 128]
     assert set(chosen[6:]) == {32}
     assert policy.phi == pytest.approx([3.0, 5.0, 5.5], rel=1e-5)
-    assert policy.cost_ms[(1, 32)] == pytest.approx(1.32, abs=0.01)  # the round
+    assert policy.round_ms[(1, 32)] == pytest.approx(1.32, abs=0.01)  # the round
     assert policy.gap_ms[1] == pytest.approx(0.5, abs=0.01)  # and the gap after it
     assert gpu.syncs == 0
     view = policy.snapshot()
@@ -85,7 +85,7 @@ def test_a_long_gap_after_one_widths_timing_is_shared_not_held_against_that_widt
         policy.end_round(scores_with_prefix_mass(1, phi), torch.full((1,), round(phi[budget]) + 1))
         gpu.now += 4.0 if budget == 128 and i < 6 else 0.3  # both of 128's first timings
     assert set(chosen[6:]) == {128}
-    assert policy.cost_ms[(1, 128)] == pytest.approx(1.3)
+    assert policy.round_ms[(1, 128)] == pytest.approx(1.3)
 
 
 def test_a_host_bound_round_takes_the_widest_tree() -> None:
@@ -141,7 +141,7 @@ def test_only_every_nth_round_is_measured_and_slots_are_reused() -> None:
 def test_a_measured_round_before_a_prefill_or_an_idle_engine_keeps_its_round_and_statistics() -> None:
     policy, gpu = make(sample_every=1)
     run_rounds(policy, gpu, 9, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
-    assert (policy.cost_ms[(1, 128)], policy.gap_ms[1]) == pytest.approx((1.0, 0.4))
+    assert (policy.round_ms[(1, 128)], policy.gap_ms[1]) == pytest.approx((1.0, 0.4))
     samples = policy._samples[(1, 128)]
     policy.interrupt()
     gpu.now += 5.0  # a prefill batch ran

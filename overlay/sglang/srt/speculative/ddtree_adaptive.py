@@ -39,7 +39,7 @@ import torch
 SAMPLE_EVERY = 8
 EXPLORE_EVERY = 64
 MIN_SAMPLES = 2  # timings of a width at a batch size before its cost is trusted (the lower one)
-COST_EMA = 0.2  # weight of a new timing in t(bs, w)
+COST_EMA = 0.2  # weight of a new timing in r(bs, w) and g(bs)
 PHI_EMA = 0.5  # weight of a new round's Φ̄: the draft's confidence moves with the text
 SCALE_EMA = 0.05  # weight of a new round in c's numerator and denominator
 SCALE_BOUNDS = (0.1, 10.0)
@@ -100,7 +100,7 @@ class AdaptiveBudget:
         self._free_slots = [new_host_buffer(len(self.budgets) + 1) for _ in range(STATS_SLOTS)]
         self._pending: Deque[_Round] = deque()
         self._open: Optional[_Round] = None  # the measured round awaiting its end event
-        self.cost_ms: Dict[Tuple[int, int], float] = {}  # r(bs, w)
+        self.round_ms: Dict[Tuple[int, int], float] = {}  # r(bs, w)
         self.gap_ms: Dict[int, float] = {}  # g(bs), per bucket
         self._samples: Dict[Tuple[int, int], int] = {}
         self._timed_at: Dict[Tuple[int, int], int] = {}  # round count when last timed
@@ -122,15 +122,15 @@ class AdaptiveBudget:
     def snapshot(self) -> Dict[str, Any]:
         """The policy's view, for the profile: per batch size, r(bs, w) and g(bs) in ms and the
         width it would choose now; Φ̄ per width and c."""
-        round_ms: Dict[str, Dict[str, float]] = {}
-        for (bucket, width), ms in sorted(self.cost_ms.items()):
-            round_ms.setdefault(str(bucket), {})[str(width)] = round(ms, 4)
+        rounds: Dict[str, Dict[str, float]] = {}
+        for (bucket, width), ms in sorted(self.round_ms.items()):
+            rounds.setdefault(str(bucket), {})[str(width)] = round(ms, 4)
         timed = [
-            int(b) for b, widths in round_ms.items()
+            int(b) for b, widths in rounds.items()
             if len(widths) == len(self.budgets) and self.phi is not None
         ]
         return {
-            "round_ms": round_ms,
+            "round_ms": rounds,
             "gap_ms": {str(b): round(ms, 4) for b, ms in sorted(self.gap_ms.items())},
             "choice": {str(b): self._most_tokens_per_ms(b) for b in timed},
             "phi": None if self.phi is None else [round(v, 4) for v in self.phi],
@@ -215,7 +215,7 @@ class AdaptiveBudget:
         return max(
             self.budgets,
             key=lambda b: (1.0 + scale * self.phi[self.budgets.index(b)])
-            / (self.cost_ms[(bucket, b)] + gap),
+            / (self.round_ms[(bucket, b)] + gap),
         )
 
     def _fold(self) -> None:
@@ -235,16 +235,16 @@ class AdaptiveBudget:
             self._best.clear()
 
     def _time(self, key: Tuple[int, int], ms: float) -> None:
-        old = self.cost_ms.get(key)
+        old = self.round_ms.get(key)
         if old is not None and ms > old + MAX_EXCESS_MS:
             return
         samples = self._samples[key] = self._samples.get(key, 0) + 1
         if old is None:
-            self.cost_ms[key] = ms
+            self.round_ms[key] = ms
         elif samples <= MIN_SAMPLES:
-            self.cost_ms[key] = min(old, ms)
+            self.round_ms[key] = min(old, ms)
         else:
-            self.cost_ms[key] = old + COST_EMA * (ms - old)
+            self.round_ms[key] = old + COST_EMA * (ms - old)
         self._timed_at[key] = self._round_count
 
     def _time_gap(self, bucket: int, ms: float) -> None:
