@@ -23,6 +23,7 @@ def load_shim(monkeypatch: pytest.MonkeyPatch, release: tuple[int, ...], shim: P
     """A family's shim as it loads under ``release``."""
     contract = load_payload_module("sglang.srt.speculative.ddtree_contract")
     monkeypatch.setattr(contract, "installed_release", lambda: release)
+    load_payload_module("sglang.srt.speculative.ddtree_utils")  # the shims' replaced_attribute
     spec = importlib.util.spec_from_file_location(f"ddtree_compat_{'_'.join(map(str, release))}", shim)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

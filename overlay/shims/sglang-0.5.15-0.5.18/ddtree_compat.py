@@ -25,6 +25,7 @@ from sglang.srt.speculative.ddtree_contract import (
     contract_problems,
     installed_release,
 )
+from sglang.srt.speculative.ddtree_utils import replaced_attribute
 
 RELEASE = installed_release()
 FAMILY = "sglang 0.5.15 - 0.5.18"
@@ -175,10 +176,10 @@ def verify_width_scope(model_runner, num_verify_tokens: int, batch_sizes):
     if SPEC_BAG_WIDTH:
         width = _spec_bag_width(num_verify_tokens)
     else:
-        width = _replaced(
+        width = replaced_attribute(
             model_runner.server_args, "speculative_num_draft_tokens", int(num_verify_tokens)
         )
-    with width, _replaced(_decode_graph_config(model_runner), "bs", list(batch_sizes)):
+    with width, replaced_attribute(_decode_graph_config(model_runner), "bs", list(batch_sizes)):
         yield
 
 
@@ -188,16 +189,6 @@ def _decode_graph_config(model_runner):
 
         return get_exec().graph.cuda_graph_config.decode
     return model_runner.server_args.cuda_graph_config.decode
-
-
-@contextmanager
-def _replaced(obj, name: str, value):
-    saved = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, saved)
 
 
 # --- the decode round -----------------------------------------------------------------------

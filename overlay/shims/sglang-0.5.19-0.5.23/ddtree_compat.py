@@ -36,6 +36,7 @@ from sglang.srt.speculative.ddtree_contract import (
     contract_problems,
     installed_release,
 )
+from sglang.srt.speculative.ddtree_utils import replaced_attribute
 
 
 RELEASE = installed_release()
@@ -177,18 +178,8 @@ def verify_width_scope(model_runner, num_verify_tokens: int, batch_sizes):
     from sglang.srt.runtime_context import get_exec
 
     decode = get_exec().graph.cuda_graph_config.decode
-    with _spec_bag_width(num_verify_tokens), _replaced(decode, "bs", list(batch_sizes)):
+    with _spec_bag_width(num_verify_tokens), replaced_attribute(decode, "bs", list(batch_sizes)):
         yield
-
-
-@contextmanager
-def _replaced(obj, name: str, value):
-    saved = getattr(obj, name)
-    setattr(obj, name, value)
-    try:
-        yield
-    finally:
-        setattr(obj, name, saved)
 
 
 # --- the decode round -------------------------------------------------------------------------

@@ -24,6 +24,7 @@ scheduling; it also runs on CPU, where the tests compare it with a heap oracle.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, List, NamedTuple
 
@@ -32,6 +33,18 @@ import torch
 # Which implementation runs a round's tree stage: "triton" (ddtree_kernels, the default: two
 # launches instead of ~150) or "torch" (these functions).
 TREE_STAGE_ENV = "SGLANG_DDTREE_TREE_KERNEL"
+
+
+@contextmanager
+def replaced_attribute(obj, name: str, value):
+    """``obj.name`` is ``value`` inside the scope and what it was again afterwards (the shims
+    build a narrower verify width under the width and batch sizes their release reads)."""
+    saved = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, saved)
 
 
 def num_verify_tokens_for(budget: int, block_size: int) -> int:
