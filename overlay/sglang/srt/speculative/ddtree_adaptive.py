@@ -32,7 +32,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -106,6 +106,7 @@ class AdaptiveBudget:
         self._timed_at: Dict[Tuple[int, int], int] = {}  # round count when last timed
         self._best: Dict[int, int] = {}  # per bucket, until the next fold brings news
         self._rounds: Dict[int, int] = {}  # per bucket
+        self._timed_buckets: Set[int] = set()  # every width has MIN_SAMPLES timings there
         self._round_count = 0
         self.phi: Optional[List[float]] = None  # Φ̄ per width, per request
         self._accepted = 0.0  # EMAs of accepted drafts and of Φ at the widths used, per request
@@ -125,14 +126,10 @@ class AdaptiveBudget:
         rounds: Dict[str, Dict[str, float]] = {}
         for (bucket, width), ms in sorted(self.round_ms.items()):
             rounds.setdefault(str(bucket), {})[str(width)] = round(ms, 4)
-        timed = [
-            int(b) for b, widths in rounds.items()
-            if len(widths) == len(self.budgets) and self.phi is not None
-        ]
         return {
             "round_ms": rounds,
             "gap_ms": {str(b): round(ms, 4) for b, ms in sorted(self.gap_ms.items())},
-            "choice": {str(b): self._most_tokens_per_ms(b) for b in timed},
+            "choice": {str(b): self._most_tokens_per_ms(b) for b in sorted(self._timed_buckets)},
             "phi": None if self.phi is None else [round(v, 4) for v in self.phi],
             "scale": round(self.scale, 4),
         }
@@ -197,9 +194,11 @@ class AdaptiveBudget:
     def _choose(self, bucket: int) -> Tuple[int, bool]:
         """The budget, and whether it is chosen to be timed rather than for its θ."""
         count = self._rounds[bucket] = self._rounds.get(bucket, 0) + 1
-        untimed = [b for b in self.budgets if self._samples.get((bucket, b), 0) < MIN_SAMPLES]
-        if untimed:
-            return untimed[0], True
+        if bucket not in self._timed_buckets:  # samples only grow: once timed, always timed
+            untimed = [b for b in self.budgets if self._samples.get((bucket, b), 0) < MIN_SAMPLES]
+            if untimed:
+                return untimed[0], True
+            self._timed_buckets.add(bucket)
         if count % self.explore_every == 0:
             return min(self.budgets, key=lambda b: self._timed_at[(bucket, b)]), True
         best = self._best.get(bucket)
@@ -255,7 +254,7 @@ class AdaptiveBudget:
             self.gap_ms[bucket] = old + COST_EMA * (ms - old)
 
     def _take_stats(self, rnd: _Round) -> None:
-        values = rnd.slot.tolist()  # complete: the copy preceded the end event
+        values = rnd.slot.tolist()  # complete: the copy preceded the done event
         self._free_slots.append(rnd.slot)
         bs = max(rnd.batch_size, 1)
         phi = [v / bs for v in values[:-1]]
