@@ -249,5 +249,6 @@ def write_summary(results_path: Path, out: Path, reference_dir) -> dict:
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 
+
 if __name__ == "__main__":
     main()
