@@ -6,7 +6,9 @@ enough: no sglang install is involved.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
@@ -29,3 +31,21 @@ def load_payload_module(dotted: str) -> types.ModuleType:
     sys.modules[dotted] = module
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def triton_interpreter():
+    """TRITON_INTERPRET=1 for the block only.
+
+    Triton reads it when a function is decorated (its own library functions at its first
+    import, ours when the module loads) and again while a kernel runs.
+    """
+    before = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = before

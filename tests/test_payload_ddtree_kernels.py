@@ -9,7 +9,6 @@ test uses it.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import importlib.util
 import os
@@ -18,27 +17,9 @@ import sys
 import textwrap
 
 import pytest
-from payload_modules import OVERLAY, load_payload_module
+from payload_modules import OVERLAY, load_payload_module, triton_interpreter
 
 NEG_INF = float("-inf")
-
-
-@contextlib.contextmanager
-def triton_interpreter():
-    """TRITON_INTERPRET=1 for the block only.
-
-    Triton reads it when a function is decorated (its own library functions at its first
-    import, ours when the module loads) and again while a kernel runs.
-    """
-    before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = before
 
 
 torch = pytest.importorskip("torch")

@@ -29,15 +29,52 @@ FILES = (
     "sglang/srt/speculative/ddtree_utils.py",
     "sglang/srt/speculative/ddtree_compat.py",
     "sglang/srt/speculative/ddtree_contract.py",
+    "sglang/srt/speculative/ddtree_hybrid.py",
     "sglang/srt/arg_groups/speculative_hook.py",
 )
 
+# The hook reads the target's config through sglang's get_config, whose real module needs
+# transformers: this stand-in reads config.json alone.
+GET_CONFIG_STAND_IN = """
+import json, os, types
+
+def _namespace(value):
+    if isinstance(value, dict):
+        return types.SimpleNamespace(**{k: _namespace(v) for k, v in value.items()})
+    return value
+
+def get_config(model, trust_remote_code, revision=None, model_override_args=None, **kwargs):
+    with open(os.path.join(model, "config.json")) as f:
+        config = _namespace(json.load(f))
+    text = getattr(config, "text_config", config)
+    config.get_text_config = lambda: text
+    return config
+"""
+
+# Target configs: a dense Qwen3 and Qwen3.5-layout hybrids (3 GDN : 1 attention).
+TARGET_CONFIGS = {
+    "dense": {"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 4},
+    "hybrid": {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "text_config": {
+            "linear_num_value_heads": 8, "linear_conv_kernel_dim": 4,
+            "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+        },
+    },
+    "hybrid_conv5": {
+        "architectures": ["Qwen3NextForCausalLM"], "linear_num_value_heads": 8,
+        "linear_conv_kernel_dim": 5, "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+    },
+}
+
 PROBE = r"""
-import json, types
+import json, os, types
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.ddtree_spec import _handle_ddtree
 
 algo = SpeculativeAlgorithm.from_string("ddtree")
+MODELS = os.environ["DDTREE_TEST_MODELS"]
+HYBRID = os.path.join(MODELS, "hybrid")
 report = {
     "class": type(algo).__name__,
     "is_dflash": algo.is_dflash(),
@@ -57,7 +94,8 @@ def server_args(**changes):
         speculative_dflash_block_size=16, enable_dp_attention=False, pp_size=1,
         speculative_draft_model_path="/draft", speculative_num_steps=None,
         speculative_eagle_topk=None, max_running_requests=None, enable_mixed_chunk=False,
-        json_model_override_args="{}",
+        json_model_override_args="{}", model_path=os.path.join(MODELS, "dense"),
+        trust_remote_code=False, revision=None,
     )
     for key, value in changes.items():
         setattr(ns, key, value)
@@ -94,6 +132,11 @@ CASES = {
     },
     "adaptive_tp2": {"speculative_ddtree_adaptive_budgets": "8,32", "tp_size": 2},
     "adaptive_one": {"speculative_ddtree_adaptive_budgets": "32"},
+    "hybrid": {"model_path": HYBRID, "speculative_ddtree_budget": 32},
+    "hybrid_adaptive": {"model_path": HYBRID, "speculative_ddtree_adaptive_budgets": "8,32"},
+    "hybrid_flashinfer_gdn": {"model_path": HYBRID, "linear_attn_decode_backend": "flashinfer"},
+    "hybrid_replayssm": {"model_path": HYBRID, "enable_linear_replayssm_spec": True},
+    "hybrid_conv5": {"model_path": os.path.join(MODELS, "hybrid_conv5")},
 }
 for name, changes in CASES.items():
     args = server_args(**changes)
@@ -124,11 +167,18 @@ def ddtree_report(pristine_sglang_env: Path, tmp_path_factory: pytest.TempPathFa
     for relative in FILES:
         (tree / relative).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(site / relative, tree / relative)
-    for package in ("sglang", "sglang/srt", "sglang/srt/speculative", "sglang/srt/arg_groups"):
+    (tree / "sglang/srt/utils").mkdir(parents=True)
+    (tree / "sglang/srt/utils/hf_transformers_utils.py").write_text(GET_CONFIG_STAND_IN)
+    packages = ("sglang", "sglang/srt", "sglang/srt/speculative", "sglang/srt/arg_groups", "sglang/srt/utils")
+    for package in packages:
         (tree / package / "__init__.py").touch()
+    models = tmp_path / "models"
+    for name, config in TARGET_CONFIGS.items():
+        (models / name).mkdir(parents=True)
+        (models / name / "config.json").write_text(json.dumps(config))
     done = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True,
-        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "DDTREE_TEST_MODELS": str(models)},
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -184,7 +234,18 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
         ("schedule_descending", "batch sizes must ascend"),
         ("schedule_malformed", "'1=64' is not BATCH_SIZE:BUDGET"),
         ("schedule_budget0", "every budget must be >= 1"),
+        ("hybrid_flashinfer_gdn", "--linear-attn-decode-backend flashinfer has none"),
+        ("hybrid_replayssm", "does not support --enable-linear-replayssm-spec"),
+        ("hybrid_conv5", "got linear_conv_kernel_dim=5"),
     ],
 )
 def test_unsupported_settings_are_refused_with_a_clear_message(ddtree_report: dict, case: str, fragment: str) -> None:
     assert fragment in ddtree_report["cases"][case]["error"]
+
+
+def test_a_gated_deltanet_target_gets_sglangs_tree_paths(ddtree_report: dict) -> None:
+    """topk > 1 after DFLASH's hook forced 1: dense per-node conv windows and tree kernels."""
+    cases = ddtree_report["cases"]
+    assert cases["hybrid"] == {"budget": 32, "block": 16, "verify_width": 33, "steps": 1, "topk": 2}
+    assert cases["hybrid_adaptive"]["topk"] == 2
+    assert cases["hybrid_adaptive"]["verify_width"] == 33

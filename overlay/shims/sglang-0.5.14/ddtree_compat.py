@@ -171,6 +171,11 @@ def finish_verify_logits(worker, logits_output) -> None:
     """The target returns whole-vocabulary verify logits in this release: nothing to do."""
 
 
+def mamba_track_interval(worker, batch) -> int:
+    """Tokens between the prefix-cache recurrent-state checkpoints of a hybrid target."""
+    return int(worker.server_args.mamba_track_interval)
+
+
 def draft_commit_loc(worker, window, cache_loc_2d: torch.Tensor, width: int) -> torch.Tensor:
     """Draft-pool KV slots of the first ``width`` verify positions. Shape: [bs, width]."""
     return cache_loc_2d[:, :width].contiguous()

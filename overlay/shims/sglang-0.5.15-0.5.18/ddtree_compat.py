@@ -33,6 +33,8 @@ FAMILY = "sglang 0.5.15 - 0.5.18"
 SPEC_BAG_WIDTH = RELEASE >= (0, 5, 17)
 # 0.5.18+: get_batch_sizes_to_capture reads cuda_graph_config from get_exec().graph.
 GRAPH_BAG_BS = RELEASE >= (0, 5, 18)
+# 0.5.17+: the mamba track interval lives in the exec.mamba bag.
+MAMBA_BAG_INTERVAL = RELEASE >= (0, 5, 17)
 
 CONTRACT = {
     **SHARED_CONTRACT,
@@ -51,7 +53,9 @@ CONTRACT = {
     "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2": {
         "fields": ("bonus_tokens", "reserved_seq_lens_cpu", "reserved_seq_lens_sum"),
     },
-    "sglang.srt.server_args:ServerArgs": {"members": ("get_attention_backends",)},
+    "sglang.srt.server_args:ServerArgs": {
+        "members": ("get_attention_backends", "mamba_track_interval"),
+    },
     # Where a narrower verify width's backend and graph runner read its width and batch sizes
     # (verify_width_scope overrides them there).
     "sglang.srt.model_executor.runner.base_cuda_graph_runner:get_batch_sizes_to_capture": {
@@ -69,6 +73,9 @@ CONTRACT = {
         ),
     },
 }
+
+if MAMBA_BAG_INTERVAL:  # the prefix-cache tracking interval of a hybrid target
+    CONTRACT["sglang.srt.runtime_context:get_exec"] = {}
 
 
 def api_contract_problems():
@@ -216,6 +223,15 @@ def verify_input_extras(window) -> dict:
 
 def finish_verify_logits(worker, logits_output) -> None:
     """The target returns whole-vocabulary verify logits in this release: nothing to do."""
+
+
+def mamba_track_interval(worker, batch) -> int:
+    """Tokens between the prefix-cache recurrent-state checkpoints of a hybrid target."""
+    if MAMBA_BAG_INTERVAL:
+        from sglang.srt.runtime_context import get_exec
+
+        return int(get_exec().mamba.mamba_track_interval)
+    return int(worker.server_args.mamba_track_interval)
 
 
 def draft_commit_loc(worker, window, cache_loc_2d: torch.Tensor, width: int) -> torch.Tensor:

@@ -48,6 +48,8 @@ DEFERS_VERIFY_GATHER = RELEASE >= (0, 5, 23)
 
 CONTRACT = {
     **SHARED_CONTRACT,
+    # The prefix-cache tracking interval of a hybrid target's recurrent state.
+    "sglang.srt.runtime_context:mamba_track_grid": {"params": ("tree_page",)},
     DFLASH_WORKER: {
         "members": (
             "_append_target_hidden_to_draft_kv_by_loc",
@@ -290,6 +292,14 @@ def finish_verify_logits(worker, logits_output) -> None:
     logits = logits_output.next_token_logits
     if processor is not None and processor.is_deferred_shard(logits):
         logits_output.next_token_logits = processor.finish_deferred_gather(logits)
+
+
+def mamba_track_interval(worker, batch) -> int:
+    """Tokens between the prefix-cache recurrent-state checkpoints of a hybrid target: the
+    grid of the batch's prefix cache."""
+    from sglang.srt.runtime_context import mamba_track_grid
+
+    return int(mamba_track_grid(batch.tree_cache.page_size))
 
 
 def draft_commit_loc(worker, window, cache_loc_2d: torch.Tensor, width: int) -> torch.Tensor:

@@ -83,6 +83,25 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
         "params": ("model_runner", "attn_backend", "speculative_num_draft_tokens"),
     },
     "sglang.srt.model_executor.cuda_graph_config:PhaseConfig": {"fields": ("bs",)},
+    # Hybrid Gated-DeltaNet targets: the hook reads the target's config as DFlash reads its
+    # drafter's, the pools keep per-node snapshots, and the commit copies from them.
+    "sglang.srt.utils.hf_transformers_utils:get_config": {
+        "params": ("model", "trust_remote_code", "revision", "model_override_args"),
+    },
+    "sglang.srt.mem_cache.memory_pool:MambaPool.SpeculativeState": {
+        "fields": ("conv", "temporal", "intermediate_ssm", "intermediate_conv_window"),
+    },
+    "sglang.srt.mem_cache.memory_pool:HybridReqToTokenPool": {
+        "members": ("get_mamba_indices", "get_speculative_mamba2_params_all_layers"),
+    },
+    # The linear-attention backend takes the tree path (and the pool its dense conv window)
+    # from the eagle top-k that _handle_ddtree sets on hybrid targets.
+    "sglang.srt.layers.attention.hybrid_linear_attn_backend:MambaAttnBackendBase.__init__": {
+        "source_reads": ("speculative_eagle_topk",),
+    },
+    "sglang.srt.mem_cache.memory_pool:conv_window_dedup_enabled": {
+        "params": ("speculative_eagle_topk",),
+    },
 }
 
 

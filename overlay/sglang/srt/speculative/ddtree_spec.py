@@ -8,6 +8,7 @@ its own import when this runs.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,7 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
     """
     from sglang.srt.arg_groups.speculative_hook import _handle_dflash
     from sglang.srt.speculative.ddtree_compat import declare, server_args_view
+    from sglang.srt.speculative.ddtree_hybrid import HYBRID_TREE_TOPK, gated_deltanet_layers
     from sglang.srt.speculative.ddtree_utils import (
         BudgetSchedule,
         num_verify_tokens_for,
@@ -120,6 +122,8 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
     problem = next(_unsupported_ddtree_settings(cfg), None)
     if problem is not None:
         raise ValueError(problem)
+    target_config = _target_hf_config(cfg)
+    hybrid = gated_deltanet_layers(target_config) > 0
 
     if cfg.speculative_num_draft_tokens is not None:
         raise ValueError(
@@ -128,7 +132,15 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
             f"(got {cfg.speculative_num_draft_tokens}). "
             "Use --speculative-dflash-block-size for the drafter's block."
         )
+    hybrid_problem = next(_unsupported_hybrid_settings(cfg, target_config), None) if hybrid else None
+    if hybrid_problem is not None:
+        raise ValueError(hybrid_problem)
+
     _handle_dflash(server_args)  # resolves the block size into num_draft_tokens
+    if hybrid:
+        # After _handle_dflash, which forces a top-k of 1: the pools then keep a dense
+        # per-node conv window and the linear-attention kernels follow the tree links.
+        declare(server_args, speculative_eagle_topk=HYBRID_TREE_TOPK)
     block_size = int(cfg.speculative_num_draft_tokens)
     declare(
         server_args,
@@ -187,6 +199,49 @@ def _unsupported_ddtree_settings(cfg):
         # From 0.5.21 a scale event recaptures the target's decode graphs and replaces its
         # runner; the verify-width graphs DDTREE holds would go stale.
         yield "DDTREE does not support elastic EP (--elastic-ep-backend)."
+
+
+def _target_hf_config(cfg):
+    """The target's HF config, read as DFlash reads its drafter's."""
+    from sglang.srt.utils.hf_transformers_utils import get_config
+
+    return get_config(
+        cfg.model_path,
+        trust_remote_code=cfg.trust_remote_code,
+        revision=cfg.revision,
+        model_override_args=json.loads(cfg.json_model_override_args),
+    )
+
+
+def _unsupported_hybrid_settings(cfg, target_config):
+    """Every reason DDTREE cannot verify a tree through a Gated-DeltaNet target's layers."""
+    conv_width = int(getattr(target_config.get_text_config(), "linear_conv_kernel_dim", 4))
+    if not 2 <= conv_width <= 4:
+        # causal_conv1d_update walks tree ancestors for kernel widths 2 - 4 only.
+        yield (
+            "DDTREE verifies a tree through Gated-DeltaNet conv1d kernels of width 2 - 4, "
+            f"got linear_conv_kernel_dim={conv_width}."
+        )
+    kernels = {
+        flag: getattr(cfg, flag, None)
+        for flag in (
+            "linear_attn_backend",
+            "linear_attn_decode_backend",
+            "linear_attn_prefill_backend",
+        )
+    }
+    for flag, backend in kernels.items():
+        if backend == "flashinfer":
+            # With a FlashInfer GDN kernel SGLang verifies through it, and it has no tree path.
+            yield (
+                "DDTREE on a Gated-DeltaNet target verifies through the Triton GDN kernel "
+                f"(its tree path); --{flag.replace('_', '-')} flashinfer has none."
+            )
+    if getattr(cfg, "enable_linear_replayssm_spec", False):
+        yield (
+            "DDTREE does not support --enable-linear-replayssm-spec: ReplaySSM verifies "
+            "linear chains only."
+        )
 
 
 def _attention_dp(cfg) -> bool:

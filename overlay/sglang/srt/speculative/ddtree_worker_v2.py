@@ -38,6 +38,7 @@ from sglang.srt.speculative.ddtree_compat import (
     draft_width_during_init,
     draft_width_scope,
     finish_verify_logits,
+    mamba_track_interval,
     next_draft_input,
     open_window,
     planning_seq_lens,
@@ -54,6 +55,11 @@ from sglang.srt.speculative.ddtree_cuda_graph_runner import (
     VerifyWidths,
     capture_batch_sizes,
     graph_enabled,
+)
+from sglang.srt.speculative.ddtree_hybrid import (
+    RecurrentStateCommit,
+    commit_steps,
+    concurrency_problem,
 )
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
 from sglang.srt.speculative.ddtree_kernels import (
@@ -105,6 +111,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self.adaptive_budget = None  # set by init_cuda_graphs when budget_choices
         self.accept_width = max_accept_width(self.budget, self.block_size)
         self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
+        self.recurrent_state = None  # set by init_attention_backends on hybrid targets
         tp_group = get_tp_group()
         # Under TP the target lm_head holds one vocabulary shard per rank.
         self._vocab_parallel_group = tp_group.device_group if tp_group.world_size > 1 else None
@@ -134,16 +141,31 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             )
 
     def init_attention_backends(self):
-        # The scheduler sets up the target's backends first, so the target is known here.
-        if hasattr(
-            self.target_worker.model_runner.attn_backend,
-            "update_mamba_state_after_mtp_verify",
-        ):
-            raise ValueError(
-                "DDTREE does not support hybrid (Mamba / linear-attention) targets yet."
-            )
+        # The scheduler sets up the target's backends and pools first, so the target is known.
+        self.recurrent_state = self._recurrent_state_commit()
         with draft_width_scope(self):
             super().init_attention_backends()
+
+    def _recurrent_state_commit(self) -> Optional[RecurrentStateCommit]:
+        """On a hybrid Gated-DeltaNet target, the commit of its per-node recurrent state."""
+        model_runner = self.target_worker.model_runner
+        if not hasattr(model_runner.attn_backend, "update_mamba_state_after_mtp_verify"):
+            return None
+        if int(spec_arg(model_runner.server_args, "speculative_eagle_topk") or 1) <= 1:
+            # _handle_ddtree selects SGLang's tree paths only for Gated-DeltaNet layers.
+            raise ValueError(
+                "DDTREE supports Gated-DeltaNet hybrid targets (Qwen3-Next, Qwen3.5 / Qwen3.6); "
+                f"{model_runner.model_config.hf_config.architectures[0]} has other "
+                "linear-attention or Mamba layers, whose tree verify DDTREE does not wire."
+            )
+        pool = model_runner.req_to_token_pool
+        commit = RecurrentStateCommit.from_pool(pool.get_speculative_mamba2_params_all_layers())
+        problem = concurrency_problem(model_runner, commit, block_size=int(self.block_size))
+        if problem is not None:
+            raise ValueError(problem)
+        if getattr(self, "tp_rank", 0) == 0:
+            logger.info("DDTREE on a hybrid target: %s", commit.describe())
+        return commit
 
     def init_cuda_graphs(self):
         with draft_width_scope(self):
@@ -346,6 +368,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 predict, accept_index, accept_lens, prefix_lens, cache_loc_2d
             )
             new_seq_lens = accepted.new_seq_lens
+            if self.recurrent_state is not None:
+                self._commit_recurrent_state(batch, accept_index, accept_lens, prefix_lens, n)
         if on_publish is not None:
             on_publish(new_seq_lens)
 
@@ -522,6 +546,26 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         inputs["positions"].copy_(positions)
         inputs["commit_lens"].copy_(accept_lens)
         graphs.replay(bs)
+
+    def _commit_recurrent_state(self, batch, accept_index, accept_lens, prefix_lens, n) -> None:
+        """Each request's recurrent state := its last accepted node's snapshot (and the
+        prefix-cache tracking slot's, where the round crossed a tracking boundary)."""
+        track_indices = getattr(batch, "mamba_track_indices", None)
+        last, track_steps = commit_steps(
+            accept_index,
+            accept_lens,
+            n,
+            prefix_lens,
+            mamba_track_interval(self, batch) if track_indices is not None else None,
+        )
+        pool = self.target_worker.model_runner.req_to_token_pool
+        self.recurrent_state.commit(
+            pool.get_mamba_indices(batch.req_pool_indices),
+            last,
+            n,
+            track_indices=track_indices,
+            track_steps=track_steps,
+        )
 
     def _eager_commit_draft_kv(self, hidden, cache_loc, positions, commit_lens) -> None:
         """DFlash's prefix-valid draft-KV writer over [bs, W] committed positions."""

@@ -1,0 +1,258 @@
+"""DDTREE on hybrid Gated-DeltaNet targets (Qwen3-Next, Qwen3.5 / Qwen3.6).
+
+SGLang already verifies EAGLE trees through linear-attention layers: with
+``speculative_eagle_topk > 1`` the pools keep a dense per-node conv window and a
+per-node recurrent-state snapshot for every verify token, the conv kernel walks
+each node's ancestors from the left-child / right-sibling links, and the
+recurrent kernel starts each node from its parent's snapshot. DDTREE's verify
+input carries those links (node 0 the root, parents before children, siblings
+in index order), so the tree verify is SGLang's own.
+
+What differs is the commit. SGLang's commit reads the snapshots at the pool's
+stride (the widest verify width), while a narrower verify width (budget
+schedule, adaptive budgets) writes them at its own; this module copies the
+last accepted node's state (and the prefix-cache tracking state) into the
+persistent slots with the stride each snapshot was written at.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import torch
+import triton
+import triton.language as tl
+
+logger = logging.getLogger(__name__)
+
+# The eagle top-k that selects SGLang's tree paths in linear-attention layers: pools with a
+# dense per-node conv window and kernels that follow the tree links. DDTREE's own trees are
+# irregular; the value only has to exceed 1.
+HYBRID_TREE_TOPK = 2
+
+_ROW_BLOCK = 1024
+_MIB = 1 << 20
+
+
+def gated_deltanet_layers(hf_config) -> int:
+    """Number of Gated-DeltaNet layers of a target's HF config (0: not a GDN hybrid).
+
+    Qwen3-Next and Qwen3.5 / Qwen3.6 size the GDN heads with ``linear_num_value_heads``;
+    SGLang's config classes list the layers in ``linear_layer_ids``, transformers' in
+    ``layer_types``."""
+    text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+    if getattr(text_config, "linear_num_value_heads", None) is None:
+        return 0
+    linear_layer_ids = getattr(text_config, "linear_layer_ids", None)
+    if linear_layer_ids is not None:
+        return len(linear_layer_ids)
+    layer_types = getattr(text_config, "layer_types", None) or ()
+    return sum(1 for kind in layer_types if kind == "linear_attention")
+
+
+@triton.jit
+def _copy_state_rows_kernel(
+    dst_ptr,
+    src_ptr,
+    dst_slot_ptr,  # [n] persistent slot per request, < 0: skip
+    src_row_ptr,  # [n] snapshot row per request, < 0: skip
+    dst_layer_stride,
+    dst_slot_stride,
+    src_layer_stride,
+    src_row_stride,
+    row_numel,
+    BLOCK: tl.constexpr,
+):
+    """dst[layer, slot[i], :] = src[layer, row[i], :] for one (request, layer, chunk)."""
+    i = tl.program_id(0)
+    layer = tl.program_id(1).to(tl.int64)
+    chunk = tl.program_id(2)
+    slot = tl.load(dst_slot_ptr + i).to(tl.int64)
+    row = tl.load(src_row_ptr + i).to(tl.int64)
+    offs = chunk * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < tl.where((slot >= 0) & (row >= 0), row_numel, 0)
+    src = src_ptr + layer * src_layer_stride + row * src_row_stride + offs
+    dst = dst_ptr + layer * dst_layer_stride + slot * dst_slot_stride + offs
+    tl.store(dst, tl.load(src, mask=mask), mask=mask)
+
+
+def copy_state_rows(
+    dst: torch.Tensor, dst_slots: torch.Tensor, src: torch.Tensor, src_rows: torch.Tensor
+) -> None:
+    """``dst[:, dst_slots[i]] = src[:, src_rows[i]]`` for every i whose slot and row are >= 0.
+
+    dst [L, slots, R] and src [L, rows, R] are row-contiguous views of one pool tensor each;
+    no host sync, so it replays inside CUDA graphs."""
+    n = int(dst_slots.shape[0])
+    layers, _, row_numel = dst.shape
+    if n == 0:
+        return
+    grid = (n, layers, triton.cdiv(row_numel, _ROW_BLOCK))
+    _copy_state_rows_kernel[grid](
+        dst,
+        src,
+        dst_slots,
+        src_rows,
+        dst.stride(0),
+        dst.stride(1),
+        src.stride(0),
+        src.stride(1),
+        row_numel,
+        BLOCK=_ROW_BLOCK,
+    )
+
+
+def _rows(state: torch.Tensor, leading: int) -> torch.Tensor:
+    """A pool tensor as [L, leading rows, row elements], without copying."""
+    if not state.is_contiguous():
+        raise RuntimeError(
+            "DDTREE expects the dense per-node recurrent-state layout on hybrid targets, "
+            f"got a non-contiguous pool tensor of shape {tuple(state.shape)}."
+        )
+    return state.view(state.shape[0], leading, -1)
+
+
+def commit_steps(
+    accept_index: torch.Tensor,
+    accept_lens: torch.Tensor,
+    num_verify_tokens: int,
+    prefix_lens: torch.Tensor,
+    track_interval: Optional[int],
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Verify-block node of each request whose state to commit, and of the prefix-cache
+    tracking point (-1: no interval boundary crossed this round; None: no tracking).
+
+    accept_index [bs, W] holds the accepted path's global verify rows (root first), accept_lens
+    [bs] its length; SGLang's commit_mamba_states_after_verify computes the same."""
+    bs = int(accept_lens.shape[0])
+    req = torch.arange(bs, dtype=torch.int64, device=accept_lens.device)
+    base = req * int(num_verify_tokens)
+    accept_lens = accept_lens.to(torch.int64)
+    last = accept_index[req, accept_lens - 1].to(torch.int64) - base
+    if track_interval is None:
+        return last, None
+    pre = prefix_lens.to(torch.int64)
+    post = pre + accept_lens
+    crossed = pre // track_interval != post // track_interval
+    ith = torch.clamp(post // track_interval * track_interval - pre - 1, min=0)
+    tracked = accept_index[req, ith].to(torch.int64) - base
+    return last, torch.where(crossed, tracked, torch.full_like(tracked, -1))
+
+
+@dataclass
+class RecurrentStateCommit:
+    """The target's recurrent-state pools as row views, and the tree commit over them."""
+
+    ssm: torch.Tensor  # [L, slots, R] persistent state
+    ssm_nodes: torch.Tensor  # [L, spec slots * max width, R] per-node snapshots, flat
+    conv: List[Tuple[torch.Tensor, torch.Tensor]]  # (persistent, per-node) row views
+    max_verify_tokens: int
+    spec_slots: int
+
+    @classmethod
+    def from_pool(cls, spec_state) -> "RecurrentStateCommit":
+        """From ``req_to_token_pool.get_speculative_mamba2_params_all_layers()``."""
+        if spec_state.intermediate_ssm is None:
+            raise ValueError(
+                "DDTREE needs the per-node recurrent-state snapshots of a tree verify; "
+                "this pool has none (--enable-linear-replayssm-spec is chain-only)."
+            )
+        nodes = spec_state.intermediate_ssm  # [L, spec slots, max width, ...]
+        spec_slots, width = int(nodes.shape[1]), int(nodes.shape[2])
+        ssm = spec_state.temporal
+        conv = [
+            (_rows(state, int(state.shape[1])), _rows(window, spec_slots * width))
+            for state, window in zip(spec_state.conv, spec_state.intermediate_conv_window, strict=True)
+        ]
+        return cls(
+            ssm=_rows(ssm, int(ssm.shape[1])),
+            ssm_nodes=_rows(nodes, spec_slots * width),
+            conv=conv,
+            max_verify_tokens=width,
+            spec_slots=spec_slots,
+        )
+
+    @property
+    def bytes_per_verify_token(self) -> int:
+        """Snapshot bytes one request holds per verify token, all layers (this rank)."""
+        total = self.ssm_nodes.numel() * self.ssm_nodes.element_size()
+        total += sum(window.numel() * window.element_size() for _, window in self.conv)
+        return total // (self.spec_slots * self.max_verify_tokens)
+
+    @property
+    def live_bytes_per_request(self) -> int:
+        """Bytes of one request's live recurrent state (conv windows + SSM), all layers."""
+        rows = [self.ssm] + [state for state, _ in self.conv]
+        return sum(int(r.shape[0]) * int(r.shape[2]) * r.element_size() for r in rows)
+
+    @property
+    def snapshot_bytes(self) -> int:
+        return self.bytes_per_verify_token * self.spec_slots * self.max_verify_tokens
+
+    def describe(self) -> str:
+        per_token = self.bytes_per_verify_token
+        return (
+            f"recurrent-state snapshots {per_token / _MIB:.2f} MiB per request per verify token, "
+            f"{per_token * self.max_verify_tokens / _MIB:.1f} MiB per request at verify width "
+            f"{self.max_verify_tokens}, {self.snapshot_bytes / (1 << 30):.2f} GiB for "
+            f"{self.spec_slots} request slots"
+        )
+
+    def commit(
+        self,
+        cache_indices: torch.Tensor,
+        steps: torch.Tensor,
+        num_verify_tokens: int,
+        track_indices: Optional[torch.Tensor] = None,
+        track_steps: Optional[torch.Tensor] = None,
+    ) -> None:
+        """Persistent state of request i := its snapshot at verify node ``steps[i]``.
+
+        The recurrent kernel writes request i's node s at flat row i * N + s for the round's
+        verify width N; the conv kernel writes at the pool's own stride (the widest width)."""
+        bs = int(steps.shape[0])
+        req = torch.arange(bs, dtype=torch.int64, device=steps.device)
+        targets = [(cache_indices[:bs], steps)]
+        if track_indices is not None and track_steps is not None:
+            targets.append((track_indices[:bs], track_steps))
+        for slots, node in targets:
+            valid = node >= 0
+            slots = slots.to(torch.int64)
+            ssm_rows = torch.where(valid, req * int(num_verify_tokens) + node, -1)
+            copy_state_rows(self.ssm, slots, self.ssm_nodes, ssm_rows)
+            conv_rows = torch.where(valid, req * self.max_verify_tokens + node, -1)
+            for state, window in self.conv:
+                copy_state_rows(state, slots, window, conv_rows)
+
+
+def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_size: int) -> Optional[str]:
+    """Why this verify width's snapshots leave fewer concurrent requests than requested, with
+    the largest budget and the --max-running-requests that do fit; None when they fit.
+
+    SGLang sizes the live recurrent states (``ratio`` slots per request) and the snapshots
+    (one per verify token per request) from one budget, then caps the concurrency to what
+    that budget holds; DDTREE refuses to start with fewer requests than were asked for."""
+    requested = getattr(model_runner.server_args, "max_running_requests", None)
+    fitted = int(model_runner.max_running_requests)
+    mamba_ratio = getattr(model_runner, "_calculate_mamba_ratio", None)
+    if requested is None or fitted >= int(requested) or mamba_ratio is None:
+        return None
+    ratio = int(mamba_ratio())
+    live_slots = int(commit.ssm.shape[1])
+    if live_slots // ratio >= int(requested):
+        return None  # the cap came from the KV cache, not from the recurrent state
+    per_request = commit.live_bytes_per_request
+    per_token = commit.bytes_per_verify_token
+    budget_bytes = live_slots * per_request + commit.snapshot_bytes
+    widest = int((budget_bytes / int(requested) - ratio * per_request) // per_token)
+    if widest >= block_size:
+        fits = f"the largest budget that fits {requested} requests is {widest - 1}"
+    else:
+        fits = f"no tree budget fits {requested} requests"
+    return (
+        f"DDTREE's verify width {commit.max_verify_tokens} keeps {commit.describe()}; with them "
+        f"only {fitted} of the requested {requested} concurrent requests fit: {fits}, or pass "
+        f"--max-running-requests {fitted} (or raise --mem-fraction-static)."
+    )

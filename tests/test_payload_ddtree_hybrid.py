@@ -1,0 +1,205 @@
+"""The hybrid-target commit (overlay/.../ddtree_hybrid.py) on fake recurrent-state pools.
+
+A tree verify leaves one recurrent-state snapshot per verify node: the SSM snapshot of request
+i's node s at flat row i * N + s for the round's verify width N, the conv window at the pool's
+own stride (the widest width). The commit must copy the last accepted node's snapshot into the
+request's live slot, and the tracking node's into the prefix-cache slot where a tracking
+boundary was crossed. The copy kernel runs in Triton's CPU interpreter (see
+test_payload_ddtree_kernels for why the variable is set only around the import).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from payload_modules import load_payload_module, triton_interpreter
+
+torch = pytest.importorskip("torch")
+with triton_interpreter():
+    triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
+    hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+if not isinstance(triton.language.zeros, InterpretedFunction):
+    pytest.skip(
+        "triton was imported before this module could turn its interpreter on; "
+        "run this file in a process of its own",
+        allow_module_level=True,
+    )
+
+LAYERS, LIVE_SLOTS, SPEC_SLOTS, MAX_WIDTH = 3, 9, 4, 8
+SSM_ROW, CONV_ROW = (2, 3, 5), (6, 3)
+
+
+def fake_pool():
+    """A SpeculativeState-shaped pool with distinct values everywhere."""
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    return types.SimpleNamespace(
+        temporal=rand(LAYERS, LIVE_SLOTS, *SSM_ROW),
+        intermediate_ssm=rand(LAYERS, SPEC_SLOTS, MAX_WIDTH, *SSM_ROW),
+        conv=[rand(LAYERS, LIVE_SLOTS, *CONV_ROW)],
+        intermediate_conv_window=[rand(LAYERS, SPEC_SLOTS, MAX_WIDTH, *CONV_ROW)],
+    )
+
+
+def expected_after(pool, slots, nodes, width):
+    """What the commit must leave: torch indexing over the same snapshots, per request."""
+    ssm, conv = pool.temporal.clone(), pool.conv[0].clone()
+    flat_ssm = pool.intermediate_ssm.reshape(LAYERS, SPEC_SLOTS * MAX_WIDTH, *SSM_ROW)
+    for i, (slot, node) in enumerate(zip(slots.tolist(), nodes.tolist(), strict=True)):
+        if node < 0:
+            continue
+        ssm[:, slot] = flat_ssm[:, i * width + node]
+        conv[:, slot] = pool.intermediate_conv_window[0][:, i, node]
+    return ssm, conv
+
+
+@pytest.mark.parametrize("width", [MAX_WIDTH, 5])
+def test_commit_copies_each_requests_accepted_node_at_the_rounds_stride(width):
+    pool = fake_pool()
+    slots = torch.tensor([7, 2, 5], dtype=torch.int32)
+    nodes = torch.tensor([3, 0, width - 1])
+    want_ssm, want_conv = expected_after(pool, slots, nodes, width)
+    commit = hybrid.RecurrentStateCommit.from_pool(pool)
+    with triton_interpreter():
+        commit.commit(slots, nodes, width)
+    assert torch.equal(pool.temporal, want_ssm)
+    assert torch.equal(pool.conv[0], want_conv)
+
+
+def test_tracking_copies_only_where_a_boundary_was_crossed():
+    pool = fake_pool()
+    live = torch.tensor([0, 1], dtype=torch.int32)
+    track = torch.tensor([6, 8], dtype=torch.int32)
+    last = torch.tensor([2, 4])
+    track_steps = torch.tensor([-1, 1])
+    want_ssm, want_conv = expected_after(pool, live, last, MAX_WIDTH)
+    flat_ssm = pool.intermediate_ssm.reshape(LAYERS, SPEC_SLOTS * MAX_WIDTH, *SSM_ROW)
+    want_ssm[:, 8] = flat_ssm[:, 1 * MAX_WIDTH + 1]
+    want_conv[:, 8] = pool.intermediate_conv_window[0][:, 1, 1]
+    with triton_interpreter():
+        hybrid.RecurrentStateCommit.from_pool(pool).commit(
+            live, last, MAX_WIDTH, track_indices=track, track_steps=track_steps
+        )
+    assert torch.equal(pool.temporal, want_ssm)  # slot 6 (no crossing) untouched
+    assert torch.equal(pool.conv[0], want_conv)
+
+
+def test_commit_steps_follow_the_accepted_path_and_the_tracking_boundary():
+    n = 6
+    # Request 0 accepts root -> node 2 -> node 4; request 1 only its root.
+    accept_index = torch.tensor([[0, 2, 4, -1], [6, -1, -1, -1]])
+    accept_lens = torch.tensor([3, 1], dtype=torch.int32)
+    prefix = torch.tensor([14, 30])
+    last, track = hybrid.commit_steps(accept_index, accept_lens, n, prefix, track_interval=16)
+    assert last.tolist() == [4, 0]
+    # Request 0 goes 14 -> 17 and crosses 16 at its second token (path index 1 = node 2).
+    assert track.tolist() == [2, -1]
+    assert hybrid.commit_steps(accept_index, accept_lens, n, prefix, None)[1] is None
+
+
+def test_memory_figures_come_from_the_pool():
+    commit = hybrid.RecurrentStateCommit.from_pool(fake_pool())
+    per_token = LAYERS * (2 * 3 * 5 + 6 * 3) * 4
+    assert commit.bytes_per_verify_token == per_token
+    assert commit.snapshot_bytes == per_token * SPEC_SLOTS * MAX_WIDTH
+    assert commit.live_bytes_per_request == per_token
+    assert "MiB per request per verify token" in commit.describe()
+
+
+def test_a_pool_without_snapshots_is_refused():
+    pool = fake_pool()
+    pool.intermediate_ssm = None
+    with pytest.raises(ValueError, match="replayssm"):
+        hybrid.RecurrentStateCommit.from_pool(pool)
+
+
+def fake_model_runner(requested, fitted, ratio):
+    return types.SimpleNamespace(
+        server_args=types.SimpleNamespace(max_running_requests=requested),
+        max_running_requests=fitted,
+        _calculate_mamba_ratio=lambda: ratio,
+    )
+
+
+def test_concurrency_problem_names_what_fits():
+    commit = hybrid.RecurrentStateCommit.from_pool(fake_pool())
+    # 9 live slots at ratio 3 hold 3 requests; 8 were asked for.
+    problem = hybrid.concurrency_problem(fake_model_runner(8, 3, 3), commit, block_size=2)
+    per_request = commit.live_bytes_per_request
+    budget = LIVE_SLOTS * per_request + commit.snapshot_bytes
+    widest = int((budget / 8 - 3 * per_request) // commit.bytes_per_verify_token)
+    assert "only 3 of the requested 8 concurrent requests fit" in problem
+    assert f"largest budget that fits 8 requests is {widest - 1}" in problem
+    assert "--max-running-requests 3" in problem
+
+
+def test_concurrency_problem_is_quiet_when_the_state_is_not_the_cap():
+    commit = hybrid.RecurrentStateCommit.from_pool(fake_pool())
+    assert hybrid.concurrency_problem(fake_model_runner(None, 3, 3), commit, block_size=2) is None
+    assert hybrid.concurrency_problem(fake_model_runner(3, 3, 3), commit, block_size=2) is None
+    # Capped to 2, but the live slots hold 3 at ratio 3: the KV cache was the cap.
+    assert hybrid.concurrency_problem(fake_model_runner(3, 2, 3), commit, block_size=2) is None
+
+
+@pytest.mark.parametrize(
+    ("config", "layers"),
+    [
+        ({"linear_num_value_heads": 8, "layer_types": ["linear_attention"] * 3 + ["full_attention"]}, 3),
+        ({"linear_num_value_heads": 8, "linear_layer_ids": [0, 1, 2, 4, 5, 6]}, 6),
+        ({"num_hidden_layers": 4}, 0),
+    ],
+)
+def test_gated_deltanet_layers(config, layers):
+    text = types.SimpleNamespace(**config)
+    wrapper = types.SimpleNamespace(get_text_config=lambda: text)
+    assert hybrid.gated_deltanet_layers(wrapper) == layers
+
+
+AOT_SCRIPT = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from payload_modules import load_payload_module
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
+built = []
+for state, index in (("*fp32", "*i64"), ("*bf16", "*i32")):
+    signature = {{
+        "dst_ptr": state, "src_ptr": state, "dst_slot_ptr": index, "src_row_ptr": "*i64",
+        "dst_layer_stride": "i64", "dst_slot_stride": "i64", "src_layer_stride": "i64",
+        "src_row_stride": "i64", "row_numel": "i32", "BLOCK": "constexpr",
+    }}
+    k = triton.compile(
+        ASTSource(hybrid._copy_state_rows_kernel, signature, {{"BLOCK": hybrid._ROW_BLOCK}}),
+        target=GPUTarget("cuda", 90, 32),
+    )
+    assert ".target sm_90a" in k.asm["ptx"]
+    built.append(len(k.asm["cubin"]))
+print(json.dumps(built))
+"""
+
+
+@pytest.mark.slow
+def test_copy_kernel_compiles_ahead_of_time_for_sm90():
+    """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    tests_dir = str(Path(__file__).resolve().parent)
+    result = subprocess.run(
+        [sys.executable, "-c", AOT_SCRIPT.format(tests=tests_dir)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    built = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(built) == 2 and all(size > 0 for size in built)
