@@ -1,0 +1,19 @@
+"""Where the patch sets live: inside the wheel, or at the repo root in a checkout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+def data_root() -> Path:
+    """The directory holding `manifests/`, `patches/` and `overlay/`."""
+    bundled = _PACKAGE_DIR / "_data"
+    if (bundled / "manifests").is_dir():
+        return bundled
+    return _PACKAGE_DIR.parent
+
+
+def bundled_manifests() -> tuple[Path, ...]:
+    return tuple(sorted((data_root() / "manifests").glob("*.toml")))

@@ -1,0 +1,164 @@
+"""What the probed env is, which patch set fits it, and whether it may be written to."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from ddtree_overlay.engine.datadir import bundled_manifests
+from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
+from ddtree_overlay.engine.errors import (
+    BadPatchSet,
+    EditableInstall,
+    OverlayError,
+    ReadOnlyEnv,
+    SglangNotInstalled,
+    UnsupportedRelease,
+)
+from ddtree_overlay.engine.patchset import PatchSet, load_patch_set
+from ddtree_overlay.engine.releases import version_key, why_unsupported
+from ddtree_overlay.engine.transaction import SiteTree
+
+
+def require_sglang(env: EnvInfo) -> SglangInstall:
+    if env.sglang is None:
+        raise SglangNotInstalled(
+            f"sglang is not installed in `{env.requested}` (python {env.python_version})",
+            hint=f"`{env.python} -m pip install sglang==VERSION`, or pass the env that has it",
+        )
+    return env.sglang
+
+
+def require_patchable(env: EnvInfo) -> SglangInstall:
+    """Refuse envs whose files we must not edit, before anything is planned."""
+    sglang = require_sglang(env)
+    if sglang.install_kind == "editable":
+        where = sglang.editable_checkout or sglang.origin or "an unknown checkout"
+        raise EditableInstall(
+            f"sglang in `{env.requested}` is an editable install of the checkout at `{where}`",
+            hint="patch the checkout with git instead, or install a released wheel into the env",
+        )
+    if not env.is_venv and env.externally_managed:
+        raise ReadOnlyEnv(
+            f"`{env.prefix}` is externally managed (PEP 668); refusing to edit it",
+            hint="create a virtualenv, install sglang there, and pass it to --env",
+        )
+    if sglang.location is None or not _is_within(sglang.location, sglang.site_packages):
+        raise EditableInstall(
+            f"`import sglang` in `{env.requested}` resolves to `{sglang.origin}`, outside "
+            f"`{sglang.site_packages}` where its metadata lives",
+            hint="remove the other copy from sys.path (PYTHONPATH, .pth files, user site)",
+        )
+    return sglang
+
+
+def site_tree(sglang: SglangInstall) -> SiteTree:
+    tops = {name for name in sglang.record.top_level if not name.endswith(".dist-info")}
+    if sglang.location is not None:
+        tops.add(sglang.location.name)
+    return SiteTree(sglang.site_packages.resolve(), frozenset(tops))
+
+
+def select_patch_set(env: EnvInfo, manifest: Path | None) -> PatchSet:
+    """The one patch set whose distribution and version range fit the installed sglang."""
+    sglang = require_sglang(env)
+    candidates = [load_patch_set(path) for path in ((manifest,) if manifest else bundled_manifests())]
+    version = _public_version(sglang.version)
+    fitting = [
+        ps
+        for ps in candidates
+        if ps.distribution == "sglang" and ps.versions.contains(version, prereleases=True)
+    ]
+    if len(fitting) > 1:
+        raise BadPatchSet(
+            f"several patch sets claim sglang {sglang.version}: "
+            + ", ".join(ps.id for ps in fitting)
+        )
+    if not fitting:
+        supported = ", ".join(_release_list(candidates)) or "none"
+        reason = why_unsupported(sglang.version)
+        raise UnsupportedRelease(
+            f"no patch set for sglang {sglang.version}; supported: {supported}",
+            details=(f"sglang {sglang.version} is not supported: {reason}",) if reason else (),
+            hint="install a supported sglang release into the env",
+        )
+    return fitting[0]
+
+
+def _release_list(candidates: list[PatchSet]) -> list[str]:
+    """`==0.5.14 (sglang-0.5.14-ddtree), ...`, oldest release first."""
+
+    def key(ps: PatchSet) -> Any:
+        pinned = [spec.version for spec in ps.versions if spec.operator == "=="]
+        return version_key(pinned[0] if pinned else "0")
+
+    return [f"{ps.versions} ({ps.id})" for ps in sorted(candidates, key=key)]
+
+
+def describe_patch_set_match(env: EnvInfo, manifest: Path | None) -> dict[str, Any]:
+    """For `status`: the matching patch set, or why there is none (never raises for that)."""
+    try:
+        patch_set = select_patch_set(env, manifest)
+    except OverlayError as error:
+        return {"id": None, "reason": error.message}
+    return {"id": patch_set.id, "versions": str(patch_set.versions)}
+
+
+def runtime_warnings(env: EnvInfo) -> tuple[str, ...]:
+    """The mismatches that let a server pass its health check and then die."""
+    warnings: list[str] = []
+    torch_cuda = env.torch.cuda if env.torch else None
+    if env.sgl_kernel and torch_cuda:
+        majors = {name.split(".so.")[-1].split(".")[0] for name in env.sgl_kernel.cudart if ".so." in name}
+        if majors and torch_cuda.split(".")[0] not in majors:
+            warnings.append(
+                f"sgl_kernel links {', '.join(env.sgl_kernel.cudart)} but torch is built for "
+                f"CUDA {torch_cuda}: kernels will fail to load at the first request"
+            )
+    if env.driver_cuda and torch_cuda and _version_tuple(env.driver_cuda) < _version_tuple(torch_cuda):
+        warnings.append(
+            f"the driver supports CUDA {env.driver_cuda}, older than torch's CUDA {torch_cuda}"
+        )
+    if env.sglang and env.sglang.installed_copies > 1:
+        warnings.append(f"sglang is installed {env.sglang.installed_copies} times in this env")
+    return tuple(warnings)
+
+
+def fingerprint(env: EnvInfo) -> dict[str, Any]:
+    sglang = require_sglang(env)
+    public, local = _split_version(sglang.version)
+    return {
+        "distribution": "sglang",
+        "version": sglang.version,
+        "public_version": public,
+        "local_tag": local,
+        "install_kind": sglang.install_kind,
+        "commit": sglang.commit,
+        "record_sha256": sglang.record.sha256,
+        "python": env.python_version,
+    }
+
+
+def _public_version(raw: str) -> str:
+    try:
+        return Version(raw).public
+    except InvalidVersion as error:
+        raise UnsupportedRelease(f"sglang reports a version that does not parse: `{raw}`") from error
+
+
+def _split_version(raw: str) -> tuple[str, str | None]:
+    try:
+        parsed = Version(raw)
+    except InvalidVersion:
+        return raw, None
+    return parsed.public, parsed.local
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".") if part.isdigit())
+
+
+def _is_within(path: Path, parent: Path) -> bool:
+    return path.resolve().is_relative_to(parent.resolve())
