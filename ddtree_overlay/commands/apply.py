@@ -7,19 +7,26 @@ from typing import Any
 
 from ddtree_overlay.commands.recover import recover_pending
 from ddtree_overlay.engine import ledger, transaction
-from ddtree_overlay.engine.drift import file_states, overall_state
 from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
 from ddtree_overlay.engine.errors import (
     FileChangedSinceApply,
     PatchSetChangedSinceApply,
     RecoveryNeeded,
 )
-from ddtree_overlay.engine.fingerprint import require_patchable, select_patch_set, site_tree
+from ddtree_overlay.engine.files import sha256_hex
+from ddtree_overlay.engine.fingerprint import select_patch_set
 from ddtree_overlay.engine.ledger import Ledger, LedgerFile
-from ddtree_overlay.engine.patchset import PatchSet, sha256_hex
+from ddtree_overlay.engine.patchset import PatchSet
 from ddtree_overlay.engine.planner import ApplyPlan, plan_apply
 from ddtree_overlay.engine.result import Result
-from ddtree_overlay.engine.transaction import FileStep, SiteTree, Transition
+from ddtree_overlay.engine.site import (
+    SiteTree,
+    file_states,
+    overall_state,
+    require_patchable,
+    site_tree,
+)
+from ddtree_overlay.engine.transaction import FileStep, Transition
 
 
 def apply(env: EnvInfo, *, manifest: Path | None = None, check: bool = False) -> Result:

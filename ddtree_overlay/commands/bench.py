@@ -44,11 +44,10 @@ from ddtree_overlay.bench.plan import (
     runner_plan,
 )
 from ddtree_overlay.engine import ledger
-from ddtree_overlay.engine.drift import file_states, overall_state
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import VerifyFailed
-from ddtree_overlay.engine.fingerprint import require_sglang, site_tree
 from ddtree_overlay.engine.result import Issue, Result
+from ddtree_overlay.engine.site import file_states, overall_state, require_sglang, site_tree
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 ENGINE_RUNNER = PACKAGE_DIR / "in_target" / "engine_runner.py"

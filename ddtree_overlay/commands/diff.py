@@ -7,11 +7,11 @@ from pathlib import Path
 from ddtree_overlay.engine import ledger
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import RecoveryNeeded
-from ddtree_overlay.engine.fingerprint import require_sglang, select_patch_set, site_tree
+from ddtree_overlay.engine.fingerprint import select_patch_set
 from ddtree_overlay.engine.planner import plan_apply
 from ddtree_overlay.engine.result import Result
+from ddtree_overlay.engine.site import SiteTree, require_sglang, site_tree
 from ddtree_overlay.engine.textdiff import FileDiffText, diff_file
-from ddtree_overlay.engine.transaction import SiteTree
 
 
 def diff(env: EnvInfo, *, manifest: Path | None = None, stat: bool = False) -> Result:

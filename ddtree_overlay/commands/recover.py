@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from ddtree_overlay.engine import ledger, transaction
 from ddtree_overlay.engine.envprobe import EnvInfo
-from ddtree_overlay.engine.fingerprint import require_sglang, site_tree
 from ddtree_overlay.engine.ledger import EnvState
 from ddtree_overlay.engine.result import Result
-from ddtree_overlay.engine.transaction import SiteTree
+from ddtree_overlay.engine.site import SiteTree, require_sglang, site_tree
 
 
 def recover_pending(state: EnvState, tree: SiteTree) -> tuple[str, ...]:

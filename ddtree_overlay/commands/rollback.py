@@ -6,14 +6,14 @@ from typing import Any
 
 from ddtree_overlay.commands.recover import recover_pending
 from ddtree_overlay.engine import ledger, transaction
-from ddtree_overlay.engine.drift import FileState, file_states
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import FileChangedSinceApply
-from ddtree_overlay.engine.fingerprint import require_sglang, site_tree
+from ddtree_overlay.engine.files import write_bytes_durably
 from ddtree_overlay.engine.ledger import EnvState, Ledger
 from ddtree_overlay.engine.result import Result
+from ddtree_overlay.engine.site import FileState, SiteTree, file_states, require_sglang, site_tree
 from ddtree_overlay.engine.textdiff import diff_file
-from ddtree_overlay.engine.transaction import FileStep, SiteTree, Transition
+from ddtree_overlay.engine.transaction import FileStep, Transition
 
 _EDIT_PREVIEW_LINES = 12
 
@@ -80,6 +80,6 @@ def _set_edits_aside(state: EnvState, tree: SiteTree, edited: tuple[FileState, .
         if file.sha256 is None:
             continue
         destination = folder / file.path
-        ledger.write_bytes_durably(destination, tree.path(file.path).read_bytes())
+        write_bytes_durably(destination, tree.path(file.path).read_bytes())
         saved.append(str(destination))
     return saved

@@ -6,20 +6,20 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.engine import ledger
-from ddtree_overlay.engine.drift import file_states, overall_state
 from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
 from ddtree_overlay.engine.errors import OverlayError
-from ddtree_overlay.engine.fingerprint import (
-    fingerprint,
-    require_sglang,
-    runtime_warnings,
-    select_patch_set,
-    site_tree,
-)
+from ddtree_overlay.engine.files import sha256_of
+from ddtree_overlay.engine.fingerprint import fingerprint, runtime_warnings, select_patch_set
 from ddtree_overlay.engine.gitdiverge import compare_trees
 from ddtree_overlay.engine.patchset import PatchSet
 from ddtree_overlay.engine.result import Issue, Result
-from ddtree_overlay.engine.transaction import SiteTree, sha256_of
+from ddtree_overlay.engine.site import (
+    SiteTree,
+    file_states,
+    overall_state,
+    require_sglang,
+    site_tree,
+)
 
 
 def status(env: EnvInfo, *, manifest: Path | None = None, git_checkout: Path | None = None) -> Result:

@@ -8,57 +8,11 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ddtree_overlay.engine.datadir import bundled_manifests
-from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
-from ddtree_overlay.engine.errors import (
-    BadPatchSet,
-    EditableInstall,
-    OverlayError,
-    ReadOnlyEnv,
-    SglangNotInstalled,
-    UnsupportedRelease,
-)
+from ddtree_overlay.engine.envprobe import EnvInfo
+from ddtree_overlay.engine.errors import BadPatchSet, OverlayError, UnsupportedRelease
 from ddtree_overlay.engine.patchset import PatchSet, load_patch_set
 from ddtree_overlay.engine.releases import version_key, why_unsupported
-from ddtree_overlay.engine.transaction import SiteTree
-
-
-def require_sglang(env: EnvInfo) -> SglangInstall:
-    if env.sglang is None:
-        raise SglangNotInstalled(
-            f"sglang is not installed in `{env.requested}` (python {env.python_version})",
-            hint=f"`{env.python} -m pip install sglang==VERSION`, or pass the env that has it",
-        )
-    return env.sglang
-
-
-def require_patchable(env: EnvInfo) -> SglangInstall:
-    """Refuse envs whose files we must not edit, before anything is planned."""
-    sglang = require_sglang(env)
-    if sglang.install_kind == "editable":
-        where = sglang.editable_checkout or sglang.origin or "an unknown checkout"
-        raise EditableInstall(
-            f"sglang in `{env.requested}` is an editable install of the checkout at `{where}`",
-            hint="patch the checkout with git instead, or install a released wheel into the env",
-        )
-    if not env.is_venv and env.externally_managed:
-        raise ReadOnlyEnv(
-            f"`{env.prefix}` is externally managed (PEP 668); refusing to edit it",
-            hint="create a virtualenv, install sglang there, and pass it to --env",
-        )
-    if sglang.location is None or not _is_within(sglang.location, sglang.site_packages):
-        raise EditableInstall(
-            f"`import sglang` in `{env.requested}` resolves to `{sglang.origin}`, outside "
-            f"`{sglang.site_packages}` where its metadata lives",
-            hint="remove the other copy from sys.path (PYTHONPATH, .pth files, user site)",
-        )
-    return sglang
-
-
-def site_tree(sglang: SglangInstall) -> SiteTree:
-    tops = {name for name in sglang.record.top_level if not name.endswith(".dist-info")}
-    if sglang.location is not None:
-        tops.add(sglang.location.name)
-    return SiteTree(sglang.site_packages.resolve(), frozenset(tops))
+from ddtree_overlay.engine.site import require_sglang
 
 
 def select_patch_set(env: EnvInfo, manifest: Path | None) -> PatchSet:
@@ -158,7 +112,3 @@ def _split_version(raw: str) -> tuple[str, str | None]:
 
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(".") if part.isdigit())
-
-
-def _is_within(path: Path, parent: Path) -> bool:
-    return path.resolve().is_relative_to(parent.resolve())

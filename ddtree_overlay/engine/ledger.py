@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -24,6 +23,12 @@ import platformdirs
 from filelock import FileLock, Timeout
 
 from ddtree_overlay.engine.errors import EnvLocked, RecoveryNeeded
+from ddtree_overlay.engine.files import (
+    remove_durably,
+    sha256_hex,
+    write_bytes_durably,
+    write_json_durably,
+)
 
 STATE_DIR_ENV = "DDTREE_OVERLAY_STATE_DIR"
 LOCK_TIMEOUT_ENV = "DDTREE_OVERLAY_LOCK_TIMEOUT"
@@ -88,7 +93,7 @@ def state_home() -> Path:
 
 
 def env_state(site_packages: Path) -> EnvState:
-    key = hashlib.sha256(str(site_packages.resolve()).encode()).hexdigest()[:16]
+    key = sha256_hex(str(site_packages.resolve()).encode())[:16]
     return EnvState(state_home() / "envs" / key)
 
 
@@ -132,7 +137,7 @@ def read_journal(state: EnvState) -> Mapping[str, Any] | None:
 
 
 def store_blob(state: EnvState, data: bytes) -> str:
-    digest = hashlib.sha256(data).hexdigest()
+    digest = sha256_hex(data)
     path = state.blobs_dir / digest
     if not path.exists():
         write_bytes_durably(path, data)
@@ -142,42 +147,12 @@ def store_blob(state: EnvState, data: bytes) -> str:
 def read_blob(state: EnvState, digest: str) -> bytes:
     path = state.blobs_dir / digest
     data = path.read_bytes() if path.is_file() else None
-    if data is None or hashlib.sha256(data).hexdigest() != digest:
+    if data is None or sha256_hex(data) != digest:
         raise RecoveryNeeded(
             f"backup `{path}` is missing or corrupted",
             hint="reinstall sglang (`pip install --force-reinstall --no-deps sglang==VERSION`)",
         )
     return data
-
-
-def write_json_durably(path: Path, payload: Mapping[str, Any]) -> None:
-    write_bytes_durably(path, (json.dumps(payload, sort_keys=True, indent=2) + "\n").encode())
-
-
-def write_bytes_durably(path: Path, data: bytes) -> None:
-    """Temp file, fsync, rename, fsync the directory: the file is old or new, never torn."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temp, path)
-    fsync_dir(path.parent)
-
-
-def remove_durably(path: Path) -> None:
-    if path.exists():
-        path.unlink()
-        fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read_versioned(path: Path, key: str, known: int) -> Mapping[str, Any] | None:

@@ -79,10 +79,6 @@ class PatchSet:
         return next(entry for entry in self.files if entry.path == path)
 
 
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def safe_relative_path(raw: str, *, what: str) -> str:
     """A normalised POSIX path that cannot leave the directory it is relative to."""
     if not raw or raw.startswith(('"', "/")) or "\\" in raw or "\0" in raw:

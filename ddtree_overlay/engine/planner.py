@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ddtree_overlay.engine.errors import BadPatchSet, PreImageMismatch
+from ddtree_overlay.engine.files import sha256_hex
 from ddtree_overlay.engine.hunks import HunkOutcome, apply_hunks
-from ddtree_overlay.engine.patchset import PatchSet, sha256_hex
-from ddtree_overlay.engine.transaction import NEW_FILE_MODE, SiteTree
+from ddtree_overlay.engine.patchset import PatchSet
+from ddtree_overlay.engine.site import SiteTree
+from ddtree_overlay.engine.transaction import NEW_FILE_MODE
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ and `undo_journal` (what `recover` and the next `apply`/`rollback` call) finishe
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 from collections.abc import Iterable, Mapping
@@ -23,10 +22,10 @@ from ddtree_overlay.engine.errors import (
     PreImageMismatch,
     ReadOnlyEnv,
     RecoveryNeeded,
-    SymlinkedTarget,
-    UnsafePath,
 )
+from ddtree_overlay.engine.files import fsync_dir, remove_durably, sha256_of, write_json_durably
 from ddtree_overlay.engine.ledger import EnvState, Ledger
+from ddtree_overlay.engine.site import SiteTree
 
 NEW_FILE_MODE = 0o644
 
@@ -117,12 +116,6 @@ def effects_of(transition: Transition) -> tuple[Effect, ...]:
     return tuple(effects)
 
 
-def sha256_of(path: Path) -> str | None:
-    if not path.exists():
-        return None
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def run(
     transition: Transition,
     *,
@@ -139,7 +132,7 @@ def run(
     for data in contents.values():
         ledger.store_blob(state, data)
         faults.reach("blob-written")
-    ledger.write_json_durably(state.journal_path, transition.to_journal(txid, "writing"))
+    write_json_durably(state.journal_path, transition.to_journal(txid, "writing"))
     faults.reach("journal-written")
     try:
         _Executor(target, state, txid, dry_run=False).run_all(effects)
@@ -171,16 +164,16 @@ def undo_journal(state: EnvState, *, root: Path, top_levels: Iterable[str]) -> s
         _commit(state, transition, raw["txid"])
         return f"completed the interrupted {transition.operation}"
     _restore_before_images(transition, target, state, raw["txid"])
-    ledger.remove_durably(state.journal_path)
+    remove_durably(state.journal_path)
     return f"undid the interrupted {transition.operation}"
 
 
 def _commit(state: EnvState, transition: Transition, txid: str) -> None:
-    ledger.write_json_durably(state.journal_path, transition.to_journal(txid, "committed"))
+    write_json_durably(state.journal_path, transition.to_journal(txid, "committed"))
     faults.reach("journal-committed")
     ledger.write_ledger(state, transition.ledger_after)
     faults.reach("ledger-written")
-    ledger.remove_durably(state.journal_path)
+    remove_durably(state.journal_path)
 
 
 def _check_post_images(transition: Transition, target: SiteTree) -> None:
@@ -237,35 +230,6 @@ def _remove_stray_temp_files(target: SiteTree, transition: Transition, txid: str
                 stray.unlink()
 
 
-@dataclass(frozen=True)
-class SiteTree:
-    """The site-packages tree, as the only place writes may go."""
-
-    root: Path
-    top_levels: frozenset[str]
-
-    def path(self, relative: str) -> Path:
-        return self.root / relative
-
-    def checked(self, relative: str) -> Path:
-        """`relative` inside one of the distribution's top-level dirs, with no symlink on the way."""
-        parts = PurePosixPath(relative).parts
-        if not parts or parts[0] not in self.top_levels or ".." in parts or relative.startswith("/"):
-            raise UnsafePath(
-                f"refusing to write outside the distribution's tree: `{relative}`",
-                hint=f"targets must lie under {', '.join(sorted(self.top_levels))}/",
-            )
-        current = self.root
-        for part in parts:
-            current = current / part
-            if current.is_symlink():
-                raise SymlinkedTarget(
-                    f"refusing to modify `{relative}` through a symlink: `{current}`",
-                    hint="replace the symlink with a real copy of the file, then run again",
-                )
-        return current
-
-
 class _Executor:
     def __init__(
         self, target: SiteTree, state: EnvState | None, txid: str, *, dry_run: bool
@@ -299,7 +263,7 @@ class _Executor:
         _require_writable(directory.parent, dry_run=self.dry_run)
         if not self.dry_run:
             directory.mkdir()
-            ledger.fsync_dir(directory.parent)
+            fsync_dir(directory.parent)
             faults.reach("dir-made")
 
     def _write_file(self, path: Path, expect: str | None, content: str, mode: int) -> None:
@@ -326,21 +290,21 @@ class _Executor:
         _require_current(path, expect)
         os.replace(temp, path)
         faults.reach("file-replaced")
-        ledger.fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
     def _remove_file(self, path: Path, expect: str) -> None:
         _require_writable(path.parent, dry_run=self.dry_run)
         _require_current(path, expect)
         if not self.dry_run:
             path.unlink()
-            ledger.fsync_dir(path.parent)
+            fsync_dir(path.parent)
             faults.reach("file-removed")
 
     def _remove_dir(self, directory: Path) -> None:
         _require_writable(directory.parent, dry_run=self.dry_run)
         if not self.dry_run and directory.is_dir() and not any(directory.iterdir()):
             directory.rmdir()
-            ledger.fsync_dir(directory.parent)
+            fsync_dir(directory.parent)
             faults.reach("dir-removed")
 
 
