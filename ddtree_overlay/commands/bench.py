@@ -43,11 +43,10 @@ from ddtree_overlay.bench.plan import (
     plan_sweep,
     runner_plan,
 )
-from ddtree_overlay.engine import ledger
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import VerifyFailed
 from ddtree_overlay.engine.result import Issue, Result
-from ddtree_overlay.engine.site import file_states, overall_state, require_sglang, site_tree
+from ddtree_overlay.engine.site import open_overlay, require_sglang
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 ENGINE_RUNNER = PACKAGE_DIR / "in_target" / "engine_runner.py"
@@ -175,9 +174,7 @@ def probe_gpu(python: Path) -> dict[str, Any]:
 
 def overlay_applied(env: EnvInfo) -> bool:
     """Is the DDTree overlay applied (every touched file at its post-image) in ``env``?"""
-    tree = site_tree(require_sglang(env))
-    applied = ledger.read_ledger(ledger.env_state(tree.root))
-    return applied is not None and overall_state(file_states(applied, tree)) == "applied"
+    return open_overlay(env).applied_state()[1] == "applied"
 
 
 def without_algorithm(plan: SweepPlan, algorithm: str) -> SweepPlan:

@@ -12,8 +12,8 @@ from ddtree_overlay.commands.apply import apply
 from ddtree_overlay.commands.diff import diff
 from ddtree_overlay.commands.rollback import rollback
 from ddtree_overlay.commands.status import status
+from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.envprobe import probe_env
-from ddtree_overlay.engine.errors import ScratchEnvFailed
 from ddtree_overlay.engine.ledger import state_home
 from ddtree_overlay.engine.result import Result
 
@@ -72,4 +72,4 @@ def _run(command: list[str], what: str) -> None:
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ScratchEnvFailed(f"could not {what}: {last}", hint="check network access to PyPI")
+        raise errors.pip_failed(f"{what}: {last}")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddtree_overlay.commands.recover import recover_pending
-from ddtree_overlay.engine import ledger, transaction
+from ddtree_overlay.engine import errors, ledger, transaction
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import FileChangedSinceApply
 from ddtree_overlay.engine.files import write_bytes_durably
-from ddtree_overlay.engine.ledger import EnvState, Ledger
+from ddtree_overlay.engine.ledger import Ledger
 from ddtree_overlay.engine.result import Result
-from ddtree_overlay.engine.site import FileState, SiteTree, file_states, require_sglang, site_tree
+from ddtree_overlay.engine.site import EnvOverlay, FileState, open_overlay
 from ddtree_overlay.engine.textdiff import diff_file
 from ddtree_overlay.engine.transaction import FileStep, Transition
 
@@ -19,23 +18,20 @@ _EDIT_PREVIEW_LINES = 12
 
 
 def rollback(env: EnvInfo, *, force: bool = False) -> Result:
-    tree = site_tree(require_sglang(env))
-    state = ledger.env_state(tree.root)
-    with ledger.locked(state, "rollback"):
-        notes = recover_pending(state, tree)
-        applied = ledger.read_ledger(state)
+    overlay = open_overlay(env)
+    with overlay.locked("rollback"):
+        notes = transaction.recover_pending(overlay)
+        applied = overlay.applied()
         if applied is None:
             return Result(("rollback",), "noop", {"files": []}, messages=(*notes, "nothing to roll back"))
-        states = file_states(applied, tree)
+        states = overlay.file_states(applied)
         edited = tuple(s for s in states if s.state == "edited")
         if edited and not force:
-            raise _edited_error(applied, edited, tree, state)
-        saved = _set_edits_aside(state, tree, edited)
+            raise _edited_error(applied, edited, overlay)
+        saved = _set_edits_aside(overlay, edited)
         transition = _inverse(applied, states)
-        contents = {s.sha256: tree.path(s.path).read_bytes() for s in states if s.sha256}
-        transaction.run(
-            transition, root=tree.root, state=state, top_levels=tree.top_levels, contents=contents
-        )
+        contents = {s.sha256: overlay.tree.path(s.path).read_bytes() for s in states if s.sha256}
+        transaction.run(transition, overlay, contents=contents)
     data: dict[str, Any] = {
         "patch_set": applied.patch_set_id,
         "files": [step.path for step in transition.steps],
@@ -55,26 +51,23 @@ def _inverse(applied: Ledger, states: tuple[FileState, ...]) -> Transition:
 
 
 def _edited_error(
-    applied: Ledger, edited: tuple[FileState, ...], tree: SiteTree, state: EnvState
+    applied: Ledger, edited: tuple[FileState, ...], overlay: EnvOverlay
 ) -> FileChangedSinceApply:
     by_path = {entry.path: entry for entry in applied.files}
     details = []
     for file in edited:
-        post = ledger.read_blob(state, by_path[file.path].post_sha256)
-        current = tree.path(file.path).read_bytes() if file.sha256 else None
+        post = overlay.read_blob(by_path[file.path].post_sha256)
+        current = overlay.tree.path(file.path).read_bytes() if file.sha256 else None
         preview = diff_file(file.path, post, current).text.splitlines()[:_EDIT_PREVIEW_LINES]
         details.append("\n".join([f"{file.path} was edited after apply:", *preview]))
-    return FileChangedSinceApply(
-        f"{len(edited)} file(s) changed since apply; rollback would lose those edits",
-        details=tuple(details),
-        hint="`ddtree-overlay rollback --env ENV --force` restores them and saves the edits aside",
-    )
+    return errors.edited_since_apply(overlay.env.requested, len(edited), details)
 
 
-def _set_edits_aside(state: EnvState, tree: SiteTree, edited: tuple[FileState, ...]) -> list[str]:
+def _set_edits_aside(overlay: EnvOverlay, edited: tuple[FileState, ...]) -> list[str]:
     if not edited:
         return []
-    folder = state.saved_edits_dir / ledger.now_utc().replace(":", "")
+    tree = overlay.tree
+    folder = overlay.state.saved_edits_dir / ledger.now_utc().replace(":", "")
     saved = []
     for file in edited:
         if file.sha256 is None:

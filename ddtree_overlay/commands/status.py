@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.engine import ledger
 from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
 from ddtree_overlay.engine.errors import OverlayError
 from ddtree_overlay.engine.files import sha256_of
@@ -13,18 +12,12 @@ from ddtree_overlay.engine.fingerprint import fingerprint, runtime_warnings, sel
 from ddtree_overlay.engine.gitdiverge import compare_trees
 from ddtree_overlay.engine.patchset import PatchSet
 from ddtree_overlay.engine.result import Issue, Result
-from ddtree_overlay.engine.site import (
-    SiteTree,
-    file_states,
-    overall_state,
-    require_sglang,
-    site_tree,
-)
+from ddtree_overlay.engine.site import EnvOverlay, SiteTree, open_overlay, overall_state
 
 
 def status(env: EnvInfo, *, manifest: Path | None = None, git_checkout: Path | None = None) -> Result:
-    sglang = require_sglang(env)
-    tree = site_tree(sglang)
+    overlay = open_overlay(env)
+    sglang = overlay.sglang
     try:
         patch_set: PatchSet | None = select_patch_set(env, manifest)
         match: dict[str, Any] = {"id": patch_set.id, "versions": str(patch_set.versions)}
@@ -35,7 +28,7 @@ def status(env: EnvInfo, *, manifest: Path | None = None, git_checkout: Path | N
         "sglang": _sglang_data(sglang) | {"fingerprint": fingerprint(env)},
         "runtime": _runtime_data(env),
         "patch_set": match,
-        "overlay": _overlay_data(tree, patch_set),
+        "overlay": _overlay_data(overlay, patch_set),
     }
     if git_checkout is not None and sglang.location is not None:
         data["git"] = compare_trees(sglang.location, git_checkout)
@@ -81,14 +74,13 @@ def _runtime_data(env: EnvInfo) -> dict[str, Any]:
     }
 
 
-def _overlay_data(tree: SiteTree, patch_set: PatchSet | None) -> dict[str, Any]:
-    state = ledger.env_state(tree.root)
-    if ledger.read_journal(state) is not None:
+def _overlay_data(overlay: EnvOverlay, patch_set: PatchSet | None) -> dict[str, Any]:
+    if overlay.pending():
         return {"state": "needs-recovery", "notes": ["an interrupted transaction is pending"]}
-    applied = ledger.read_ledger(state)
+    applied = overlay.applied()
     if applied is None:
-        return _unmanaged_state(tree, patch_set)
-    states = file_states(applied, tree)
+        return _unmanaged_state(overlay.tree, patch_set)
+    states = overlay.file_states(applied)
     notes = []
     if patch_set is not None and patch_set.content_sha256 != applied.patch_set_sha256:
         notes.append(f"patch set `{patch_set.id}` changed since it was applied")

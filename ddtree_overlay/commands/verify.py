@@ -19,11 +19,11 @@ from typing import Any
 
 from ddtree_overlay.bench import decode_compare
 from ddtree_overlay.bench.plan import capture_batch_sizes
-from ddtree_overlay.engine import ledger
+from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.envprobe import EnvInfo
-from ddtree_overlay.engine.errors import RecoveryNeeded, VerifyFailed
+from ddtree_overlay.engine.errors import VerifyFailed
 from ddtree_overlay.engine.result import Issue, Result
-from ddtree_overlay.engine.site import file_states, overall_state, require_sglang, site_tree
+from ddtree_overlay.engine.site import open_overlay
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
@@ -114,25 +114,13 @@ def verify(
 
 def applied_modules(env: EnvInfo) -> list[str]:
     """Dotted names of the .py files the applied overlay added or patched, in ledger order."""
-    sglang = require_sglang(env)
-    tree = site_tree(sglang)
-    state = ledger.env_state(tree.root)
-    if ledger.read_journal(state) is not None:
-        raise RecoveryNeeded(
-            "an interrupted transaction is pending", hint=f"ddtree-overlay recover --env {env.requested}"
-        )
-    applied = ledger.read_ledger(state)
+    overlay = open_overlay(env)
+    overlay.refuse_pending()
+    applied, state = overlay.applied_state()
     if applied is None:
-        raise VerifyFailed(
-            f"no overlay is applied in `{env.requested}`",
-            hint=f"ddtree-overlay apply --env {env.requested}",
-        )
-    overlay_state = overall_state(file_states(applied, tree))
-    if overlay_state != "applied":
-        raise VerifyFailed(
-            f"the overlay in `{env.requested}` is {overlay_state}, not applied",
-            hint=f"ddtree-overlay status --env {env.requested}",
-        )
+        raise errors.nothing_applied(env.requested)
+    if state != "applied":
+        raise errors.overlay_not_intact(env.requested, state)
     return [
         entry.path[: -len(".py")].replace("/", ".")
         for entry in applied.files
@@ -152,7 +140,7 @@ def run_import_check(python: Path, modules: list[str]) -> dict[str, Any]:
         if line.startswith("IMPORT-REPORT "):
             return json.loads(line[len("IMPORT-REPORT ") :])
     tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-    raise VerifyFailed(f"the import check could not run in `{python}`: {tail[0]}")
+    raise errors.target_script_failed(python, "import check", tail[0])
 
 
 def smoke_plan(
@@ -195,7 +183,7 @@ def run_smoke(
 ) -> dict[str, Any]:
     held_out = json.loads((FIXTURES / "heldout_prompts.json").read_text())
     if prompts > len(held_out):
-        raise VerifyFailed(f"the fixture has {len(held_out)} held-out prompts, {prompts} were asked for")
+        raise errors.too_few_prompts(len(held_out), prompts, FIXTURES / "heldout_prompts.json")
     plan = smoke_plan(target, draft, budget, held_out[:prompts], max_new_tokens)
     with tempfile.TemporaryDirectory(prefix="ddtree-verify-") as scratch:
         plan_path, records_path = Path(scratch) / "plan.json", Path(scratch) / "arms.jsonl"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from packaging.version import Version
+
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -17,3 +19,8 @@ def data_root() -> Path:
 
 def bundled_manifests() -> tuple[Path, ...]:
     return tuple(sorted((data_root() / "manifests").glob("*.toml")))
+
+
+def bundled_releases() -> tuple[str, ...]:
+    """The releases the bundled manifests are for (`manifests/<release>.toml`), oldest first."""
+    return tuple(sorted((path.stem for path in bundled_manifests()), key=Version))

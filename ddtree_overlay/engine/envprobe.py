@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.elfdeps import needed_libraries
-from ddtree_overlay.engine.errors import EnvNotFound
 
 _PROBE_SCRIPT = Path(__file__).resolve().parents[1] / "in_target" / "env_probe.py"
 _PROBE_TIMEOUT_S = 300
@@ -72,13 +72,10 @@ def resolve_python(env: Path) -> Path:
         for candidate in (env / "bin" / "python", env / "Scripts" / "python.exe"):
             if candidate.exists():
                 return candidate
-        raise EnvNotFound(
-            f"no python interpreter in `{env}`",
-            hint="pass a virtualenv root (with bin/python) or a python executable",
-        )
+        raise errors.no_interpreter(env)
     if env.is_file() and os.access(env, os.X_OK):
         return env
-    raise EnvNotFound(f"env not found: `{env}`", hint="check the path given to --env")
+    raise errors.env_missing(env)
 
 
 def probe_env(env: Path) -> EnvInfo:
@@ -122,16 +119,16 @@ def _run_probe(python: Path) -> Mapping[str, Any]:
             check=False,
         )
     except OSError as error:
-        raise EnvNotFound(f"cannot run `{python}`: {error.strerror}") from error
+        raise errors.interpreter_unusable(python, f"cannot run: {error.strerror}") from error
     except subprocess.TimeoutExpired as error:
-        raise EnvNotFound(f"`{python}` did not answer within {_PROBE_TIMEOUT_S} s") from error
+        raise errors.interpreter_unusable(python, f"did not answer within {_PROBE_TIMEOUT_S} s") from error
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise EnvNotFound(f"`{python}` failed to describe itself: {last}")
+        raise errors.interpreter_unusable(python, f"failed to describe itself: {last}")
     try:
         return json.loads(done.stdout)
     except json.JSONDecodeError as error:
-        raise EnvNotFound(f"`{python}` printed something other than the probe's JSON") from error
+        raise errors.interpreter_unusable(python, "printed something other than the probe's JSON") from error
 
 
 def _sglang(raw: Mapping[str, Any] | None) -> SglangInstall | None:

@@ -7,9 +7,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.datadir import bundled_manifests
 from ddtree_overlay.engine.envprobe import EnvInfo
-from ddtree_overlay.engine.errors import BadPatchSet, OverlayError, UnsupportedRelease
+from ddtree_overlay.engine.errors import OverlayError
 from ddtree_overlay.engine.patchset import PatchSet, load_patch_set
 from ddtree_overlay.engine.releases import version_key, why_unsupported
 from ddtree_overlay.engine.site import require_sglang
@@ -26,29 +27,17 @@ def select_patch_set(env: EnvInfo, manifest: Path | None) -> PatchSet:
         if ps.distribution == "sglang" and ps.versions.contains(version, prereleases=True)
     ]
     if len(fitting) > 1:
-        raise BadPatchSet(
-            f"several patch sets claim sglang {sglang.version}: "
-            + ", ".join(ps.id for ps in fitting)
-        )
+        raise errors.several_patch_sets(sglang.version, [ps.id for ps in fitting])
     if not fitting:
-        supported = ", ".join(_release_list(candidates)) or "none"
-        reason = why_unsupported(sglang.version)
-        raise UnsupportedRelease(
-            f"no patch set for sglang {sglang.version}; supported: {supported}",
-            details=(f"sglang {sglang.version} is not supported: {reason}",) if reason else (),
-            hint="install a supported sglang release into the env",
+        ordered = sorted(candidates, key=lambda ps: version_key(ps.release))
+        raise errors.no_patch_set(
+            sglang.version,
+            [f"{ps.versions} ({ps.id})" for ps in ordered],
+            why_unsupported(sglang.version),
+            env.python,
+            ordered[-1].release if ordered else None,
         )
     return fitting[0]
-
-
-def _release_list(candidates: list[PatchSet]) -> list[str]:
-    """`==0.5.14 (sglang-0.5.14-ddtree), ...`, oldest release first."""
-
-    def key(ps: PatchSet) -> Any:
-        pinned = [spec.version for spec in ps.versions if spec.operator == "=="]
-        return version_key(pinned[0] if pinned else "0")
-
-    return [f"{ps.versions} ({ps.id})" for ps in sorted(candidates, key=key)]
 
 
 def describe_patch_set_match(env: EnvInfo, manifest: Path | None) -> dict[str, Any]:
@@ -99,7 +88,7 @@ def _public_version(raw: str) -> str:
     try:
         return Version(raw).public
     except InvalidVersion as error:
-        raise UnsupportedRelease(f"sglang reports a version that does not parse: `{raw}`") from error
+        raise errors.version_unparsable(raw) from error
 
 
 def _split_version(raw: str) -> tuple[str, str | None]:

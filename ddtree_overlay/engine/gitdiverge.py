@@ -5,17 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.engine.errors import EnvNotFound
+from ddtree_overlay.engine import errors
 
 
 def package_tree_of(checkout: Path) -> Path:
     for candidate in (checkout / "python" / "sglang", checkout / "sglang", checkout):
         if (candidate / "__init__.py").is_file() and candidate.name == "sglang":
             return candidate
-    raise EnvNotFound(
-        f"no sglang package in the checkout `{checkout}`",
-        hint="pass the root of an sglang git checkout (the one holding python/sglang)",
-    )
+    raise errors.checkout_without_sglang(checkout)
 
 
 def compare_trees(installed: Path, checkout: Path) -> dict[str, Any]:

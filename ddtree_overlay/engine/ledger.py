@@ -22,7 +22,7 @@ from typing import Any
 import platformdirs
 from filelock import FileLock, Timeout
 
-from ddtree_overlay.engine.errors import EnvLocked, RecoveryNeeded
+from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.files import (
     remove_durably,
     sha256_hex,
@@ -108,10 +108,7 @@ def locked(state: EnvState, command: str) -> Iterator[None]:
         lock.acquire()
     except Timeout as error:
         holder = owner.read_text().strip() if owner.exists() else "unknown process"
-        raise EnvLocked(
-            f"another ddtree-overlay run holds the lock for this env: {holder}",
-            hint="wait for it to finish, then run the command again",
-        ) from error
+        raise errors.env_locked(holder, state.root / "lock") from error
     try:
         owner.write_text(f"pid {os.getpid()} running `{command}` since {now_utc()}\n")
         yield
@@ -144,14 +141,12 @@ def store_blob(state: EnvState, data: bytes) -> str:
     return digest
 
 
-def read_blob(state: EnvState, digest: str) -> bytes:
+def read_blob(state: EnvState, digest: str, *, reinstall: str) -> bytes:
+    """The backup with this sha256; ``reinstall`` is the command the hint offers when it is gone."""
     path = state.blobs_dir / digest
     data = path.read_bytes() if path.is_file() else None
     if data is None or sha256_hex(data) != digest:
-        raise RecoveryNeeded(
-            f"backup `{path}` is missing or corrupted",
-            hint="reinstall sglang (`pip install --force-reinstall --no-deps sglang==VERSION`)",
-        )
+        raise errors.backup_unreadable(path, reinstall)
     return data
 
 
@@ -161,12 +156,9 @@ def _read_versioned(path: Path, key: str, known: int) -> Mapping[str, Any] | Non
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise RecoveryNeeded(f"cannot read `{path}`: {error}") from error
+        raise errors.state_unreadable(path, str(error)) from error
     if raw.get(key) != known:
-        raise RecoveryNeeded(
-            f"`{path}` has {key} {raw.get(key)!r}; this ddtree-overlay understands {known}",
-            hint="use the ddtree-overlay release that wrote it, or upgrade this one",
-        )
+        raise errors.state_version_unknown(path, key, raw.get(key), known)
     return raw
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
+from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.compat import tomllib
-from ddtree_overlay.engine.errors import BadPatchSet, UnsafePath
 from ddtree_overlay.engine.hunks import FileDiff, PatchParseError, parse_patch
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -75,6 +75,12 @@ class PatchSet:
         ordered += [new_file.target for new_file in self.new_files]
         return tuple(dict.fromkeys(ordered))
 
+    @property
+    def release(self) -> str:
+        """The release the manifest pins with `==`, or its version specifier when it pins none."""
+        pinned = [spec.version for spec in self.versions if spec.operator == "=="]
+        return pinned[0] if pinned else str(self.versions)
+
     def expectation(self, path: str) -> FileExpectation:
         return next(entry for entry in self.files if entry.path == path)
 
@@ -82,10 +88,10 @@ class PatchSet:
 def safe_relative_path(raw: str, *, what: str) -> str:
     """A normalised POSIX path that cannot leave the directory it is relative to."""
     if not raw or raw.startswith(('"', "/")) or "\\" in raw or "\0" in raw:
-        raise UnsafePath(f"unsafe {what} path: `{raw}`", hint="use a plain relative path")
+        raise errors.unsafe_manifest_path(what, raw, "use a plain relative path")
     parts = PurePosixPath(raw).parts
     if any(part in ("..", ".") for part in parts) or raw.endswith("/"):
-        raise UnsafePath(f"unsafe {what} path: `{raw}`", hint="paths may not contain `..`")
+        raise errors.unsafe_manifest_path(what, raw, "paths may not contain `..` or `.`")
     return str(PurePosixPath(*parts))
 
 
@@ -95,7 +101,7 @@ def load_patch_set(manifest_path: Path, *, require_file_table: bool = True) -> P
     try:
         manifest = tomllib.loads(raw_manifest.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise BadPatchSet(f"malformed manifest `{manifest_path}`: {error}") from error
+        raise errors.manifest_invalid(manifest_path, str(error)) from error
     _check_keys(manifest, _TABLES, where=f"`{manifest_path}`")
     root = manifest_path.resolve().parent.parent
     header = _table(manifest, "patchset", manifest_path)
@@ -131,27 +137,27 @@ def load_patch_set(manifest_path: Path, *, require_file_table: bool = True) -> P
 
 def _read(path: Path, *, what: str) -> bytes:
     if path.is_symlink() or not path.is_file():
-        raise BadPatchSet(f"{what} not found or not a regular file: `{path}`")
+        raise errors.file_unreadable(what, path)
     return path.read_bytes()
 
 
 def _check_keys(table: Mapping[str, Any], allowed: set[str], *, where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise BadPatchSet(f"unknown keys in {where}: {', '.join(unknown)}")
+        raise errors.patch_set_invalid(where, f"unknown keys {', '.join(unknown)}")
 
 
 def _table(manifest: Mapping[str, Any], name: str, path: Path) -> Mapping[str, Any]:
     table = manifest.get(name)
     if not isinstance(table, dict):
-        raise BadPatchSet(f"manifest `{path}` has no [{name}] table")
+        raise errors.manifest_invalid(path, f"no [{name}] table")
     return table
 
 
 def _array(manifest: Mapping[str, Any], name: str, path: Path) -> list[Mapping[str, Any]]:
     entries = manifest.get(name, [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise BadPatchSet(f"manifest `{path}`: `{name}` must be an array of tables [[{name}]]")
+        raise errors.manifest_invalid(path, f"`{name}` must be an array of tables [[{name}]]")
     return entries
 
 
@@ -160,7 +166,7 @@ def _string(table: Mapping[str, Any], key: str, where: str, *, optional: bool = 
     if value is None and optional:
         return ""
     if not isinstance(value, str) or not value:
-        raise BadPatchSet(f"{where}: `{key}` must be a non-empty string")
+        raise errors.patch_set_invalid(where, f"`{key}` must be a non-empty string")
     return value
 
 
@@ -169,7 +175,7 @@ def _specifiers(header: Mapping[str, Any], path: Path) -> SpecifierSet:
     try:
         return SpecifierSet(text)
     except InvalidSpecifier as error:
-        raise BadPatchSet(f"`{path}`: versions `{text}` is not a version specifier") from error
+        raise errors.manifest_invalid(path, f"versions `{text}` is not a version specifier") from error
 
 
 def _provenance(table: Mapping[str, Any], where: str) -> Provenance:
@@ -188,27 +194,28 @@ def _patch_entry(entry: Mapping[str, Any], root: Path, where: str) -> PatchEntry
         diffs = parse_patch(content)
     except PatchParseError as error:
         line = f" near line {error.line}" if error.line else ""
-        raise BadPatchSet(f"malformed patch `{path}`{line}: {error}") from error
+        raise errors.patch_invalid(path, f"{error}{line}") from error
     targets = tuple(_diff_target(diff, path) for diff in diffs)
     if len(set(targets)) != len(targets):
-        raise BadPatchSet(f"patch `{path}` changes the same file twice; merge those sections")
+        raise errors.patch_invalid(path, "it changes the same file twice; merge those sections")
     return PatchEntry(path, _provenance(entry, where), diffs, targets, content)
 
 
 def _diff_target(diff: FileDiff, patch_path: str) -> str:
     what = f"patch `{patch_path}`"
     if diff.is_binary:
-        raise BadPatchSet(f"{what}: binary change not representable: `{diff.target_path}`")
+        raise errors.patch_invalid(patch_path, f"binary change not representable: `{diff.target_path}`")
     if diff.is_added or diff.is_removed or diff.is_rename or diff.mode_change:
-        raise BadPatchSet(
-            f"{what} adds, removes, renames or re-modes `{diff.target_path}`",
+        raise errors.patch_invalid(
+            patch_path,
+            f"it adds, removes, renames or re-modes `{diff.target_path}`",
             hint="ship whole new files as [[new_file]] entries; patches only modify files",
         )
     if not diff.hunks:
-        raise BadPatchSet(f"{what} has no hunks for `{diff.target_path}`")
+        raise errors.patch_invalid(patch_path, f"no hunks for `{diff.target_path}`")
     source, target = (_strip_prefix(p, what) for p in (diff.source_path, diff.target_path))
     if source != target:
-        raise BadPatchSet(f"{what}: source `{source}` and target `{target}` differ")
+        raise errors.patch_invalid(patch_path, f"source `{source}` and target `{target}` differ")
     return target
 
 
@@ -216,7 +223,7 @@ def _strip_prefix(raw: str, what: str) -> str:
     path = safe_relative_path(raw, what=f"{what} target")
     parts = PurePosixPath(path).parts
     if len(parts) < 2 or parts[0] not in ("a", "b"):
-        raise BadPatchSet(f"{what}: expected `a/...` and `b/...` paths, got `{raw}`")
+        raise errors.patch_set_invalid(what, f"expected `a/...` and `b/...` paths, got `{raw}`")
     return str(PurePosixPath(*parts[1:]))
 
 
@@ -234,9 +241,9 @@ def _file_expectation(entry: Mapping[str, Any], where: str) -> FileExpectation:
     post = entry.get("post_sha256")
     for value in (pre, post):
         if value is not None and (not isinstance(value, str) or not _SHA256.fullmatch(value)):
-            raise BadPatchSet(f"{where}: `{value}` is not a lowercase sha256 hex digest")
+            raise errors.patch_set_invalid(where, f"`{value}` is not a lowercase sha256 hex digest")
     if post is None:
-        raise BadPatchSet(f"{where}: `post_sha256` is required")
+        raise errors.patch_set_invalid(where, "`post_sha256` is required")
     return FileExpectation(path, pre, post)
 
 
@@ -256,9 +263,9 @@ def _check_targets_unique(patch_set: PatchSet) -> None:
     created = [new_file.target for new_file in patch_set.new_files]
     clashes = sorted(patched & set(created)) + sorted({t for t in created if created.count(t) > 1})
     if clashes:
-        raise BadPatchSet(f"patch set `{patch_set.id}` both creates and patches: {clashes}")
+        raise errors.manifest_invalid(patch_set.manifest_path, f"patch set `{patch_set.id}` both creates and patches: {clashes}")
     if not patch_set.touched_paths():
-        raise BadPatchSet(f"patch set `{patch_set.id}` changes nothing")
+        raise errors.manifest_invalid(patch_set.manifest_path, f"patch set `{patch_set.id}` changes nothing")
 
 
 def _check_file_table(patch_set: PatchSet) -> None:
@@ -272,8 +279,4 @@ def _check_file_table(patch_set: PatchSet) -> None:
         if (entry.pre_sha256 is None) != (entry.path in created):
             problems.append(f"`{entry.path}`: pre_sha256 must be empty exactly for new files")
     if problems:
-        raise BadPatchSet(
-            f"the [[file]] table of `{patch_set.manifest_path}` is out of date",
-            details=tuple(problems),
-            hint=f"run `ddtree-overlay manifest-refresh {patch_set.manifest_path} --env ENV`",
-        )
+        raise errors.file_table_stale(patch_set.manifest_path, patch_set.release, problems)

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from ddtree_overlay.engine.errors import BadPatchSet, PreImageMismatch
+from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.files import sha256_hex
 from ddtree_overlay.engine.hunks import HunkOutcome, apply_hunks
 from ddtree_overlay.engine.patchset import PatchSet
@@ -66,23 +66,22 @@ def read_originals(patch_set: PatchSet, tree: SiteTree) -> dict[str, bytes | Non
     for path in patch_set.touched_paths():
         real = tree.checked(path)
         if real.exists() and not real.is_file():
-            raise PreImageMismatch(f"`{real}` is not a regular file")
+            raise errors.not_a_regular_file(real)
         originals[path] = real.read_bytes() if real.exists() else None
     return originals
 
 
-def plan_apply(patch_set: PatchSet, tree: SiteTree) -> ApplyPlan:
+def plan_apply(patch_set: PatchSet, tree: SiteTree, *, env: Path) -> ApplyPlan:
+    """``env`` is the env as the user named it, for the hints of the errors."""
     originals = read_originals(patch_set, tree)
     result = compute_post_images(patch_set, originals)
     drifted = [path for path in originals if _pre_image_differs(patch_set, path, originals[path])]
     if drifted:
-        raise PreImageMismatch(
-            f"{len(drifted)} file(s) differ from the pre-image patch set "
-            f"`{patch_set.id}` was made for",
-            details=tuple(_drift_report(patch_set, path, originals[path], result) for path in drifted),
-            hint="the installed files were changed after install; "
-            "`ddtree-overlay status --env ENV` lists what differs from RECORD",
-            data={"files": drifted},
+        raise errors.pre_images_differ(
+            env,
+            patch_set.id,
+            [_drift_report(patch_set, path, originals[path], result) for path in drifted],
+            drifted,
         )
     _check_against_manifest(patch_set, result)
     files = tuple(
@@ -120,11 +119,7 @@ def _check_against_manifest(patch_set: PatchSet, result: PostImages) -> None:
         if entry.path in result.images and sha256_hex(result.images[entry.path]) != entry.post_sha256
     ]
     if problems:
-        raise BadPatchSet(
-            f"patch set `{patch_set.id}` disagrees with its own manifest",
-            details=tuple(problems),
-            hint=f"run `ddtree-overlay manifest-refresh {patch_set.manifest_path} --env ENV`",
-        )
+        raise errors.manifest_disagrees(patch_set.id, patch_set.manifest_path, patch_set.release, problems)
 
 
 def _mode_of(path: Path) -> int:

@@ -3,7 +3,7 @@
 A `Transition` lists, per file, the sha256 it has before and after (None: absent). `run` checks
 every effect in a dry run, stores every pre- and post-image as a blob, writes a journal, then
 writes. Any exception (Ctrl-C included) undoes what was written; a SIGKILL leaves the journal,
-and `undo_journal` (what `recover` and the next `apply`/`rollback` call) finishes the job.
+and `recover_pending` (what `recover` and the next `apply`/`rollback` call) finishes the job.
 """
 
 from __future__ import annotations
@@ -15,17 +15,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ddtree_overlay.engine import faults, ledger
+from ddtree_overlay.engine import errors, faults, ledger
 from ddtree_overlay.engine.compat import assert_never
-from ddtree_overlay.engine.errors import (
-    PostImageMismatch,
-    PreImageMismatch,
-    ReadOnlyEnv,
-    RecoveryNeeded,
-)
 from ddtree_overlay.engine.files import fsync_dir, remove_durably, sha256_of, write_json_durably
 from ddtree_overlay.engine.ledger import EnvState, Ledger
-from ddtree_overlay.engine.site import SiteTree
+from ddtree_overlay.engine.site import EnvOverlay
 
 NEW_FILE_MODE = 0o644
 
@@ -116,54 +110,54 @@ def effects_of(transition: Transition) -> tuple[Effect, ...]:
     return tuple(effects)
 
 
-def run(
-    transition: Transition,
-    *,
-    root: Path,
-    state: EnvState,
-    top_levels: Iterable[str],
-    contents: Mapping[str, bytes],
-) -> None:
+def run(transition: Transition, overlay: EnvOverlay, *, contents: Mapping[str, bytes]) -> None:
     """Carry out `transition` atomically; `contents` maps sha256 to bytes for every image."""
     txid = secrets.token_hex(6)
-    target = SiteTree(root.resolve(), frozenset(top_levels))
+    state = overlay.state
     effects = effects_of(transition)
-    _Executor(target, state, txid, dry_run=True).run_all(effects)
+    _Executor(overlay, txid, dry_run=True).run_all(effects)
     for data in contents.values():
         ledger.store_blob(state, data)
         faults.reach("blob-written")
     write_json_durably(state.journal_path, transition.to_journal(txid, "writing"))
     faults.reach("journal-written")
     try:
-        _Executor(target, state, txid, dry_run=False).run_all(effects)
-        _check_post_images(transition, target)
+        _Executor(overlay, txid, dry_run=False).run_all(effects)
+        _check_post_images(transition, overlay)
     except BaseException:
-        undo_journal(state, root=root, top_levels=top_levels)
+        undo_journal(overlay)
         raise
     _commit(state, transition, txid)
 
 
-def check(transition: Transition, *, root: Path, top_levels: Iterable[str]) -> None:
+def check(transition: Transition, overlay: EnvOverlay) -> None:
     """The dry run alone: every path, expectation and permission, nothing written."""
-    target = SiteTree(root.resolve(), frozenset(top_levels))
-    _Executor(target, None, "check", dry_run=True).run_all(effects_of(transition))
+    _Executor(overlay, "check", dry_run=True).run_all(effects_of(transition))
 
 
-def undo_journal(state: EnvState, *, root: Path, top_levels: Iterable[str]) -> str | None:
+def recover_pending(overlay: EnvOverlay) -> tuple[str, ...]:
+    """Run by every writing verb before it plans: the next command recovers a crash."""
+    done = undo_journal(overlay)
+    for stray in overlay.state.root.glob(".*.tmp"):
+        stray.unlink()
+    return (done,) if done else ()
+
+
+def undo_journal(overlay: EnvOverlay) -> str | None:
     """Finish an interrupted transaction: forward if it committed, else back to its start.
 
     Returns what was done, or None when there was no journal.
     """
+    state = overlay.state
     raw = ledger.read_journal(state)
     if raw is None:
         return None
     transition = Transition.from_journal(raw)
-    target = SiteTree(root.resolve(), frozenset(top_levels))
-    _remove_stray_temp_files(target, transition, raw["txid"])
+    _remove_stray_temp_files(overlay, transition, raw["txid"])
     if raw["phase"] == "committed":
         _commit(state, transition, raw["txid"])
         return f"completed the interrupted {transition.operation}"
-    _restore_before_images(transition, target, state, raw["txid"])
+    _restore_before_images(transition, overlay, raw["txid"])
     remove_durably(state.journal_path)
     return f"undid the interrupted {transition.operation}"
 
@@ -176,24 +170,20 @@ def _commit(state: EnvState, transition: Transition, txid: str) -> None:
     remove_durably(state.journal_path)
 
 
-def _check_post_images(transition: Transition, target: SiteTree) -> None:
+def _check_post_images(transition: Transition, overlay: EnvOverlay) -> None:
     wrong = [
         step.path
         for step in transition.steps
-        if sha256_of(target.path(step.path)) != step.after_sha256
+        if sha256_of(overlay.tree.path(step.path)) != step.after_sha256
     ]
     if wrong:
-        raise PostImageMismatch(
-            "files do not hold the expected content after writing: " + ", ".join(wrong),
-            hint="something else is writing to this env; nothing was changed",
-        )
+        raise errors.post_images_wrong(wrong)
 
 
-def _restore_before_images(
-    transition: Transition, target: SiteTree, state: EnvState, txid: str
-) -> None:
+def _restore_before_images(transition: Transition, overlay: EnvOverlay, txid: str) -> None:
     conflicts: list[str] = []
-    executor = _Executor(target, state, txid, dry_run=False)
+    target = overlay.tree
+    executor = _Executor(overlay, txid, dry_run=False)
     for path in transition.remove_dirs:
         if not target.path(path).exists():
             executor.run(MakeDir(path))
@@ -214,28 +204,22 @@ def _restore_before_images(
         if directory.is_dir() and not any(directory.iterdir()):
             executor.run(RemoveDir(path))
     if conflicts:
-        raise RecoveryNeeded(
-            "cannot finish the interrupted transaction: files changed meanwhile: "
-            + ", ".join(conflicts),
-            hint="reinstall sglang, then run `ddtree-overlay recover --env ENV` again",
-        )
+        raise errors.recovery_blocked(overlay.env.requested, overlay.reinstall_command(), conflicts)
 
 
-def _remove_stray_temp_files(target: SiteTree, transition: Transition, txid: str) -> None:
+def _remove_stray_temp_files(overlay: EnvOverlay, transition: Transition, txid: str) -> None:
     directories = {PurePosixPath(step.path).parent for step in transition.steps}
     for directory in directories:
-        real = target.path(str(directory))
+        real = overlay.tree.path(str(directory))
         if real.is_dir():
             for stray in real.glob(f".*.ddtree-{txid}.tmp"):
                 stray.unlink()
 
 
 class _Executor:
-    def __init__(
-        self, target: SiteTree, state: EnvState | None, txid: str, *, dry_run: bool
-    ) -> None:
-        self.target = target
-        self.state = state
+    def __init__(self, overlay: EnvOverlay, txid: str, *, dry_run: bool) -> None:
+        self.overlay = overlay
+        self.target = overlay.tree
         self.txid = txid
         self.dry_run = dry_run
 
@@ -271,8 +255,7 @@ class _Executor:
         _require_current(path, expect)
         if self.dry_run:
             return
-        assert self.state is not None, "only dry runs go without a blob store"
-        data = ledger.read_blob(self.state, content)
+        data = self.overlay.read_blob(content)
         temp = path.with_name(f".{path.name}.ddtree-{self.txid}.tmp")
         owner = path.stat() if path.exists() else path.parent.stat()
         # Same directory, so `os.replace` is atomic, and a new inode: a hardlinked cache copy
@@ -310,14 +293,10 @@ class _Executor:
 
 def _require_current(path: Path, expect: str | None) -> None:
     if path.exists() and not path.is_file():
-        raise PreImageMismatch(f"`{path}` is not a regular file")
+        raise errors.not_a_regular_file(path)
     current = sha256_of(path)
     if current != expect:
-        raise PreImageMismatch(
-            f"`{path}` changed while planning: expected {expect or 'absent'}, found "
-            f"{current or 'absent'}",
-            hint="another process is writing to this env; run the command again",
-        )
+        raise errors.changed_while_planning(path, expect, current)
 
 
 def _require_writable(directory: Path, *, dry_run: bool) -> None:
@@ -328,10 +307,7 @@ def _require_writable(directory: Path, *, dry_run: bool) -> None:
         existing = existing.parent
     read_only_fs = bool(os.statvfs(existing).f_flag & os.ST_RDONLY)
     if read_only_fs or not os.access(existing, os.W_OK):
-        raise ReadOnlyEnv(
-            f"cannot write to `{existing}`: read-only",
-            hint="clone the venv to a writable place, or run as the user that owns it",
-        )
+        raise errors.not_writable(existing)
 
 
 def _purge_pycache(source: Path) -> None:

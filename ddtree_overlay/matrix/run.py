@@ -37,12 +37,12 @@ from typing import Any, Protocol
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
 
 from ddtree_overlay.commands.apply import apply
 from ddtree_overlay.commands.diff import diff
 from ddtree_overlay.commands.rollback import rollback
-from ddtree_overlay.engine.datadir import bundled_manifests
+from ddtree_overlay.engine import errors
+from ddtree_overlay.engine.datadir import bundled_releases
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import (
     HunkDoesNotApply,
@@ -54,7 +54,7 @@ from ddtree_overlay.engine.errors import (
 )
 from ddtree_overlay.engine.fingerprint import select_patch_set
 from ddtree_overlay.engine.ledger import STATE_DIR_ENV
-from ddtree_overlay.engine.patchset import PatchSet, load_patch_set
+from ddtree_overlay.engine.patchset import PatchSet
 from ddtree_overlay.engine.result import Issue, Result
 
 CACHE_DIR_ENV = "DDTREE_OVERLAY_CACHE_DIR"
@@ -119,20 +119,10 @@ def cache_root() -> Path:
     return Path(override) if override else Path.home() / ".cache" / "ddtree-overlay" / "matrix"
 
 
-def supported_releases() -> tuple[str, ...]:
-    """Every release a bundled manifest pins with `==`, oldest first."""
-    found = []
-    for path in bundled_manifests():
-        for spec in load_patch_set(path).versions:
-            if spec.operator == "==":
-                found.append(spec.version)
-    return tuple(sorted(set(found), key=Version))
-
-
 def run_matrix(
     versions: Sequence[str] | None, *, out_dir: Path, progress: MatrixProgress
 ) -> Result:
-    supported = supported_releases()
+    supported = bundled_releases()
     releases = tuple(versions) if versions else supported
     progress.begin(releases)
     cache = cache_root()
@@ -147,12 +137,11 @@ def run_matrix(
     failed = [c for c in cells if c.status in FAILING and c.release in supported]
     data = report | {"out": str(out_dir)}
     if failed:
-        error = VerifyFailed(f"matrix: {len(failed)} supported release(s) failed")
         issues = tuple(
             Issue("matrix_cell_failed", f"sglang {c.release}: {c.status}: {'; '.join(c.details[:2])}")
             for c in failed
         )
-        return Result(("matrix",), "error", data, issues, exit_code=int(error.exit_code))
+        return Result(("matrix",), "error", data, issues, exit_code=int(VerifyFailed.exit_code))
     return Result(("matrix",), "ok", data)
 
 
@@ -178,7 +167,7 @@ def _run_release(
     cell, started = Cell(release), time.monotonic()
     try:
         _run_steps(cell, base=base, cache=cache, scratch=scratch, progress=progress,
-                   supported=release in supported_releases())
+                   supported=release in bundled_releases())
     except ScratchEnvFailed as error:
         cell.fail("import-failed", "setup", error.message, *error.details)
     cell.seconds = round(time.monotonic() - started, 1)
@@ -372,7 +361,7 @@ def ensure_wheel(release: str, wheels: Path) -> Path:
     )
     found = [w for w in sorted(wheels.glob(pattern)) if tag in w.name or "py3-none" in w.name]
     if not found:
-        raise ScratchEnvFailed(f"pip left no sglang {release} wheel for {tag} in `{wheels}`")
+        raise errors.wheel_missing(release, tag, wheels)
     return found[-1]
 
 
@@ -493,7 +482,7 @@ def _make_venv(root: Path) -> None:
         capture_output=True, text=True, check=False,
     )
     if done.returncode != 0:
-        raise ScratchEnvFailed(f"could not create a venv at `{root}`", details=tuple(_tail(done.stderr)))
+        raise errors.venv_failed(root, _tail(done.stderr))
 
 
 def _base_python() -> str:
@@ -510,11 +499,10 @@ def _pip(args: list[str], *, what: str, timeout: int = 600) -> None:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as error:
-        raise ScratchEnvFailed(f"could not {what}: pip ran past {timeout} s") from error
+        raise errors.pip_failed(f"{what}: pip ran past {timeout} s") from error
     if done.returncode != 0:
-        errors = [line for line in done.stderr.splitlines() if not line.startswith("WARNING")]
-        raise ScratchEnvFailed(f"could not {what}", details=tuple(_tail("\n".join(errors))),
-                               hint="check network access to PyPI")
+        problems = [line for line in done.stderr.splitlines() if not line.startswith("WARNING")]
+        raise errors.pip_failed(what, _tail("\n".join(problems)))
 
 
 def _run_python(env: Path, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

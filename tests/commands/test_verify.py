@@ -35,7 +35,8 @@ def test_verify_refuses_an_env_without_the_overlay(sglang_env: Path) -> None:
     before = snapshot(sglang_env)
     done = run_cli("verify", "--env", str(sglang_env))
     assert done.returncode == ExitCode.VERIFY_FAILED
-    assert "no overlay is applied" in done.stderr and "hint: ddtree-overlay apply" in done.stderr
+    assert "no overlay is applied" in done.stderr
+    assert f"hint: run `ddtree-overlay apply --env {sglang_env}`" in done.stderr
     assert snapshot(sglang_env) == before
 
 

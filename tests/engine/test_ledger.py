@@ -31,7 +31,9 @@ def test_an_unknown_ledger_version_stops_with_a_next_step(state_dir: Path, tmp_p
 def test_blobs_are_content_addressed_and_checked(state_dir: Path, tmp_path: Path) -> None:
     state = ledger.env_state(tmp_path)
     digest = ledger.store_blob(state, b"pre-image")
-    assert ledger.read_blob(state, digest) == b"pre-image"
+    reinstall = "`/srv/venv/bin/python -m pip install --force-reinstall --no-deps sglang==0.5.14`"
+    assert ledger.read_blob(state, digest, reinstall=reinstall) == b"pre-image"
     (state.blobs_dir / digest).write_bytes(b"corrupted")
-    with pytest.raises(RecoveryNeeded, match="corrupted"):
-        ledger.read_blob(state, digest)
+    with pytest.raises(RecoveryNeeded, match="corrupted") as raised:
+        ledger.read_blob(state, digest, reinstall=reinstall)
+    assert raised.value.hint == f"reinstall sglang: {reinstall}"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from overlay_helpers import REPO_ROOT, run_cli
 
+from ddtree_overlay.engine.datadir import bundled_releases
 from ddtree_overlay.engine.errors import ExitCode
 from ddtree_overlay.engine.releases import why_unsupported
 from ddtree_overlay.matrix.run import (
@@ -26,7 +27,6 @@ from ddtree_overlay.matrix.run import (
     _wheel_requirements,
     render_markdown,
     statuses_in_markdown,
-    supported_releases,
 )
 
 DFLASH_V2_RELEASES = (
@@ -42,8 +42,8 @@ def _base() -> dict[str, object]:
 
 def test_supported_releases_are_the_bundled_manifests_oldest_first() -> None:
     manifests = sorted(p.stem for p in (REPO_ROOT / "manifests").glob("*.toml"))
-    assert sorted(supported_releases()) == manifests
-    assert supported_releases()[0] == "0.5.14"
+    assert sorted(bundled_releases()) == manifests
+    assert bundled_releases()[0] == "0.5.14"
 
 
 def test_markdown_rows_read_back_as_the_cells_statuses() -> None:
@@ -110,7 +110,7 @@ def test_matrix_over_every_dflash_v2_release_is_green(tmp_path: Path) -> None:
     cells = {cell["release"]: cell for cell in envelope["data"]["cells"]}
     failing = {r: (c["status"], c["details"][:3]) for r, c in cells.items() if c["status"] in FAILING}
     assert done.returncode == ExitCode.OK, (failing, done.stderr[-2000:])
-    supported = set(supported_releases())
+    supported = set(bundled_releases())
     for release, cell in cells.items():
         expected = {"clean", "offset"} if release in supported else {"unsupported"}
         assert cell["status"] in expected, (release, cell["status"], cell["details"][:3])
