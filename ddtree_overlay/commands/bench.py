@@ -47,9 +47,9 @@ from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import VerifyFailed
 from ddtree_overlay.engine.result import Issue, Result
 from ddtree_overlay.engine.site import open_overlay, require_sglang
+from ddtree_overlay.engine.target import run_script, runner_events, start_engine_runner
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-ENGINE_RUNNER = PACKAGE_DIR / "in_target" / "engine_runner.py"
 REFERENCE_DIR = PACKAGE_DIR / "reference"  # runnable by path: `python .../reference ...`
 REFERENCE_WORKERS = 4  # CPU processes, one thread each, niced: the GPU sweep keeps its cores
 GRACE_S = 45  # past the deadline before the runner's process group is killed
@@ -57,21 +57,6 @@ PROBE_TIMEOUT_S = 300
 
 Event = Mapping[str, Any]
 OnEvent = Callable[[Event], None]
-
-# Runs in the target interpreter: which GPU torch sees, and the versions for the report.
-_GPU_PROBE = r"""
-import json
-report = {"gpu": None, "torch": None, "error": None}
-try:
-    import torch
-    report["torch"] = torch.__version__
-    if torch.cuda.is_available():
-        report["gpu"] = torch.cuda.get_device_name(0)
-except BaseException as exc:
-    report["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-print("GPU-PROBE " + json.dumps(report))
-"""
-
 
 @dataclass(frozen=True)
 class BenchRequest:
@@ -162,14 +147,10 @@ def write_report(report: Mapping[str, Any], out: Path) -> None:
 
 
 def probe_gpu(python: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [str(python), "-c", _GPU_PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
-    )
-    for line in done.stdout.splitlines():
-        if line.startswith("GPU-PROBE "):
-            return json.loads(line[len("GPU-PROBE ") :])
-    tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-    return {"gpu": None, "torch": None, "error": f"the GPU probe failed in `{python}`: {tail[0]}"}
+    done = run_script(python, "gpu_probe", timeout=PROBE_TIMEOUT_S, isolated=False)
+    if done.problem is not None:
+        return {"gpu": None, "torch": None, "error": f"the GPU probe failed in `{python}`: {done.problem}"}
+    return done.result
 
 
 def overlay_applied(env: EnvInfo) -> bool:
@@ -315,12 +296,8 @@ def _run_runner(
     on_event: OnEvent,
     on_engine: OnEvent,
 ) -> int:
-    with log.open("a") as stderr, subprocess.Popen(
-        [str(python), str(ENGINE_RUNNER), str(plan_path), str(records)],
-        stdout=subprocess.PIPE,
-        stderr=stderr,
-        text=True,
-        start_new_session=True,  # its own process group: the watchdog ends SGLang's children too
+    with log.open("a") as stderr, start_engine_runner(
+        python, plan_path, records, stderr=stderr, own_session=True
     ) as runner:
         watchdog = None
         if deadline is not None:
@@ -329,10 +306,9 @@ def _run_runner(
             watchdog.start()
         try:
             assert runner.stdout is not None
-            for line in runner.stdout:
-                tag, _, payload = line.partition(" ")
+            for tag, payload in runner_events(runner.stdout):
                 if tag in ("CELL", "ENGINE"):
-                    event = dict(json.loads(payload), event=tag.lower())
+                    event = dict(payload, event=tag.lower())
                     on_event(event)
                     if tag == "ENGINE":
                         on_engine(event)

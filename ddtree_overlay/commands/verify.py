@@ -11,7 +11,6 @@ A machine without a GPU gets ``skipped (no GPU)`` for the smoke tier, distinct f
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,50 +23,13 @@ from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import VerifyFailed
 from ddtree_overlay.engine.result import Issue, Result
 from ddtree_overlay.engine.site import open_overlay
+from ddtree_overlay.engine.target import run_script, runner_events, start_engine_runner
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
-ENGINE_RUNNER = PACKAGE_DIR / "in_target" / "engine_runner.py"
 IMPORT_TIMEOUT_S = 600
 SMOKE_TIMEOUT_S = 1800
 SMOKE_PROMPTS, SMOKE_NEW_TOKENS = 8, 64
-
-# Runs in the target interpreter: import each module in the order a server does (the model
-# runner first: some installs import cleanly only that way, e.g. flashinfer builds whose optional
-# `cuda.tile` import the model runner's import chain guards), then report the first error line
-# of each module and whether torch sees a GPU.
-_IMPORT_CHECK = r"""
-import importlib, json, sys
-
-def forget_orphans(name):
-    # A failed package import drops the package but keeps the submodules it loaded; importing
-    # through them again raises KeyError. Re-importing a package that did load must be avoided
-    # instead: its import-time registrations (torch custom ops) refuse to run twice.
-    top = name.split(".")[0]
-    if top not in sys.modules:
-        for loaded in [m for m in sys.modules if m.startswith(top + ".")]:
-            del sys.modules[loaded]
-
-report = {"modules": {}, "gpu": None}
-try:
-    importlib.import_module("sglang.srt.model_executor.model_runner")
-except BaseException:
-    forget_orphans("sglang")  # each module below then reports its own error
-for name in sys.argv[1:]:
-    try:
-        importlib.import_module(name)
-        report["modules"][name] = None
-    except BaseException as exc:
-        report["modules"][name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        forget_orphans(name)
-try:
-    import torch
-    if torch.cuda.is_available():
-        report["gpu"] = torch.cuda.get_device_name(0)
-except BaseException:
-    pass
-print("IMPORT-REPORT " + json.dumps(report))
-"""
 
 
 def verify(
@@ -129,18 +91,10 @@ def applied_modules(env: EnvInfo) -> list[str]:
 
 
 def run_import_check(python: Path, modules: list[str]) -> dict[str, Any]:
-    done = subprocess.run(
-        [str(python), "-c", _IMPORT_CHECK, *modules],
-        capture_output=True,
-        text=True,
-        timeout=IMPORT_TIMEOUT_S,
-        check=False,
-    )
-    for line in done.stdout.splitlines():
-        if line.startswith("IMPORT-REPORT "):
-            return json.loads(line[len("IMPORT-REPORT ") :])
-    tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-    raise errors.target_script_failed(python, "import check", tail[0])
+    done = run_script(python, "import_check", modules, timeout=IMPORT_TIMEOUT_S, isolated=False)
+    if done.problem is not None:
+        raise errors.target_script_failed(python, "import check", done.problem)
+    return done.result
 
 
 def smoke_plan(
@@ -188,16 +142,11 @@ def run_smoke(
     with tempfile.TemporaryDirectory(prefix="ddtree-verify-") as scratch:
         plan_path, records_path = Path(scratch) / "plan.json", Path(scratch) / "arms.jsonl"
         plan_path.write_text(json.dumps(plan))
-        with subprocess.Popen(
-            [str(python), str(ENGINE_RUNNER), str(plan_path), str(records_path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        ) as runner:
+        with start_engine_runner(python, plan_path, records_path) as runner:
             assert runner.stdout is not None
-            for line in runner.stdout:
-                if line.startswith("ARM "):
-                    on_arm(json.loads(line[4:]))
+            for tag, event in runner_events(runner.stdout):
+                if tag == "ARM":
+                    on_arm(event)
             runner.wait(timeout=SMOKE_TIMEOUT_S)
         records = [json.loads(line) for line in records_path.read_text().splitlines()] if records_path.exists() else []
     return judge_smoke(records, expected=[arm["name"] for arm in plan["arms"]])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -14,8 +13,8 @@ from typing import Any
 
 from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.elfdeps import needed_libraries
+from ddtree_overlay.engine.target import run_script
 
-_PROBE_SCRIPT = Path(__file__).resolve().parents[1] / "in_target" / "env_probe.py"
 _PROBE_TIMEOUT_S = 300
 
 
@@ -110,25 +109,10 @@ def driver_cuda_version() -> str | None:
 
 
 def _run_probe(python: Path) -> Mapping[str, Any]:
-    try:
-        done = subprocess.run(
-            [str(python), "-I", str(_PROBE_SCRIPT)],
-            capture_output=True,
-            text=True,
-            timeout=_PROBE_TIMEOUT_S,
-            check=False,
-        )
-    except OSError as error:
-        raise errors.interpreter_unusable(python, f"cannot run: {error.strerror}") from error
-    except subprocess.TimeoutExpired as error:
-        raise errors.interpreter_unusable(python, f"did not answer within {_PROBE_TIMEOUT_S} s") from error
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise errors.interpreter_unusable(python, f"failed to describe itself: {last}")
-    try:
-        return json.loads(done.stdout)
-    except json.JSONDecodeError as error:
-        raise errors.interpreter_unusable(python, "printed something other than the probe's JSON") from error
+    done = run_script(python, "env_probe", timeout=_PROBE_TIMEOUT_S)
+    if done.problem is not None:
+        raise errors.interpreter_unusable(python, f"failed to describe itself: {done.problem}")
+    return done.result
 
 
 def _sglang(raw: Mapping[str, Any] | None) -> SglangInstall | None:

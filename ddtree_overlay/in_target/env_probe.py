@@ -1,4 +1,5 @@
-"""Run by the TARGET env's interpreter (`python -I env_probe.py`); prints one JSON object.
+"""Run by the TARGET env's interpreter (`python -I env_probe.py`): what the env holds, as one
+result line (`@@DDTREE-OVERLAY-RESULT@@` and JSON).
 
 Standard library only, and no syntax newer than Python 3.8: this file never runs in the tool's
 own interpreter, and it imports neither sglang nor torch (reading metadata and files is enough).
@@ -73,7 +74,7 @@ def sglang_info():
     if not dists:
         return None
     dist = dists[0]
-    dist_info = str(dist._path)  # noqa: SLF001 - the only way to the dist-info directory
+    dist_info = str(dist._path)  # the only way to the dist-info directory
     direct_url = dist.read_text("direct_url.json")
     origin, location = package_dir("sglang")
     site_dir = os.path.dirname(dist_info)
@@ -140,13 +141,10 @@ def sgl_kernel_info():
     return info
 
 
-print(
-    json.dumps(
-        {
-            "python": python_info(),
-            "sglang": sglang_info(),
-            "torch": torch_info(),
-            "sgl_kernel": sgl_kernel_info(),
-        }
-    )
-)
+report = {
+    "python": python_info(),
+    "sglang": sglang_info(),
+    "torch": torch_info(),
+    "sgl_kernel": sgl_kernel_info(),
+}
+print("@@DDTREE-OVERLAY-RESULT@@ " + json.dumps(report))

@@ -354,7 +354,7 @@ def main(modules):
         report["resolution"] = guarded(resolution_check)
         report["worker_width"] = guarded(worker_width_check)
         report["verify_width"] = guarded(verify_width_check)
-    sys.stdout.write("\n@@MATRIX-JSON@@" + json.dumps(report, sort_keys=True) + "\n")
+    sys.stdout.write("\n@@DDTREE-OVERLAY-RESULT@@ " + json.dumps(report, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +56,7 @@ from ddtree_overlay.engine.fingerprint import select_patch_set
 from ddtree_overlay.engine.ledger import STATE_DIR_ENV
 from ddtree_overlay.engine.patchset import PatchSet
 from ddtree_overlay.engine.result import Issue, Result
+from ddtree_overlay.engine.target import TargetRun, run_script
 
 CACHE_DIR_ENV = "DDTREE_OVERLAY_CACHE_DIR"
 MATRIX_TORCH = "2.13.0"  # the CPU build CI machines carry on disk
@@ -82,9 +83,7 @@ STATUS_MEANINGS = {
     "unsupported": "no patch set: `apply` refuses the release (exit 4), as it should",
     "skipped": "not run here (the release needs a newer Python than the matrix interpreter)",
 }
-_PROBE = Path(__file__).resolve().parents[1] / "in_target" / "matrix_checks.py"
 _FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # config.json of the bundled target/drafter pair
-_JSON_MARK = "@@MATRIX-JSON@@"
 _STEP_TIMEOUT_S = 1800
 
 
@@ -234,21 +233,22 @@ def _already_shipped(env: Path) -> bool:
 def _compile_and_import(cell: Cell, env: Path, patch_set: PatchSet) -> bool:
     site = _site_packages(env)
     sources = [site / p for p in patch_set.touched_paths() if p.endswith(".py")]
-    compiled = _run_python(env, ["-I", "-c", _COMPILE_SNIPPET, *map(str, sources)])
-    if compiled.returncode != 0:
-        cell.fail("import-failed", "compile", *_tail(compiled.stderr or compiled.stdout))
+    compiled = _run_script(env, "byte_compile", sources)
+    if compiled.problem is not None:
+        cell.fail("import-failed", "compile", *compiled.tail())
         return False
     cell.steps["compile"] = "ok"
     modules = [_module_name(p) for p in patch_set.touched_paths() if p.endswith(".py")]
-    done = _run_python(
+    done = _run_script(
         env,
-        ["-I", str(_PROBE), *modules],
+        "matrix_checks",
+        modules,
         extra_env={"PYTHONDONTWRITEBYTECODE": "1", "DDTREE_MATRIX_FIXTURES": str(_FIXTURES)},
     )
-    report = _probe_json(done.stdout)
-    if report is None:
-        cell.fail("import-failed", "import", *_tail(done.stderr or done.stdout))
+    if done.problem is not None:
+        cell.fail("import-failed", "import", *done.tail())
         return False
+    report = done.result
     cell.imports = report["modules"]
     cell.checks = {
         k: report.get(k)
@@ -319,23 +319,8 @@ def _rollback_step(cell: Cell, env: Path, patch_set: PatchSet) -> None:
     cell.steps["record"] = "matches"
 
 
-_COMPILE_SNIPPET = """
-import py_compile, sys, tempfile, os
-out = tempfile.mkdtemp()
-for i, path in enumerate(sys.argv[1:]):
-    py_compile.compile(path, cfile=os.path.join(out, "%d.pyc" % i), doraise=True)
-"""
-
-
 def _module_name(path: str) -> str:
     return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-
-
-def _probe_json(stdout: str) -> dict[str, Any] | None:
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(_JSON_MARK):
-            return json.loads(line[len(_JSON_MARK):])
-    return None
 
 
 def _tail(text: str, lines: int = 6) -> list[str]:
@@ -505,16 +490,13 @@ def _pip(args: list[str], *, what: str, timeout: int = 600) -> None:
         raise errors.pip_failed(what, _tail("\n".join(problems)))
 
 
-def _run_python(env: Path, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run_script(
+    env: Path, name: str, args: Sequence[str | Path], extra_env: Mapping[str, str] | None = None
+) -> TargetRun:
+    """An in-target script in the scratch venv, isolated, on the CPU."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    environ |= {"CUDA_VISIBLE_DEVICES": ""} | (extra_env or {})
-    try:
-        return subprocess.run(
-            [str(env / "bin" / "python"), *args],
-            capture_output=True, text=True, timeout=_STEP_TIMEOUT_S, check=False, env=environ,
-        )
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(args, 124, "", f"timed out after {_STEP_TIMEOUT_S} s")
+    environ |= {"CUDA_VISIBLE_DEVICES": ""} | dict(extra_env or {})
+    return run_script(env / "bin" / "python", name, args, timeout=_STEP_TIMEOUT_S, env=environ)
 
 
 # --- report -----------------------------------------------------------------------------------
