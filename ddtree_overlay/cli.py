@@ -13,22 +13,23 @@ from typing import Annotated, Optional
 
 import typer
 
-from ddtree_overlay import bench_plan, render
-from ddtree_overlay.apply import apply as apply_patch_set
-from ddtree_overlay.bench import BenchRequest, default_out
-from ddtree_overlay.bench import bench as bench_env
-from ddtree_overlay.demo import run_demo
-from ddtree_overlay.diff import diff as diff_env
-from ddtree_overlay.envprobe import probe_env
-from ddtree_overlay.errors import OverlayError, exit_code_table
-from ddtree_overlay.matrix import run_matrix
-from ddtree_overlay.recover import recover as recover_env
-from ddtree_overlay.refresh import refresh_manifest
-from ddtree_overlay.result import Result, error_result
-from ddtree_overlay.rollback import rollback as rollback_env
-from ddtree_overlay.status import status as status_of
-from ddtree_overlay.verify import SMOKE_NEW_TOKENS, SMOKE_PROMPTS
-from ddtree_overlay.verify import verify as verify_env
+from ddtree_overlay import render
+from ddtree_overlay.bench import plan as bench_plan
+from ddtree_overlay.commands.apply import apply as apply_patch_set
+from ddtree_overlay.commands.bench import BenchRequest, default_out
+from ddtree_overlay.commands.bench import bench as bench_env
+from ddtree_overlay.commands.demo import run_demo
+from ddtree_overlay.commands.diff import diff as diff_env
+from ddtree_overlay.commands.manifest_refresh import refresh_manifest
+from ddtree_overlay.commands.recover import recover as recover_env
+from ddtree_overlay.commands.rollback import rollback as rollback_env
+from ddtree_overlay.commands.status import status as status_of
+from ddtree_overlay.commands.verify import SMOKE_NEW_TOKENS, SMOKE_PROMPTS
+from ddtree_overlay.commands.verify import verify as verify_env
+from ddtree_overlay.engine.envprobe import probe_env
+from ddtree_overlay.engine.errors import OverlayError, exit_code_table
+from ddtree_overlay.engine.result import Result, error_result
+from ddtree_overlay.matrix.run import run_matrix
 
 app = typer.Typer(
     name="ddtree-overlay",

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.text import Text
 
-from ddtree_overlay.result import Result
+from ddtree_overlay.engine.result import Result
 
 stdout = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
 stderr = Console(stderr=True, markup=False, highlight=False, emoji=False, soft_wrap=True)

@@ -19,8 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ddtree_overlay import bench_plan, bench_report  # noqa: E402
-from ddtree_overlay.bench import _git_commit, _result, load_references  # noqa: E402
+from ddtree_overlay.bench import plan as bench_plan  # noqa: E402
+from ddtree_overlay.bench import report as bench_report  # noqa: E402
+from ddtree_overlay.commands.bench import _git_commit, _result, load_references  # noqa: E402
 
 
 def reanalyse(run: Path, reference_dir: Path | None) -> dict:

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from overlay_helpers import SGLANG_VERSION
 
 WHEEL_CACHE = Path.home() / ".cache" / "ddtree-overlay" / "test-wheels"

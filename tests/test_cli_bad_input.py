@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from overlay_helpers import REPO_ROOT, copy_repo_data, run_cli, site_packages, snapshot
 
-from ddtree_overlay.errors import ExitCode
+from ddtree_overlay.engine.errors import ExitCode
 
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
 
@@ -156,7 +156,7 @@ def test_second_concurrent_run_names_the_holder(sglang_env: Path, state_dir: Pat
 _HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from ddtree_overlay import ledger
+from ddtree_overlay.engine import ledger
 with ledger.locked(ledger.env_state(Path(sys.argv[1])), "test holder"):
     print("locked", flush=True)
     time.sleep(60)

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "ddtree_overlay" / "fixtures"
 sys.path.insert(0, str(ROOT))
 
-from ddtree_overlay import decode_compare as dc  # noqa: E402
-from ddtree_overlay.bench_report import profile_split  # noqa: E402
-from ddtree_overlay.gpu.engine_runner import profile_windows  # noqa: E402
+from ddtree_overlay.bench import decode_compare as dc  # noqa: E402
+from ddtree_overlay.bench.report import profile_split  # noqa: E402
+from ddtree_overlay.in_target.engine_runner import profile_windows  # noqa: E402
 
 # Decode graphs for the batch sizes these arms reach (32 prompts at once, fewer as they finish);
 # prefill graphs off. Both shorten the engine start; neither changes what is measured.
@@ -140,7 +140,7 @@ def run_one(args, prompts, arm, out, results_path) -> bool:
     plan_path = Path("/tmp") / f"plan-{arm['name']}.json"
     plan_path.write_text(json.dumps(plan))
     done = subprocess.run(
-        [sys.executable, str(ROOT / "ddtree_overlay/gpu/engine_runner.py"), str(plan_path), str(results_path)],
+        [sys.executable, str(ROOT / "ddtree_overlay/in_target/engine_runner.py"), str(plan_path), str(results_path)],
         check=False,
     )
     return done.returncode == 0

@@ -6,7 +6,7 @@
 For each arm: start an sglang Engine on the bench setting's pair (batch-1 decode graphs only), warm up,
 decode --prompts-per-arm held-out prompts one at a time (tok/s, ms per step, tokens per round),
 then trace --trace-tokens more tokens of one prompt with SGLang's own torch profiler and reduce
-the trace with ``ddtree_overlay.trace_summary`` (host ms and launches per stage and per step;
+the trace with ``ddtree_overlay.bench.trace_summary`` (host ms and launches per stage and per step;
 with --with-stack also the Python functions that hold the host, per step and between rounds).
 The DDTREE stages show in the trace without SGLANG_DDTREE_PROFILE, so the timed decode carries
 no instrumentation in any arm.
@@ -32,9 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ddtree_overlay.bench_plan import make_setting  # noqa: E402
-from ddtree_overlay.gpu.engine_runner import BASE_ENGINE, environment  # noqa: E402
-from ddtree_overlay.trace_summary import load_trace, summarize_trace  # noqa: E402
+from ddtree_overlay.bench.plan import make_setting  # noqa: E402
+from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace  # noqa: E402
+from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment  # noqa: E402
 
 BASE = {
     **BASE_ENGINE,

@@ -1,0 +1,649 @@
+"""What `bench` measures and in which order: settings, engine groups, cells, time estimates.
+
+One engine serves every cell of one (algorithm, budget, scheduling) config: an SGLang engine
+start costs ~45 s on an H200 (~130 s for the first, which compiles kernels), far more than a
+cell's decode, so cells are grouped by engine and engines are ordered by how much their numbers
+tell: target-only and DFLASH in both scheduling modes first (every speedup needs them), then
+DDTREE budgets, the known-good one and the B = 32 cliff first. With
+random weights (the Qwen3-8B-shaped setting) only round costs mean something: target-only goes
+last and the budgets run widest-spread first. With `ddtree_no_overlap`, every DDTREE budget also
+runs without overlap scheduling, right after its overlap twin, so each algorithm can be compared
+in its faster mode. With `adaptive_budgets`, one more DDTREE arm (in each of those modes) lets
+every round choose its budget among them (`--speculative-ddtree-adaptive-budgets`); with
+`budget_schedule`, one more takes its budget from the batch size
+(`--speculative-ddtree-budget-schedule`). Inside an engine, T = 0 cells run before T = 1 and
+batch 1 before the widest batch, so a time box cuts the least informative cells.
+
+With `repeats` N > 1 the whole list of groups runs N times, in rounds, each run a fresh engine
+(`EngineRun`): odd rounds in plan order, even rounds reversed, so no group is always first (on a
+host-bound setting an early engine is often slower). Round 1 runs entirely before round 2, so a
+time box cuts later repeats before it cuts any group's first. Target-only runs in round 1 only
+(with its untimed margins cell).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+FIXTURES = PACKAGE_DIR / "fixtures"
+
+DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 128, 256)
+DEFAULT_BATCH_SIZES = (1, 4, 16)
+DEFAULT_TEMPERATURES = (0.0, 1.0)
+ATTENTION_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask is wired for
+SETTINGS = ("fixture", "qwen3-8b-random")
+
+TARGET_ONLY, DFLASH, DDTREE = "target-only", "DFLASH", "DDTREE"
+Schedule = tuple[tuple[int, int], ...]  # a budget schedule's (smallest batch size, budget) steps
+
+# Every arm gets the same engine options: decode CUDA graphs captured only for the batch sizes
+# the sweep uses and the powers of two below them (a wave that shrinks as its requests finish
+# pads up to the next one), prefill graphs off (prefill is not what is measured). Both cut the
+# engine start, which is most of the sweep's time.
+ENGINE_COMMON: Mapping[str, Any] = {"disable_prefill_cuda_graph": True}
+
+
+def capture_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
+    top = max(batch_sizes)
+    powers = [1 << i for i in range(top.bit_length()) if 1 << i <= top]
+    return sorted(set(powers) | set(batch_sizes))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Rough seconds for the time box and the dry-run estimate; the runner rescales by what it
+    measures. Round time = base + per-token cost x (batch x verify width)."""
+
+    engine_start_s: float
+    first_start_extra_s: float  # kernel compilation in a fresh machine
+    engine_overhead_s: float  # warm-up, health check, shutdown
+    plain_step_ms: float
+    spec_round_ms: float
+    per_verify_token_us: float
+    wave_overhead_s: float = 0.05
+    cell_overhead_s: float = 0.6  # the runner's idle gap before a cell, bookkeeping
+
+
+# Acceptance length (tokens per round) used only for estimates: the fixture's reference
+# numbers (docs/BENCHMARKS.md, T = 0); T > 0 accepts about two thirds of that.
+_FIXTURE_TAU = {DFLASH: 4.1, 4: 3.5, 8: 4.3, 16: 5.0, 32: 5.5, 64: 5.8, 128: 6.1, 256: 6.4}
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    target: Path
+    draft: Path
+    prompts: tuple[tuple[int, ...], ...]
+    engine: Mapping[str, Any]
+    real_weights: bool  # acceptance, losslessness and reference parity mean something
+    reference_parity: bool  # run the offline reference decoder (the bundled fixture pair only)
+    max_new_tokens: int
+    prompts_per_cell: int
+    budget_priority: tuple[int, ...]
+    cost: CostModel
+    note: str
+    target_only_last: bool = False  # random weights: target-only is the least telling arm
+
+    def tau(self, algorithm: str, budget: int | None, temperature: float) -> float:
+        if not self.real_weights or algorithm == TARGET_ONLY:
+            return 1.0
+        key: Any = DFLASH if algorithm == DFLASH else budget
+        tau = _FIXTURE_TAU.get(key, 5.0)
+        return tau if temperature == 0 else max(1.0, tau * 2 / 3)
+
+
+FIXTURE_COST = CostModel(
+    engine_start_s=45,
+    first_start_extra_s=85,
+    engine_overhead_s=10,  # full-length warm-up per temperature, health check, shutdown
+    plain_step_ms=3.0,
+    spec_round_ms=12.0,
+    per_verify_token_us=2.0,
+)
+QWEN3_8B_COST = CostModel(
+    engine_start_s=60,
+    first_start_extra_s=90,
+    engine_overhead_s=20,  # a full-length warm-up costs more at these shapes
+    plain_step_ms=8.0,
+    spec_round_ms=14.0,
+    per_verify_token_us=25.0,
+)
+
+QWEN3_8B_NOTE = (
+    "Qwen3-8B-shaped target (36 layers, hidden 4096, vocab 151936) and DFlash-shaped drafter "
+    "(5 layers, target_layer_ids [1, 9, 17, 25, 33], block 16) with SGLang's dummy (random) "
+    "weights: acceptance, losslessness and speedups are meaningless here; only the per-round "
+    "cost against budget and batch size is."
+)
+
+
+def qwen3_8b_configs() -> tuple[dict[str, Any], dict[str, Any]]:
+    """config.json of the Qwen3-8B-shaped target and of a DFlash drafter for it."""
+    common = {
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": 4096,
+        "initializer_range": 0.02,
+        "intermediate_size": 12288,
+        "max_position_embeddings": 40960,
+        "model_type": "qwen3",
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "dtype": "bfloat16",
+        "use_sliding_window": False,
+        "vocab_size": 151936,
+    }
+    target = common | {
+        "architectures": ["Qwen3ForCausalLM"],
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+        "max_window_layers": 36,
+        "num_hidden_layers": 36,
+        "use_cache": True,
+    }
+    draft = common | {
+        "architectures": ["DFlashDraftModel"],
+        "block_size": 16,
+        "dflash_config": {
+            "block_size": 16,
+            "mask_token_id": 151669,
+            "target_layer_ids": [1, 9, 17, 25, 33],
+        },
+        "layer_types": ["full_attention"] * 5,
+        "num_hidden_layers": 5,
+        "num_target_layers": 36,
+    }
+    return target, draft
+
+
+def write_qwen3_8b_configs(directory: Path) -> tuple[Path, Path]:
+    target_cfg, draft_cfg = qwen3_8b_configs()
+    dirs = directory / "target", directory / "draft"
+    for path, cfg in zip(dirs, (target_cfg, draft_cfg), strict=True):
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    return dirs
+
+
+def random_prompts(*, count: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(length)] for _ in range(count)]
+
+
+def load_prompts(path: Path) -> list[list[int]]:
+    """A JSON list of token-id lists; ValueError says what is wrong."""
+    try:
+        prompts = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read prompts from `{path}`: {error}") from error
+    if not (
+        isinstance(prompts, list)
+        and prompts
+        and all(isinstance(p, list) and p and all(isinstance(t, int) and t >= 0 for t in p) for p in prompts)
+    ):
+        raise ValueError(f"`{path}` must hold a non-empty JSON list of non-empty token-id lists")
+    return prompts
+
+
+def make_setting(
+    name: str,
+    *,
+    scratch: Path,
+    target: Path | None = None,
+    draft: Path | None = None,
+    prompts: Path | None = None,
+    write: bool = True,
+) -> Setting:
+    """The fixture pair (or a custom real-weight pair), or the Qwen3-8B-shaped random one
+    (whose config.json files are written under ``scratch`` unless ``write`` is False)."""
+    if name == "qwen3-8b-random":
+        models = scratch / "qwen3-8b-random"
+        target_dir, draft_dir = (
+            write_qwen3_8b_configs(models) if write else (models / "target", models / "draft")
+        )
+        ids = load_prompts(prompts) if prompts else random_prompts(count=16, length=128, vocab=151643)
+        return Setting(
+            name=name,
+            target=target_dir,
+            draft=draft_dir,
+            prompts=tuple(map(tuple, ids)),
+            engine={"load_format": "dummy", "speculative_draft_load_format": "dummy"},
+            real_weights=False,
+            reference_parity=False,
+            max_new_tokens=128,
+            prompts_per_cell=4,
+            # B = 32 is issue 7's round-time target; then the span of verify widths (B <= 15
+            # verifies 16 tokens, as DFLASH does)
+            budget_priority=(32, 256, 64, 128, 16, 8, 4),
+            cost=QWEN3_8B_COST,
+            note=QWEN3_8B_NOTE,
+            target_only_last=True,
+        )
+    custom = target is not None
+    ids = load_prompts(prompts or FIXTURES / "heldout_prompts.json")
+    return Setting(
+        name="custom" if custom else "fixture",
+        target=target or FIXTURES / "target",
+        draft=draft or FIXTURES / "draft",
+        prompts=tuple(map(tuple, ids)),
+        engine={},
+        real_weights=True,
+        reference_parity=not custom,
+        max_new_tokens=256,
+        prompts_per_cell=8,
+        budget_priority=(16, 32, 64, 8, 128, 4, 256),
+        cost=FIXTURE_COST,
+        note=(
+            f"custom pair: target `{target}`, drafter `{draft}`"
+            if custom
+            else "fixture pair: byte-level Qwen3 target (6 layers, hidden 256) and its DFlash "
+            "drafter (3 layers, block 16), trained here; real acceptance"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    budgets: tuple[int, ...] = DEFAULT_BUDGETS
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
+    attention_backend: str = "triton"
+    tp_size: int = 1  # tensor-parallel GPUs per engine, every arm alike
+    max_new_tokens: int | None = None  # the setting's default when None
+    prompts_per_cell: int | None = None
+    max_minutes: float | None = None
+    ddtree_no_overlap: bool = False  # every DDTREE budget also without overlap scheduling
+    adaptive_budgets: tuple[int, ...] = ()  # one more DDTREE arm: a budget per round among these
+    budget_schedule: Schedule = ()  # one more DDTREE arm: (smallest batch size, budget) steps
+    repeats: int = 1  # every group this many times, one engine each, in rounds
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    batch_size: int
+    temperature: float
+    prompts: int
+    est_s: float
+    top2: bool = False  # the target-only margins cell: logprobs on, not timed
+
+
+@dataclass(frozen=True)
+class EngineGroup:
+    name: str
+    algorithm: str
+    budget: int | None
+    overlap: bool
+    engine: Mapping[str, Any]
+    cells: tuple[Cell, ...]
+    est_start_s: float
+    est_overhead_s: float
+    adaptive: tuple[int, ...] = ()  # DDTREE with a budget per round among these (budget None)
+    schedule: Schedule = ()  # DDTREE with a budget per batch size (budget None)
+
+    @property
+    def est_s(self) -> float:
+        return self.est_start_s + self.est_overhead_s + sum(c.est_s for c in self.cells)
+
+    @property
+    def family(self) -> str:
+        return self.algorithm
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """One engine start: a group's cells in one repeat of the sweep (1-based)."""
+
+    group: EngineGroup
+    repeat: int
+    cells: tuple[Cell, ...]  # the group's, less the margins cell after repeat 1
+    est_start_s: float  # only the sweep's first start pays the kernel compiles
+
+    @property
+    def label(self) -> str:
+        return self.group.name if self.repeat == 1 else f"{self.group.name} (repeat {self.repeat})"
+
+    @property
+    def est_s(self) -> float:
+        return self.est_start_s + self.group.est_overhead_s + sum(c.est_s for c in self.cells)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    setting: Setting
+    config: BenchConfig
+    max_new_tokens: int
+    groups: tuple[EngineGroup, ...]  # each once, in plan order
+    runs: tuple[EngineRun, ...]  # every engine start, in the order they run
+    expected_to_fit: tuple[bool, ...]  # per run, by the estimates and --max-minutes
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def est_s(self) -> float:
+        return sum(r.est_s for r in self.runs)
+
+    @property
+    def cells(self) -> tuple[Cell, ...]:
+        return tuple(c for g in self.groups for c in g.cells)
+
+    def group(self, name: str) -> EngineGroup:
+        return next(g for g in self.groups if g.name == name)
+
+
+def schedule_text(schedule: Schedule) -> str:
+    """As SGLang's flag writes it: ``1:256,8:64``."""
+    return ",".join(f"{bs}:{budget}" for bs, budget in schedule)
+
+
+def group_name(
+    algorithm: str, budget: int | None, overlap: bool, adaptive: Sequence[int] = (), schedule: Schedule = ()
+) -> str:
+    if algorithm == DDTREE:
+        if adaptive:
+            arm = "ddtree-adaptive-" + "-".join(map(str, adaptive))
+        elif schedule:
+            arm = "ddtree-schedule-" + "-".join(f"{bs}x{b}" for bs, b in schedule)
+        else:
+            arm = f"ddtree-b{budget}"
+        return arm + ("" if overlap else "-no-overlap")
+    if algorithm == DFLASH:
+        return "dflash" if overlap else "dflash-no-overlap"
+    return TARGET_ONLY
+
+
+def cell_name(group: str, batch_size: int, temperature: float) -> str:
+    return f"{group}/bs{batch_size}/t{temperature:g}"
+
+
+def ordered_budgets(budgets: Sequence[int], priority: Sequence[int]) -> list[int]:
+    wanted = sorted(set(budgets))
+    first = [b for b in priority if b in wanted]
+    return first + [b for b in wanted if b not in first]
+
+
+def ordered_cells(batch_sizes: Sequence[int], temperatures: Sequence[float]) -> list[tuple[int, float]]:
+    """T = 0 before T > 0; batch 1, then the widest, then the ones between."""
+    sizes = sorted(set(batch_sizes))
+    by_interest = [sizes[0]] + ([sizes[-1]] if len(sizes) > 1 else []) + sizes[1:-1]
+    temps = sorted(set(temperatures))
+    return [(bs, t) for t in temps for bs in by_interest]
+
+
+def verify_width(budget: int, block_size: int = 16) -> int:
+    """DDTREE's verify width N (ddtree_utils.num_verify_tokens_for)."""
+    return max(budget + 1, block_size)
+
+
+def _round_ms(setting: Setting, algorithm: str, budget: int | None, batch_size: int) -> float:
+    cost = setting.cost
+    if algorithm == TARGET_ONLY:
+        return cost.plain_step_ms
+    width = 16 if algorithm == DFLASH else verify_width(budget or 0)
+    return cost.spec_round_ms + cost.per_verify_token_us * batch_size * width / 1000
+
+
+def estimate_cell_s(
+    setting: Setting,
+    *,
+    algorithm: str,
+    budget: int | None,
+    batch_size: int,
+    temperature: float,
+    prompts: int,
+    max_new_tokens: int,
+) -> float:
+    waves = -(-prompts // batch_size)
+    rounds = max_new_tokens / setting.tau(algorithm, budget, temperature)
+    decode = waves * rounds * _round_ms(setting, algorithm, budget, batch_size) / 1000
+    return decode + waves * setting.cost.wave_overhead_s + setting.cost.cell_overhead_s
+
+
+def prompts_for(setting: Setting, config: BenchConfig, batch_size: int) -> int:
+    """A cell decodes the first max(batch, prompts per cell) prompts: at least one full wave.
+
+    The widest cell decodes the most; every narrower cell's prompts are a prefix of its.
+    """
+    per_cell = config.prompts_per_cell or setting.prompts_per_cell
+    return min(len(setting.prompts), max(batch_size, per_cell))
+
+
+def _group(
+    setting: Setting,
+    config: BenchConfig,
+    *,
+    algorithm: str,
+    budget: int | None,
+    overlap: bool,
+    first: bool,
+    max_new_tokens: int,
+    adaptive: tuple[int, ...] = (),
+    schedule: Schedule = (),
+) -> EngineGroup:
+    name = group_name(algorithm, budget, overlap, adaptive, schedule)
+    priced = max(adaptive or [b for _, b in schedule] or [budget]) if algorithm == DDTREE else budget
+    cells = []
+    for bs, temp in ordered_cells(config.batch_sizes, config.temperatures):
+        n_prompts = prompts_for(setting, config, bs)
+        est = estimate_cell_s(
+            setting,
+            algorithm=algorithm,
+            budget=priced,  # a policy arm is priced as its widest budget: an upper bound
+            batch_size=bs,
+            temperature=temp,
+            prompts=n_prompts,
+            max_new_tokens=max_new_tokens,
+        )
+        cells.append(Cell(cell_name(name, bs, temp), bs, temp, n_prompts, round(est, 1)))
+    if algorithm == TARGET_ONLY and 0.0 in config.temperatures:
+        widest = max(config.batch_sizes)
+        n_prompts = prompts_for(setting, config, widest)
+        est = 1.5 * estimate_cell_s(
+            setting,
+            algorithm=algorithm,
+            budget=None,
+            batch_size=widest,
+            temperature=0.0,
+            prompts=n_prompts,
+            max_new_tokens=max_new_tokens,
+        )
+        margins = Cell(f"{name}/margins", widest, 0.0, n_prompts, round(est, 1), top2=True)
+        after_t0 = sum(1 for c in cells if c.temperature == 0)
+        cells.insert(after_t0, margins)
+    engine: dict[str, Any] = {
+        "attention_backend": config.attention_backend,
+        "tp_size": config.tp_size,
+        "cuda_graph_bs_decode": capture_batch_sizes(config.batch_sizes),
+        **ENGINE_COMMON,
+        **setting.engine,
+    }
+    if algorithm != TARGET_ONLY:
+        engine["speculative_algorithm"] = algorithm
+    if adaptive:
+        engine["speculative_ddtree_adaptive_budgets"] = ",".join(map(str, adaptive))
+    elif schedule:
+        engine["speculative_ddtree_budget_schedule"] = schedule_text(schedule)
+    elif algorithm == DDTREE:
+        engine["speculative_ddtree_budget"] = budget
+    if not overlap:
+        engine["disable_overlap_schedule"] = True
+    cost = setting.cost
+    return EngineGroup(
+        name=name,
+        algorithm=algorithm,
+        budget=budget,
+        overlap=overlap,
+        engine=engine,
+        cells=tuple(cells),
+        est_start_s=cost.engine_start_s + (cost.first_start_extra_s if first else 0),
+        est_overhead_s=cost.engine_overhead_s,
+        adaptive=adaptive,
+        schedule=schedule,
+    )
+
+
+def plan_runs(groups: Sequence[EngineGroup], repeats: int, cost: CostModel) -> tuple[EngineRun, ...]:
+    """Round k runs every group: odd rounds in plan order, even rounds reversed (A B C, C B A,
+    A B C, ...: over an even number of rounds every group's mean position is the same).
+
+    Target-only runs in round 1 only: it is the correctness reference and the x-target-only
+    column, not the DDTREE-against-DFLASH comparison that repeats are for."""
+    runs = []
+    for repeat in range(1, repeats + 1):
+        for group in (groups if repeat % 2 else groups[::-1]):
+            if repeat > 1 and group.algorithm == TARGET_ONLY:
+                continue
+            if repeat == 1:
+                runs.append(EngineRun(group, repeat, group.cells, group.est_start_s))
+            else:
+                timed = tuple(c for c in group.cells if not c.top2)
+                runs.append(EngineRun(group, repeat, timed, cost.engine_start_s))
+    return tuple(runs)
+
+
+def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
+    """Every engine run in the order it runs, with estimates and the time box applied."""
+    if config.repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {config.repeats}")
+    max_new = config.max_new_tokens or setting.max_new_tokens
+    budgets = ordered_budgets(config.budgets, setting.budget_priority)
+    # (algorithm, budget, overlap): both DFLASH modes first, since every speedup is against
+    # DFLASH's faster one; a budget's no-overlap arm, when asked for, right after its overlap one
+    modes = (True, False) if config.ddtree_no_overlap else (True,)
+    adaptive = tuple(sorted(set(config.adaptive_budgets)))
+    schedule = tuple(config.budget_schedule)
+    # (algorithm, budget, overlap, adaptive budgets, schedule)
+    target_only: list[tuple[str, int | None, bool, tuple[int, ...], Schedule]] = [(TARGET_ONLY, None, True, (), ())]
+    specs = [] if setting.target_only_last else list(target_only)
+    specs += [(DFLASH, None, True, (), ()), (DFLASH, None, False, (), ())]
+    specs += [(DDTREE, b, o, (), ()) for b in budgets for o in modes]
+    specs += [(DDTREE, None, o, adaptive, ()) for o in modes] if adaptive else []
+    specs += [(DDTREE, None, o, (), schedule) for o in modes] if schedule else []
+    specs += target_only if setting.target_only_last else []
+    groups = tuple(
+        _group(
+            setting, config, algorithm=a, budget=b, overlap=o, first=i == 0, max_new_tokens=max_new,
+            adaptive=ad, schedule=sc,
+        )
+        for i, (a, b, o, ad, sc) in enumerate(specs)
+    )
+    runs = plan_runs(groups, config.repeats, setting.cost)
+    fit, spent = [], 0.0
+    limit = None if config.max_minutes is None else config.max_minutes * 60
+    for run in runs:
+        spent += run.est_s
+        fit.append(limit is None or spent <= limit)
+    notes = []
+    if not all(fit):
+        cut = [r.label for r, f in zip(runs, fit, strict=True) if not f]
+        notes.append(
+            f"by the estimates, --max-minutes {config.max_minutes:g} leaves out: {', '.join(cut)} "
+            "(the runner decides with measured times)"
+        )
+    return SweepPlan(setting, config, max_new, groups, runs, tuple(fit), tuple(notes))
+
+
+def runner_plan(
+    plan: SweepPlan,
+    *,
+    deadline: float | None,
+    profile_path: Path | None,
+    max_family_failures: int = 2,
+) -> dict[str, Any]:
+    """The JSON plan `in_target/engine_runner.py` reads: an arm per engine run, in run order."""
+    arms = []
+    for run in plan.runs:
+        group = run.group
+        cells = []
+        for cell in run.cells:
+            sampling = {
+                "temperature": cell.temperature,
+                "max_new_tokens": plan.max_new_tokens,
+                "ignore_eos": True,
+            }
+            cells.append(
+                {
+                    "name": cell.name,
+                    "batch_size": cell.batch_size,
+                    "prompts": cell.prompts,
+                    "sampling": sampling,
+                    "top2": cell.top2,
+                    "est_s": cell.est_s,
+                }
+            )
+        arms.append(
+            {
+                "name": group.name,
+                "repeat": run.repeat,
+                "family": group.family,
+                "engine": dict(group.engine),
+                "est_start_s": run.est_start_s,
+                "profile": group.algorithm == DDTREE,
+                "cells": cells,
+            }
+        )
+    n_prompts = max((c.prompts for c in plan.cells), default=0)
+    return {
+        "target": str(plan.setting.target),
+        "draft": str(plan.setting.draft),
+        "prompts": [list(p) for p in plan.setting.prompts[:n_prompts]],
+        "deadline": deadline,
+        "profile_path": str(profile_path) if profile_path else None,
+        "max_family_failures": max_family_failures,
+        # whichever engine starts first compiles the kernels, also when the first arm is skipped
+        "cold_start_s": plan.setting.cost.engine_start_s + plan.setting.cost.first_start_extra_s,
+        "arms": arms,
+    }
+
+
+def describe_plan(plan: SweepPlan) -> dict[str, Any]:
+    """JSON-ready summary: the groups, every engine run in order, and the estimates."""
+    fits = list(zip(plan.runs, plan.expected_to_fit, strict=True))
+    return {
+        "setting": plan.setting.name,
+        "max_new_tokens": plan.max_new_tokens,
+        "repeats": plan.config.repeats,
+        "estimated_minutes": round(plan.est_s / 60, 1),
+        "max_minutes": plan.config.max_minutes,
+        "groups": [
+            {
+                "name": g.name,
+                "algorithm": g.algorithm,
+                "budget": g.budget,
+                "adaptive": list(g.adaptive),
+                "schedule": schedule_text(g.schedule),
+                "overlap": g.overlap,
+                "engine": dict(g.engine),
+                "cells": [c.name for c in g.cells],
+                "estimated_s": round(g.est_s),  # its first run's
+                "expected_to_fit": any(f for r, f in fits if r.group.name == g.name and r.repeat == 1),
+                "expected_repeats": sum(f for r, f in fits if r.group.name == g.name),
+            }
+            for g in plan.groups
+        ],
+        "engines": [
+            {
+                "group": r.group.name,
+                "repeat": r.repeat,
+                "cells": len(r.cells),
+                "estimated_s": round(r.est_s),
+                "expected_to_fit": fit,
+            }
+            for r, fit in fits
+        ],
+        "notes": list(plan.notes),
+    }

@@ -1,0 +1,517 @@
+"""Run decode arms through ``sglang.Engine`` inside the target env's own interpreter.
+
+    python engine_runner.py PLAN.json OUT.jsonl
+
+This file is executed by path with the env's python, so it imports only the
+standard library at module level (sglang and torch inside functions). PLAN:
+
+    {"target": DIR, "draft": DIR, "prompts": [[ids...], ...],
+     "arms": [{"name": str, "engine": {Engine kwargs}, "sampling": {...},
+               "repeat": int, "top2": bool, "env": {NAME: value}}]}
+
+Each arm starts an Engine, warms it up, decodes every prompt at once (repeat
+times each, as concurrent requests), checks the engine is still healthy after
+going idle (SGLang's strict KV-leak check raises on idle), shuts down, and
+appends one JSON line to OUT. ``env`` (here and in cell arms) is set while the
+arm's engine lives (its scheduler process inherits it), e.g.
+``SGLANG_DDTREE_TREE_KERNEL``. A line per arm also goes to stdout, prefixed
+``ARM``, so a caller can show progress.
+
+An arm with ``"cells"`` instead serves several measurements from one engine
+(engine starts cost ~45 s on an H200, so the bench groups by engine config):
+
+    {"name": str, "repeat": int, "engine": {...}, "est_start_s": float, "profile": bool,
+     "cells": [{"name": str, "batch_size": int, "prompts": int,
+                "sampling": {...}, "top2": bool, "est_s": float}, ...]}
+
+Here ``repeat`` (default 1) is not a prompt multiplier: it numbers the sweep's
+repeat this engine belongs to (``bench --repeats``: the same arm name comes
+again, once per repeat, each a fresh engine) and goes into every record the arm
+writes, so repeats stay apart.
+
+Each cell decodes the first ``prompts`` prompts in waves of ``batch_size``
+concurrent requests and appends a ``{"kind": "cell", ...}`` line (``CELL`` on
+stdout), with ``host``: what the machine did meanwhile (Linux ``/proc``: load
+average, busy cores, and the engine processes' CPU time and CPU sets), since
+host-bound arms move far more between engines than between budgets. The engine
+appends a ``{"kind": "engine", ...}`` line (``ENGINE``) with its start time, health check and, when the plan has ``profile_path`` and
+the arm ``profile``, the DDTREE profile windows written while it ran
+(``SGLANG_DDTREE_PROFILE``, see ddtree_profile.py). With a plan-level
+``deadline`` (unix time), engines and cells that would not finish by then are
+recorded as skipped instead of run; arms run strictly in plan order, so with the
+bench's rounds the time box cuts later repeats before any arm's first run. An
+arm whose name failed before (in this process, or listed in the plan's
+``failed_arms``) is skipped: a later repeat of a failed engine is not started
+again. With ``max_family_failures``, arms of a ``family`` that failed that often
+are skipped. ``idle_gap_s`` (before each cell) and ``health_idle_s`` (before the
+health check) override the pauses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+
+BASE_ENGINE = {
+    "skip_tokenizer_init": True,
+    "grammar_backend": "none",
+    "mem_fraction_static": 0.45,
+    "log_level": "error",
+    "random_seed": 0,
+}
+
+
+META_KEYS = (
+    "completion_tokens",
+    "spec_verify_ct",
+    "spec_accept_length",
+    "spec_correct_drafts_histogram",
+    "finish_reason",
+)
+PROFILE_ENV = "SGLANG_DDTREE_PROFILE"
+# Time one DDTREE round in 8: the split needs a sample, while the timed decode should carry as
+# little instrumentation as the DFLASH arms it is compared with (which carry none).
+PROFILE_EVERY = {"SGLANG_DDTREE_PROFILE_EVERY": "8"}
+IDLE_GAP_S = 0.5  # > ddtree_profile.IDLE_GAP_S: profile windows split at cell boundaries
+HEALTH_IDLE_S = 1.0  # let the scheduler go idle before the health check
+# After going idle: SGLang's KV-leak check runs, and the profile writes the last cell's rounds.
+HEALTH_CHECK = {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": True}
+
+
+def _top2_margins(meta: dict) -> list:
+    """top1 - top2 log-probability per output token (== the logit margin)."""
+    margins = []
+    for entry in meta.get("output_top_logprobs") or []:
+        values = sorted((float(item[0]) for item in entry), reverse=True)
+        margins.append(values[0] - values[1] if len(values) >= 2 else None)
+    return margins
+
+
+def _decoded(outs: list, decode_s: float, *, top2: bool) -> dict:
+    """The record fields of one timed decode: outputs, meta, throughput, margins."""
+    tokens = sum(len(o["output_ids"]) for o in outs)
+    fields = {
+        "ok": True,
+        "decode_s": decode_s,
+        "tokens": tokens,
+        "tok_per_s": tokens / decode_s if decode_s > 0 else None,
+        "outputs": [o["output_ids"] for o in outs],
+        "meta": [{k: o["meta_info"].get(k) for k in META_KEYS} for o in outs],
+    }
+    if top2:
+        fields["top2_margins"] = [_top2_margins(o["meta_info"]) for o in outs]
+    return fields
+
+
+@contextmanager
+def environment(overrides: dict):
+    """``overrides`` in os.environ for the block (an engine's processes inherit them at start)."""
+    saved = {name: os.environ.get(name) for name in overrides}
+    os.environ.update({name: str(value) for name, value in overrides.items()})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_arm(plan: dict, arm: dict) -> dict:
+    with environment(arm.get("env", {})):
+        return _run_arm(plan, arm)
+
+
+def _run_arm(plan: dict, arm: dict) -> dict:
+    import sglang as sgl
+
+    kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))
+    if kwargs.get("speculative_algorithm"):
+        kwargs.setdefault("speculative_draft_model_path", plan["draft"])
+    prompts = [p for p in plan["prompts"] for _ in range(int(arm.get("repeat", 1)))]
+    sampling = dict({"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True}, **arm.get("sampling", {}))
+    gen_extra = {"return_logprob": True, "top_logprobs_num": 2} if arm.get("top2") else {}
+
+    result = {"arm": arm["name"], "engine": arm.get("engine", {}), "sampling": sampling, "t_start": time.time()}
+    t0 = time.perf_counter()
+    engine = sgl.Engine(**kwargs)
+    try:
+        result["start_s"] = time.perf_counter() - t0
+        # The timed decode once untimed: every kernel it compiles on first use (attention
+        # backends JIT per shape as sequences grow) and every graph batch size it passes.
+        engine.generate(input_ids=prompts, sampling_params=sampling)
+        t1 = time.perf_counter()
+        outs = engine.generate(input_ids=prompts, sampling_params=sampling, **gen_extra)
+        decode_s = time.perf_counter() - t1
+        time.sleep(1.0)  # let the scheduler go idle: its KV-leak check runs there
+        engine.generate(input_ids=prompts[:1], sampling_params=dict(sampling, max_new_tokens=2))
+    finally:
+        engine.shutdown()
+
+    result["t_end"] = time.time()  # profile windows between t_start and t_end are this arm's
+    result.update(_decoded(outs, decode_s, top2=arm.get("top2", False)))
+    return result
+
+
+class TimeBox:
+    """Skip what would end past ``deadline``; estimates are rescaled by what was measured."""
+
+    def __init__(self, deadline, cold_start_s=0.0):
+        self.deadline = deadline
+        self.cold_start_s = cold_start_s
+        self.start_s = None  # the last measured engine start
+        self.starts = 0
+        self._estimated = 0.0
+        self._measured = 0.0
+
+    @property
+    def scale(self) -> float:
+        if self._estimated <= 0:
+            return 1.0
+        return min(4.0, max(0.25, self._measured / self._estimated))
+
+    def fits(self, seconds: float) -> bool:
+        return self.deadline is None or time.time() + seconds <= self.deadline
+
+    def fits_engine(self, arm: dict) -> bool:
+        # The first start compiles kernels, whichever arm it is: from the second start on, the
+        # last one measured is the guess.
+        start = float(arm.get("est_start_s", 0))
+        if self.starts == 0:
+            start = max(start, self.cold_start_s)
+        elif self.starts >= 2:
+            start = self.start_s
+        cheapest = min((float(c.get("est_s", 0)) for c in arm["cells"]), default=0.0)
+        return self.fits(start + cheapest * self.scale)  # worth starting if one cell fits
+
+    def fits_cell(self, cell: dict) -> bool:
+        return self.fits(float(cell.get("est_s", 0)) * self.scale)
+
+    def observe(self, estimated: float, measured: float) -> None:
+        self._estimated += estimated
+        self._measured += measured
+
+
+def _emit(out_path: str, tag: str, record: dict, keys: tuple) -> None:
+    with open(out_path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+    print(tag + " " + json.dumps({k: record.get(k) for k in keys}), flush=True)
+
+
+def _emit_cell(out_path: str, record: dict) -> None:
+    keys = ("arm", "group", "repeat", "ok", "skipped", "error", "decode_s", "tok_per_s")
+    _emit(out_path, "CELL", dict(record, kind="cell"), keys)
+
+
+def _emit_engine(out_path: str, record: dict) -> None:
+    keys = ("arm", "repeat", "ok", "skipped", "error", "start_s", "health")
+    _emit(out_path, "ENGINE", dict(record, kind="engine"), keys)
+
+
+def _engine_base(arm: dict) -> dict:
+    return {"arm": arm["name"], "repeat": int(arm.get("repeat", 1))}
+
+
+def host_sample(proc: str = "/proc", pid: int | None = None, sys_cpu: str = "/sys/devices/system/cpu") -> dict | None:
+    """Load average, all CPUs' busy and total jiffies, and per engine process (this one, with
+    SGLang's tokenizer manager, and its descendants: the schedulers and the detokenizer) its CPU
+    jiffies, CPU set, last CPU and that CPU's physical core (two busy processes on one core's
+    hyperthreads slow each other); and every other process's name and CPU jiffies (what else
+    kept the host busy: another job, an engine still shutting down). None where there is no
+    ``/proc``."""
+    try:
+        with open(f"{proc}/loadavg") as f:
+            load1 = float(f.read().split()[0])
+        with open(f"{proc}/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    processes = {}
+    root = os.getpid() if pid is None else pid
+    for child in [root, *_descendants(proc, root)]:  # the runner holds SGLang's tokenizer manager
+        try:
+            with open(f"{proc}/{child}/stat") as f:
+                stat = f.read()
+            with open(f"{proc}/{child}/status") as f:
+                status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+        except OSError:
+            continue  # exited meanwhile
+        comm, jiffies, rest = _parse_stat(stat)
+        last_cpu = int(rest[36])  # field 39
+        processes[str(child)] = {
+            "comm": comm,
+            "jiffies": jiffies,
+            "last_cpu": last_cpu,
+            "core": _core_of(sys_cpu, last_cpu),
+            "cpus": status.get("Cpus_allowed_list", "").strip(),
+        }
+    others = {}
+    for entry in os.listdir(proc):
+        if entry.isdigit() and entry not in processes:
+            try:
+                with open(f"{proc}/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            comm, jiffies, _ = _parse_stat(stat)
+            others[entry] = {"comm": comm, "jiffies": jiffies}
+    return {"load1": load1, "busy": sum(fields) - idle, "total": sum(fields), "processes": processes, "others": others}
+
+
+def _parse_stat(stat: str) -> tuple[str, int, list[str]]:
+    """A ``/proc/PID/stat`` line: the command name, utime + stime (fields 14 and 15) in jiffies,
+    and the fields after the name (field 3 on)."""
+    rest = stat[stat.rindex(")") + 2 :].split()
+    return stat[stat.index("(") + 1 : stat.rindex(")")], int(rest[11]) + int(rest[12]), rest
+
+
+def _core_of(sys_cpu: str, cpu: int) -> str | None:
+    """``package/core`` of a logical CPU: hyperthreads of one physical core share it."""
+    try:
+        with open(f"{sys_cpu}/cpu{cpu}/topology/physical_package_id") as f:
+            package = f.read().strip()
+        with open(f"{sys_cpu}/cpu{cpu}/topology/core_id") as f:
+            return f"{package}/{f.read().strip()}"
+    except OSError:
+        return None
+
+
+def _descendants(proc: str, pid: int) -> list:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"{proc}/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"{proc}/{parent}/task/{task}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
+
+
+OTHER_BUSY = 0.05  # CPU s per wall s from which another process is worth naming
+OTHERS_SHOWN = 3
+
+
+def host_during(before: dict | None, after: dict | None, wall_s: float) -> dict | None:
+    """The host over a cell from two ``host_sample``s: load average at both ends, busy cores
+    (all CPUs' busy share x CPU count), each engine process's CPU seconds per wall second,
+    busiest first, and the busiest other processes (``others``: the top ``OTHERS_SHOWN`` at
+    ``OTHER_BUSY`` CPU s/s or more)."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    total = after["total"] - before["total"]
+    cpus = os.cpu_count() or 1
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    processes = [
+        {
+            "pid": int(pid),
+            "comm": info["comm"],
+            "cpu_per_wall": round((info["jiffies"] - before["processes"][pid]["jiffies"]) / tick / wall_s, 3),
+            "cpus": info["cpus"],
+            "last_cpu": info["last_cpu"],
+            "core": info.get("core"),
+        }
+        for pid, info in after["processes"].items()
+        if pid in before["processes"]
+    ]
+    earlier = before.get("others") or {}
+    others = [
+        {"pid": int(pid), "comm": info["comm"],
+         "cpu_per_wall": round((info["jiffies"] - earlier[pid]["jiffies"]) / tick / wall_s, 3)}
+        for pid, info in (after.get("others") or {}).items()
+        if pid in earlier
+    ]
+    others = sorted((o for o in others if o["cpu_per_wall"] >= OTHER_BUSY), key=lambda o: -o["cpu_per_wall"])
+    return {
+        "load1": [before["load1"], after["load1"]],
+        "busy_cores": round((after["busy"] - before["busy"]) / total * cpus, 2) if total > 0 else None,
+        "cpus": cpus,
+        "processes": sorted(processes, key=lambda p: -p["cpu_per_wall"]),
+        "others": others[:OTHERS_SHOWN],
+    }
+
+
+def _cell_base(arm: dict, cell: dict) -> dict:
+    sampling = dict({"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True}, **cell.get("sampling", {}))
+    return {
+        "arm": cell["name"],
+        "group": arm["name"],
+        "repeat": int(arm.get("repeat", 1)),
+        "batch_size": int(cell["batch_size"]),
+        "sampling": sampling,
+        "timed": not cell.get("top2", False),
+    }
+
+
+def run_cell(engine, plan: dict, arm: dict, cell: dict) -> dict:
+    """Decode the cell's prompts in waves of ``batch_size`` concurrent requests."""
+    record = _cell_base(arm, cell)
+    sampling, batch = record["sampling"], record["batch_size"]
+    prompts = plan["prompts"][: int(cell.get("prompts", len(plan["prompts"])))]
+    gen_extra = {"return_logprob": True, "top_logprobs_num": 2} if cell.get("top2") else {}
+    outs, wave_s = [], []
+    time.sleep(plan.get("idle_gap_s", IDLE_GAP_S))  # the profile closes the previous cell's window here
+    before = host_sample()
+    record["t_start"] = time.time()
+    for i in range(0, len(prompts), batch):
+        t0 = time.perf_counter()
+        outs.extend(engine.generate(input_ids=prompts[i : i + batch], sampling_params=sampling, **gen_extra))
+        wave_s.append(time.perf_counter() - t0)
+    record["t_end"] = time.time()
+    record["host"] = host_during(before, host_sample(), record["t_end"] - record["t_start"])
+    record.update(_decoded(outs, sum(wave_s), top2=cell.get("top2", False)), wave_s=wave_s)
+    return record
+
+
+def _warm_up(engine, plan: dict, arm: dict) -> None:
+    """One full-length wave per (temperature, batch size) of the arm's cells, untimed: kernels
+    compiled on first use (some per batch-size bucket, some only once sequences grow) and the
+    allocator are warm for every cell, so no timed cell pays for a compile."""
+    seen = set()
+    for cell in arm["cells"]:
+        sampling = _cell_base(arm, cell)["sampling"]
+        key = (sampling["temperature"], int(cell["batch_size"]))
+        if key in seen:
+            continue
+        seen.add(key)
+        engine.generate(input_ids=plan["prompts"][: key[1]], sampling_params=sampling)
+
+
+def profile_windows(path, since: float = 0.0) -> list:
+    """The DDTREE profile windows in ``path`` (SGLANG_DDTREE_PROFILE) that began at ``since`` or later."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as f:
+        windows = [json.loads(line) for line in f if line.strip()]
+    return [w for w in windows if (w.get("t_first") or 0) >= since]
+
+
+def _skip_cells(out_path: str, arm: dict, cells: list, reason: str) -> None:
+    for cell in cells:
+        _emit_cell(out_path, dict(_cell_base(arm, cell), ok=False, skipped=reason))
+
+
+def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
+    """One engine serving every cell of ``arm``; returns False when something failed."""
+    if not box.fits_engine(arm):
+        _skip_cells(out_path, arm, arm["cells"], "time box")
+        _emit_engine(out_path, dict(_engine_base(arm), ok=False, skipped="time box"))
+        return True
+    profile_path = plan.get("profile_path") if arm.get("profile") else None
+    env = dict(arm.get("env", {}), **({PROFILE_ENV: profile_path, **PROFILE_EVERY} if profile_path else {}))
+    with environment(env):
+        return _run_engine(plan, arm, out_path, box, profile_path)
+
+
+def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path) -> bool:
+    kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))
+    if kwargs.get("speculative_algorithm"):
+        kwargs.setdefault("speculative_draft_model_path", plan["draft"])
+    engine_record = dict(_engine_base(arm), engine=arm.get("engine", {}), ok=False)
+    since = time.time()
+    pending = list(arm["cells"])
+    try:
+        t0 = time.perf_counter()
+        import sglang as sgl  # an env whose sglang cannot import fails here, per engine
+
+        engine = sgl.Engine(**kwargs)
+    except Exception as exc:
+        _skip_cells(out_path, arm, pending, "engine failed to start")
+        engine_record.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=20))
+        _emit_engine(out_path, engine_record)
+        return False
+    ok = True
+    try:
+        box.start_s = engine_record["start_s"] = time.perf_counter() - t0
+        box.starts += 1
+        _warm_up(engine, plan, arm)
+        while pending:
+            cell = pending.pop(0)
+            if not box.fits_cell(cell):
+                _skip_cells(out_path, arm, [cell], "time box")
+                continue
+            try:
+                record = run_cell(engine, plan, arm, cell)
+            except Exception as exc:
+                ok = False
+                record = dict(_cell_base(arm, cell), ok=False, error=f"{type(exc).__name__}: {exc}",
+                              traceback=traceback.format_exc(limit=20))
+                _emit_cell(out_path, record)
+                _skip_cells(out_path, arm, pending, "an earlier cell of this engine failed")
+                pending = []
+                break
+            box.observe(float(cell.get("est_s", 0)), record["decode_s"])
+            _emit_cell(out_path, record)
+        time.sleep(plan.get("health_idle_s", HEALTH_IDLE_S))  # SGLang's KV-leak check runs when idle
+        engine.generate(input_ids=plan["prompts"][:1], sampling_params=HEALTH_CHECK)
+        engine_record["health"] = "ok"
+        engine_record["ok"] = ok
+    except Exception as exc:
+        ok = False
+        _skip_cells(out_path, arm, pending, "engine failed")
+        engine_record.update(error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=20))
+    finally:
+        engine.shutdown()
+    engine_record["profile"] = profile_windows(profile_path, since)
+    _emit_engine(out_path, engine_record)
+    return ok
+
+
+def main(argv: list) -> int:
+    plan_path, out_path = argv[1], argv[2]
+    with open(plan_path) as f:
+        plan = json.load(f)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    box = TimeBox(plan.get("deadline"), float(plan.get("cold_start_s", 0.0)))
+    failures = 0
+    failed_arms = set(plan.get("failed_arms", ()))  # engines that failed: not started again
+    family_failures: dict = {}
+    for arm in plan["arms"]:
+        if "cells" in arm:
+            family = arm.get("family", arm["name"])
+            reason = None
+            if arm["name"] in failed_arms:
+                reason = "an earlier repeat of this engine failed"
+            elif family_failures.get(family, 0) >= plan.get("max_family_failures", 1 << 30):
+                reason = f"{family_failures[family]} earlier {family} engines failed"
+            if reason is not None:
+                _skip_cells(out_path, arm, arm["cells"], reason)
+                _emit_engine(out_path, dict(_engine_base(arm), ok=False, skipped=reason))
+                continue
+            if not run_engine(plan, arm, out_path, box):
+                failures += 1
+                failed_arms.add(arm["name"])
+                family_failures[family] = family_failures.get(family, 0) + 1
+            continue
+        try:
+            result = run_arm(plan, arm)
+        except Exception as exc:  # one arm failing must not hide the others
+            failures += 1
+            result = {
+                "arm": arm["name"],
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=20),
+            }
+        with open(out_path, "a") as f:
+            f.write(json.dumps(result) + "\n")
+        summary = {k: result.get(k) for k in ("arm", "ok", "error", "start_s", "decode_s", "tok_per_s")}
+        print("ARM " + json.dumps(summary), flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

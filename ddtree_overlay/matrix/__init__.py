@@ -1,0 +1,1 @@
+"""`matrix`: every supported release's patch set applied, imported on CPU and rolled back."""

@@ -1,0 +1,357 @@
+"""bench planning: settings, one engine per config, the order of engines and cells, time box."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ddtree_overlay.bench import plan as bp
+
+
+def fixture_plan(tmp_path: Path, **config) -> bp.SweepPlan:
+    setting = bp.make_setting("fixture", scratch=tmp_path)
+    return bp.plan_sweep(setting, bp.BenchConfig(**config))
+
+
+def test_default_sweep_has_one_engine_per_algorithm_budget_and_scheduling(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    names = [g.name for g in plan.groups]
+    assert sorted(names) == sorted(
+        ["target-only", "dflash", "dflash-no-overlap"] + [f"ddtree-b{b}" for b in bp.DEFAULT_BUDGETS]
+    )
+    for group in plan.groups:
+        timed = [(c.batch_size, c.temperature) for c in group.cells if not c.top2]
+        assert sorted(timed) == sorted((bs, t) for bs in (1, 4, 16) for t in (0.0, 1.0))
+    assert len(plan.cells) == 10 * 6 + 1  # plus target-only's margins cell
+
+
+def test_every_arm_uses_the_same_backend_and_cuda_graph_settings(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, attention_backend="flashinfer")
+    shared = {
+        (g.engine["attention_backend"], tuple(g.engine["cuda_graph_bs_decode"]), g.engine["disable_prefill_cuda_graph"])
+        for g in plan.groups
+    }
+    assert shared == {("flashinfer", (1, 2, 4, 8, 16), True)}
+    assert not any("disable_cuda_graph" in g.engine for g in plan.groups)
+    by_name = {g.name: g.engine for g in plan.groups}
+    assert "speculative_algorithm" not in by_name["target-only"]
+    assert by_name["dflash"]["speculative_algorithm"] == "DFLASH"
+    assert "disable_overlap_schedule" not in by_name["dflash"]
+    assert by_name["dflash-no-overlap"]["disable_overlap_schedule"] is True
+    assert by_name["ddtree-b64"]["speculative_algorithm"] == "DDTREE"
+    assert by_name["ddtree-b64"]["speculative_ddtree_budget"] == 64
+    assert "disable_overlap_schedule" not in by_name["ddtree-b64"]
+
+
+def test_tp_size_reaches_every_engine_and_defaults_to_one_gpu(tmp_path: Path) -> None:
+    assert {g.engine["tp_size"] for g in fixture_plan(tmp_path).groups} == {1}
+    plan = fixture_plan(tmp_path, tp_size=2)
+    assert all(g.engine["tp_size"] == 2 for g in plan.groups)
+    runner = bp.runner_plan(plan, deadline=None, profile_path=None)
+    assert {arm["engine"]["tp_size"] for arm in runner["arms"]} == {2}
+
+
+def baselines_before_ddtree(plan: bp.SweepPlan) -> list[str]:
+    """The groups that run before the first DDTREE one."""
+    first = next(i for i, g in enumerate(plan.groups) if g.algorithm == bp.DDTREE)
+    return [g.name for g in plan.groups[:first]]
+
+
+def test_engines_run_baselines_first_then_budgets_by_interest(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    assert [g.name for g in plan.groups] == [
+        "target-only",
+        "dflash",
+        "dflash-no-overlap",
+        "ddtree-b16",
+        "ddtree-b32",
+        "ddtree-b64",
+        "ddtree-b8",
+        "ddtree-b128",
+        "ddtree-b4",
+        "ddtree-b256",
+    ]
+    # every speedup is against DFLASH's faster mode: both DFLASH modes run before any DDTREE budget
+    assert baselines_before_ddtree(plan) == ["target-only", "dflash", "dflash-no-overlap"]
+    assert plan.groups[0].est_start_s > plan.groups[1].est_start_s  # the first compiles kernels
+
+
+def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, ddtree_no_overlap=True)
+    assert [g.name for g in plan.groups] == [
+        "target-only",
+        "dflash",
+        "dflash-no-overlap",
+        "ddtree-b16",
+        "ddtree-b16-no-overlap",
+        "ddtree-b32",
+        "ddtree-b32-no-overlap",
+        "ddtree-b64",
+        "ddtree-b64-no-overlap",
+        "ddtree-b8",
+        "ddtree-b8-no-overlap",
+        "ddtree-b128",
+        "ddtree-b128-no-overlap",
+        "ddtree-b4",
+        "ddtree-b4-no-overlap",
+        "ddtree-b256",
+        "ddtree-b256-no-overlap",
+    ]
+    assert baselines_before_ddtree(plan) == ["target-only", "dflash", "dflash-no-overlap"]
+    for budget in bp.DEFAULT_BUDGETS:
+        twin, arm = plan.group(f"ddtree-b{budget}"), plan.group(f"ddtree-b{budget}-no-overlap")
+        assert (arm.algorithm, arm.budget, arm.overlap, arm.family) == (bp.DDTREE, budget, False, bp.DDTREE)
+        assert dict(arm.engine) == dict(twin.engine) | {"disable_overlap_schedule": True}
+        assert arm.engine["speculative_ddtree_budget"] == budget
+        assert [c.name for c in arm.cells] == [c.name.replace(twin.name, arm.name, 1) for c in twin.cells]
+        assert [c.est_s for c in arm.cells] == [c.est_s for c in twin.cells]
+        assert arm.est_s == twin.est_s  # neither starts first
+    without = fixture_plan(tmp_path)
+    twins_s = sum(plan.group(f"ddtree-b{b}").est_s for b in bp.DEFAULT_BUDGETS)
+    assert plan.est_s == pytest.approx(without.est_s + twins_s)
+    assert not any(g.name.endswith("-no-overlap") and g.algorithm == bp.DDTREE for g in without.groups)
+
+
+def test_ddtree_no_overlap_arms_count_in_the_time_box(tmp_path: Path) -> None:
+    full = fixture_plan(tmp_path, ddtree_no_overlap=True)
+    up_to = [g.name for g in full.groups].index("ddtree-b16-no-overlap")
+    minutes = sum(g.est_s for g in full.groups[: up_to + 1]) / 60 + 0.01
+    boxed = fixture_plan(tmp_path, ddtree_no_overlap=True, max_minutes=minutes)
+    assert boxed.expected_to_fit == tuple(i <= up_to for i in range(len(full.groups)))
+    assert "ddtree-b32-no-overlap" in boxed.notes[0] and "ddtree-b16-no-overlap" not in boxed.notes[0]
+
+
+def test_adaptive_budgets_add_one_ddtree_arm_per_scheduling_mode_after_the_fixed_budgets(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(32, 256), adaptive_budgets=(256, 8, 32), ddtree_no_overlap=True)
+    assert [g.name for g in plan.groups][-2:] == ["ddtree-adaptive-8-32-256", "ddtree-adaptive-8-32-256-no-overlap"]
+    arm, widest = plan.group("ddtree-adaptive-8-32-256"), plan.group("ddtree-b256")
+    assert (arm.algorithm, arm.budget, arm.adaptive, arm.overlap) == (bp.DDTREE, None, (8, 32, 256), True)
+    assert arm.engine["speculative_ddtree_adaptive_budgets"] == "8,32,256"
+    assert "speculative_ddtree_budget" not in arm.engine
+    assert dict(arm.engine) | {"speculative_ddtree_budget": 256} == dict(
+        widest.engine, speculative_ddtree_adaptive_budgets="8,32,256"
+    )
+    assert [c.est_s for c in arm.cells] == [c.est_s for c in widest.cells]  # priced as its widest
+    assert bp.describe_plan(plan)["groups"][-1]["adaptive"] == [8, 32, 256]
+    assert not any(g.adaptive for g in fixture_plan(tmp_path).groups)
+
+
+def test_group_names_carry_the_scheduling_mode() -> None:
+    assert bp.group_name(bp.DDTREE, 32, True) == "ddtree-b32"
+    assert bp.group_name(bp.DDTREE, 32, False) == "ddtree-b32-no-overlap"
+    assert bp.group_name(bp.DFLASH, None, False) == "dflash-no-overlap"
+    assert bp.cell_name("ddtree-b32-no-overlap", 4, 0.0) == "ddtree-b32-no-overlap/bs4/t0"
+
+
+def test_budgets_outside_the_priority_list_run_after_it(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(3, 16, 1000))
+    assert [g.name for g in plan.groups] == [
+        "target-only", "dflash", "dflash-no-overlap", "ddtree-b16", "ddtree-b3", "ddtree-b1000",
+    ]
+
+
+def test_cells_run_greedy_first_batch_one_then_widest(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    dflash = plan.group("dflash")
+    assert [c.name for c in dflash.cells] == [
+        "dflash/bs1/t0", "dflash/bs16/t0", "dflash/bs4/t0", "dflash/bs1/t1", "dflash/bs16/t1", "dflash/bs4/t1",
+    ]
+    target = plan.group("target-only")
+    margins = [c for c in target.cells if c.top2]
+    assert [c.name for c in margins] == ["target-only/margins"]
+    assert target.cells.index(margins[0]) == 3  # after the greedy cells, before T = 1
+    assert margins[0].batch_size == 16 and margins[0].temperature == 0
+
+
+def test_every_cell_decodes_at_least_one_full_wave_of_shared_prompts(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    assert {(c.batch_size, c.prompts) for c in plan.cells} == {(1, 8), (4, 8), (16, 16)}
+    qwen = bp.plan_sweep(bp.make_setting("qwen3-8b-random", scratch=tmp_path), bp.BenchConfig())
+    assert {(c.batch_size, c.prompts) for c in qwen.cells} == {(1, 4), (4, 4), (16, 16)}
+
+
+def test_time_box_marks_what_the_estimates_cannot_fit(tmp_path: Path) -> None:
+    full = fixture_plan(tmp_path)
+    assert all(full.expected_to_fit) and full.notes == ()
+    boxed = fixture_plan(tmp_path, max_minutes=full.group("target-only").est_s / 60 + 0.1)
+    assert boxed.expected_to_fit[0] and not any(boxed.expected_to_fit[2:])
+    assert "leaves out" in boxed.notes[0] and "ddtree-b256" in boxed.notes[0]
+    assert [g.name for g in boxed.groups] == [g.name for g in full.groups]  # the runner decides
+
+
+def test_estimates_grow_with_verify_width_and_shrink_with_acceptance(tmp_path: Path) -> None:
+    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    common = {"algorithm": bp.DDTREE, "batch_size": 16, "temperature": 0.0, "prompts": 16, "max_new_tokens": 128}
+    assert bp.estimate_cell_s(setting, budget=256, **common) > bp.estimate_cell_s(setting, budget=32, **common)
+    fixture = bp.make_setting("fixture", scratch=tmp_path)
+    t0 = bp.estimate_cell_s(fixture, budget=16, **common)
+    t1 = bp.estimate_cell_s(fixture, budget=16, **(common | {"temperature": 1.0}))
+    assert t1 > t0
+
+
+def test_qwen3_8b_setting_writes_its_configs_and_uses_dummy_weights(tmp_path: Path) -> None:
+    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    target = json.loads((setting.target / "config.json").read_text())
+    draft = json.loads((setting.draft / "config.json").read_text())
+    assert (target["num_hidden_layers"], target["hidden_size"], target["vocab_size"]) == (36, 4096, 151936)
+    assert target["architectures"] == ["Qwen3ForCausalLM"]
+    assert draft["architectures"] == ["DFlashDraftModel"] and draft["num_hidden_layers"] == 5
+    assert draft["dflash_config"]["target_layer_ids"] == [1, 9, 17, 25, 33]
+    assert draft["dflash_config"]["block_size"] == 16
+    assert 0 <= draft["dflash_config"]["mask_token_id"] < draft["vocab_size"]
+    assert draft["num_target_layers"] == 36 and draft["hidden_size"] == target["hidden_size"]
+    assert setting.engine == {"load_format": "dummy", "speculative_draft_load_format": "dummy"}
+    assert not setting.real_weights and not setting.reference_parity
+    assert "meaningless" in setting.note
+    assert all(0 <= t < 151643 for p in setting.prompts for t in p)
+    plan = bp.plan_sweep(setting, bp.BenchConfig())
+    assert all(g.engine["load_format"] == "dummy" for g in plan.groups)
+    assert [g.name for g in plan.groups][:4] == ["dflash", "dflash-no-overlap", "ddtree-b32", "ddtree-b256"]
+    assert baselines_before_ddtree(plan) == ["dflash", "dflash-no-overlap"]  # target-only goes last here
+    assert plan.groups[-1].name == "target-only" and plan.groups[0].est_start_s > plan.groups[1].est_start_s
+
+
+def test_dry_run_setting_writes_nothing(tmp_path: Path) -> None:
+    bp.make_setting("qwen3-8b-random", scratch=tmp_path / "s", write=False)
+    assert not (tmp_path / "s").exists()
+
+
+def test_custom_pair_is_real_weights_without_reference_parity(tmp_path: Path) -> None:
+    setting = bp.make_setting("fixture", scratch=tmp_path, target=tmp_path / "t", draft=tmp_path / "d")
+    assert setting.name == "custom" and setting.real_weights and not setting.reference_parity
+
+
+@pytest.mark.parametrize(
+    "content", ["{", "[]", "[[]]", "[[1, -2]]", '[["a"]]', '{"a": 1}']
+)
+def test_bad_prompt_files_are_refused(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "prompts.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match="prompts"):
+        bp.load_prompts(path)
+
+
+def test_runner_plan_is_the_json_engine_runner_reads(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(8,), batch_sizes=(1, 2), temperatures=(0.0,), max_new_tokens=5)
+    runner = bp.runner_plan(plan, deadline=123.0, profile_path=tmp_path / "p.jsonl")
+    json.dumps(runner)  # JSON-ready
+    assert runner["deadline"] == 123.0 and runner["profile_path"] == str(tmp_path / "p.jsonl")
+    assert len(runner["prompts"]) == 8
+    arms = {arm["name"]: arm for arm in runner["arms"]}
+    assert [a["name"] for a in runner["arms"]] == ["target-only", "dflash", "dflash-no-overlap", "ddtree-b8"]
+    assert arms["ddtree-b8"]["profile"] and not arms["dflash"]["profile"]
+    assert arms["ddtree-b8"]["family"] == "DDTREE"
+    cell = arms["ddtree-b8"]["cells"][0]
+    assert cell["sampling"] == {"temperature": 0.0, "max_new_tokens": 5, "ignore_eos": True}
+    assert cell["batch_size"] == 1 and cell["prompts"] == 8 and cell["est_s"] > 0
+    assert [c["top2"] for c in arms["target-only"]["cells"]] == [False, False, True]
+
+
+def test_runner_plan_profiles_the_no_overlap_ddtree_arm_too(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), ddtree_no_overlap=True)
+    arms = {arm["name"]: arm for arm in bp.runner_plan(plan, deadline=None, profile_path=None)["arms"]}
+    arm = arms["ddtree-b8-no-overlap"]
+    assert arm["family"] == "DDTREE" and arm["profile"]
+    assert arm["engine"]["disable_overlap_schedule"] is True and arm["engine"]["speculative_ddtree_budget"] == 8
+    assert "disable_overlap_schedule" not in arms["ddtree-b8"]["engine"]
+    assert [c["name"] for c in arm["cells"]] == ["ddtree-b8-no-overlap/bs1/t0"]
+    summary = bp.describe_plan(plan)
+    row = next(g for g in summary["groups"] if g["name"] == "ddtree-b8-no-overlap")
+    assert (row["algorithm"], row["budget"], row["overlap"]) == ("DDTREE", 8, False)
+
+
+def test_describe_plan_summarises_groups_and_estimates(tmp_path: Path) -> None:
+    summary = bp.describe_plan(fixture_plan(tmp_path, max_minutes=1))
+    assert summary["setting"] == "fixture" and summary["max_minutes"] == 1
+    assert summary["estimated_minutes"] > 1
+    assert summary["groups"][0]["name"] == "target-only" and not summary["groups"][-1]["expected_to_fit"]
+
+
+def test_capture_sizes_cover_requested_batches_and_powers_of_two() -> None:
+    assert bp.capture_batch_sizes([1, 4, 16]) == [1, 2, 4, 8, 16]
+    assert bp.capture_batch_sizes([6, 24]) == [1, 2, 4, 6, 8, 16, 24]
+    assert bp.verify_width(4) == 16 and bp.verify_width(32) == 33
+
+
+# --- repeats (--repeats N): every group N times, in rounds; target-only in round 1 only ----
+
+
+def test_repeats_run_every_group_once_per_round_every_other_round_reversed(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(8,), repeats=3)
+    order = ["target-only", "dflash", "dflash-no-overlap", "ddtree-b8"]
+    assert [g.name for g in plan.groups] == order
+    later = order[1:]  # target-only, the correctness reference, runs in round 1 only
+    assert [(r.group.name, r.repeat) for r in plan.runs] == (
+        [(name, 1) for name in order] + [(name, 2) for name in reversed(later)] + [(name, 3) for name in later]
+    )
+    assert [r.repeat for r in plan.runs if r.group.name == "target-only"] == [1]
+    assert plan.expected_to_fit == (True,) * 10
+    by_run = {(r.group.name, r.repeat): r for r in plan.runs}
+    # target-only's one run has all its cells, the untimed margins cell too; every other group's
+    # cells run in every repeat
+    assert [c.name for c in by_run["target-only", 1].cells] == [c.name for c in plan.group("target-only").cells]
+    assert not any(c.top2 for r in plan.runs if r.repeat > 1 for c in r.cells)
+    assert by_run["dflash", 3].cells == plan.group("dflash").cells
+    # only the sweep's first engine start compiles kernels
+    cost = plan.setting.cost
+    assert plan.runs[0].est_start_s == cost.engine_start_s + cost.first_start_extra_s
+    assert {r.est_start_s for r in plan.runs[1:]} == {cost.engine_start_s}
+    assert by_run["dflash", 2].label == "dflash (repeat 2)" and by_run["dflash", 1].label == "dflash"
+
+
+def test_repeats_multiply_the_estimate(tmp_path: Path) -> None:
+    once = fixture_plan(tmp_path, budgets=(8, 16))
+    thrice = fixture_plan(tmp_path, budgets=(8, 16), repeats=3)
+    # target-only runs first and once, and pays the kernel compiles: a later round is every other
+    # group at its first run's estimate
+    cost, target = once.setting.cost, once.group("target-only")
+    assert target.est_start_s == cost.engine_start_s + cost.first_start_extra_s
+    later_round = once.est_s - target.est_s
+    assert later_round == pytest.approx(sum(g.est_s for g in once.groups if g.name != "target-only"))
+    assert thrice.est_s == pytest.approx(once.est_s + 2 * later_round)
+    assert 2 * once.est_s < thrice.est_s < 2.5 * once.est_s  # target-only is about a third of round 1 here
+    summary = bp.describe_plan(thrice)
+    assert summary["repeats"] == 3 and summary["estimated_minutes"] == round(thrice.est_s / 60, 1)
+    assert len(summary["engines"]) == len(thrice.groups) + 2 * (len(thrice.groups) - 1)
+    assert [e["repeat"] for e in summary["engines"] if e["group"] == "target-only"] == [1]
+    assert {g["name"]: g["expected_repeats"] for g in summary["groups"]} == {
+        g.name: 1 if g.name == "target-only" else 3 for g in thrice.groups
+    }
+    assert summary["engines"][len(thrice.groups)] == {
+        "group": thrice.groups[-1].name, "repeat": 2, "cells": 6,
+        "estimated_s": round(thrice.runs[len(thrice.groups)].est_s), "expected_to_fit": True,
+    }
+
+
+def test_the_time_box_cuts_later_repeats_before_any_groups_first_run(tmp_path: Path) -> None:
+    full = fixture_plan(tmp_path, budgets=(8, 16), repeats=2)
+    round_1 = sum(r.est_s for r in full.runs if r.repeat == 1)
+    boxed = fixture_plan(tmp_path, budgets=(8, 16), repeats=2, max_minutes=round_1 / 60 + 0.01)
+    assert boxed.expected_to_fit == tuple(r.repeat == 1 for r in boxed.runs)
+    (note,) = boxed.notes
+    # all of round 2, in its (reversed) run order, which has no target-only
+    assert "leaves out: ddtree-b8 (repeat 2), ddtree-b16 (repeat 2), dflash-no-overlap (repeat 2), dflash (repeat 2) " \
+        "(the runner" in note
+    assert "target-only" not in note
+    summary = bp.describe_plan(boxed)
+    assert {(g["expected_to_fit"], g["expected_repeats"]) for g in summary["groups"]} == {(True, 1)}
+
+
+def test_runner_plan_has_an_arm_per_engine_run_with_its_repeat(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path, budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), repeats=2)
+    arms = bp.runner_plan(plan, deadline=None, profile_path=None)["arms"]
+    assert [(a["name"], a["repeat"]) for a in arms] == [
+        ("target-only", 1), ("dflash", 1), ("dflash-no-overlap", 1), ("ddtree-b8", 1),
+        ("ddtree-b8", 2), ("dflash-no-overlap", 2), ("dflash", 2),
+    ]
+    assert [c["name"] for c in arms[0]["cells"]] == ["target-only/bs1/t0", "target-only/margins"]
+    assert [c["name"] for c in arms[-1]["cells"]] == ["dflash/bs1/t0"]
+    assert arms[0]["est_start_s"] > arms[-1]["est_start_s"] == plan.setting.cost.engine_start_s
+    assert arms[4]["engine"] == arms[3]["engine"] and arms[4]["profile"]
+
+
+def test_repeats_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        fixture_plan(tmp_path, repeats=0)

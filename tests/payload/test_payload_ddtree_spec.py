@@ -1,0 +1,251 @@
+"""DDTREE registration and its server-args hook, from a real applied sglang 0.5.14 on CPU.
+
+sglang's own package __init__ needs GPU-era dependencies, so the applied spec_info.py (with its
+import hunk), spec_registry.py, speculative_hook.py and the DDTREE modules are copied from the
+applied site-packages into a tree with empty package __init__ files, and imported there in a
+fresh interpreter that has torch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from overlay_helpers import site_packages
+
+from ddtree_overlay.commands.apply import apply
+from ddtree_overlay.engine.envprobe import probe_env
+
+pytest.importorskip("torch")
+
+FILES = (
+    "sglang/srt/speculative/spec_info.py",
+    "sglang/srt/speculative/spec_registry.py",
+    "sglang/srt/speculative/ddtree_spec.py",
+    "sglang/srt/speculative/ddtree_utils.py",
+    "sglang/srt/speculative/ddtree_compat.py",
+    "sglang/srt/speculative/ddtree_contract.py",
+    "sglang/srt/speculative/ddtree_hybrid.py",
+    "sglang/srt/arg_groups/speculative_hook.py",
+)
+
+# The hook reads the target's config through sglang's get_config, whose real module needs
+# transformers: this stand-in reads config.json alone.
+GET_CONFIG_STAND_IN = """
+import json, os, types
+
+def _namespace(value):
+    if isinstance(value, dict):
+        return types.SimpleNamespace(**{k: _namespace(v) for k, v in value.items()})
+    return value
+
+def get_config(model, trust_remote_code, revision=None, model_override_args=None, **kwargs):
+    with open(os.path.join(model, "config.json")) as f:
+        config = _namespace(json.load(f))
+    text = getattr(config, "text_config", config)
+    config.get_text_config = lambda: text
+    return config
+"""
+
+# Target configs: a dense Qwen3 and Qwen3.5-layout hybrids (3 GDN : 1 attention).
+TARGET_CONFIGS = {
+    "dense": {"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 4},
+    "hybrid": {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "text_config": {
+            "linear_num_value_heads": 8, "linear_conv_kernel_dim": 4,
+            "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+        },
+    },
+    "hybrid_conv5": {
+        "architectures": ["Qwen3NextForCausalLM"], "linear_num_value_heads": 8,
+        "linear_conv_kernel_dim": 5, "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+    },
+}
+
+PROBE = r"""
+import json, os, types
+from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+from sglang.srt.speculative.ddtree_spec import _handle_ddtree
+
+algo = SpeculativeAlgorithm.from_string("ddtree")
+MODELS = os.environ["DDTREE_TEST_MODELS"]
+HYBRID = os.path.join(MODELS, "hybrid")
+report = {
+    "class": type(algo).__name__,
+    "is_dflash": algo.is_dflash(),
+    "supports_overlap": algo.supports_overlap,
+    "need_topk": algo.need_topk(),
+    "draft_tokens_for_draft": algo.get_num_tokens_per_bs_for_target_verify(16, True),
+    "cases": {},
+}
+
+def server_args(**changes):
+    ns = types.SimpleNamespace(
+        speculative_ddtree_budget=None, attention_backend="triton", prefill_attention_backend=None,
+        decode_attention_backend=None, tp_size=1, speculative_draft_window_size=None,
+        speculative_use_rejection_sampling=False, speculative_accept_threshold_single=1.0,
+        speculative_accept_threshold_acc=1.0, speculative_adaptive=False,
+        enable_return_hidden_states=False, speculative_num_draft_tokens=None,
+        speculative_dflash_block_size=16, enable_dp_attention=False, pp_size=1,
+        speculative_draft_model_path="/draft", speculative_num_steps=None,
+        speculative_eagle_topk=None, max_running_requests=None, enable_mixed_chunk=False,
+        json_model_override_args="{}", model_path=os.path.join(MODELS, "dense"),
+        trust_remote_code=False, revision=None,
+    )
+    for key, value in changes.items():
+        setattr(ns, key, value)
+    ns.get_attention_backends = lambda: (
+        ns.prefill_attention_backend or ns.attention_backend,
+        ns.decode_attention_backend or ns.attention_backend,
+    )
+    return ns
+
+CASES = {
+    "default": {},
+    "budget32": {"speculative_ddtree_budget": 32},
+    "flashinfer": {"attention_backend": "flashinfer", "speculative_ddtree_budget": 4},
+    "budget0": {"speculative_ddtree_budget": 0},
+    "fa3": {"attention_backend": "fa3"},
+    "fa3_decode": {"decode_attention_backend": "fa3"},
+    "tp2": {"tp_size": 2},
+    "num_draft_tokens": {"speculative_num_draft_tokens": 16},
+    "threshold": {"speculative_accept_threshold_acc": 0.5},
+    "window": {"speculative_draft_window_size": 64},
+    "dp_attention": {"enable_dp_attention": True},
+    "attn_dp_size": {"attn_dp_size": 2},
+    "pp2": {"pp_size": 2},
+    "elastic_ep": {"elastic_ep_backend": "mooncake"},
+    "schedule": {"speculative_ddtree_budget_schedule": "1:64,8:16,32:4"},
+    "schedule_and_budget": {"speculative_ddtree_budget_schedule": "1:64", "speculative_ddtree_budget": 32},
+    "schedule_from_2": {"speculative_ddtree_budget_schedule": "2:64"},
+    "schedule_descending": {"speculative_ddtree_budget_schedule": "1:64,8:16,4:8"},
+    "schedule_malformed": {"speculative_ddtree_budget_schedule": "1=64"},
+    "schedule_budget0": {"speculative_ddtree_budget_schedule": "1:64,8:0"},
+    "adaptive": {"speculative_ddtree_adaptive_budgets": "8,32,128"},
+    "adaptive_and_schedule": {
+        "speculative_ddtree_adaptive_budgets": "8,32", "speculative_ddtree_budget_schedule": "1:64",
+    },
+    "adaptive_tp2": {"speculative_ddtree_adaptive_budgets": "8,32", "tp_size": 2},
+    "adaptive_one": {"speculative_ddtree_adaptive_budgets": "32"},
+    "hybrid": {"model_path": HYBRID, "speculative_ddtree_budget": 32},
+    "hybrid_adaptive": {"model_path": HYBRID, "speculative_ddtree_adaptive_budgets": "8,32"},
+    "hybrid_flashinfer_gdn": {"model_path": HYBRID, "linear_attn_decode_backend": "flashinfer"},
+    "hybrid_replayssm": {"model_path": HYBRID, "enable_linear_replayssm_spec": True},
+    "hybrid_conv5": {"model_path": os.path.join(MODELS, "hybrid_conv5")},
+}
+for name, changes in CASES.items():
+    args = server_args(**changes)
+    try:
+        algo.handle_server_args(args)
+        report["cases"][name] = {
+            "budget": args.speculative_ddtree_budget,
+            "block": args.speculative_dflash_block_size,
+            "verify_width": args.speculative_num_draft_tokens,
+            "steps": args.speculative_num_steps,
+            "topk": args.speculative_eagle_topk,
+        }
+    except ValueError as error:
+        report["cases"][name] = {"error": str(error)}
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def ddtree_report(pristine_sglang_env: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp_path = tmp_path_factory.mktemp("ddtree-spec")
+    env = tmp_path / "venv"
+    subprocess.run(["cp", "-a", str(pristine_sglang_env), str(env)], check=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DDTREE_OVERLAY_STATE_DIR", str(tmp_path / "state"))
+        apply(probe_env(env))
+    site, tree = site_packages(env), tmp_path / "tree"
+    for relative in FILES:
+        (tree / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(site / relative, tree / relative)
+    (tree / "sglang/srt/utils").mkdir(parents=True)
+    (tree / "sglang/srt/utils/hf_transformers_utils.py").write_text(GET_CONFIG_STAND_IN)
+    packages = ("sglang", "sglang/srt", "sglang/srt/speculative", "sglang/srt/arg_groups", "sglang/srt/utils")
+    for package in packages:
+        (tree / package / "__init__.py").touch()
+    models = tmp_path / "models"
+    for name, config in TARGET_CONFIGS.items():
+        (models / name).mkdir(parents=True)
+        (models / name / "config.json").write_text(json.dumps(config))
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True,
+        env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "DDTREE_TEST_MODELS": str(models)},
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_ddtree_is_registered_by_importing_spec_info_and_answers_as_dflash(ddtree_report: dict) -> None:
+    assert ddtree_report["class"] == "DDTreeSpecAlgo"
+    assert ddtree_report["is_dflash"] and ddtree_report["supports_overlap"]
+    assert not ddtree_report["need_topk"]
+    assert ddtree_report["draft_tokens_for_draft"] == 16
+
+
+def test_handle_sets_block_size_and_verify_width(ddtree_report: dict) -> None:
+    cases = ddtree_report["cases"]
+    assert cases["default"] == {"budget": 15, "block": 16, "verify_width": 16, "steps": 1, "topk": 1}
+    assert cases["budget32"]["verify_width"] == 33
+    assert cases["flashinfer"]["verify_width"] == 16
+
+
+def test_a_budget_schedule_sets_the_widest_budgets_verify_width(ddtree_report: dict) -> None:
+    assert ddtree_report["cases"]["schedule"] == {
+        "budget": 64, "block": 16, "verify_width": 65, "steps": 1, "topk": 1,
+    }
+
+
+def test_adaptive_budgets_set_the_widest_budgets_verify_width(ddtree_report: dict) -> None:
+    assert ddtree_report["cases"]["adaptive"] == {
+        "budget": 128, "block": 16, "verify_width": 129, "steps": 1, "topk": 1,
+    }
+
+
+def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: dict) -> None:
+    assert ddtree_report["cases"]["tp2"] == ddtree_report["cases"]["default"]
+
+
+@pytest.mark.parametrize(
+    ("case", "fragment"),
+    [
+        ("budget0", "DDTREE requires --speculative-ddtree-budget >= 1, got 0"),
+        ("fa3", "DDTREE requires --attention-backend triton or flashinfer, got fa3 (prefill)"),
+        ("fa3_decode", "got fa3 (decode)"),
+        ("num_draft_tokens", "do not pass --speculative-num-draft-tokens (got 16)"),
+        ("threshold", "to stay lossless"),
+        ("window", "--speculative-draft-window-size"),
+        ("dp_attention", "DDTREE does not support dp attention"),
+        ("attn_dp_size", "DDTREE does not support dp attention"),
+        ("pp2", "only supports pp_size == 1"),
+        ("elastic_ep", "DDTREE does not support elastic EP (--elastic-ep-backend)."),
+        ("schedule_and_budget", "one of --speculative-ddtree-budget / --speculative-ddtree-budget-schedule, not several"),
+        ("adaptive_and_schedule", "--speculative-ddtree-budget-schedule / --speculative-ddtree-adaptive-budgets"),
+        ("adaptive_tp2", "adaptive budgets do not support tensor parallelism yet"),
+        ("adaptive_one", "give at least two budgets to choose from"),
+        ("schedule_from_2", "must start at batch size 1"),
+        ("schedule_descending", "batch sizes must ascend"),
+        ("schedule_malformed", "'1=64' is not BATCH_SIZE:BUDGET"),
+        ("schedule_budget0", "every budget must be >= 1"),
+        ("hybrid_flashinfer_gdn", "--linear-attn-decode-backend flashinfer has none"),
+        ("hybrid_replayssm", "does not support --enable-linear-replayssm-spec"),
+        ("hybrid_conv5", "got linear_conv_kernel_dim=5"),
+    ],
+)
+def test_unsupported_settings_are_refused_with_a_clear_message(ddtree_report: dict, case: str, fragment: str) -> None:
+    assert fragment in ddtree_report["cases"][case]["error"]
+
+
+def test_a_gated_deltanet_target_gets_sglangs_tree_paths(ddtree_report: dict) -> None:
+    """topk > 1 after DFLASH's hook forced 1: dense per-node conv windows and tree kernels."""
+    cases = ddtree_report["cases"]
+    assert cases["hybrid"] == {"budget": 32, "block": 16, "verify_width": 33, "steps": 1, "topk": 2}
+    assert cases["hybrid_adaptive"]["topk"] == 2
+    assert cases["hybrid_adaptive"]["verify_width"] == 33
