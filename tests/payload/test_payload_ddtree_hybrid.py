@@ -15,10 +15,9 @@ import os
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
-from payload_modules import load_payload_module, triton_interpreter
+from payload_modules import OVERLAY, load_payload_module, triton_interpreter
 
 torch = pytest.importorskip("torch")
 with triton_interpreter():
@@ -195,7 +194,7 @@ print(json.dumps(built))
 def test_copy_kernel_compiles_ahead_of_time_for_sm90():
     """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    tests_dir = str(Path(__file__).resolve().parent)
+    tests_dir = str(OVERLAY.parent / "tests")
     result = subprocess.run(
         [sys.executable, "-c", AOT_SCRIPT.format(tests=tests_dir)],
         capture_output=True, text=True, env=env, timeout=300,
