@@ -6,15 +6,15 @@ and add a command here that calls `_run` with it.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from ddtree_overlay import render
 from ddtree_overlay.bench import plan as bench_plan
+from ddtree_overlay.bench.arms import BudgetPolicy, number_list
 from ddtree_overlay.commands.apply import apply as apply_patch_set
 from ddtree_overlay.commands.bench import BenchRequest, default_out
 from ddtree_overlay.commands.bench import bench as bench_env
@@ -165,47 +165,27 @@ def verify(
         )
 
 
-def _number_list(kind: type, minimum: float) -> Callable[[str], tuple]:
-    """Typer callback: "4,8,16" -> (4, 8, 16), each at least `minimum`."""
+def _parsed(parse: Callable[[str], Any]) -> Callable[[str | None], Any]:
+    """A Typer callback: ``parse`` the text (None passes through), ValueError as a usage error."""
 
-    def parse(text: str) -> tuple:
+    def callback(text: str | None) -> Any:
+        if text is None:
+            return None
         try:
-            values = tuple(kind(item) for item in text.split(",") if item.strip())
-        except ValueError:
-            raise typer.BadParameter(f"expected comma-separated numbers, got {text!r}") from None
-        if not values or min(values) < minimum:
-            raise typer.BadParameter(f"expected comma-separated numbers >= {minimum:g}, got {text!r}")
-        return tuple(sorted(set(values)))
+            return parse(text)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
 
-    return parse
+    return callback
 
 
-def _adaptive_budgets(text: str | None) -> tuple:
-    """Typer callback: None -> (); "8,32,256" -> (8, 32, 256), at least two budgets."""
-    if text is None:
-        return ()
-    values = _number_list(int, 1)(text)
-    if len(values) < 2:
-        raise typer.BadParameter(f"expected at least two budgets to choose from, got {text!r}")
-    return values
+def _number_list(kind: type, minimum: float) -> Callable[[str | None], Any]:
+    """"4,8,16" -> (4, 8, 16), each at least ``minimum``."""
+    return _parsed(lambda text: number_list(text, kind, minimum))
 
 
-def _budget_schedule(text: str | None) -> tuple:
-    """Typer callback: None -> (); "1:256,8:64" -> ((1, 256), (8, 64)), as SGLang's
-    --speculative-ddtree-budget-schedule takes it: from batch size 1, ascending, budgets >= 1."""
-    if text is None:
-        return ()
-    steps = []
-    for item in text.split(","):
-        bs, sep, budget = item.strip().partition(":")
-        if not (sep and bs.strip().isdigit() and budget.strip().isdigit()):
-            raise typer.BadParameter(f"expected BATCH_SIZE:BUDGET steps such as 1:256,8:64, got {text!r}")
-        steps.append((int(bs), int(budget)))
-    if steps[0][0] != 1 or any(b <= a for (a, _), (b, _) in itertools.pairwise(steps)):
-        raise typer.BadParameter(f"the schedule's batch sizes must start at 1 and ascend, got {text!r}")
-    if any(budget < 1 for _, budget in steps):
-        raise typer.BadParameter(f"every budget must be >= 1, got {text!r}")
-    return tuple(steps)
+_adaptive_budgets = _parsed(lambda text: BudgetPolicy.parse_adaptive(text).adaptive)
+_budget_schedule = _parsed(lambda text: BudgetPolicy.parse_schedule(text).schedule)
 
 
 def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
@@ -354,8 +334,8 @@ def bench(
         prompts_per_cell=prompts_per_cell,
         max_minutes=max_minutes,
         ddtree_no_overlap=ddtree_no_overlap,
-        adaptive_budgets=ddtree_adaptive,  # type: ignore[arg-type]
-        budget_schedule=ddtree_schedule,  # type: ignore[arg-type]
+        adaptive_budgets=ddtree_adaptive or (),  # type: ignore[arg-type]
+        budget_schedule=ddtree_schedule or (),  # type: ignore[arg-type]
         repeats=repeats,
     )
     request = BenchRequest(
