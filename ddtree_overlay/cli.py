@@ -13,6 +13,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ddtree_overlay import render
+from ddtree_overlay.bench import checks
 from ddtree_overlay.bench import plan as bench_plan
 from ddtree_overlay.bench.arms import BudgetPolicy, number_list
 from ddtree_overlay.commands.apply import apply as apply_patch_set
@@ -24,7 +25,7 @@ from ddtree_overlay.commands.manifest_refresh import refresh_manifest
 from ddtree_overlay.commands.recover import recover as recover_env
 from ddtree_overlay.commands.rollback import rollback as rollback_env
 from ddtree_overlay.commands.status import status as status_of
-from ddtree_overlay.commands.verify import SMOKE_NEW_TOKENS, SMOKE_PROMPTS
+from ddtree_overlay.commands.verify import SMOKE_NEW_TOKENS, SMOKE_PROMPTS, GpuChecks
 from ddtree_overlay.commands.verify import verify as verify_env
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import OverlayError, exit_code_table
@@ -59,6 +60,55 @@ def _run(command: tuple[str, ...], json_out: bool, call: Callable[[], Result]) -
         result = error_result(command, error)
     render.emit(result, json_out=json_out)
     raise typer.Exit(result.exit_code)
+
+
+def _preset_names(text: str) -> tuple[str, ...]:
+    names = tuple(name for name in text.split(",") if name)
+    unknown = [name for name in names if name not in checks.PRESETS]
+    if unknown or not names:
+        raise ValueError(f"expected presets among {', '.join(checks.PRESETS)}, got {text!r}")
+    return names
+
+
+def _parsed(parse: Callable[[str], Any]) -> Callable[[str | None], Any]:
+    """A Typer callback: ``parse`` the text (None passes through), ValueError as a usage error."""
+
+    def callback(text: str | None) -> Any:
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+
+    return callback
+
+
+def _number_list(kind: type, minimum: float) -> Callable[[str | None], Any]:
+    """"4,8,16" -> (4, 8, 16), each at least ``minimum``."""
+    return _parsed(lambda text: number_list(text, kind, minimum))
+
+
+_adaptive_budgets = _parsed(lambda text: BudgetPolicy.parse_adaptive(text).adaptive)
+_budget_schedule = _parsed(lambda text: BudgetPolicy.parse_schedule(text).schedule)
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
+    if path is not None:
+        try:
+            bench_plan.load_prompts(path)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+    return path
 
 
 @app.command()
@@ -143,67 +193,59 @@ def verify(
     max_new_tokens: Annotated[
         int, typer.Option("--max-new-tokens", min=1, help="new tokens per prompt")
     ] = SMOKE_NEW_TOKENS,
+    preset: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--preset",
+            callback=_parsed(_preset_names),
+            help="GPU acceptance presets instead of the smoke, comma-separated: " + ", ".join(checks.PRESETS),
+        ),
+    ] = None,
+    only: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--only", help="with --preset: only these arms (comma-separated; empty: all)"),
+    ] = None,
+    out: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--out", file_okay=False, help="with --preset: where arms.jsonl and summary.json go"),
+    ] = None,
+    reference_dir: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--reference-dir",
+            exists=True,
+            file_okay=False,
+            help="with --preset: offline reference results (dflash.json, ddtree-b<B>.json) for the same "
+            "prompts, to check acceptance against (scripts/bench_references.sh)",
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Import the applied overlay in ENV's interpreter; with --smoke, decode on its GPU."""
-    if import_only and smoke:
-        raise typer.BadParameter("--import-only and --smoke exclude each other")
+    if import_only and (smoke or preset):
+        raise typer.BadParameter("--import-only and --smoke (or --preset) exclude each other")
+    presets = preset or ()
+    arms = tuple(name for name in (only or "").split(",") if name)
+    known = {arm.name for arm in checks.preset_arms(presets)}
+    if arms and not presets:
+        raise typer.BadParameter("--only picks arms of --preset")
+    if set(arms) - known:
+        unknown = ", ".join(sorted(set(arms) - known))
+        raise typer.BadParameter(f"--only: no arm {unknown} in {','.join(presets)} (arms: {', '.join(sorted(known))})")
+    gpu = GpuChecks(
+        target=target,
+        draft=draft,
+        budget=budget,
+        prompts=prompts,
+        max_new_tokens=max_new_tokens,
+        presets=presets,
+        only=arms,
+        out=out,
+        reference_dir=reference_dir,
+    )
+    smoke = smoke or bool(presets)
     with render.arm_progress(enabled=smoke and not json_out) as on_arm:
-        _run(
-            ("verify",),
-            json_out,
-            lambda: verify_env(
-                probe_env(env),
-                smoke=smoke,
-                target=target,
-                draft=draft,
-                budget=budget,
-                prompts=prompts,
-                max_new_tokens=max_new_tokens,
-                on_arm=on_arm,
-            ),
-        )
-
-
-def _parsed(parse: Callable[[str], Any]) -> Callable[[str | None], Any]:
-    """A Typer callback: ``parse`` the text (None passes through), ValueError as a usage error."""
-
-    def callback(text: str | None) -> Any:
-        if text is None:
-            return None
-        try:
-            return parse(text)
-        except ValueError as error:
-            raise typer.BadParameter(str(error)) from None
-
-    return callback
-
-
-def _number_list(kind: type, minimum: float) -> Callable[[str | None], Any]:
-    """"4,8,16" -> (4, 8, 16), each at least ``minimum``."""
-    return _parsed(lambda text: number_list(text, kind, minimum))
-
-
-_adaptive_budgets = _parsed(lambda text: BudgetPolicy.parse_adaptive(text).adaptive)
-_budget_schedule = _parsed(lambda text: BudgetPolicy.parse_schedule(text).schedule)
-
-
-def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        if value not in choices:
-            raise typer.BadParameter(f"expected one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    return check
-
-
-def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
-    if path is not None:
-        try:
-            bench_plan.load_prompts(path)
-        except ValueError as error:
-            raise typer.BadParameter(str(error)) from None
-    return path
+        _run(("verify",), json_out, lambda: verify_env(probe_env(env), smoke=smoke, gpu=gpu, on_arm=on_arm))
 
 
 @app.command()
