@@ -6,15 +6,16 @@ and add a command here that calls `_run` with it.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from ddtree_overlay import render
+from ddtree_overlay.bench import checks
 from ddtree_overlay.bench import plan as bench_plan
+from ddtree_overlay.bench.arms import BudgetPolicy, number_list
 from ddtree_overlay.commands.apply import apply as apply_patch_set
 from ddtree_overlay.commands.bench import BenchRequest, default_out
 from ddtree_overlay.commands.bench import bench as bench_env
@@ -24,7 +25,7 @@ from ddtree_overlay.commands.manifest_refresh import refresh_manifest
 from ddtree_overlay.commands.recover import recover as recover_env
 from ddtree_overlay.commands.rollback import rollback as rollback_env
 from ddtree_overlay.commands.status import status as status_of
-from ddtree_overlay.commands.verify import SMOKE_NEW_TOKENS, SMOKE_PROMPTS
+from ddtree_overlay.commands.verify import SMOKE_NEW_TOKENS, SMOKE_PROMPTS, GpuChecks
 from ddtree_overlay.commands.verify import verify as verify_env
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import OverlayError, exit_code_table
@@ -59,6 +60,55 @@ def _run(command: tuple[str, ...], json_out: bool, call: Callable[[], Result]) -
         result = error_result(command, error)
     render.emit(result, json_out=json_out)
     raise typer.Exit(result.exit_code)
+
+
+def _preset_names(text: str) -> tuple[str, ...]:
+    names = tuple(name for name in text.split(",") if name)
+    unknown = [name for name in names if name not in checks.PRESETS]
+    if unknown or not names:
+        raise ValueError(f"expected presets among {', '.join(checks.PRESETS)}, got {text!r}")
+    return names
+
+
+def _parsed(parse: Callable[[str], Any]) -> Callable[[str | None], Any]:
+    """A Typer callback: ``parse`` the text (None passes through), ValueError as a usage error."""
+
+    def callback(text: str | None) -> Any:
+        if text is None:
+            return None
+        try:
+            return parse(text)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+
+    return callback
+
+
+def _number_list(kind: type, minimum: float) -> Callable[[str | None], Any]:
+    """"4,8,16" -> (4, 8, 16), each at least ``minimum``."""
+    return _parsed(lambda text: number_list(text, kind, minimum))
+
+
+_adaptive_budgets = _parsed(lambda text: BudgetPolicy.parse_adaptive(text).adaptive)
+_budget_schedule = _parsed(lambda text: BudgetPolicy.parse_schedule(text).schedule)
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"expected one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    return check
+
+
+def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
+    if path is not None:
+        try:
+            bench_plan.load_prompts(path)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+    return path
 
 
 @app.command()
@@ -143,87 +193,59 @@ def verify(
     max_new_tokens: Annotated[
         int, typer.Option("--max-new-tokens", min=1, help="new tokens per prompt")
     ] = SMOKE_NEW_TOKENS,
+    preset: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--preset",
+            callback=_parsed(_preset_names),
+            help="GPU acceptance presets instead of the smoke, comma-separated: " + ", ".join(checks.PRESETS),
+        ),
+    ] = None,
+    only: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--only", help="with --preset: only these arms (comma-separated; empty: all)"),
+    ] = None,
+    out: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--out", file_okay=False, help="with --preset: where arms.jsonl and summary.json go"),
+    ] = None,
+    reference_dir: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--reference-dir",
+            exists=True,
+            file_okay=False,
+            help="with --preset: offline reference results (dflash.json, ddtree-b<B>.json) for the same "
+            "prompts, to check acceptance against (scripts/bench_references.sh)",
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Import the applied overlay in ENV's interpreter; with --smoke, decode on its GPU."""
-    if import_only and smoke:
-        raise typer.BadParameter("--import-only and --smoke exclude each other")
+    if import_only and (smoke or preset):
+        raise typer.BadParameter("--import-only and --smoke (or --preset) exclude each other")
+    presets = preset or ()
+    arms = tuple(name for name in (only or "").split(",") if name)
+    known = {arm.name for arm in checks.preset_arms(presets)}
+    if arms and not presets:
+        raise typer.BadParameter("--only picks arms of --preset")
+    if set(arms) - known:
+        unknown = ", ".join(sorted(set(arms) - known))
+        raise typer.BadParameter(f"--only: no arm {unknown} in {','.join(presets)} (arms: {', '.join(sorted(known))})")
+    gpu = GpuChecks(
+        target=target,
+        draft=draft,
+        budget=budget,
+        prompts=prompts,
+        max_new_tokens=max_new_tokens,
+        presets=presets,
+        only=arms,
+        out=out,
+        reference_dir=reference_dir,
+    )
+    smoke = smoke or bool(presets)
     with render.arm_progress(enabled=smoke and not json_out) as on_arm:
-        _run(
-            ("verify",),
-            json_out,
-            lambda: verify_env(
-                probe_env(env),
-                smoke=smoke,
-                target=target,
-                draft=draft,
-                budget=budget,
-                prompts=prompts,
-                max_new_tokens=max_new_tokens,
-                on_arm=on_arm,
-            ),
-        )
-
-
-def _number_list(kind: type, minimum: float) -> Callable[[str], tuple]:
-    """Typer callback: "4,8,16" -> (4, 8, 16), each at least `minimum`."""
-
-    def parse(text: str) -> tuple:
-        try:
-            values = tuple(kind(item) for item in text.split(",") if item.strip())
-        except ValueError:
-            raise typer.BadParameter(f"expected comma-separated numbers, got {text!r}") from None
-        if not values or min(values) < minimum:
-            raise typer.BadParameter(f"expected comma-separated numbers >= {minimum:g}, got {text!r}")
-        return tuple(sorted(set(values)))
-
-    return parse
-
-
-def _adaptive_budgets(text: str | None) -> tuple:
-    """Typer callback: None -> (); "8,32,256" -> (8, 32, 256), at least two budgets."""
-    if text is None:
-        return ()
-    values = _number_list(int, 1)(text)
-    if len(values) < 2:
-        raise typer.BadParameter(f"expected at least two budgets to choose from, got {text!r}")
-    return values
-
-
-def _budget_schedule(text: str | None) -> tuple:
-    """Typer callback: None -> (); "1:256,8:64" -> ((1, 256), (8, 64)), as SGLang's
-    --speculative-ddtree-budget-schedule takes it: from batch size 1, ascending, budgets >= 1."""
-    if text is None:
-        return ()
-    steps = []
-    for item in text.split(","):
-        bs, sep, budget = item.strip().partition(":")
-        if not (sep and bs.strip().isdigit() and budget.strip().isdigit()):
-            raise typer.BadParameter(f"expected BATCH_SIZE:BUDGET steps such as 1:256,8:64, got {text!r}")
-        steps.append((int(bs), int(budget)))
-    if steps[0][0] != 1 or any(b <= a for (a, _), (b, _) in itertools.pairwise(steps)):
-        raise typer.BadParameter(f"the schedule's batch sizes must start at 1 and ascend, got {text!r}")
-    if any(budget < 1 for _, budget in steps):
-        raise typer.BadParameter(f"every budget must be >= 1, got {text!r}")
-    return tuple(steps)
-
-
-def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
-    def check(value: str) -> str:
-        if value not in choices:
-            raise typer.BadParameter(f"expected one of {', '.join(choices)}, got {value!r}")
-        return value
-
-    return check
-
-
-def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
-    if path is not None:
-        try:
-            bench_plan.load_prompts(path)
-        except ValueError as error:
-            raise typer.BadParameter(str(error)) from None
-    return path
+        _run(("verify",), json_out, lambda: verify_env(probe_env(env), smoke=smoke, gpu=gpu, on_arm=on_arm))
 
 
 @app.command()
@@ -354,8 +376,8 @@ def bench(
         prompts_per_cell=prompts_per_cell,
         max_minutes=max_minutes,
         ddtree_no_overlap=ddtree_no_overlap,
-        adaptive_budgets=ddtree_adaptive,  # type: ignore[arg-type]
-        budget_schedule=ddtree_schedule,  # type: ignore[arg-type]
+        adaptive_budgets=ddtree_adaptive or (),  # type: ignore[arg-type]
+        budget_schedule=ddtree_schedule or (),  # type: ignore[arg-type]
         repeats=repeats,
     )
     request = BenchRequest(

@@ -30,6 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddtree_overlay.bench.arms import (
+    DDTREE,
+    DFLASH,
+    TARGET_ONLY,
+    Arm,
+    BudgetPolicy,
+    Schedule,
+    verify_width,
+)
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
 
@@ -38,9 +48,6 @@ DEFAULT_BATCH_SIZES = (1, 4, 16)
 DEFAULT_TEMPERATURES = (0.0, 1.0)
 ATTENTION_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask is wired for
 SETTINGS = ("fixture", "qwen3-8b-random")
-
-TARGET_ONLY, DFLASH, DDTREE = "target-only", "DFLASH", "DDTREE"
-Schedule = tuple[tuple[int, int], ...]  # a budget schedule's (smallest batch size, budget) steps
 
 # Every arm gets the same engine options: decode CUDA graphs captured only for the batch sizes
 # the sweep uses and the powers of two below them (a wave that shrinks as its requests finish
@@ -285,24 +292,21 @@ class Cell:
 
 @dataclass(frozen=True)
 class EngineGroup:
-    name: str
-    algorithm: str
-    budget: int | None
-    overlap: bool
+    """One arm's engine config and the cells it serves."""
+
+    arm: Arm
     engine: Mapping[str, Any]
     cells: tuple[Cell, ...]
     est_start_s: float
     est_overhead_s: float
-    adaptive: tuple[int, ...] = ()  # DDTREE with a budget per round among these (budget None)
-    schedule: Schedule = ()  # DDTREE with a budget per batch size (budget None)
+
+    @property
+    def name(self) -> str:
+        return self.arm.name
 
     @property
     def est_s(self) -> float:
         return self.est_start_s + self.est_overhead_s + sum(c.est_s for c in self.cells)
-
-    @property
-    def family(self) -> str:
-        return self.algorithm
 
 
 @dataclass(frozen=True)
@@ -345,27 +349,6 @@ class SweepPlan:
         return next(g for g in self.groups if g.name == name)
 
 
-def schedule_text(schedule: Schedule) -> str:
-    """As SGLang's flag writes it: ``1:256,8:64``."""
-    return ",".join(f"{bs}:{budget}" for bs, budget in schedule)
-
-
-def group_name(
-    algorithm: str, budget: int | None, overlap: bool, adaptive: Sequence[int] = (), schedule: Schedule = ()
-) -> str:
-    if algorithm == DDTREE:
-        if adaptive:
-            arm = "ddtree-adaptive-" + "-".join(map(str, adaptive))
-        elif schedule:
-            arm = "ddtree-schedule-" + "-".join(f"{bs}x{b}" for bs, b in schedule)
-        else:
-            arm = f"ddtree-b{budget}"
-        return arm + ("" if overlap else "-no-overlap")
-    if algorithm == DFLASH:
-        return "dflash" if overlap else "dflash-no-overlap"
-    return TARGET_ONLY
-
-
 def cell_name(group: str, batch_size: int, temperature: float) -> str:
     return f"{group}/bs{batch_size}/t{temperature:g}"
 
@@ -382,11 +365,6 @@ def ordered_cells(batch_sizes: Sequence[int], temperatures: Sequence[float]) -> 
     by_interest = [sizes[0]] + ([sizes[-1]] if len(sizes) > 1 else []) + sizes[1:-1]
     temps = sorted(set(temperatures))
     return [(bs, t) for t in temps for bs in by_interest]
-
-
-def verify_width(budget: int, block_size: int = 16) -> int:
-    """DDTREE's verify width N (ddtree_utils.num_verify_tokens_for)."""
-    return max(budget + 1, block_size)
 
 
 def _round_ms(setting: Setting, algorithm: str, budget: int | None, batch_size: int) -> float:
@@ -422,20 +400,9 @@ def prompts_for(setting: Setting, config: BenchConfig, batch_size: int) -> int:
     return min(len(setting.prompts), max(batch_size, per_cell))
 
 
-def _group(
-    setting: Setting,
-    config: BenchConfig,
-    *,
-    algorithm: str,
-    budget: int | None,
-    overlap: bool,
-    first: bool,
-    max_new_tokens: int,
-    adaptive: tuple[int, ...] = (),
-    schedule: Schedule = (),
-) -> EngineGroup:
-    name = group_name(algorithm, budget, overlap, adaptive, schedule)
-    priced = max(adaptive or [b for _, b in schedule] or [budget]) if algorithm == DDTREE else budget
+def _group(setting: Setting, config: BenchConfig, *, arm: Arm, first: bool, max_new_tokens: int) -> EngineGroup:
+    name, algorithm = arm.name, arm.algorithm
+    priced = arm.policy.widest if arm.policy else None
     cells = []
     for bs, temp in ordered_cells(config.batch_sizes, config.temperatures):
         n_prompts = prompts_for(setting, config, bs)
@@ -470,29 +437,15 @@ def _group(
         "cuda_graph_bs_decode": capture_batch_sizes(config.batch_sizes),
         **ENGINE_COMMON,
         **setting.engine,
+        **arm.engine_args(),
     }
-    if algorithm != TARGET_ONLY:
-        engine["speculative_algorithm"] = algorithm
-    if adaptive:
-        engine["speculative_ddtree_adaptive_budgets"] = ",".join(map(str, adaptive))
-    elif schedule:
-        engine["speculative_ddtree_budget_schedule"] = schedule_text(schedule)
-    elif algorithm == DDTREE:
-        engine["speculative_ddtree_budget"] = budget
-    if not overlap:
-        engine["disable_overlap_schedule"] = True
     cost = setting.cost
     return EngineGroup(
-        name=name,
-        algorithm=algorithm,
-        budget=budget,
-        overlap=overlap,
+        arm=arm,
         engine=engine,
         cells=tuple(cells),
         est_start_s=cost.engine_start_s + (cost.first_start_extra_s if first else 0),
         est_overhead_s=cost.engine_overhead_s,
-        adaptive=adaptive,
-        schedule=schedule,
     )
 
 
@@ -505,7 +458,7 @@ def plan_runs(groups: Sequence[EngineGroup], repeats: int, cost: CostModel) -> t
     runs = []
     for repeat in range(1, repeats + 1):
         for group in (groups if repeat % 2 else groups[::-1]):
-            if repeat > 1 and group.algorithm == TARGET_ONLY:
+            if repeat > 1 and group.arm.algorithm == TARGET_ONLY:
                 continue
             if repeat == 1:
                 runs.append(EngineRun(group, repeat, group.cells, group.est_start_s))
@@ -524,22 +477,18 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     # (algorithm, budget, overlap): both DFLASH modes first, since every speedup is against
     # DFLASH's faster one; a budget's no-overlap arm, when asked for, right after its overlap one
     modes = (True, False) if config.ddtree_no_overlap else (True,)
-    adaptive = tuple(sorted(set(config.adaptive_budgets)))
-    schedule = tuple(config.budget_schedule)
-    # (algorithm, budget, overlap, adaptive budgets, schedule)
-    target_only: list[tuple[str, int | None, bool, tuple[int, ...], Schedule]] = [(TARGET_ONLY, None, True, (), ())]
-    specs = [] if setting.target_only_last else list(target_only)
-    specs += [(DFLASH, None, True, (), ()), (DFLASH, None, False, (), ())]
-    specs += [(DDTREE, b, o, (), ()) for b in budgets for o in modes]
-    specs += [(DDTREE, None, o, adaptive, ()) for o in modes] if adaptive else []
-    specs += [(DDTREE, None, o, (), schedule) for o in modes] if schedule else []
-    specs += target_only if setting.target_only_last else []
+    policies = [BudgetPolicy.fixed(b) for b in budgets]
+    if config.adaptive_budgets:
+        policies.append(BudgetPolicy(adaptive=tuple(sorted(set(config.adaptive_budgets)))))
+    if config.budget_schedule:
+        policies.append(BudgetPolicy(schedule=tuple(config.budget_schedule)))
+    target_only = [Arm(TARGET_ONLY)]
+    arms = [] if setting.target_only_last else list(target_only)
+    arms += [Arm(DFLASH), Arm(DFLASH, overlap=False)]
+    arms += [Arm.ddtree(policy, overlap=o) for policy in policies for o in modes]
+    arms += target_only if setting.target_only_last else []
     groups = tuple(
-        _group(
-            setting, config, algorithm=a, budget=b, overlap=o, first=i == 0, max_new_tokens=max_new,
-            adaptive=ad, schedule=sc,
-        )
-        for i, (a, b, o, ad, sc) in enumerate(specs)
+        _group(setting, config, arm=arm, first=i == 0, max_new_tokens=max_new) for i, arm in enumerate(arms)
     )
     runs = plan_runs(groups, config.repeats, setting.cost)
     fit, spent = [], 0.0
@@ -589,10 +538,10 @@ def runner_plan(
             {
                 "name": group.name,
                 "repeat": run.repeat,
-                "family": group.family,
+                "family": group.arm.algorithm,
                 "engine": dict(group.engine),
                 "est_start_s": run.est_start_s,
-                "profile": group.algorithm == DDTREE,
+                "profile": group.arm.algorithm == DDTREE,
                 "cells": cells,
             }
         )
@@ -622,11 +571,7 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
         "groups": [
             {
                 "name": g.name,
-                "algorithm": g.algorithm,
-                "budget": g.budget,
-                "adaptive": list(g.adaptive),
-                "schedule": schedule_text(g.schedule),
-                "overlap": g.overlap,
+                **g.arm.row(),
                 "engine": dict(g.engine),
                 "cells": [c.name for c in g.cells],
                 "estimated_s": round(g.est_s),  # its first run's

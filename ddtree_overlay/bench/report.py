@@ -20,16 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench import decode_compare
-from ddtree_overlay.bench.plan import (
-    DDTREE,
-    DFLASH,
-    TARGET_ONLY,
-    Cell,
-    EngineGroup,
-    SweepPlan,
-    capture_batch_sizes,
-    schedule_text,
-)
+from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, Arm, BudgetPolicy, policy_label
+from ddtree_overlay.bench.plan import Cell, EngineGroup, SweepPlan, capture_batch_sizes
 
 REPORT_VERSION = 1
 # Stages of a DDTREE round, as ddtree_profile records them; "other" is the rest of the round.
@@ -65,6 +57,10 @@ def read_records(path: Path) -> tuple[dict[RecordKey, dict[str, Any]], dict[Reco
         key = (record["arm"], int(record.get("repeat", 1)))
         (engines if record.get("kind") == "engine" else cells)[key] = record
     return cells, engines
+
+
+def _schedule_text(schedule: Sequence[tuple[int, int]]) -> str:
+    return BudgetPolicy(schedule=tuple(schedule)).schedule_text if schedule else ""
 
 
 def repeat_label(name: str, repeat: int, repeats: int) -> str:
@@ -162,11 +158,7 @@ def cell_metrics(
     row: dict[str, Any] = {
         "name": cell.name,
         "group": group.name,
-        "algorithm": group.algorithm,
-        "budget": group.budget,
-        "adaptive": list(group.adaptive),
-        "schedule": schedule_text(group.schedule),
-        "overlap": group.overlap,
+        **group.arm.row(),
         "batch_size": cell.batch_size,
         "temperature": cell.temperature,
         "prompts": cell.prompts,
@@ -179,11 +171,11 @@ def cell_metrics(
         tok_per_s=record.get("tok_per_s"),
         decode_s=record.get("decode_s"),
         tokens=record.get("tokens"),
-        steps=_steps(record, group.algorithm),
+        steps=_steps(record, group.arm.algorithm),
         host=record.get("host"),
     )
     row["step_ms"] = 1000 * record["decode_s"] / row["steps"] if row["steps"] else None
-    if group.algorithm != TARGET_ONLY:
+    if group.arm.algorithm != TARGET_ONLY:
         summary = decode_compare.acceptance_summary(record)
         completion = sum(int(m.get("completion_tokens") or 0) for m in record["meta"])
         row.update(
@@ -192,7 +184,7 @@ def cell_metrics(
             rounds=summary["rounds"],
             acceptance_histogram=_histogram(record["meta"]),
         )
-    if group.algorithm == DDTREE and engine is not None:
+    if group.arm.algorithm == DDTREE and engine is not None:
         row["profile"] = profile_split(engine.get("profile") or (), record["t_start"], record["t_end"])
     return row
 
@@ -264,7 +256,7 @@ def _lossless_reference(records: Records, plan: SweepPlan, batch_size: int) -> d
     target-only at another batch size can leave that trajectory at an exact tie, after which
     its gaps would judge the wrong tokens. Without margins: target-only at this batch size.
     """
-    target = next((g for g in plan.groups if g.algorithm == TARGET_ONLY), None)
+    target = next((g for g in plan.groups if g.arm.algorithm == TARGET_ONLY), None)
     if target is None:
         return None
     repeats = range(1, plan.config.repeats + 1)
@@ -295,7 +287,8 @@ def parity_row(
     reported over all prompts and over those whose output equals the reference's token for
     token (there the two decoders walked the same sequence, so only the drafts can differ).
     """
-    row: dict[str, Any] = {"group": group.name, "algorithm": group.algorithm, "budget": group.budget}
+    arm = group.arm.row()
+    row: dict[str, Any] = {"group": group.name, "algorithm": arm["algorithm"], "budget": arm["budget"]}
     if reference is None or "aggregate" not in reference:
         row.update(status="missing", reason=(reference or {}).get("error", "the reference did not run"))
         return row
@@ -335,17 +328,6 @@ def _reference_tokens_per_round(rows: Sequence[Mapping[str, Any]]) -> float | No
         return None
     rounds = sum(int(r["rounds"]) for r in rows)
     return sum(int(r["new_tokens"]) for r in rows) / rounds if rounds else None
-
-
-def reference_key(group: EngineGroup) -> str | None:
-    """The offline reference a group is judged against: one per algorithm and budget, whatever
-    the scheduling (overlap changes when the host works, not which tokens are accepted). None
-    for adaptive budgets and a schedule: the offline decoder runs one budget throughout."""
-    if group.algorithm == DFLASH:
-        return "dflash"
-    if group.algorithm == DDTREE and not group.adaptive and not group.schedule:
-        return f"ddtree-b{group.budget}"
-    return None
 
 
 # --- the report -----------------------------------------------------------------------------
@@ -388,8 +370,8 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if dflash is None or not ddtree:
             continue
         budgets, arm_rows = [], []
-        for arm in sorted({_ddtree_arm(r) for r in ddtree}):
-            row = fastest(r for r in ddtree if _ddtree_arm(r) == arm)
+        for arm in sorted({_sort_key(r) for r in ddtree}):
+            row = fastest(r for r in ddtree if _sort_key(r) == arm)
             assert row is not None
             arm_rows.append(row)
             speedup = row["tok_per_s"] / dflash["tok_per_s"]
@@ -435,14 +417,9 @@ def _worst_case(ddtree: Mapping[str, Any], dflash: Sequence[Mapping[str, Any]]) 
     return {"ddtree_tok_per_s": min(ours), "dflash_tok_per_s": max(theirs), "speedup_vs_dflash": min(ours) / max(theirs)}
 
 
-def _ddtree_arm(row: Mapping[str, Any]) -> tuple[int, ...]:
-    """A DDTREE arm's sort key: (budget,) for a fixed budget; adaptive budgets sort after, and
-    a schedule after those."""
-    if row.get("adaptive"):
-        return (1 << 30, *row["adaptive"])
-    if row.get("schedule"):
-        return (1 << 31, *(int(v) for step in row["schedule"].split(",") for v in step.split(":")))
-    return (int(row["budget"]),)
+def _sort_key(row: Mapping[str, Any]) -> tuple[int, ...]:
+    """A DDTREE row's (or `fastest_modes` entry's) `BudgetPolicy.sort_key`."""
+    return BudgetPolicy.of_row(row).sort_key
 
 
 def recommended_schedule(columns: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -451,7 +428,7 @@ def recommended_schedule(columns: Sequence[Mapping[str, Any]]) -> dict[str, Any]
     smaller one's budget. ``below_dflash`` lists the batch sizes where even that budget loses
     to DFLASH's faster mode."""
     greedy = sorted((c for c in columns if c["temperature"] == 0), key=lambda c: c["batch_size"])
-    fixed = [[e for e in c["budgets"] if not policy_label(e)] for c in greedy]
+    fixed = [[e for e in c["budgets"] if BudgetPolicy.of_row(e).budget is not None] for c in greedy]
     if not greedy or not all(fixed):
         return None
     best = [max(entries, key=lambda e: e["tok_per_s"]) for entries in fixed]
@@ -476,11 +453,7 @@ def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | Non
         reason = f"repeat {repeat}: {reason}"
     return {
         "name": group.name,
-        "algorithm": group.algorithm,
-        "budget": group.budget,
-        "adaptive": list(group.adaptive),
-        "schedule": schedule_text(group.schedule),
-        "overlap": group.overlap,
+        **group.arm.row(),
         "engine": dict(group.engine),
         "status": status,
         "reason": reason,
@@ -571,7 +544,7 @@ def _correctness(
     if plan.setting.reference_parity and references is not None:
         planned = planned_repeats(plan)
         for group in plan.groups:
-            key = reference_key(group)
+            key = group.arm.reference_key
             row = None if key is None else _group_parity(group, records, planned, references.get(key))
             if row is None:
                 continue
@@ -670,7 +643,7 @@ def analyse(
             "max_minutes": plan.config.max_minutes,
             "ddtree_no_overlap": plan.config.ddtree_no_overlap,
             "adaptive_budgets": list(plan.config.adaptive_budgets),
-            "budget_schedule": schedule_text(plan.config.budget_schedule),
+            "budget_schedule": _schedule_text(plan.config.budget_schedule),
             "repeats": repeats,
         },
         "context": dict(context or {}),
@@ -694,27 +667,13 @@ def _fmt(value: Any, spec: str = ".2f", empty: str = DASH) -> str:
     return format(value, spec)
 
 
-def policy_label(row: Mapping[str, Any]) -> str | None:
-    """A DDTREE arm without one fixed budget: ``adaptive 8/32/256`` (a budget per round among
-    those) or ``schedule 1:256,8:64`` (a budget per batch size); None for a fixed budget."""
-    if row.get("adaptive"):
-        return "adaptive " + "/".join(map(str, row["adaptive"]))
-    if row.get("schedule"):
-        return f"schedule {row['schedule']}"
-    return None
-
-
 def budget_label(row: Mapping[str, Any]) -> str:
-    """``B=32``, or the arm's ``policy_label``."""
-    return policy_label(row) or f"B={row['budget']}"
+    """A DDTREE row's `BudgetPolicy.label`: ``B=32``, ``adaptive 8/32/256``, ..."""
+    return BudgetPolicy.of_row(row).label
 
 
 def arm_label(row: Mapping[str, Any]) -> str:
-    if row["algorithm"] == DDTREE:
-        return f"DDTREE {budget_label(row)}" + ("" if row["overlap"] else " (no overlap)")
-    if row["algorithm"] == DFLASH:
-        return "DFLASH" if row["overlap"] else "DFLASH (no overlap)"
-    return TARGET_ONLY
+    return Arm.of_row(row).label
 
 
 def _columns(report: Mapping[str, Any]) -> list[tuple[float, int]]:
@@ -762,7 +721,7 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
     then the fastest DDTREE arm, and how much of its acceptance advantage its speedup keeps."""
     columns = _columns(report)
     by_column = {(float(c["temperature"]), int(c["batch_size"])): c for c in report.get("fastest_modes") or ()}
-    arms = sorted({_ddtree_arm(b): budget_label(b) for c in by_column.values() for b in c["budgets"]}.items())
+    arms = sorted({_sort_key(b): budget_label(b) for c in by_column.values() for b in c["budgets"]}.items())
     texts: dict[str, dict[tuple[float, int], str]] = {"DFLASH": {}}
     texts |= {f"DDTREE {label}": {} for _, label in arms}
     texts["fastest DDTREE"] = {}
@@ -1215,7 +1174,7 @@ def _plot_round_time(plt: Any, report: Mapping[str, Any], path: Path) -> Path | 
     sizes = sorted({r["batch_size"] for r in rows})
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes), 4.5), squeeze=False)
     for ax, bs in zip(axes[0], sizes, strict=True):
-        mine = sorted((r for r in rows if r["batch_size"] == bs), key=lambda r: (_ddtree_arm(r), not r["overlap"]))
+        mine = sorted((r for r in rows if r["batch_size"] == bs), key=lambda r: (_sort_key(r), not r["overlap"]))
         labels = [budget_label(r).removeprefix("B=") + ("" if r["overlap"] else "\nno overlap") for r in mine]
         bottom = [0.0] * len(mine)
         for stage in (*STAGES, "other"):

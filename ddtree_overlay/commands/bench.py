@@ -159,10 +159,10 @@ def overlay_applied(env: EnvInfo) -> bool:
 
 
 def without_algorithm(plan: SweepPlan, algorithm: str) -> SweepPlan:
-    keep = [(r, f) for r, f in zip(plan.runs, plan.expected_to_fit, strict=True) if r.group.algorithm != algorithm]
+    keep = [(r, f) for r, f in zip(plan.runs, plan.expected_to_fit, strict=True) if r.group.arm.algorithm != algorithm]
     return replace(
         plan,
-        groups=tuple(g for g in plan.groups if g.algorithm != algorithm),
+        groups=tuple(g for g in plan.groups if g.arm.algorithm != algorithm),
         runs=tuple(r for r, _ in keep),
         expected_to_fit=tuple(f for _, f in keep),
     )
@@ -343,10 +343,11 @@ def reference_jobs(plan: SweepPlan) -> dict[str, list[str]]:
     """Reference CLI arguments per key (`dflash`, `ddtree-b16`, ...): T = 0, fp32, CPU."""
     jobs: dict[str, list[str]] = {}
     for group in plan.groups:
-        key = bench_report.reference_key(group)
+        arm = group.arm
+        key = arm.reference_key
         if key is None or key in jobs or not any(c.temperature == 0 for c in group.cells):
             continue
-        algo = ["--algo", "dflash"] if key == "dflash" else ["--algo", "ddtree", "--budget", str(group.budget)]
+        algo = ["--algo", "dflash"] if arm.policy is None else ["--algo", "ddtree", "--budget", str(arm.policy.budget)]
         jobs[key] = algo
     return jobs
 

@@ -11,8 +11,9 @@ with --with-stack also the Python functions that hold the host, per step and bet
 The DDTREE stages show in the trace without SGLANG_DDTREE_PROFILE, so the timed decode carries
 no instrumentation in any arm.
 
-Arms: ddtree-b<B>[-no-overlap], ddtree-adaptive-<B1>-<B2>...[-no-overlap] (a budget per round
-among B1, B2, ...), dflash[-no-overlap], plain[-no-overlap], each optionally with
+Arms, named as everywhere in the tool (``ddtree_overlay.bench.arms``): ddtree-b<B>,
+ddtree-adaptive-<B1>-<B2>... (a budget per round among B1, B2, ...), ddtree-schedule-<bs>x<B>-...
+(a budget per batch size), dflash, plain, each with -no-overlap, and each optionally with
 environment settings for its engine, e.g. ddtree-b256@SGLANG_DDTREE_COMMIT_GRAPH=1 (A/B of the
 payload's switches in one command). Writes DIR/round_trace.json
 and a markdown table to stdout. Run on the H200 in the interpreter with the patched sglang.
@@ -32,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from ddtree_overlay.bench.arms import TARGET_ONLY, Arm  # noqa: E402
 from ddtree_overlay.bench.plan import make_setting  # noqa: E402
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace  # noqa: E402
 from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment  # noqa: E402
@@ -42,7 +44,6 @@ BASE = {
     "cuda_graph_bs_decode": [1],
     "disable_prefill_cuda_graph": True,
 }
-ARM_RE = re.compile(r"^(plain|dflash|ddtree-b(\d+)|ddtree-adaptive-(\d+(?:-\d+)+))(-no-overlap)?$")
 ENV_RE = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
 
 
@@ -57,23 +58,14 @@ def arm_env(arm: str) -> dict:
 
 def engine_kwargs(arm: str, setting, tp_size: int = 1) -> dict:
     arm_env(arm)
-    match = ARM_RE.match(arm.split("@")[0])
-    if not match:
-        raise SystemExit(
-            f"round_trace: unknown arm {arm!r} "
-            "(plain, dflash, ddtree-b<B>, ddtree-adaptive-<B1>-<B2>..., each with -no-overlap)"
-        )
+    try:
+        parsed = Arm.parse(arm.split("@")[0])
+    except ValueError as error:
+        raise SystemExit(f"round_trace: {error}") from None
     kwargs = dict(BASE, model_path=str(setting.target), tp_size=tp_size, **setting.engine)
-    if match.group(1) != "plain":
+    if parsed.algorithm != TARGET_ONLY:
         kwargs["speculative_draft_model_path"] = str(setting.draft)
-        kwargs["speculative_algorithm"] = "DFLASH" if match.group(1) == "dflash" else "DDTREE"
-    if match.group(2):
-        kwargs["speculative_ddtree_budget"] = int(match.group(2))
-    if match.group(3):
-        kwargs["speculative_ddtree_adaptive_budgets"] = match.group(3).replace("-", ",")
-    if match.group(4):
-        kwargs["disable_overlap_schedule"] = True
-    return kwargs
+    return kwargs | parsed.engine_args()
 
 
 def run_arm(arm: str, setting, args, out: Path) -> dict:

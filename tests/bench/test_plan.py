@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ddtree_overlay.bench import plan as bp
+from ddtree_overlay.bench.arms import Arm, BudgetPolicy
 
 
 def fixture_plan(tmp_path: Path, **config) -> bp.SweepPlan:
@@ -55,7 +56,7 @@ def test_tp_size_reaches_every_engine_and_defaults_to_one_gpu(tmp_path: Path) ->
 
 def baselines_before_ddtree(plan: bp.SweepPlan) -> list[str]:
     """The groups that run before the first DDTREE one."""
-    first = next(i for i, g in enumerate(plan.groups) if g.algorithm == bp.DDTREE)
+    first = next(i for i, g in enumerate(plan.groups) if g.arm.algorithm == bp.DDTREE)
     return [g.name for g in plan.groups[:first]]
 
 
@@ -102,7 +103,7 @@ def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(t
     assert baselines_before_ddtree(plan) == ["target-only", "dflash", "dflash-no-overlap"]
     for budget in bp.DEFAULT_BUDGETS:
         twin, arm = plan.group(f"ddtree-b{budget}"), plan.group(f"ddtree-b{budget}-no-overlap")
-        assert (arm.algorithm, arm.budget, arm.overlap, arm.family) == (bp.DDTREE, budget, False, bp.DDTREE)
+        assert arm.arm == Arm.ddtree(budget, overlap=False)
         assert dict(arm.engine) == dict(twin.engine) | {"disable_overlap_schedule": True}
         assert arm.engine["speculative_ddtree_budget"] == budget
         assert [c.name for c in arm.cells] == [c.name.replace(twin.name, arm.name, 1) for c in twin.cells]
@@ -111,7 +112,7 @@ def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(t
     without = fixture_plan(tmp_path)
     twins_s = sum(plan.group(f"ddtree-b{b}").est_s for b in bp.DEFAULT_BUDGETS)
     assert plan.est_s == pytest.approx(without.est_s + twins_s)
-    assert not any(g.name.endswith("-no-overlap") and g.algorithm == bp.DDTREE for g in without.groups)
+    assert not any(g.name.endswith("-no-overlap") and g.arm.algorithm == bp.DDTREE for g in without.groups)
 
 
 def test_ddtree_no_overlap_arms_count_in_the_time_box(tmp_path: Path) -> None:
@@ -127,7 +128,7 @@ def test_adaptive_budgets_add_one_ddtree_arm_per_scheduling_mode_after_the_fixed
     plan = fixture_plan(tmp_path, budgets=(32, 256), adaptive_budgets=(256, 8, 32), ddtree_no_overlap=True)
     assert [g.name for g in plan.groups][-2:] == ["ddtree-adaptive-8-32-256", "ddtree-adaptive-8-32-256-no-overlap"]
     arm, widest = plan.group("ddtree-adaptive-8-32-256"), plan.group("ddtree-b256")
-    assert (arm.algorithm, arm.budget, arm.adaptive, arm.overlap) == (bp.DDTREE, None, (8, 32, 256), True)
+    assert arm.arm == Arm.ddtree(BudgetPolicy(adaptive=(8, 32, 256)))
     assert arm.engine["speculative_ddtree_adaptive_budgets"] == "8,32,256"
     assert "speculative_ddtree_budget" not in arm.engine
     assert dict(arm.engine) | {"speculative_ddtree_budget": 256} == dict(
@@ -135,13 +136,10 @@ def test_adaptive_budgets_add_one_ddtree_arm_per_scheduling_mode_after_the_fixed
     )
     assert [c.est_s for c in arm.cells] == [c.est_s for c in widest.cells]  # priced as its widest
     assert bp.describe_plan(plan)["groups"][-1]["adaptive"] == [8, 32, 256]
-    assert not any(g.adaptive for g in fixture_plan(tmp_path).groups)
+    assert not any(g.arm.policy and g.arm.policy.adaptive for g in fixture_plan(tmp_path).groups)
 
 
-def test_group_names_carry_the_scheduling_mode() -> None:
-    assert bp.group_name(bp.DDTREE, 32, True) == "ddtree-b32"
-    assert bp.group_name(bp.DDTREE, 32, False) == "ddtree-b32-no-overlap"
-    assert bp.group_name(bp.DFLASH, None, False) == "dflash-no-overlap"
+def test_group_and_cell_names_carry_the_scheduling_mode() -> None:
     assert bp.cell_name("ddtree-b32-no-overlap", 4, 0.0) == "ddtree-b32-no-overlap/bs4/t0"
 
 
@@ -272,7 +270,6 @@ def test_describe_plan_summarises_groups_and_estimates(tmp_path: Path) -> None:
 def test_capture_sizes_cover_requested_batches_and_powers_of_two() -> None:
     assert bp.capture_batch_sizes([1, 4, 16]) == [1, 2, 4, 8, 16]
     assert bp.capture_batch_sizes([6, 24]) == [1, 2, 4, 6, 8, 16, 24]
-    assert bp.verify_width(4) == 16 and bp.verify_width(32) == 33
 
 
 # --- repeats (--repeats N): every group N times, in rounds; target-only in round 1 only ----

@@ -11,6 +11,7 @@ import pytest
 
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench import report as br
+from ddtree_overlay.bench.arms import policy_label
 
 PROMPTS = 4
 NEW = 9
@@ -35,7 +36,7 @@ def cell_record(cell: bp.Cell, group: bp.EngineGroup, *, tok_per_s: float, round
     meta = []
     for _ in range(PROMPTS):
         m: dict[str, Any] = {"completion_tokens": NEW}
-        if group.algorithm != bp.TARGET_ONLY:
+        if group.arm.algorithm != bp.TARGET_ONLY:
             m |= {"spec_verify_ct": rounds, "spec_correct_drafts_histogram": [0, rounds]}
         meta.append(m)
     record = {
@@ -57,12 +58,12 @@ def synthetic(plan: bp.SweepPlan) -> tuple[dict[tuple[str, int], dict], dict[tup
     for run in plan.runs:
         group, windows = run.group, []
         for cell in run.cells:
-            rate = speed.get(group.algorithm, 300.0 + (group.budget or 0))
-            if not group.overlap:
+            rate = speed.get(group.arm.algorithm, 300.0 + (group.arm.row()["budget"] or 0))
+            if not group.arm.overlap:
                 rate = 150.0
             record = cell_record(cell, group, tok_per_s=rate, rounds=4, t=t)
             cells[cell.name, run.repeat] = record | {"repeat": run.repeat}
-            if group.algorithm == bp.DDTREE:
+            if group.arm.algorithm == bp.DDTREE:
                 ms = {"draft": 8.0, "topk": 1.0, "tree": 2.0, "verify": 12.0, "accept": 1.0, "commit": 2.0,
                       "round": 30.0}
                 windows.append({"t_first": t + 0.1, "t_last": t + 0.9, "rounds": 4, "requests": 4 * cell.batch_size,
@@ -428,13 +429,13 @@ def test_speedup_summary_says_how_much_of_the_acceptance_advantage_the_speedup_k
 
 def test_no_overlap_ddtree_arms_are_judged_against_their_budgets_reference(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)
-    assert br.reference_key(plan.group("ddtree-b8-no-overlap")) == "ddtree-b8"
+    assert plan.group("ddtree-b8-no-overlap").arm.reference_key == "ddtree-b8"
     refs = references()
     refs["ddtree-b32"] = reference_for(NEW / 4 * 1.5)
     del refs["ddtree-b8"]
     report = br.analyse(plan, cells, engines, references=refs)
     parity = {row["group"]: row for row in report["parity"]}
-    assert list(parity) == [g.name for g in plan.groups if g.algorithm != bp.TARGET_ONLY]
+    assert list(parity) == [g.name for g in plan.groups if g.arm.algorithm != bp.TARGET_ONLY]
     off = parity["ddtree-b32-no-overlap"]
     assert off["status"] == "off" and off["budget"] == 32 and off["cell"] == "ddtree-b32-no-overlap/bs1/t0"
     assert off["reference_tokens_per_round"] == parity["ddtree-b32"]["reference_tokens_per_round"] == NEW / 4 * 1.5
@@ -526,7 +527,7 @@ def test_a_schedule_arm_is_compared_like_a_budget_after_the_adaptive_one(tmp_pat
     report = analysed_with_policy_arm(plan, "ddtree-schedule-1x32-2x8/bs1/t0", 450.0, {"32": 2, "8": 2})
     rows = {r["name"]: r for r in report["cells"]}
     assert rows["ddtree-schedule-1x32-2x8/bs1/t0"]["schedule"] == "1:32,2:8"
-    assert br.policy_label(rows["ddtree-schedule-1x32-2x8/bs1/t0"]) == "schedule 1:32,2:8"
+    assert policy_label(rows["ddtree-schedule-1x32-2x8/bs1/t0"]) == "schedule 1:32,2:8"
     bs1 = next(c for c in report["fastest_modes"] if (c["temperature"], c["batch_size"]) == (0.0, 1))
     assert [b["group"] for b in bs1["budgets"]] == [
         "ddtree-b8", "ddtree-b32", "ddtree-adaptive-8-32", "ddtree-schedule-1x32-2x8",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,56 +70,18 @@ def test_import_only_and_smoke_exclude_each_other(sglang_env: Path) -> None:
     assert done.returncode == ExitCode.USAGE
 
 
-def record(name, outputs, ok=True, **extra):
-    meta = [{"completion_tokens": len(o), "spec_verify_ct": 2} for o in outputs]
-    return {"arm": name, "ok": ok, "outputs": outputs, "meta": meta, "tok_per_s": 100.0} | extra
-
-
-def test_smoke_passes_when_speculative_arms_match_target_only() -> None:
-    plain = record("target-only", [[1, 2, 3]], top2_margins=[[5.0, 5.0, 5.0]])
-    verdict = verify_module.judge_smoke(
-        [plain, record("DFLASH", [[1, 2, 3]]), record("DDTREE", [[1, 2, 3]])],
-        expected=["target-only", "DFLASH", "DDTREE"],
-    )
-    assert verdict["passed"] and verdict["arms"]["DDTREE"]["identical"] == "1/1"
-    assert verdict["arms"]["DDTREE"]["acceptance_length"] == pytest.approx(1.0)
-
-
-def test_smoke_fails_on_a_crashed_arm_or_a_wide_margin_divergence() -> None:
-    plain = record("target-only", [[1, 2, 3]], top2_margins=[[5.0, 5.0, 5.0]])
-    crashed = {"arm": "DFLASH", "ok": False, "error": "RuntimeError: boom"}
-    wrong = record("DDTREE", [[1, 9, 3]])
-    verdict = verify_module.judge_smoke([plain, crashed, wrong], expected=["target-only", "DFLASH", "DDTREE"])
-    assert not verdict["passed"]
-    assert verdict["problems"][0] == "DFLASH: RuntimeError: boom"
-    assert "largest top1-top2 margin 5.000" in verdict["problems"][1]
-
-
-def test_smoke_plan_runs_the_three_arms_on_one_backend() -> None:
-    plan = verify_module.smoke_plan(Path("/t"), Path("/d"), 32, [[1, 2]])
-    assert [arm["name"] for arm in plan["arms"]] == ["target-only", "DFLASH", "DDTREE"]
-    assert {arm["engine"]["attention_backend"] for arm in plan["arms"]} == {"triton"}
-    assert plan["arms"][2]["engine"]["speculative_ddtree_budget"] == 32
-
-
-def test_smoke_reports_each_divergence_with_its_margin() -> None:
-    plain = record("target-only", [[1, 2, 3], [4, 5, 6]], top2_margins=[[5.0, 0.1, 5.0], [5.0] * 3])
-    near_tie = record("DDTREE", [[1, 7, 3], [4, 5, 6]])
-    verdict = verify_module.judge_smoke(
-        [plain, record("DFLASH", [[1, 2, 3], [4, 5, 6]]), near_tie], expected=["target-only", "DFLASH", "DDTREE"]
-    )
-    assert verdict["passed"]
-    [divergence] = verdict["arms"]["DDTREE"]["divergences"]
-    assert (divergence["prompt"], divergence["index"], divergence["got"], divergence["expected"]) == (0, 1, 7, 2)
-    assert divergence["margin"] == pytest.approx(0.1) and divergence["explained"]
-
-
-@pytest.mark.parametrize(("prompts", "graphs"), [(1, [1]), (5, [1, 2, 4, 5]), (32, [1, 2, 4, 8, 16, 32])])
-def test_smoke_captures_decode_graphs_only_for_the_batches_it_reaches(prompts: int, graphs: list) -> None:
-    plan = verify_module.smoke_plan(Path("/t"), Path("/d"), 15, [[1]] * prompts, max_new_tokens=256)
-    for arm in plan["arms"]:
-        assert arm["engine"]["cuda_graph_bs_decode"] == graphs
-        assert arm["sampling"]["max_new_tokens"] == 256
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--preset", "nope"], "expected presets among first, lossless"),
+        (["--preset", "lossless", "--only", "ddtree-b99"], "--only: no arm ddtree-b99 in lossless"),
+        (["--only", "plain"], "--only picks arms of --preset"),
+        (["--import-only", "--preset", "tp"], "exclude each other"),
+    ],
+)
+def test_bad_preset_arguments_are_usage_errors(args: list[str], fragment: str) -> None:
+    done = run_cli("verify", "--env", sys.executable, *args)
+    assert done.returncode == ExitCode.USAGE and fragment in done.stderr, done.stderr
 
 
 def test_smoke_refuses_more_prompts_than_the_fixture_holds(sglang_env: Path) -> None:

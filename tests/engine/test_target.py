@@ -5,7 +5,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ddtree_overlay.engine.target import IN_TARGET, RESULT_MARK, read_result, run_script, runner_events
+from ddtree_overlay.engine.target import (
+    IN_TARGET,
+    RESULT_MARK,
+    read_result,
+    run_script,
+    runner_events,
+)
 
 PYTHON = Path(sys.executable)
 

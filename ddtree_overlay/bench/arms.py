@@ -1,0 +1,267 @@
+"""The arms a measurement compares, and how a DDTREE arm picks its tree budget: one vocabulary
+for parsing, naming, labelling and the engine arguments, used by the CLI, the bench plan and
+report, verify's smoke and checks, and the GPU scripts.
+
+A budget policy is one of
+    fixed      one tree budget B for every round           --speculative-ddtree-budget 32
+    schedule   a budget per batch size (from bs on: B)     --speculative-ddtree-budget-schedule 1:256,8:64
+    adaptive   each round picks among several budgets      --speculative-ddtree-adaptive-budgets 8,32,256
+
+Arm names, as bench groups, check arms and `round_trace` arms spell them:
+    target-only (or plain), dflash, ddtree-b32, ddtree-schedule-1x256-8x64,
+    ddtree-adaptive-8-32-256, each with `-no-overlap` when overlap scheduling is off.
+Labels, as reports print them: ``B=32``, ``schedule 1:256,8:64``, ``adaptive 8/32/256``;
+``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``.
+
+The payload parses the same flags on its side (`BudgetPolicy` there); the two halves share the
+flag grammar, not code, since the payload runs inside SGLang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+TARGET_ONLY, DFLASH, DDTREE = "target-only", "DFLASH", "DDTREE"
+ALGORITHMS = (TARGET_ONLY, DFLASH, DDTREE)
+BLOCK_SIZE = 16  # the DFlash drafter's block: DFLASH verifies this many tokens per request
+Schedule = tuple[tuple[int, int], ...]  # a budget schedule's (smallest batch size, budget) steps
+NO_OVERLAP = "-no-overlap"
+
+
+def verify_width(budget: int, block_size: int = BLOCK_SIZE) -> int:
+    """DDTREE's verify width N at budget B: the root and B drafted nodes, at least a block."""
+    return max(budget + 1, block_size)
+
+
+def number_list(text: str, kind: type, minimum: float) -> tuple:
+    """"4,8,16" -> (4, 8, 16), sorted and each once; ValueError unless every one is a number
+    of ``kind`` at least ``minimum``."""
+    try:
+        values = tuple(kind(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or min(values) < minimum:
+        raise ValueError(f"expected comma-separated numbers >= {minimum:g}, got {text!r}")
+    return tuple(sorted(set(values)))
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    """Exactly one of: a fixed ``budget``, a ``schedule``, or ``adaptive`` budgets."""
+
+    budget: int | None = None
+    schedule: Schedule = ()
+    adaptive: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if sum((self.budget is not None, bool(self.schedule), bool(self.adaptive))) != 1:
+            raise ValueError(f"a budget policy is one of budget, schedule, adaptive: {self!r}")
+
+    @classmethod
+    def fixed(cls, budget: int) -> BudgetPolicy:
+        return cls(budget=budget)
+
+    @classmethod
+    def parse_adaptive(cls, text: str) -> BudgetPolicy:
+        """"8,32,256": at least two budgets, each >= 1 (SGLang's flag value)."""
+        values = number_list(text, int, 1)
+        if len(values) < 2:
+            raise ValueError(f"expected at least two budgets to choose from, got {text!r}")
+        return cls(adaptive=values)
+
+    @classmethod
+    def parse_schedule(cls, text: str) -> BudgetPolicy:
+        """"1:256,8:64": from batch size 1, batch sizes ascending, budgets >= 1 (SGLang's flag
+        value)."""
+        steps = []
+        for item in text.split(","):
+            bs, sep, budget = item.strip().partition(":")
+            if not (sep and bs.strip().isdigit() and budget.strip().isdigit()):
+                raise ValueError(f"expected BATCH_SIZE:BUDGET steps such as 1:256,8:64, got {text!r}")
+            steps.append((int(bs), int(budget)))
+        if steps[0][0] != 1 or any(b <= a for (a, _), (b, _) in itertools.pairwise(steps)):
+            raise ValueError(f"the schedule's batch sizes must start at 1 and ascend, got {text!r}")
+        if any(budget < 1 for _, budget in steps):
+            raise ValueError(f"every budget must be >= 1, got {text!r}")
+        return cls(schedule=tuple(steps))
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> BudgetPolicy:
+        """From a report row's ``budget``, ``adaptive`` (list) and ``schedule`` (flag text)."""
+        if row.get("adaptive"):
+            return cls(adaptive=tuple(row["adaptive"]))
+        if row.get("schedule"):
+            return cls.parse_schedule(row["schedule"])
+        return cls(budget=int(row["budget"]))
+
+    @property
+    def schedule_text(self) -> str:
+        """As SGLang's flag writes it: ``1:256,8:64`` (empty for the other policies)."""
+        return ",".join(f"{bs}:{budget}" for bs, budget in self.schedule)
+
+    @property
+    def slug(self) -> str:
+        """The policy's part of an arm name: ``b32``, ``schedule-1x256-8x64``, ``adaptive-8-32``."""
+        if self.adaptive:
+            return "adaptive-" + "-".join(map(str, self.adaptive))
+        if self.schedule:
+            return "schedule-" + "-".join(f"{bs}x{b}" for bs, b in self.schedule)
+        return f"b{self.budget}"
+
+    @property
+    def policy_label(self) -> str | None:
+        """``adaptive 8/32/256`` or ``schedule 1:256,8:64``; None for a fixed budget."""
+        if self.adaptive:
+            return "adaptive " + "/".join(map(str, self.adaptive))
+        if self.schedule:
+            return f"schedule {self.schedule_text}"
+        return None
+
+    @property
+    def label(self) -> str:
+        """``B=32``, or the `policy_label`."""
+        return self.policy_label or f"B={self.budget}"
+
+    @property
+    def widest(self) -> int:
+        """The largest budget any round can take."""
+        return max(self.adaptive or [b for _, b in self.schedule] or [self.budget or 0])
+
+    @property
+    def sort_key(self) -> tuple[int, ...]:
+        """Fixed budgets by size, then adaptive budgets, then schedules."""
+        if self.adaptive:
+            return (1 << 30, *self.adaptive)
+        if self.schedule:
+            return (1 << 31, *(v for step in self.schedule for v in step))
+        return (int(self.budget or 0),)
+
+    def engine_args(self) -> dict[str, Any]:
+        """The `sglang.Engine` keyword that sets this policy."""
+        if self.adaptive:
+            return {"speculative_ddtree_adaptive_budgets": ",".join(map(str, self.adaptive))}
+        if self.schedule:
+            return {"speculative_ddtree_budget_schedule": self.schedule_text}
+        return {"speculative_ddtree_budget": self.budget}
+
+
+def policy_of(row: Mapping[str, Any]) -> BudgetPolicy | None:
+    """A report row's budget policy; None for a row without one (target-only, DFLASH)."""
+    if row.get("adaptive") or row.get("schedule") or row.get("budget") is not None:
+        return BudgetPolicy.of_row(row)
+    return None
+
+
+def policy_label(row: Mapping[str, Any]) -> str | None:
+    """The row's `BudgetPolicy.policy_label`: None for a fixed budget and for no policy."""
+    policy = policy_of(row)
+    return policy.policy_label if policy else None
+
+
+_NAME = re.compile(
+    r"^(?:(?P<plain>target-only|plain)|(?P<dflash>dflash)|ddtree-(?:"
+    r"b(?P<budget>\d+)|adaptive-(?P<adaptive>\d+(?:-\d+)+)|schedule-(?P<schedule>\d+x\d+(?:-\d+x\d+)*)"
+    r"))(?P<no_overlap>-no-overlap)?$"
+)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """An algorithm, DDTREE's budget policy, and whether overlap scheduling is on."""
+
+    algorithm: str
+    policy: BudgetPolicy | None = None
+    overlap: bool = True
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS or (self.policy is None) == (self.algorithm == DDTREE):
+            raise ValueError(f"a DDTREE arm, and only a DDTREE arm, has a budget policy: {self!r}")
+
+    @classmethod
+    def ddtree(cls, policy: BudgetPolicy | int, *, overlap: bool = True) -> Arm:
+        return cls(DDTREE, BudgetPolicy.fixed(policy) if isinstance(policy, int) else policy, overlap)
+
+    @classmethod
+    def parse(cls, name: str) -> Arm:
+        """An arm from its name (see the module's docstring); ValueError names the grammar."""
+        found = _NAME.match(name)
+        if found is None:
+            raise ValueError(
+                f"unknown arm {name!r} (plain, dflash, ddtree-b<B>, ddtree-adaptive-<B1>-<B2>..., "
+                "ddtree-schedule-<bs>x<B>-..., each with -no-overlap)"
+            )
+        overlap = not found["no_overlap"]
+        if found["plain"]:
+            return cls(TARGET_ONLY, overlap=overlap)
+        if found["dflash"]:
+            return cls(DFLASH, overlap=overlap)
+        if found["budget"]:
+            return cls.ddtree(int(found["budget"]), overlap=overlap)
+        if found["adaptive"]:
+            return cls.ddtree(BudgetPolicy.parse_adaptive(found["adaptive"].replace("-", ",")), overlap=overlap)
+        steps = found["schedule"].replace("x", ":").replace("-", ",")
+        return cls.ddtree(BudgetPolicy.parse_schedule(steps), overlap=overlap)
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> Arm:
+        """From a report row (`row`'s keys)."""
+        policy = BudgetPolicy.of_row(row) if row["algorithm"] == DDTREE else None
+        return cls(row["algorithm"], policy, bool(row["overlap"]))
+
+    @property
+    def name(self) -> str:
+        if self.algorithm == TARGET_ONLY:
+            return TARGET_ONLY
+        base = "dflash" if self.algorithm == DFLASH else f"ddtree-{self.policy_or_fail.slug}"
+        return base + ("" if self.overlap else NO_OVERLAP)
+
+    @property
+    def label(self) -> str:
+        """``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``."""
+        if self.algorithm == TARGET_ONLY:
+            return TARGET_ONLY
+        base = "DFLASH" if self.algorithm == DFLASH else f"DDTREE {self.policy_or_fail.label}"
+        return base + ("" if self.overlap else " (no overlap)")
+
+    @property
+    def policy_or_fail(self) -> BudgetPolicy:
+        assert self.policy is not None, "only DDTREE arms have a budget policy"
+        return self.policy
+
+    @property
+    def reference_key(self) -> str | None:
+        """The offline reference an arm is judged against: one per algorithm and fixed budget,
+        whatever the scheduling (overlap changes when the host works, not which tokens are
+        accepted). None for target-only, adaptive budgets and schedules: the offline decoder
+        runs one budget throughout."""
+        if self.algorithm == DFLASH:
+            return "dflash"
+        if self.policy is not None and self.policy.budget is not None:
+            return f"ddtree-b{self.policy.budget}"
+        return None
+
+    def engine_args(self) -> dict[str, Any]:
+        """The `sglang.Engine` keywords that make this arm (the drafter path aside)."""
+        args: dict[str, Any] = {}
+        if self.algorithm != TARGET_ONLY:
+            args["speculative_algorithm"] = self.algorithm
+        if self.policy is not None:
+            args |= self.policy.engine_args()
+        if not self.overlap:
+            args["disable_overlap_schedule"] = True
+        return args
+
+    def row(self) -> dict[str, Any]:
+        """The arm's fields in a report row or plan description."""
+        policy = self.policy
+        return {
+            "algorithm": self.algorithm,
+            "budget": policy.budget if policy else None,
+            "adaptive": list(policy.adaptive) if policy else [],
+            "schedule": policy.schedule_text if policy else "",
+            "overlap": self.overlap,
+        }

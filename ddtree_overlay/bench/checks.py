@@ -1,0 +1,418 @@
+"""GPU acceptance checks of the payload: decode arms through `sglang.Engine` in the env's own
+interpreter (`in_target/engine_runner.py`), judged against each other.
+
+`verify --smoke` runs the smoke: target-only, DFLASH and DDTREE at one budget, every prompt at
+once, in one runner; DFLASH and DDTREE must match target-only's greedy output up to bf16
+near-ties. `verify --smoke --preset NAME[,NAME...]` runs named presets instead (`PRESETS`):
+one runner per arm (a crash stays contained), each arm's greedy output judged against its
+baseline arm, its acceptance against the offline reference (with ``--reference-dir``), a TP=2
+arm against its TP=1 twin, and a T=1 arm's token distribution against target-only's. After
+every arm, ``--out`` gets ``arms.jsonl`` (the runner's records) and ``summary.json`` (the
+verdicts so far), so a run cut off by its time box keeps what it reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddtree_overlay.bench import decode_compare
+from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, Arm, BudgetPolicy
+from ddtree_overlay.bench.plan import capture_batch_sizes
+from ddtree_overlay.bench.report import profile_split
+from ddtree_overlay.engine.target import runner_events, start_engine_runner
+from ddtree_overlay.in_target.engine_runner import PROFILE_ENV, profile_windows
+
+SMOKE_TIMEOUT_S = 1800
+OnArm = Callable[[Mapping[str, Any]], None]
+
+# Decode graphs for the batch sizes the preset arms reach (32 prompts at once, fewer as they
+# finish); prefill graphs off. Both shorten the engine start; neither changes what is measured.
+GRAPH = {
+    "attention_backend": "triton",
+    "cuda_graph_bs_decode": [1, 2, 4, 8, 16, 32],
+    "disable_prefill_cuda_graph": True,
+}
+# The T=1 arms send 512 single-prompt draws; 32 at a time keeps them on the captured graphs.
+WAVES = {"max_running_requests": 32}
+SAMPLED_DRAWS = 512
+TORCH_TREE = {"SGLANG_DDTREE_TREE_KERNEL": "torch"}  # the default is the Triton kernels
+NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
+# B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
+SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
+ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
+
+
+@dataclass(frozen=True)
+class CheckArm:
+    """One engine of a preset: an arm, what it adds to the engine and its environment, and
+    what it is judged against."""
+
+    name: str
+    arm: Arm
+    engine: Mapping[str, Any] = field(default_factory=dict)  # on top of GRAPH and the arm's keywords
+    env: Mapping[str, str] = field(default_factory=dict)  # set while its engine lives
+    sampled: bool = False  # T = 1: SAMPLED_DRAWS single-prompt draws of 4 tokens, in waves
+    top2: bool = False  # record top1-top2 margins (a baseline's outputs judge near-ties)
+    baseline: str | None = None  # greedy outputs judged lossless against this arm's
+    tp_of: str | None = None  # the TP = 1 twin whose outputs and acceptance it must match
+    on_fail: CheckArm | None = None  # run when this arm fails (e.g. the same without graphs)
+
+    def runner_arm(self, max_new_tokens: int) -> dict[str, Any]:
+        """The arm as `in_target/engine_runner.py` reads it."""
+        if self.sampled:
+            sampling = {"temperature": 1.0, "max_new_tokens": 4, "ignore_eos": True}
+        else:
+            sampling = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
+        engine = GRAPH | (WAVES if self.sampled else {}) | self.arm.engine_args() | dict(self.engine)
+        runner: dict[str, Any] = {"name": self.name, "engine": engine, "sampling": sampling}
+        if self.top2:
+            runner["top2"] = True
+        if self.env:
+            runner["env"] = dict(self.env)
+        if self.sampled:
+            runner |= {"repeat": SAMPLED_DRAWS, "prompts": 1}
+        return runner
+
+
+PLAIN = CheckArm("plain", Arm(TARGET_ONLY), top2=True)
+PLAIN_T1 = CheckArm("plain-t1", Arm(TARGET_ONLY), sampled=True)
+
+
+def _ddtree(name: str, policy: BudgetPolicy | int, *, overlap: bool = True, **fields: Any) -> CheckArm:
+    """A DDTREE arm, its greedy output judged against `PLAIN`'s unless said otherwise."""
+    fields.setdefault("baseline", None if fields.get("sampled") else PLAIN.name)
+    return CheckArm(name, Arm.ddtree(policy, overlap=overlap), **fields)
+
+
+def _dflash(name: str, **fields: Any) -> CheckArm:
+    return CheckArm(name, Arm(DFLASH), baseline=PLAIN.name, **fields)
+
+
+PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
+    "first": (
+        PLAIN,
+        _dflash("dflash"),
+        _ddtree("ddtree-b15", 15),
+        _ddtree("ddtree-b32-eager", 32, engine={"disable_cuda_graph": True}),
+        _ddtree("ddtree-b32", 32),
+    ),
+    "lossless": (
+        PLAIN,
+        _ddtree("ddtree-b32", 32, on_fail=_ddtree("ddtree-b32-eager", 32, engine={"disable_cuda_graph": True})),
+        _dflash("dflash"),
+        _ddtree("ddtree-b15", 15),
+        _ddtree("ddtree-b32-page16", 32, engine={"page_size": 16}),
+        PLAIN_T1,
+        _ddtree("ddtree-b32-t1", 32, sampled=True),
+    ),
+    # The tree stage as Triton kernels against the torch ops (same engine settings).
+    "kernels": (
+        PLAIN,
+        _ddtree("ddtree-b15-torch", 15, env=TORCH_TREE),
+        _ddtree("ddtree-b15-triton", 15),
+        _ddtree("ddtree-b32-torch", 32, env=TORCH_TREE),
+        _ddtree("ddtree-b32-triton", 32),
+    ),
+    # Any host sync inside a DDTREE round raises (torch's CUDA sync debug mode, scoped to the
+    # round): the arm fails, naming the operation.
+    "syncs": (
+        _ddtree("ddtree-b32-nosync-torch", 32, env=NO_SYNC | TORCH_TREE),
+        _ddtree("ddtree-b32-nosync-triton", 32, env=NO_SYNC),
+    ),
+    # Tensor parallelism (two GPUs): TP=2 against TP=1 and against DFLASH at TP=2.
+    "tp": (
+        PLAIN,
+        _ddtree("ddtree-b32", 32),
+        _ddtree("ddtree-b32-tp2", 32, engine={"tp_size": 2}, tp_of="ddtree-b32"),
+        _dflash("dflash-tp2", engine={"tp_size": 2}, tp_of="dflash"),
+        CheckArm("plain-tp2", Arm(TARGET_ONLY), engine={"tp_size": 2}, baseline="plain", tp_of="plain"),
+    ),
+    # A budget per batch size: one engine, several verify widths. At most 12 running: waves of
+    # 12 (B = 32), then one of 8 (B = 64), so the engine switches width mid-run; 32 at once
+    # verify 16 tokens (B = 8).
+    "schedule": (
+        PLAIN,
+        _ddtree("ddtree-schedule-waves", SCHEDULE, engine={"max_running_requests": 12}),
+        _ddtree("ddtree-schedule-bs32", SCHEDULE),
+        _ddtree("ddtree-b64", 64),
+    ),
+    # A budget chosen per round: lossless whatever the widths chosen; with the profiler on, the
+    # windows' `budgets` count the widths used (all three while they are timed, then mostly the
+    # chosen one). With overlap and without, and under the sync guard: the policy reads the GPU
+    # only through polled events.
+    "adaptive": (
+        PLAIN,
+        _ddtree("ddtree-adaptive", ADAPTIVE, env=NO_SYNC),
+        _ddtree("ddtree-adaptive-no-overlap", ADAPTIVE, overlap=False),
+        _ddtree("ddtree-adaptive-waves", ADAPTIVE, engine={"max_running_requests": 4}),
+        _ddtree("ddtree-adaptive-t1", ADAPTIVE, sampled=True),
+        PLAIN_T1,
+    ),
+    "flashinfer": (
+        CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
+        _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),
+    ),
+}
+
+
+def preset_arms(presets: Sequence[str], only: Sequence[str] = ()) -> list[CheckArm]:
+    """The arms of ``presets`` in order, less those not in ``only`` (when given)."""
+    arms = [arm for name in presets for arm in PRESETS[name]]
+    return [arm for arm in arms if arm.name in only] if only else arms
+
+
+# --- the smoke --------------------------------------------------------------------------------
+
+
+SMOKE_ARMS = {"target-only": Arm(TARGET_ONLY), "DFLASH": Arm(DFLASH)}
+
+
+def smoke_plan(
+    target: Path, draft: Path, budget: int, prompts: list[list[int]], max_new_tokens: int
+) -> dict[str, Any]:
+    greedy = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
+    # Every prompt decodes at once: decode graphs for that batch and the smaller powers of two
+    # it shrinks through; prefill graphs off. Both shorten each engine's start.
+    backend = {
+        "attention_backend": "triton",
+        "cuda_graph_bs_decode": capture_batch_sizes([len(prompts)]),
+        "disable_prefill_cuda_graph": True,
+    }
+    arms = SMOKE_ARMS | {"DDTREE": Arm.ddtree(budget)}
+    return {
+        "target": str(target),
+        "draft": str(draft),
+        "prompts": prompts,
+        "arms": [
+            {"name": name, "engine": backend | arm.engine_args(), "sampling": greedy}
+            | ({"top2": True} if arm.algorithm == TARGET_ONLY else {})
+            for name, arm in arms.items()
+        ],
+    }
+
+
+def run_smoke(
+    python: Path,
+    *,
+    target: Path,
+    draft: Path,
+    budget: int,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    on_arm: OnArm,
+) -> dict[str, Any]:
+    plan = smoke_plan(target, draft, budget, prompts, max_new_tokens)
+    with tempfile.TemporaryDirectory(prefix="ddtree-verify-") as scratch:
+        plan_path, records_path = Path(scratch) / "plan.json", Path(scratch) / "arms.jsonl"
+        plan_path.write_text(json.dumps(plan))
+        _run_runner(python, plan_path, records_path, on_arm)
+        records = read_arms(records_path)
+    return judge_smoke(records, expected=[arm["name"] for arm in plan["arms"]])
+
+
+def judge_smoke(records: list[Mapping[str, Any]], *, expected: list[str]) -> dict[str, Any]:
+    """Pass when every arm ran and the speculative arms match target-only up to near-ties."""
+    by_name = {record["arm"]: record for record in records}
+    problems, arms = [], {}
+    for name in expected:
+        record = by_name.get(name)
+        if record is None or not record.get("ok"):
+            error = (record or {}).get("error", "did not run")
+            problems.append(f"{name}: {error}")
+            arms[name] = {"ok": False, "error": error}
+            continue
+        arms[name] = _arm_view(record)
+    reference = by_name.get(expected[0])
+    for name in expected[1:]:
+        if not (arms[name]["ok"] and arms[expected[0]]["ok"]):
+            continue
+        report = decode_compare.lossless_report(reference, by_name[name])
+        arms[name] |= _lossless_view(report)
+        if not report["passed"]:
+            problems.append(_lossless_problem(name, report))
+    return {"passed": not problems, "problems": problems, "arms": arms}
+
+
+# --- the presets ------------------------------------------------------------------------------
+
+
+def run_checks(
+    python: Path,
+    arms: Sequence[CheckArm],
+    *,
+    out: Path,
+    target: Path,
+    draft: Path,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    reference_dir: Path | None,
+    on_arm: OnArm,
+) -> dict[str, Any]:
+    """Each arm in its own runner; once a DDTREE arm fails the later DDTREE arms are skipped
+    (an arm's ``on_fail`` runs instead). Returns the last `summarize`."""
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "arms.jsonl"
+    results.unlink(missing_ok=True)
+    judged = list(arms) + [arm.on_fail for arm in arms if arm.on_fail]
+    summary = summarize([], judged, reference_dir)
+    ddtree_broken = False
+    for arm in arms:
+        if ddtree_broken and arm.arm.algorithm == DDTREE:
+            on_arm({"arm": arm.name, "ok": False, "error": "skipped: an earlier DDTREE arm failed"})
+            continue
+        ran = _run_check_arm(python, arm, out, target, draft, prompts, max_new_tokens, on_arm)
+        if not ran and arm.arm.algorithm == DDTREE:
+            ddtree_broken = True
+            if arm.on_fail:
+                _run_check_arm(python, arm.on_fail, out, target, draft, prompts, max_new_tokens, on_arm)
+        summary = summarize(read_arms(results), judged, reference_dir)
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _run_check_arm(
+    python: Path,
+    arm: CheckArm,
+    out: Path,
+    target: Path,
+    draft: Path,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    on_arm: OnArm,
+) -> bool:
+    runner_arm = arm.runner_arm(max_new_tokens)
+    plan = {
+        "target": str(target),
+        "draft": str(draft),
+        "prompts": prompts[: runner_arm.pop("prompts", len(prompts))],
+        "arms": [runner_arm],
+    }
+    plan_path = out / f"plan-{arm.name}.json"
+    plan_path.write_text(json.dumps(plan))
+    return _run_runner(python, plan_path, out / "arms.jsonl", on_arm, stderr=None) == 0
+
+
+def summarize(
+    records: Sequence[Mapping[str, Any]], arms: Sequence[CheckArm], reference_dir: Path | None
+) -> dict[str, Any]:
+    """The verdicts on the arms recorded so far: each arm's acceptance, greedy outputs against
+    its baseline, acceptance against the offline reference, TP=2 against TP=1, and T=1 token
+    distributions against target-only's. ``problems`` (failed arms, lossless failures) make
+    the check fail; the rest is reported."""
+    by_name = {record["arm"]: record for record in records}
+    known = {arm.name: arm for arm in arms}
+    summary: dict[str, Any] = {"arms": {}, "lossless": [], "distribution": [], "parity": [], "tp": [], "problems": []}
+    for name, record in by_name.items():
+        arm = known.get(name)
+        if not record.get("ok"):
+            summary["arms"][name] = {"ok": False, "error": record.get("error"), "traceback": record.get("traceback")}
+            summary["problems"].append(f"{name}: {record.get('error')}")
+            continue
+        summary["arms"][name] = dict(
+            decode_compare.acceptance_summary(record),
+            ok=True,
+            tok_per_s=record.get("tok_per_s"),
+            start_s=record.get("start_s"),
+            decode_s=record.get("decode_s"),
+            budgets=budgets_used(os.environ.get(PROFILE_ENV), record),
+        )
+        if arm is None:
+            continue
+        baseline = by_name.get(arm.baseline or "")
+        if baseline and baseline.get("ok") and not arm.sampled:
+            report = decode_compare.lossless_report(baseline, record)
+            summary["lossless"].append(report)
+            if not report["passed"]:
+                summary["problems"].append(_lossless_problem(name, report))
+        reference = _reference(reference_dir, arm)
+        if reference is not None:
+            parity = decode_compare.acceptance_parity(record, reference)
+            summary["parity"].append({k: v for k, v in parity.items() if k != "per_prompt"})
+        twin = by_name.get(arm.tp_of or "")
+        if twin and twin.get("ok"):
+            summary["tp"].append(tp_comparison(twin, record))
+        plain = by_name.get(PLAIN_T1.name)
+        if arm.sampled and name != PLAIN_T1.name and plain and plain.get("ok"):
+            for position in (1, 2, 3):
+                test = decode_compare.distribution_test(plain, record, position)
+                summary["distribution"].append(dict(test, arm=name))
+    return summary
+
+
+def arms_view(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """Per arm, what `verify` shows: ok, tok/s, acceptance, and the lossless verdict."""
+    lossless = {report["arm"]: report for report in summary["lossless"]}
+    view = {}
+    for name, arm in summary["arms"].items():
+        if not arm["ok"]:
+            view[name] = {"ok": False, "error": arm["error"]}
+            continue
+        view[name] = {"ok": True, "tok_per_s": arm["tok_per_s"], "acceptance_length": arm["mean_acceptance_length"]}
+        if name in lossless:
+            view[name] |= _lossless_view(lossless[name])
+    return view
+
+
+def budgets_used(profile_path: str | None, record: Mapping[str, Any]) -> dict[str, int] | None:
+    """Rounds per tree budget in the profile windows written while an arm's engine lived."""
+    if record.get("t_start") is None:
+        return None
+    split = profile_split(profile_windows(profile_path), record["t_start"], record["t_end"])
+    return (split or {}).get("budgets") or None
+
+
+def tp_comparison(tp1: Mapping[str, Any], tp2: Mapping[str, Any]) -> dict[str, Any]:
+    """A TP=2 arm against its TP=1 twin: same outputs, same acceptance, tok/s ratio."""
+    same = sum(a == b for a, b in zip(tp1["outputs"], tp2["outputs"], strict=False))
+    acceptance = [decode_compare.acceptance_summary(r)["mean_acceptance_length"] for r in (tp1, tp2)]
+    return {
+        "arm": tp2["arm"], "tp1_arm": tp1["arm"], "identical_to_tp1": same, "prompts": len(tp2["outputs"]),
+        "acceptance_tp1": acceptance[0], "acceptance_tp2": acceptance[1],
+        "tok_per_s_ratio": tp2["tok_per_s"] / tp1["tok_per_s"],
+    }
+
+
+def read_arms(path: Path) -> list[dict[str, Any]]:
+    """The runner's records so far (one JSON line per arm)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def _reference(directory: Path | None, arm: CheckArm) -> dict[str, Any] | None:
+    """The offline reference run for the arm's algorithm and fixed budget, if there is one."""
+    key = arm.arm.reference_key
+    if directory is None or key is None or arm.sampled:
+        return None
+    path = directory / f"{key}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _run_runner(python: Path, plan: Path, records: Path, on_arm: OnArm, **popen: Any) -> int:
+    with start_engine_runner(python, plan, records, **popen) as runner:
+        assert runner.stdout is not None
+        for tag, event in runner_events(runner.stdout):
+            if tag == "ARM":
+                on_arm(event)
+        return runner.wait(timeout=SMOKE_TIMEOUT_S)
+
+
+def _arm_view(record: Mapping[str, Any]) -> dict[str, Any]:
+    summary = decode_compare.acceptance_summary(record)
+    return {"ok": True, "tok_per_s": record.get("tok_per_s"), "acceptance_length": summary["mean_acceptance_length"]}
+
+
+def _lossless_view(report: Mapping[str, Any]) -> dict[str, Any]:
+    return {"identical": f"{report['identical']}/{report['prompts']}", "divergences": report["divergences"]}
+
+
+def _lossless_problem(name: str, report: Mapping[str, Any]) -> str:
+    worst = max(d["margin"] or 0.0 for d in report["divergences"] if not d["explained"])
+    return (
+        f"{name}: {report['unexplained']} divergence(s) from {report['reference']} beyond bf16 noise "
+        f"(largest top1-top2 margin {worst:.3f})"
+    )

@@ -1,0 +1,111 @@
+"""bench.arms: one vocabulary for arms and budget policies, from CLI text to engine keywords."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddtree_overlay.bench.arms import (
+    DDTREE,
+    DFLASH,
+    TARGET_ONLY,
+    Arm,
+    BudgetPolicy,
+    number_list,
+    policy_label,
+    verify_width,
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "arm", "label", "engine"),
+    [
+        ("target-only", Arm(TARGET_ONLY), "target-only", {}),
+        ("dflash-no-overlap", Arm(DFLASH, overlap=False), "DFLASH (no overlap)",
+         {"speculative_algorithm": DFLASH, "disable_overlap_schedule": True}),
+        ("ddtree-b32", Arm.ddtree(32), "DDTREE B=32",
+         {"speculative_algorithm": DDTREE, "speculative_ddtree_budget": 32}),
+        ("ddtree-adaptive-8-32-256-no-overlap", Arm.ddtree(BudgetPolicy(adaptive=(8, 32, 256)), overlap=False),
+         "DDTREE adaptive 8/32/256 (no overlap)",
+         {"speculative_algorithm": DDTREE, "speculative_ddtree_adaptive_budgets": "8,32,256",
+          "disable_overlap_schedule": True}),
+        ("ddtree-schedule-1x256-8x64", Arm.ddtree(BudgetPolicy(schedule=((1, 256), (8, 64)))),
+         "DDTREE schedule 1:256,8:64",
+         {"speculative_algorithm": DDTREE, "speculative_ddtree_budget_schedule": "1:256,8:64"}),
+    ],
+)
+def test_an_arm_reads_back_from_its_name_with_its_label_and_engine_keywords(name, arm, label, engine) -> None:
+    assert Arm.parse(name) == arm and arm.name == name
+    assert arm.label == label and arm.engine_args() == engine
+    assert Arm.of_row(arm.row()) == arm
+
+
+def test_plain_is_target_only() -> None:
+    assert Arm.parse("plain") == Arm(TARGET_ONLY)
+
+
+@pytest.mark.parametrize("name", ["eagle", "dflash-overlap", "ddtree-adaptive-8", "ddtree-b", "ddtree-schedule-2x8"])
+def test_a_bad_arm_name_says_what_names_exist(name: str) -> None:
+    with pytest.raises(ValueError, match=r"unknown arm|must start at 1"):
+        Arm.parse(name)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1=256", "expected BATCH_SIZE:BUDGET steps"),
+        ("2:256", "must start at 1 and ascend"),
+        ("1:256,8:64,4:8", "must start at 1 and ascend"),
+        ("1:256,8:0", "every budget must be >= 1"),
+    ],
+)
+def test_a_bad_schedule_is_refused_with_the_rule_it_breaks(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BudgetPolicy.parse_schedule(text)
+
+
+def test_adaptive_budgets_are_at_least_two_sorted_budgets() -> None:
+    assert BudgetPolicy.parse_adaptive("256,8,32,8").adaptive == (8, 32, 256)
+    with pytest.raises(ValueError, match="at least two budgets"):
+        BudgetPolicy.parse_adaptive("32")
+    with pytest.raises(ValueError, match=">= 1"):
+        BudgetPolicy.parse_adaptive("8,0")
+
+
+def test_a_policy_is_exactly_one_kind_and_only_ddtree_has_one() -> None:
+    with pytest.raises(ValueError):
+        BudgetPolicy(budget=8, adaptive=(8, 32))
+    with pytest.raises(ValueError):
+        Arm(DFLASH, BudgetPolicy.fixed(8))
+    with pytest.raises(ValueError):
+        Arm(DDTREE)
+
+
+def test_policies_sort_fixed_then_adaptive_then_schedules_and_price_as_their_widest() -> None:
+    policies = [BudgetPolicy(schedule=((1, 64),)), BudgetPolicy(adaptive=(8, 256)), BudgetPolicy.fixed(32)]
+    assert [p.label for p in sorted(policies, key=lambda p: p.sort_key)] == [
+        "B=32", "adaptive 8/256", "schedule 1:64",
+    ]
+    assert [p.widest for p in policies] == [64, 256, 32]
+
+
+def test_only_fixed_budgets_and_dflash_have_an_offline_reference() -> None:
+    assert Arm.ddtree(8, overlap=False).reference_key == "ddtree-b8"
+    assert Arm(DFLASH, overlap=False).reference_key == "dflash"
+    assert Arm.ddtree(BudgetPolicy(adaptive=(8, 32))).reference_key is None
+    assert Arm(TARGET_ONLY).reference_key is None
+
+
+def test_rows_without_a_policy_have_no_policy_label() -> None:
+    assert policy_label(Arm(DFLASH).row()) is None
+    assert policy_label(Arm.ddtree(16).row()) is None
+    assert policy_label(Arm.ddtree(BudgetPolicy(adaptive=(8, 32))).row()) == "adaptive 8/32"
+
+
+def test_verify_width_is_the_root_and_the_budget_but_at_least_a_block() -> None:
+    assert verify_width(4) == 16 and verify_width(32) == 33
+
+
+def test_number_lists_are_sorted_sets_of_numbers_at_least_the_minimum() -> None:
+    assert number_list("16,4,8,4", int, 1) == (4, 8, 16)
+    with pytest.raises(ValueError, match="expected comma-separated numbers, got"):
+        number_list("4,many", int, 1)

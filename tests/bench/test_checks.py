@@ -1,0 +1,181 @@
+"""bench.checks: the smoke and the GPU acceptance presets, their arms and their verdicts.
+
+The presets run end to end here against the stand-in sglang of `bench_fakes` (CPU, no model):
+one runner per arm, the records and verdicts written after every arm.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench_fakes import install_fake_sglang
+
+from ddtree_overlay.bench import checks
+
+PYTHON = Path(sys.executable)
+
+
+def test_an_arm_counts_the_budgets_of_the_profile_windows_written_while_its_engine_lived(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.jsonl"
+
+    def window(t_first: float, budgets: dict[str, int]) -> dict:  # as ddtree_profile writes one
+        rounds = sum(budgets.values())
+        return {"t_first": t_first, "t_last": t_first + 1.0, "rounds": rounds, "requests": rounds,
+                "cuda_graph_rounds": rounds, "ms_sum": {"round": 2.0 * rounds}, "budgets": budgets}
+
+    windows = [
+        window(5.0, {"64": 9}),  # the arm before
+        window(12.0, {"32": 40, "8": 3}),
+        window(15.0, {"32": 10, "128": 2}),
+        window(25.0, {"8": 1}),  # the arm after
+    ]
+    profile.write_text("".join(json.dumps(w) + "\n" for w in windows))
+    arm = {"t_start": 10.0, "t_end": 20.0}
+    assert checks.budgets_used(str(profile), arm) == {"8": 3, "32": 50, "128": 2}
+    assert checks.budgets_used(None, arm) is None
+    assert checks.budgets_used(str(profile), {"t_start": 30.0, "t_end": 40.0}) is None
+    assert checks.budgets_used(str(profile), {}) is None  # a record from before t_start was kept
+
+
+def test_the_adaptive_preset_checks_lossless_overlap_sync_and_sampling() -> None:
+    arms = {arm.name: arm.runner_arm(256) for arm in checks.PRESETS["adaptive"]}
+    assert arms["ddtree-adaptive"]["engine"]["speculative_ddtree_adaptive_budgets"] == "8,32,128"
+    assert arms["ddtree-adaptive"]["env"] == {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
+    assert arms["ddtree-adaptive-no-overlap"]["engine"]["disable_overlap_schedule"] is True
+    assert {"plain", "plain-t1", "ddtree-adaptive-t1"} <= set(arms)
+    sampled = arms["ddtree-adaptive-t1"]
+    assert (sampled["repeat"], sampled["prompts"], sampled["sampling"]["temperature"]) == (512, 1, 1.0)
+    assert sampled["engine"]["max_running_requests"] == 32
+
+
+def test_the_arms_the_gpu_scripts_name_are_in_their_presets() -> None:
+    """scripts/gpu/evidence.sh's default arms, and every preset's arm names, are stable."""
+    lossless = {arm.name for arm in checks.PRESETS["lossless"]}
+    assert {"plain", "ddtree-b32", "ddtree-b32-page16", "plain-t1", "ddtree-b32-t1"} <= lossless
+    for name, arms in checks.PRESETS.items():
+        names = [arm.name for arm in arms]
+        assert len(names) == len(set(names)), name
+        for arm in arms:
+            assert arm.baseline in (None, *names, "plain"), (name, arm.name)
+
+
+def record(name, outputs, ok=True, **extra):
+    meta = [{"completion_tokens": len(o), "spec_verify_ct": 2} for o in outputs]
+    return {"arm": name, "ok": ok, "outputs": outputs, "meta": meta, "tok_per_s": 100.0} | extra
+
+
+def test_the_summary_judges_what_ran_so_far_and_near_ties_pass() -> None:
+    greedy = {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": True}
+    arms = checks.PRESETS["adaptive"]
+    plain = record("plain", [[1, 2, 3, 4], [5, 6, 7, 8]], sampling=greedy,
+                   top2_margins=[[0.5] * 4, [0.5, 0.0, 0.5, 0.5]])
+    assert checks.summarize([plain], arms, None)["lossless"] == []
+    # the second arm (after which the time box struck) diverges where the target's top two tie
+    ddtree = record("ddtree-adaptive", [[1, 2, 3, 4], [5, 9, 7, 8]], sampling=greedy)
+    summary = checks.summarize([plain, ddtree], arms, None)
+    (verdict,) = summary["lossless"]
+    assert (verdict["arm"], verdict["identical"], verdict["unexplained"], verdict["passed"]) == (
+        "ddtree-adaptive", 1, 0, True,
+    )
+    assert summary["problems"] == []
+    assert checks.arms_view(summary)["ddtree-adaptive"]["identical"] == "1/2"
+
+
+def run_presets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behaviour: dict[str, Any], *names: str):
+    root = install_fake_sglang(tmp_path / "fake")
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setenv("FAKE_SGLANG", json.dumps(behaviour))
+    monkeypatch.setenv("FAKE_SGLANG_LOG", str(tmp_path / "engines.log"))
+    events: list[dict[str, Any]] = []
+    summary = checks.run_checks(
+        PYTHON,
+        checks.preset_arms(("lossless",), names),
+        out=tmp_path / "out",
+        target=Path("/t"),
+        draft=Path("/d"),
+        prompts=[[1, 2, 3], [4, 5]],
+        max_new_tokens=6,
+        reference_dir=None,
+        on_arm=events.append,
+    )
+    return summary, events
+
+
+def test_presets_run_one_runner_per_arm_and_write_the_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary, events = run_presets(tmp_path, monkeypatch, {}, "plain", "ddtree-b15", "dflash")
+    assert [e["arm"] for e in events] == ["plain", "dflash", "ddtree-b15"]  # preset order
+    assert summary["problems"] == [] and {v["arm"] for v in summary["lossless"]} == {"dflash", "ddtree-b15"}
+    written = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert written == json.loads(json.dumps(summary))
+    assert len((tmp_path / "out" / "arms.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_failed_ddtree_arm_runs_its_fallback_and_skips_later_ddtree_arms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary, events = run_presets(
+        tmp_path, monkeypatch, {"fail_start_budgets": [32]}, "plain", "ddtree-b32", "ddtree-b15"
+    )
+    outcomes = {e["arm"]: (e["ok"], e.get("error") or "") for e in events}
+    assert outcomes["ddtree-b32"][0] is False and outcomes["ddtree-b32-eager"][0] is False
+    assert outcomes["ddtree-b15"] == (False, "skipped: an earlier DDTREE arm failed")
+    assert [p.split(":")[0] for p in summary["problems"]] == ["ddtree-b32", "ddtree-b32-eager"]
+
+
+def test_a_diverging_arm_is_a_problem_naming_its_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    summary, _ = run_presets(tmp_path, monkeypatch, {"diverge_budgets": [15]}, "plain", "ddtree-b15")
+    (problem,) = summary["problems"]
+    assert problem.startswith("ddtree-b15: 2 divergence(s) from plain beyond bf16 noise")
+
+
+def test_smoke_passes_when_speculative_arms_match_target_only() -> None:
+    plain = record("target-only", [[1, 2, 3]], top2_margins=[[5.0, 5.0, 5.0]])
+    verdict = checks.judge_smoke(
+        [plain, record("DFLASH", [[1, 2, 3]]), record("DDTREE", [[1, 2, 3]])],
+        expected=["target-only", "DFLASH", "DDTREE"],
+    )
+    assert verdict["passed"] and verdict["arms"]["DDTREE"]["identical"] == "1/1"
+    assert verdict["arms"]["DDTREE"]["acceptance_length"] == pytest.approx(1.0)
+
+
+def test_smoke_fails_on_a_crashed_arm_or_a_wide_margin_divergence() -> None:
+    plain = record("target-only", [[1, 2, 3]], top2_margins=[[5.0, 5.0, 5.0]])
+    crashed = {"arm": "DFLASH", "ok": False, "error": "RuntimeError: boom"}
+    wrong = record("DDTREE", [[1, 9, 3]])
+    verdict = checks.judge_smoke([plain, crashed, wrong], expected=["target-only", "DFLASH", "DDTREE"])
+    assert not verdict["passed"]
+    assert verdict["problems"][0] == "DFLASH: RuntimeError: boom"
+    assert "largest top1-top2 margin 5.000" in verdict["problems"][1]
+
+
+def test_smoke_plan_runs_the_three_arms_on_one_backend() -> None:
+    plan = checks.smoke_plan(Path("/t"), Path("/d"), 32, [[1, 2]], 64)
+    assert [arm["name"] for arm in plan["arms"]] == ["target-only", "DFLASH", "DDTREE"]
+    assert {arm["engine"]["attention_backend"] for arm in plan["arms"]} == {"triton"}
+    assert plan["arms"][2]["engine"]["speculative_ddtree_budget"] == 32
+
+
+def test_smoke_reports_each_divergence_with_its_margin() -> None:
+    plain = record("target-only", [[1, 2, 3], [4, 5, 6]], top2_margins=[[5.0, 0.1, 5.0], [5.0] * 3])
+    near_tie = record("DDTREE", [[1, 7, 3], [4, 5, 6]])
+    verdict = checks.judge_smoke(
+        [plain, record("DFLASH", [[1, 2, 3], [4, 5, 6]]), near_tie], expected=["target-only", "DFLASH", "DDTREE"]
+    )
+    assert verdict["passed"]
+    [divergence] = verdict["arms"]["DDTREE"]["divergences"]
+    assert (divergence["prompt"], divergence["index"], divergence["got"], divergence["expected"]) == (0, 1, 7, 2)
+    assert divergence["margin"] == pytest.approx(0.1) and divergence["explained"]
+
+
+@pytest.mark.parametrize(("prompts", "graphs"), [(1, [1]), (5, [1, 2, 4, 5]), (32, [1, 2, 4, 8, 16, 32])])
+def test_smoke_captures_decode_graphs_only_for_the_batches_it_reaches(prompts: int, graphs: list) -> None:
+    plan = checks.smoke_plan(Path("/t"), Path("/d"), 15, [[1]] * prompts, max_new_tokens=256)
+    for arm in plan["arms"]:
+        assert arm["engine"]["cuda_graph_bs_decode"] == graphs
+        assert arm["sampling"]["max_new_tokens"] == 256
