@@ -14,6 +14,7 @@ and parity is checked on every repeat, showing the one furthest from the referen
 from __future__ import annotations
 
 import json
+import lzma
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -48,9 +49,14 @@ def read_records(path: Path) -> tuple[dict[RecordKey, dict[str, Any]], dict[Reco
     before `--repeats` carry no repeat: they are repeat 1."""
     cells: dict[RecordKey, dict[str, Any]] = {}
     engines: dict[RecordKey, dict[str, Any]] = {}
-    if not path.exists():
+    packed = path.with_name(path.name + ".xz")  # how docs/bench keeps finished runs' records
+    if path.exists():
+        text = path.read_text()
+    elif packed.exists():
+        text = lzma.decompress(packed.read_bytes()).decode()
+    else:
         return cells, engines
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         if not line.strip():
             continue
         record = json.loads(line)

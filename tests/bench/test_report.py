@@ -4,6 +4,7 @@ from synthetic runner records."""
 from __future__ import annotations
 
 import json
+import lzma
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,17 @@ def test_read_records_splits_cells_from_engines(tmp_path: Path) -> None:
     assert cells == {("a/bs1/t0", 1): {"kind": "cell", "arm": "a/bs1/t0", "ok": True}}  # no repeat: repeat 1
     assert list(engines) == [("a", 1)]
     assert br.read_records(tmp_path / "missing.jsonl") == ({}, {})
+
+
+def test_read_records_reads_an_xz_packed_run_as_the_plain_one(tmp_path: Path) -> None:
+    plain = tmp_path / "plain" / "records.jsonl"
+    packed = tmp_path / "packed" / "records.jsonl"
+    plain.parent.mkdir()
+    packed.parent.mkdir()
+    lines = [{"arm": "ddtree-b32", "repeat": 2, "tok_per_s": 9.0}, {"arm": "dflash", "kind": "engine"}]
+    plain.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    packed.with_name("records.jsonl.xz").write_bytes(lzma.compress(plain.read_bytes()))
+    assert br.read_records(packed) == br.read_records(plain) != ({}, {})
 
 
 def test_plots_are_written_as_png(tmp_path: Path) -> None:
