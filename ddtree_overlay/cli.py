@@ -25,7 +25,7 @@ from ddtree_overlay.commands.manifest_refresh import refresh_manifest
 from ddtree_overlay.commands.recover import recover as recover_env
 from ddtree_overlay.commands.rollback import rollback as rollback_env
 from ddtree_overlay.commands.status import status as status_of
-from ddtree_overlay.commands.verify import SMOKE_NEW_TOKENS, SMOKE_PROMPTS, GpuChecks
+from ddtree_overlay.commands.verify import PAIRS, SMOKE_NEW_TOKENS, SMOKE_PROMPTS, GpuChecks
 from ddtree_overlay.commands.verify import verify as verify_env
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import OverlayError, exit_code_table
@@ -178,13 +178,22 @@ def verify(
     smoke: Annotated[
         bool, typer.Option("--smoke", help="also decode target-only, DFLASH and DDTREE on the GPU")
     ] = False,
+    pair: Annotated[
+        str,
+        typer.Option(
+            "--pair",
+            callback=_choice(tuple(PAIRS)),
+            help="bundled fixture pair whose prompts (and, without --target/--draft, models) decode: "
+            "dense (Qwen3) or hybrid (Qwen3.5-layout Gated DeltaNet)",
+        ),
+    ] = "dense",
     target: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--target", help="target model dir (default: the bundled fixture pair)"),
+        typer.Option("--target", help="target model dir (default: the --pair fixture's)"),
     ] = None,
     draft: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--draft", help="DFlash drafter dir (default: the bundled fixture pair)"),
+        typer.Option("--draft", help="DFlash drafter dir (default: the --pair fixture's)"),
     ] = None,
     budget: Annotated[int, typer.Option("--budget", min=1, help="DDTREE budget for the smoke")] = 15,
     prompts: Annotated[
@@ -233,6 +242,7 @@ def verify(
         unknown = ", ".join(sorted(set(arms) - known))
         raise typer.BadParameter(f"--only: no arm {unknown} in {','.join(presets)} (arms: {', '.join(sorted(known))})")
     gpu = GpuChecks(
+        pair=pair,
         target=target,
         draft=draft,
         budget=budget,

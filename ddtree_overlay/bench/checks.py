@@ -46,6 +46,7 @@ NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
 # B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
 SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
 ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
+HYBRID_ADAPTIVE = BudgetPolicy.parse_adaptive("8,16,32")
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,29 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         PLAIN_T1,
     ),
     "flashinfer": (
+        CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
+        _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),
+    ),
+    # A Gated-DeltaNet hybrid target (run with --pair hybrid): the tree verify through SGLang's
+    # linear-attention tree kernels and the recurrent-state commit, with CUDA graphs, overlap
+    # and the radix cache on (every arm decodes its prompts twice, the timed pass from cached
+    # prefixes), at one width, two, and adaptive widths; greedy and T = 1.
+    "hybrid": (
+        PLAIN,
+        _ddtree("ddtree-b32", 32, on_fail=_ddtree("ddtree-b32-eager", 32, engine={"disable_cuda_graph": True})),
+        _dflash("dflash"),
+        _ddtree("ddtree-b16", 16),
+        _ddtree("ddtree-adaptive", HYBRID_ADAPTIVE, env=NO_SYNC),
+        PLAIN_T1,
+        _ddtree("ddtree-b32-t1", 32, sampled=True),
+    ),
+    # The hybrid's other serving settings: paged KV (the mamba track interval then follows the
+    # page), no overlap, a budget schedule switching widths mid-run, flashinfer attention.
+    "hybrid-settings": (
+        PLAIN,
+        _ddtree("ddtree-b32-page16", 32, engine={"page_size": 16}),
+        _ddtree("ddtree-b32-no-overlap", 32, overlap=False),
+        _ddtree("ddtree-schedule-waves", SCHEDULE, engine={"max_running_requests": 12}),
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),
     ),

@@ -2,8 +2,9 @@
 
 Two tiers, both run by the target env's python, never the tool's:
 - imports: every module the overlay added or patched, in one fresh interpreter;
-- smoke (``--smoke``): target-only, DFLASH and DDTREE decodes of the fixture pair (or
-  ``--target/--draft``) through ``sglang.Engine``; each arm must run, DFLASH and DDTREE must
+- smoke (``--smoke``): target-only, DFLASH and DDTREE decodes of a bundled fixture pair
+  (``--pair dense``, a Qwen3 target, or ``--pair hybrid``, a Qwen3.5-layout Gated-DeltaNet
+  hybrid) or of ``--target/--draft`` through ``sglang.Engine``; each arm must run, DFLASH and DDTREE must
   match target-only greedy output up to bf16 near-ties, and their acceptance is reported.
   With ``--preset``, the GPU acceptance presets of `bench.checks` run instead, their records
   and verdicts written to ``--out``.
@@ -28,7 +29,8 @@ from ddtree_overlay.engine.target import run_script
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
-HELD_OUT = FIXTURES / "heldout_prompts.json"
+# Each bundled pair's folder: target/, draft/ and its held-out prompts.
+PAIRS = {"dense": FIXTURES, "hybrid": FIXTURES / "hybrid"}
 IMPORT_TIMEOUT_S = 600
 SMOKE_PROMPTS, SMOKE_NEW_TOKENS = 8, 64
 
@@ -37,6 +39,7 @@ SMOKE_PROMPTS, SMOKE_NEW_TOKENS = 8, 64
 class GpuChecks:
     """What ``verify --smoke`` decodes: the smoke, or the arms of ``presets``."""
 
+    pair: str = "dense"  # the bundled pair: its prompts, and its models unless target/draft
     target: Path | None = None
     draft: Path | None = None
     budget: int = 15  # the smoke's DDTREE budget
@@ -106,10 +109,12 @@ def run_gpu_checks(
 ) -> dict[str, Any]:
     """The smoke's verdict, or the presets': ``passed``, ``problems``, ``arms`` (and for the
     presets ``out`` and the ``summary``)."""
-    held_out = json.loads(HELD_OUT.read_text())
+    pair = PAIRS[gpu.pair]
+    held_out_path = pair / "heldout_prompts.json"
+    held_out = json.loads(held_out_path.read_text())
     if gpu.prompts > len(held_out):
-        raise errors.too_few_prompts(len(held_out), gpu.prompts, HELD_OUT)
-    target, draft = gpu.target or FIXTURES / "target", gpu.draft or FIXTURES / "draft"
+        raise errors.too_few_prompts(len(held_out), gpu.prompts, held_out_path)
+    target, draft = gpu.target or pair / "target", gpu.draft or pair / "draft"
     if not gpu.presets:
         return checks.run_smoke(
             python,

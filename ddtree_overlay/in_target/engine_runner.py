@@ -71,6 +71,7 @@ META_KEYS = (
     "spec_accept_length",
     "spec_correct_drafts_histogram",
     "finish_reason",
+    "cached_tokens",  # prompt tokens served from the radix cache
 )
 PROFILE_ENV = "SGLANG_DDTREE_PROFILE"
 # Time one DDTREE round in 8: the split needs a sample, while the timed decode should carry as

@@ -2,7 +2,8 @@
 `ddtree-overlay verify --smoke --preset` for the env whose interpreter runs this script.
 
     python3 scripts/gpu/payload_check.py --preset lossless[,kernels...] [--only ARM,...] --out DIR
-        [--n-prompts 32] [--max-new-tokens 256] [--target DIR --draft DIR] [--reference-dir DIR]
+        [--n-prompts 32] [--max-new-tokens 256] [--pair dense|hybrid] [--target DIR --draft DIR]
+        [--reference-dir DIR]
 
 Run on the H200 in the interpreter that has the patched sglang on its path, after `apply`
 (the presets, their arms and the judge are `ddtree_overlay.bench.checks`). DIR receives
@@ -24,6 +25,7 @@ from ddtree_overlay.cli import app  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pair", default="dense", help="bundled fixture pair: dense or hybrid")
     ap.add_argument("--target")
     ap.add_argument("--draft")
     ap.add_argument("--n-prompts", type=int, default=32)
@@ -36,6 +38,7 @@ def main() -> None:
     argv = [
         "verify", "--env", sys.executable, "--smoke", "--preset", args.preset, "--only", args.only,
         "--out", args.out, "--prompts", str(args.n_prompts), "--max-new-tokens", str(args.max_new_tokens),
+        "--pair", args.pair,
     ]
     for flag, value in (("--target", args.target), ("--draft", args.draft), ("--reference-dir", args.reference_dir)):
         if value:

@@ -28,6 +28,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_profile",
     "sglang.srt.speculative.ddtree_tp",
     "sglang.srt.speculative.ddtree_adaptive",
+    "sglang.srt.speculative.ddtree_hybrid",
     "sglang.srt.speculative.ddtree_cuda_graph_runner",
 ]
 
