@@ -58,6 +58,9 @@ from contextlib import contextmanager
 
 BASE_ENGINE = {
     "skip_tokenizer_init": True,
+    # Prompts are token ids and the fixtures carry no processor: a vision-language checkpoint
+    # (the Qwen3.5-layout hybrid) must not build its multimodal input processing.
+    "enable_multimodal": False,
     "grammar_backend": "none",
     "mem_fraction_static": 0.45,
     "log_level": "error",
