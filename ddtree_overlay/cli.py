@@ -19,6 +19,7 @@ from ddtree_overlay.bench.arms import BudgetPolicy, number_list
 from ddtree_overlay.commands.apply import apply as apply_patch_set
 from ddtree_overlay.commands.bench import BenchRequest, default_out
 from ddtree_overlay.commands.bench import bench as bench_env
+from ddtree_overlay.commands.bench import reanalyse as reanalyse_run
 from ddtree_overlay.commands.demo import run_demo
 from ddtree_overlay.commands.diff import diff as diff_env
 from ddtree_overlay.commands.manifest_refresh import refresh_manifest
@@ -260,7 +261,10 @@ def verify(
 
 @app.command()
 def bench(
-    env: EnvOption,
+    env: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--env", help="virtualenv root or python executable of the target env (with the GPU)"),
+    ] = None,
     setting: Annotated[
         str,
         typer.Option(
@@ -367,9 +371,24 @@ def bench(
         ),
     ] = 1,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and estimates; run nothing")] = False,
+    reanalyse: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--reanalyse",
+            exists=True,
+            file_okay=False,
+            help="re-analyse a finished run's records (a --out dir) with this checkout's analysis, "
+            "without a GPU; rewrites its bench.json, bench.md and plots (with --reference-dir: its "
+            "offline reference results)",
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Benchmark target-only, DFLASH and DDTREE budgets on ENV's GPU; write JSON, markdown, plots."""
+    if reanalyse is not None:
+        _run(("bench",), json_out, lambda: reanalyse_run(reanalyse, reference_dir))
+    if env is None:
+        raise typer.BadParameter("--env is required (unless --reanalyse RUN_DIR)")
     if (target is None) != (draft is None):
         raise typer.BadParameter("--target and --draft go together")
     if target is not None and setting != "fixture":

@@ -23,6 +23,7 @@ time box cuts later repeats before it cuts any group's first. Target-only runs i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -278,6 +279,18 @@ class BenchConfig:
     adaptive_budgets: tuple[int, ...] = ()  # one more DDTREE arm: a budget per round among these
     budget_schedule: Schedule = ()  # one more DDTREE arm: (smallest batch size, budget) steps
     repeats: int = 1  # every group this many times, one engine each, in rounds
+
+
+def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
+    """The config a bench report records (its ``config``), as the plan that made it read it:
+    lists as tuples, the schedule from its flag text, absent fields (older reports) at their
+    defaults."""
+    known = {f.name for f in dataclasses.fields(BenchConfig)}
+    values = {key: tuple(v) if isinstance(v, list) else v for key, v in raw.items() if key in known}
+    schedule = values.get("budget_schedule")
+    if isinstance(schedule, str):
+        values["budget_schedule"] = BudgetPolicy.parse_schedule(schedule).schedule if schedule else ()
+    return BenchConfig(**values)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from ddtree_overlay.bench.plan import (
     BenchConfig,
     EngineRun,
     SweepPlan,
+    config_from_report,
     describe_plan,
     make_setting,
     plan_sweep,
@@ -115,6 +116,29 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
     )
     report["notes"] = notes + report["notes"]
     return _result(report, request.out)
+
+
+def reanalyse(run: Path, reference_dir: Path | None = None) -> Result:
+    """A finished run re-analysed from its raw records with this checkout's analysis (e.g.
+    after a fix to the correctness judge): its plan rebuilt from bench.json's setting and
+    config, bench.json, bench.md and the plots rewritten. The config and the context (commit,
+    GPU, start time) stay the run's own; a note records the re-analysis."""
+    old = json.loads((run / "bench.json").read_text())
+    recorded = old["setting"]
+    custom = recorded["name"] == "custom"
+    setting = make_setting(
+        recorded["name"],
+        scratch=run / "models",
+        target=Path(recorded["target"]) if custom else None,
+        draft=Path(recorded["draft"]) if custom else None,
+        write=False,
+    )
+    plan = plan_sweep(setting, config_from_report(old["config"]))
+    cells, engines = bench_report.read_records(run / "records.jsonl")
+    references = load_references(plan, reference_dir) if reference_dir else None
+    report = bench_report.analyse(plan, cells, engines, references=references, context=old["context"])
+    report["notes"] = [*report["notes"], f"re-analysed from records.jsonl at commit {_git_commit() or 'unknown'}"]
+    return _result(report, run)
 
 
 def _result(report: dict[str, Any], out: Path) -> Result:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,11 +15,11 @@ from bench_fakes import install_fake_sglang
 from overlay_helpers import run_cli
 
 from ddtree_overlay.bench import plan as bp
+from ddtree_overlay.bench import report as br
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import ExitCode
 
-ROOT = Path(__file__).resolve().parents[2]
 FAST_RUNNER = {"idle_gap_s": 0.01, "health_idle_s": 0.01}
 
 
@@ -207,11 +206,8 @@ def run(tmp_path: Path, plan: bp.SweepPlan, events: list | None = None) -> dict[
     )
 
 
-def reanalyse_script():
-    spec = importlib.util.spec_from_file_location("bench_reanalyse", ROOT / "scripts" / "bench_reanalyse.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+def reanalyse(out: Path) -> dict[str, Any]:
+    return dict(bench_module.reanalyse(out).data["report"])
 
 
 def test_sweep_runs_every_cell_and_writes_the_report(
@@ -271,7 +267,9 @@ def test_a_finished_run_is_reanalysed_from_its_records(
     report = run(tmp_path, small_plan(tmp_path))
     out = tmp_path / "out"
     bench_module._result(report, out)
-    again = reanalyse_script().reanalyse(out, None)
+    done = run_cli("bench", "--reanalyse", str(out), "--json")  # no --env: no GPU needed
+    assert done.returncode == ExitCode.VERIFY_FAILED, done.stderr
+    again = json.loads(done.stdout)["data"]["report"]
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert again["issues"] == report["issues"] != []
     assert again["notes"][-1].startswith("re-analysed from records.jsonl at commit ")
@@ -297,7 +295,7 @@ def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
     assert report["issues"] == [] and report["config"]["ddtree_no_overlap"] is True
     out = tmp_path / "out"
     bench_module._result(report, out)
-    again = reanalyse_script().reanalyse(out, None)
+    again = reanalyse(out)
     assert [g["name"] for g in again["groups"]] == [g["name"] for g in report["groups"]]
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert again["fastest_modes"] == json.loads(json.dumps(report["fastest_modes"]))
@@ -452,7 +450,7 @@ def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(
     out = tmp_path / "out"
     bench_module._result(report, out)
     assert "| DDTREE B=8 | 2 | 0 |" in (out / "bench.md").read_text()
-    again = reanalyse_script().reanalyse(out, None)
+    again = reanalyse(out)
     assert again["config"]["repeats"] == 2
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert again["groups"] == json.loads(json.dumps(report["groups"]))
@@ -472,7 +470,7 @@ def test_runs_made_before_repeats_are_reanalysed_as_one_repeat(
     old_json = json.loads((out / "bench.json").read_text())
     del old_json["config"]["repeats"]
     (out / "bench.json").write_text(json.dumps(old_json))
-    again = reanalyse_script().reanalyse(out, None)
+    again = reanalyse(out)
     assert again["config"]["repeats"] == 1
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert {r["measured_repeats"] for r in again["cells"]} == {1}
@@ -496,3 +494,13 @@ def test_a_crashed_repeat_is_not_run_again_after_the_restart(
     assert not any("fewer than" in n for n in report["notes"])  # target-only is not short of its 1 repeat
     engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
     assert [e.get("speculative_ddtree_budget") for e in engines].count(32) == 1
+
+
+def test_a_schedule_run_is_reanalysed_with_its_schedule(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path, budget_schedule=((1, 32), (2, 8)))
+    recorded = json.loads(json.dumps(br.analyse(plan, {}, {})["config"]))
+    assert bp.config_from_report(recorded) == plan.config
+
+
+def test_bench_without_env_or_reanalyse_is_a_usage_error() -> None:
+    assert_usage_error(run_cli("bench", "--dry-run"), "--env is required (unless --reanalyse RUN_DIR)")
