@@ -16,6 +16,7 @@ from ddtree_overlay import render
 from ddtree_overlay.bench import checks
 from ddtree_overlay.bench import plan as bench_plan
 from ddtree_overlay.bench.arms import BudgetPolicy, number_list
+from ddtree_overlay.bench.settings import SETTINGS, load_prompts
 from ddtree_overlay.commands.apply import apply as apply_patch_set
 from ddtree_overlay.commands.bench import BenchRequest, default_out
 from ddtree_overlay.commands.bench import bench as bench_env
@@ -106,7 +107,7 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
 def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
     if path is not None:
         try:
-            bench_plan.load_prompts(path)
+            load_prompts(path)
         except ValueError as error:
             raise typer.BadParameter(str(error)) from None
     return path
@@ -269,7 +270,7 @@ def bench(
         str,
         typer.Option(
             "--setting",
-            callback=_choice(bench_plan.SETTINGS),
+            callback=_choice(SETTINGS),
             help="fixture (the bundled pair, real acceptance) or qwen3-8b-random (Qwen3-8B shapes, "
             "random weights: per-round cost only)",
         ),

@@ -40,10 +40,10 @@ from ddtree_overlay.bench.plan import (
     SweepPlan,
     config_from_report,
     describe_plan,
-    make_setting,
     plan_sweep,
     runner_plan,
 )
+from ddtree_overlay.bench.settings import make_setting
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import VerifyFailed
 from ddtree_overlay.engine.result import Issue, Result

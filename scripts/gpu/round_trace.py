@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from ddtree_overlay.bench.arms import TARGET_ONLY, Arm  # noqa: E402
-from ddtree_overlay.bench.plan import make_setting  # noqa: E402
+from ddtree_overlay.bench.settings import make_setting  # noqa: E402
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace  # noqa: E402
 from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment  # noqa: E402
 

@@ -12,6 +12,7 @@ import pytest
 
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench import report as br
+from ddtree_overlay.bench import settings
 from ddtree_overlay.bench.arms import policy_label
 
 PROMPTS = 4
@@ -19,7 +20,7 @@ NEW = 9
 
 
 def small_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
-    setting = bp.make_setting("fixture", scratch=tmp_path)
+    setting = settings.make_setting("fixture", scratch=tmp_path)
     defaults = {"budgets": (8, 32), "batch_sizes": (1, 2), "temperatures": (0.0, 1.0),
                 "max_new_tokens": NEW, "prompts_per_cell": PROMPTS}
     return bp.plan_sweep(setting, bp.BenchConfig(**(defaults | config)))
@@ -169,7 +170,7 @@ def test_without_margins_greedy_outputs_are_judged_against_the_same_batch_size(t
 
 
 def test_divergence_with_random_weights_is_reported_but_not_an_issue(tmp_path: Path) -> None:
-    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    setting = settings.make_setting("qwen3-8b-random", scratch=tmp_path)
     plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,), batch_sizes=(4,), temperatures=(0.0,),
                                                  prompts_per_cell=PROMPTS, max_new_tokens=NEW))
     cells, engines = synthetic(plan)
@@ -386,7 +387,7 @@ def test_a_batch_size_where_even_the_fastest_budget_loses_to_dflash_is_named(tmp
 
 
 def test_random_weights_recommend_no_schedule(tmp_path: Path) -> None:
-    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    setting = settings.make_setting("qwen3-8b-random", scratch=tmp_path)
     plan = bp.plan_sweep(setting, bp.BenchConfig(
         budgets=(8, 32), batch_sizes=(1,), temperatures=(0.0,), max_new_tokens=NEW, prompts_per_cell=PROMPTS,
     ))

@@ -16,6 +16,7 @@ from overlay_helpers import run_cli
 
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench import report as br
+from ddtree_overlay.bench import settings
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import ExitCode
@@ -193,7 +194,7 @@ def fake_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def small_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
-    setting = bp.make_setting("fixture", scratch=tmp_path / "models")
+    setting = settings.make_setting("fixture", scratch=tmp_path / "models")
     defaults = {"budgets": (8, 32), "batch_sizes": (1, 2), "temperatures": (0.0,),
                 "max_new_tokens": 9, "prompts_per_cell": 3}
     return bp.plan_sweep(setting, bp.BenchConfig(**(defaults | config)))
@@ -370,7 +371,7 @@ def test_a_reference_dir_replaces_the_runs_beside_the_sweep(
 
 
 def test_random_weights_and_custom_pairs_get_no_reference(tmp_path: Path) -> None:
-    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    setting = settings.make_setting("qwen3-8b-random", scratch=tmp_path)
     plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,)))
     assert bench_module.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=print) is None
 
