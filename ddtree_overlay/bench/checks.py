@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench import decode_compare
+from ddtree_overlay.bench.analysis import profile_split
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, Arm, BudgetPolicy
 from ddtree_overlay.bench.plan import capture_batch_sizes
-from ddtree_overlay.bench.report import profile_split
 from ddtree_overlay.engine.target import runner_events, start_engine_runner
 from ddtree_overlay.in_target.engine_runner import PROFILE_ENV, profile_windows
 

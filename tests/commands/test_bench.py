@@ -1,4 +1,5 @@
-"""bench: the CLI verb's arguments and outcomes, and the sweep run against a stand-in sglang."""
+"""bench: the CLI verb's arguments and outcomes, and the sweep (bench.supervision) run against a
+stand-in sglang."""
 
 from __future__ import annotations
 
@@ -14,9 +15,8 @@ import pytest
 from bench_fakes import install_fake_sglang
 from overlay_helpers import run_cli
 
+from ddtree_overlay.bench import analysis, settings, supervision
 from ddtree_overlay.bench import plan as bp
-from ddtree_overlay.bench import report as br
-from ddtree_overlay.bench import settings
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import ExitCode
@@ -201,7 +201,7 @@ def small_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
 
 
 def run(tmp_path: Path, plan: bp.SweepPlan, events: list | None = None) -> dict[str, Any]:
-    return bench_module.run_bench(
+    return supervision.run_bench(
         Path(sys.executable), plan, tmp_path / "out", context={"gpu": "fake"},
         on_event=(events if events is not None else []).append, runner_options=FAST_RUNNER,
     )
@@ -214,7 +214,7 @@ def reanalyse(out: Path) -> dict[str, Any]:
 def test_sweep_runs_every_cell_and_writes_the_report(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     plan = small_plan(tmp_path)
     events: list = []
     report = run(tmp_path, plan, events)
@@ -241,7 +241,7 @@ def test_sweep_runs_every_cell_and_writes_the_report(
 def test_a_crashed_runner_fails_its_engine_and_a_new_one_runs_the_rest(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     fake_sglang(crash_budgets=[32])  # the process dies inside ddtree-b32's first cell
     report = run(tmp_path, small_plan(tmp_path))
     groups = {g["name"]: g for g in report["groups"]}
@@ -254,7 +254,7 @@ def test_a_crashed_runner_fails_its_engine_and_a_new_one_runs_the_rest(
 
 
 def test_a_wrong_greedy_output_fails_the_bench(tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     fake_sglang(diverge_budgets=[8], margin=3.0)
     report = run(tmp_path, small_plan(tmp_path))
     assert [i.split(":")[0] for i in report["issues"]] == ["ddtree-b8/bs1/t0", "ddtree-b8/bs2/t0"]
@@ -263,7 +263,7 @@ def test_a_wrong_greedy_output_fails_the_bench(tmp_path: Path, fake_sglang, monk
 def test_a_finished_run_is_reanalysed_from_its_records(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     fake_sglang(diverge_budgets=[8], margin=3.0)
     report = run(tmp_path, small_plan(tmp_path))
     out = tmp_path / "out"
@@ -280,7 +280,7 @@ def test_a_finished_run_is_reanalysed_from_its_records(
 def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     plan = small_plan(tmp_path, budgets=(8,), ddtree_no_overlap=True)
     report = run(tmp_path, plan)
     assert [(g["name"], g["status"]) for g in report["groups"]] == [
@@ -304,23 +304,23 @@ def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
 
 def test_no_overlap_ddtree_arms_share_their_budgets_reference(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, budgets=(4, 8), ddtree_no_overlap=True)
-    assert bench_module.reference_jobs(plan) == {
+    assert supervision.reference_jobs(plan) == {
         "dflash": ["--algo", "dflash"],
         "ddtree-b8": ["--algo", "ddtree", "--budget", "8"],
         "ddtree-b4": ["--algo", "ddtree", "--budget", "4"],
     }
-    loaded = bench_module.load_references(plan, tmp_path)
+    loaded = supervision.load_references(plan, tmp_path)
     assert sorted(loaded) == ["ddtree-b4", "ddtree-b8", "dflash"]
 
 
 def test_reference_runs_once_per_algorithm_and_budget_on_the_cpu(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     plan = small_plan(tmp_path, budgets=(4,), max_new_tokens=4, prompts_per_cell=1, batch_sizes=(1,))
-    assert bench_module.reference_jobs(plan) == {
+    assert supervision.reference_jobs(plan) == {
         "dflash": ["--algo", "dflash"], "ddtree-b4": ["--algo", "ddtree", "--budget", "4"],
     }
     events: list = []
-    runs = bench_module.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=events.append)
+    runs = supervision.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=events.append)
     assert runs is not None
     results = runs.wait()
     assert sorted(results) == ["ddtree-b4", "dflash"]
@@ -348,7 +348,7 @@ def test_precomputed_references_are_checked_against_the_sweep(tmp_path: Path) ->
     (refs / "ddtree-b8.json").write_text(json.dumps(reference(first_prompt_len=1)))
     # a sweep with more budgets than were made: that key says so
     wide = small_plan(tmp_path, budgets=(4, 8, 16), max_new_tokens=4, prompts_per_cell=2, batch_sizes=(1,))
-    loaded = bench_module.load_references(wide, refs)
+    loaded = supervision.load_references(wide, refs)
     assert loaded["dflash"]["aggregate"]["tokens_per_round"] == 2.0
     assert "max_new_tokens=9" in loaded["ddtree-b4"]["error"]
     assert "other prompts" in loaded["ddtree-b8"]["error"]
@@ -361,9 +361,9 @@ def test_a_reference_dir_replaces_the_runs_beside_the_sweep(
     def must_not_run(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("references were started although --reference-dir was given")
 
-    monkeypatch.setattr(bench_module, "start_references", must_not_run)
+    monkeypatch.setattr(supervision, "start_references", must_not_run)
     plan = small_plan(tmp_path, budgets=(8,))
-    report = bench_module.run_bench(
+    report = supervision.run_bench(
         Path(sys.executable), plan, tmp_path / "out", context={"gpu": "fake"},
         runner_options=FAST_RUNNER, reference_dir=tmp_path,
     )
@@ -373,15 +373,15 @@ def test_a_reference_dir_replaces_the_runs_beside_the_sweep(
 def test_random_weights_and_custom_pairs_get_no_reference(tmp_path: Path) -> None:
     setting = settings.make_setting("qwen3-8b-random", scratch=tmp_path)
     plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,)))
-    assert bench_module.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=print) is None
+    assert supervision.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=print) is None
 
 
 def test_bench_skips_ddtree_where_the_overlay_is_not_applied(
     sglang_env: Path, tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bench_module, "probe_gpu", lambda python: {"gpu": "Fake GPU", "torch": "0", "error": None})
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
-    monkeypatch.setattr(bench_module, "run_bench", _fast(bench_module.run_bench))
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(bench_module, "run_bench", _fast(supervision.run_bench))
     config = bp.BenchConfig(budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), max_new_tokens=5, prompts_per_cell=1)
     request = bench_module.BenchRequest(config=config, out=tmp_path / "out")
     result = bench_module.bench(probe_env(sglang_env), request)
@@ -401,8 +401,8 @@ def _fast(run_bench):
 def test_the_watchdog_stops_a_runner_that_outlives_the_time_box(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
-    monkeypatch.setattr(bench_module, "GRACE_S", 0.5)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "GRACE_S", 0.5)
     fake_sglang(sleep_s=60)  # every generate() hangs far past the deadline
     plan = small_plan(tmp_path, max_minutes=0.02, budgets=(8,))
     quick = replace(plan.setting.cost, engine_start_s=0, first_start_extra_s=0, engine_overhead_s=0)
@@ -418,7 +418,7 @@ def test_the_watchdog_stops_a_runner_that_outlives_the_time_box(
 def test_a_runner_that_records_nothing_fails_every_engine_in_turn(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, budgets=(8,))
     false = Path("/bin/false")
-    report = bench_module.run_bench(false, plan, tmp_path / "out", context={})
+    report = supervision.run_bench(false, plan, tmp_path / "out", context={})
     assert [g["status"] for g in report["groups"]] == ["failed"] * len(plan.groups)
     assert all("exited with 1" in g["reason"] for g in report["groups"])
     assert len(report["issues"]) >= len(plan.groups)
@@ -427,7 +427,7 @@ def test_a_runner_that_records_nothing_fails_every_engine_in_turn(tmp_path: Path
 def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     plan = small_plan(tmp_path, budgets=(8,), repeats=2)
     events: list = []
     report = run(tmp_path, plan, events)
@@ -460,7 +460,7 @@ def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(
 def test_runs_made_before_repeats_are_reanalysed_as_one_repeat(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     report = run(tmp_path, small_plan(tmp_path, budgets=(8,)))
     out = tmp_path / "out"
     bench_module._result(report, out)
@@ -480,7 +480,7 @@ def test_runs_made_before_repeats_are_reanalysed_as_one_repeat(
 def test_a_crashed_repeat_is_not_run_again_after_the_restart(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     fake_sglang(crash_budgets=[32])  # the process dies inside ddtree-b32's first cell, in round 1
     report = run(tmp_path, small_plan(tmp_path, repeats=2))
     groups = {g["name"]: g for g in report["groups"]}
@@ -499,7 +499,7 @@ def test_a_crashed_repeat_is_not_run_again_after_the_restart(
 
 def test_a_schedule_run_is_reanalysed_with_its_schedule(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, budget_schedule=((1, 32), (2, 8)))
-    recorded = json.loads(json.dumps(br.analyse(plan, {}, {})["config"]))
+    recorded = json.loads(json.dumps(analysis.analyse(plan, {}, {})["config"]))
     assert bp.config_from_report(recorded) == plan.config
 
 
