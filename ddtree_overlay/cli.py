@@ -48,6 +48,17 @@ EnvOption = Annotated[
     Path, typer.Option("--env", help="virtualenv root or python executable of the target env")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON result envelope")]
+ReferenceDirOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--reference-dir",
+        exists=True,
+        file_okay=False,
+        help="offline reference results made beforehand (scripts/bench_references.sh: dflash.json, "
+        "ddtree-b<B>.json for the same prompts): bench compares acceptance with them instead of running "
+        "the reference beside the sweep; verify --preset checks acceptance against them",
+    ),
+]
 PatchSetOption = Annotated[
     Optional[Path],  # noqa: UP045 - Typer reads this annotation at runtime on Python 3.10 too
     typer.Option("--patch-set", help="a manifest to use instead of the bundled ones"),
@@ -220,16 +231,7 @@ def verify(
         Optional[Path],  # noqa: UP045
         typer.Option("--out", file_okay=False, help="with --preset: where arms.jsonl and summary.json go"),
     ] = None,
-    reference_dir: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--reference-dir",
-            exists=True,
-            file_okay=False,
-            help="with --preset: offline reference results (dflash.json, ddtree-b<B>.json) for the same "
-            "prompts, to check acceptance against (scripts/bench_references.sh)",
-        ),
-    ] = None,
+    reference_dir: ReferenceDirOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Import the applied overlay in ENV's interpreter; with --smoke, decode on its GPU."""
@@ -256,7 +258,8 @@ def verify(
         reference_dir=reference_dir,
     )
     smoke = smoke or bool(presets)
-    with render.arm_progress(enabled=smoke and not json_out) as on_arm:
+    engines = len(checks.preset_arms(presets, arms) if presets else checks.smoke_arms(budget))
+    with render.arm_progress(engines, enabled=smoke and not json_out) as on_arm:
         _run(("verify",), json_out, lambda: verify_env(probe_env(env), smoke=smoke, gpu=gpu, on_arm=on_arm))
 
 
@@ -326,16 +329,7 @@ def bench(
         Optional[float],  # noqa: UP045
         typer.Option("--max-minutes", min=0.1, help="time box for the GPU sweep; cuts the least informative cells"),
     ] = None,
-    reference_dir: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--reference-dir",
-            exists=True,
-            file_okay=False,
-            help="offline reference results made beforehand (scripts/bench_references.sh) instead of "
-            "running the reference beside the sweep",
-        ),
-    ] = None,
+    reference_dir: ReferenceDirOption = None,
     ddtree_no_overlap: Annotated[
         bool,
         typer.Option(

@@ -194,7 +194,9 @@ def preset_arms(presets: Sequence[str], only: Sequence[str] = ()) -> list[CheckA
 # --- the smoke --------------------------------------------------------------------------------
 
 
-SMOKE_ARMS = {"target-only": Arm(TARGET_ONLY), "DFLASH": Arm(DFLASH)}
+def smoke_arms(budget: int) -> dict[str, Arm]:
+    """The smoke's arms by the names verify reports them under."""
+    return {"target-only": Arm(TARGET_ONLY), "DFLASH": Arm(DFLASH), "DDTREE": Arm.ddtree(budget)}
 
 
 def smoke_plan(
@@ -208,7 +210,7 @@ def smoke_plan(
         "cuda_graph_bs_decode": capture_batch_sizes([len(prompts)]),
         "disable_prefill_cuda_graph": True,
     }
-    arms = SMOKE_ARMS | {"DDTREE": Arm.ddtree(budget)}
+    arms = smoke_arms(budget)
     return {
         "target": str(target),
         "draft": str(draft),
