@@ -191,7 +191,7 @@ def make_setting(
             reference_parity=False,
             max_new_tokens=128,
             prompts_per_cell=4,
-            # B = 32 is issue 7's round-time target; then the span of verify widths (B <= 15
+            # B = 32 is the round-time target (docs/BENCHMARKS.md); then the span of verify widths (B <= 15
             # verifies 16 tokens, as DFLASH does)
             budget_priority=(32, 256, 64, 128, 16, 8, 4),
             cost=QWEN3_8B_COST,
