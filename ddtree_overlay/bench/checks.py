@@ -28,7 +28,7 @@ from ddtree_overlay.bench.plan import capture_batch_sizes
 from ddtree_overlay.engine.target import runner_events, start_engine_runner
 from ddtree_overlay.in_target.engine_runner import PROFILE_ENV, profile_windows
 
-SMOKE_TIMEOUT_S = 1800
+RUNNER_EXIT_S = 1800  # a runner that closed its output has this long to exit
 OnArm = Callable[[Mapping[str, Any]], None]
 
 # Decode graphs for the batch sizes the preset arms reach (32 prompts at once, fewer as they
@@ -424,7 +424,7 @@ def _run_runner(python: Path, plan: Path, records: Path, on_arm: OnArm, **popen:
         for tag, event in runner_events(runner.stdout):
             if tag == "ARM":
                 on_arm(event)
-        return runner.wait(timeout=SMOKE_TIMEOUT_S)
+        return runner.wait(timeout=RUNNER_EXIT_S)
 
 
 def _arm_view(record: Mapping[str, Any]) -> dict[str, Any]:
