@@ -16,9 +16,11 @@ from ddtree_overlay import render
 from ddtree_overlay.bench import checks
 from ddtree_overlay.bench import plan as bench_plan
 from ddtree_overlay.bench.arms import BudgetPolicy, number_list
+from ddtree_overlay.bench.settings import SETTINGS, load_prompts
 from ddtree_overlay.commands.apply import apply as apply_patch_set
 from ddtree_overlay.commands.bench import BenchRequest, default_out
 from ddtree_overlay.commands.bench import bench as bench_env
+from ddtree_overlay.commands.bench import reanalyse as reanalyse_run
 from ddtree_overlay.commands.demo import run_demo
 from ddtree_overlay.commands.diff import diff as diff_env
 from ddtree_overlay.commands.manifest_refresh import refresh_manifest
@@ -46,6 +48,17 @@ EnvOption = Annotated[
     Path, typer.Option("--env", help="virtualenv root or python executable of the target env")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON result envelope")]
+ReferenceDirOption = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--reference-dir",
+        exists=True,
+        file_okay=False,
+        help="offline reference results made beforehand (scripts/bench_references.sh: dflash.json, "
+        "ddtree-b<B>.json for the same prompts): bench compares acceptance with them instead of running "
+        "the reference beside the sweep; verify --preset checks acceptance against them",
+    ),
+]
 PatchSetOption = Annotated[
     Optional[Path],  # noqa: UP045 - Typer reads this annotation at runtime on Python 3.10 too
     typer.Option("--patch-set", help="a manifest to use instead of the bundled ones"),
@@ -105,7 +118,7 @@ def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
 def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
     if path is not None:
         try:
-            bench_plan.load_prompts(path)
+            load_prompts(path)
         except ValueError as error:
             raise typer.BadParameter(str(error)) from None
     return path
@@ -218,16 +231,7 @@ def verify(
         Optional[Path],  # noqa: UP045
         typer.Option("--out", file_okay=False, help="with --preset: where arms.jsonl and summary.json go"),
     ] = None,
-    reference_dir: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--reference-dir",
-            exists=True,
-            file_okay=False,
-            help="with --preset: offline reference results (dflash.json, ddtree-b<B>.json) for the same "
-            "prompts, to check acceptance against (scripts/bench_references.sh)",
-        ),
-    ] = None,
+    reference_dir: ReferenceDirOption = None,
     json_out: JsonOption = False,
 ) -> None:
     """Import the applied overlay in ENV's interpreter; with --smoke, decode on its GPU."""
@@ -254,18 +258,22 @@ def verify(
         reference_dir=reference_dir,
     )
     smoke = smoke or bool(presets)
-    with render.arm_progress(enabled=smoke and not json_out) as on_arm:
+    engines = len(checks.preset_arms(presets, arms) if presets else checks.smoke_arms(budget))
+    with render.arm_progress(engines, enabled=smoke and not json_out) as on_arm:
         _run(("verify",), json_out, lambda: verify_env(probe_env(env), smoke=smoke, gpu=gpu, on_arm=on_arm))
 
 
 @app.command()
 def bench(
-    env: EnvOption,
+    env: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--env", help="virtualenv root or python executable of the target env (with the GPU)"),
+    ] = None,
     setting: Annotated[
         str,
         typer.Option(
             "--setting",
-            callback=_choice(bench_plan.SETTINGS),
+            callback=_choice(SETTINGS),
             help="fixture (the bundled pair, real acceptance) or qwen3-8b-random (Qwen3-8B shapes, "
             "random weights: per-round cost only)",
         ),
@@ -321,16 +329,7 @@ def bench(
         Optional[float],  # noqa: UP045
         typer.Option("--max-minutes", min=0.1, help="time box for the GPU sweep; cuts the least informative cells"),
     ] = None,
-    reference_dir: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--reference-dir",
-            exists=True,
-            file_okay=False,
-            help="offline reference results made beforehand (scripts/bench_references.sh) instead of "
-            "running the reference beside the sweep",
-        ),
-    ] = None,
+    reference_dir: ReferenceDirOption = None,
     ddtree_no_overlap: Annotated[
         bool,
         typer.Option(
@@ -367,9 +366,24 @@ def bench(
         ),
     ] = 1,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and estimates; run nothing")] = False,
+    reanalyse: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--reanalyse",
+            exists=True,
+            file_okay=False,
+            help="re-analyse a finished run's records (a --out dir) with this checkout's analysis, "
+            "without a GPU; rewrites its bench.json, bench.md and plots (with --reference-dir: its "
+            "offline reference results)",
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Benchmark target-only, DFLASH and DDTREE budgets on ENV's GPU; write JSON, markdown, plots."""
+    if reanalyse is not None:
+        _run(("bench",), json_out, lambda: reanalyse_run(reanalyse, reference_dir))
+    if env is None:
+        raise typer.BadParameter("--env is required (unless --reanalyse RUN_DIR)")
     if (target is None) != (draft is None):
         raise typer.BadParameter("--target and --draft go together")
     if target is not None and setting != "fixture":

@@ -184,7 +184,7 @@ def _verify_view(data: Mapping[str, Any]) -> None:
 
 
 @contextmanager
-def arm_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], None]]:
+def arm_progress(arms: int, *, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], None]]:
     """A progress display for GPU decode arms on stderr; a no-op when disabled."""
     if not enabled:
         yield lambda _: None
@@ -192,7 +192,7 @@ def arm_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], Non
     with Progress(
         SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=stderr, transient=True
     ) as progress:
-        task = progress.add_task("starting sglang engines (the first one compiles kernels)", total=3)
+        task = progress.add_task("starting sglang engines (the first one compiles kernels)", total=arms)
 
         def on_arm(arm: Mapping[str, Any]) -> None:
             outcome = "ok" if arm.get("ok") else f"failed: {arm.get('error')}"

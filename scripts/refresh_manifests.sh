@@ -12,7 +12,7 @@ if [ "$#" -eq 0 ]; then
 fi
 for release in "$@"; do
   scratch=$(mktemp -d)
-  wheel=$("$py" -c "import sys; from ddtree_overlay.matrix.run import cache_root, ensure_wheel; print(ensure_wheel(sys.argv[1], cache_root() / 'wheels'))" "$release")
+  wheel=$("$py" -c "import sys; from ddtree_overlay.matrix.envs import cache_root, ensure_wheel; print(ensure_wheel(sys.argv[1], cache_root() / 'wheels'))" "$release")
   "$py" -m venv --without-pip "$scratch/venv"
   "$py" -m pip -q --disable-pip-version-check --python "$scratch/venv/bin/python" install --no-deps --no-compile "$wheel"
   DDTREE_OVERLAY_STATE_DIR="$scratch/state" "$py" -m ddtree_overlay manifest-refresh "manifests/$release.toml" --env "$scratch/venv" | sed -n 1p

@@ -1,36 +1,14 @@
-"""Load whole-file payload modules from overlay/ by path, under their sglang names.
-
-The modules tested this way import only torch and each other, so stand-in parent packages are
-enough: no sglang install is involved.
-"""
+"""Helpers for the payload's CPU tests: overlay modules load through the product's loader (one
+loader for the tests and the GPU micro-benchmarks), and the Triton interpreter for a block."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
-import sys
-import types
-from pathlib import Path
 
-OVERLAY = Path(__file__).resolve().parents[1] / "overlay"
+from ddtree_overlay.bench.payload_modules import OVERLAY, load_payload_module
 
-
-def load_payload_module(dotted: str) -> types.ModuleType:
-    if dotted in sys.modules:
-        return sys.modules[dotted]
-    parts = dotted.split(".")
-    for depth in range(1, len(parts)):
-        package = ".".join(parts[:depth])
-        if package not in sys.modules:
-            stand_in = types.ModuleType(package)
-            stand_in.__path__ = []
-            sys.modules[package] = stand_in
-    spec = importlib.util.spec_from_file_location(dotted, OVERLAY.joinpath(*parts).with_suffix(".py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[dotted] = module
-    spec.loader.exec_module(module)
-    return module
+__all__ = ["OVERLAY", "load_payload_module", "triton_interpreter"]
 
 
 @contextlib.contextmanager

@@ -162,6 +162,19 @@ def policy_label(row: Mapping[str, Any]) -> str | None:
     return policy.policy_label if policy else None
 
 
+_SETTING = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
+
+
+def parse_with_env(text: str) -> tuple[Arm, dict[str, str]]:
+    """An arm and the environment its engine starts with: ``ddtree-b32@SGLANG_X=1@SGLANG_Y=0``
+    (an A/B of the payload's switches in one run). ValueError names what does not parse."""
+    name, *settings = text.split("@")
+    bad = [setting for setting in settings if not _SETTING.match(setting)]
+    if bad:
+        raise ValueError(f"arm {text!r}: {bad[0]!r} is not KEY=VALUE")
+    return Arm.parse(name), dict(setting.split("=", 1) for setting in settings)
+
+
 _NAME = re.compile(
     r"^(?:(?P<plain>target-only|plain)|(?P<dflash>dflash)|ddtree-(?:"
     r"b(?P<budget>\d+)|adaptive-(?P<adaptive>\d+(?:-\d+)+)|schedule-(?P<schedule>\d+x\d+(?:-\d+x\d+)*)"

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench import decode_compare
+from ddtree_overlay.bench.analysis import profile_split
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, Arm, BudgetPolicy
 from ddtree_overlay.bench.plan import capture_batch_sizes
-from ddtree_overlay.bench.report import profile_split
 from ddtree_overlay.engine.target import runner_events, start_engine_runner
 from ddtree_overlay.in_target.engine_runner import PROFILE_ENV, profile_windows
 
-SMOKE_TIMEOUT_S = 1800
+RUNNER_EXIT_S = 1800  # a runner that closed its output has this long to exit
 OnArm = Callable[[Mapping[str, Any]], None]
 
 # Decode graphs for the batch sizes the preset arms reach (32 prompts at once, fewer as they
@@ -194,7 +194,9 @@ def preset_arms(presets: Sequence[str], only: Sequence[str] = ()) -> list[CheckA
 # --- the smoke --------------------------------------------------------------------------------
 
 
-SMOKE_ARMS = {"target-only": Arm(TARGET_ONLY), "DFLASH": Arm(DFLASH)}
+def smoke_arms(budget: int) -> dict[str, Arm]:
+    """The smoke's arms by the names verify reports them under."""
+    return {"target-only": Arm(TARGET_ONLY), "DFLASH": Arm(DFLASH), "DDTREE": Arm.ddtree(budget)}
 
 
 def smoke_plan(
@@ -208,7 +210,7 @@ def smoke_plan(
         "cuda_graph_bs_decode": capture_batch_sizes([len(prompts)]),
         "disable_prefill_cuda_graph": True,
     }
-    arms = SMOKE_ARMS | {"DDTREE": Arm.ddtree(budget)}
+    arms = smoke_arms(budget)
     return {
         "target": str(target),
         "draft": str(draft),
@@ -422,7 +424,7 @@ def _run_runner(python: Path, plan: Path, records: Path, on_arm: OnArm, **popen:
         for tag, event in runner_events(runner.stdout):
             if tag == "ARM":
                 on_arm(event)
-        return runner.wait(timeout=SMOKE_TIMEOUT_S)
+        return runner.wait(timeout=RUNNER_EXIT_S)
 
 
 def _arm_view(record: Mapping[str, Any]) -> dict[str, Any]:

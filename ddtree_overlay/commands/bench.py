@@ -1,11 +1,8 @@
 """`bench`: target-only, DFLASH and DDTREE budgets through `sglang.Engine` on the env's GPU.
 
-Everything that touches SGLang runs in the target env's own interpreter: `in_target/engine_runner.py`
-serves each engine group's cells (see `bench.plan`), once per repeat (target-only once), and the
-offline reference decoder runs beside it on the CPU (fixture pair only) for acceptance parity. This module plans,
-starts and watches those processes, restarts the runner after a crash with the engine runs it had
-not reached, stops everything at the time box, and writes the report (`bench.report`) into
-``--out``:
+Plans the sweep (`bench.plan` over a `bench.settings` setting), checks the env (sglang, a GPU,
+the overlay applied: otherwise the DDTREE arms are left out), has `bench.supervision` run it,
+and writes the report (`bench.analysis`, `bench.markdown`, `bench.plots`) into ``--out``:
 
     bench.json     the report: per cell tok/s (median over repeats, and each repeat's), speedups,
                    acceptance, histogram, round split, losslessness, parity; per engine status
@@ -13,50 +10,41 @@ not reached, stops everything at the time box, and writes the report (`bench.rep
     *.png          speedup and acceptance length vs budget, DDTREE round time by stage
     records.jsonl  the runner's raw records (outputs included), plan.json, profile.jsonl,
                    runner.log (SGLang's stderr), reference/*.json
+
+`--reanalyse RUN_DIR` rebuilds a finished run's report from its records, without a GPU.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import shutil
-import signal
 import subprocess
-import threading
-import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.bench import report as bench_report
+from ddtree_overlay.bench import markdown, plots
+from ddtree_overlay.bench.analysis import analyse
 from ddtree_overlay.bench.plan import (
     DDTREE,
     BenchConfig,
-    EngineRun,
     SweepPlan,
+    config_from_report,
     describe_plan,
-    make_setting,
     plan_sweep,
-    runner_plan,
 )
+from ddtree_overlay.bench.records import read_records
+from ddtree_overlay.bench.settings import make_setting
+from ddtree_overlay.bench.supervision import OnEvent, load_references, run_bench, write_report
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import VerifyFailed
 from ddtree_overlay.engine.result import Issue, Result
 from ddtree_overlay.engine.site import open_overlay, require_sglang
-from ddtree_overlay.engine.target import run_script, runner_events, start_engine_runner
+from ddtree_overlay.engine.target import run_script
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-REFERENCE_DIR = PACKAGE_DIR / "reference"  # runnable by path: `python .../reference ...`
-REFERENCE_WORKERS = 4  # CPU processes, one thread each, niced: the GPU sweep keeps its cores
-GRACE_S = 45  # past the deadline before the runner's process group is killed
 PROBE_TIMEOUT_S = 300
-
-Event = Mapping[str, Any]
-OnEvent = Callable[[Event], None]
 
 @dataclass(frozen=True)
 class BenchRequest:
@@ -117,10 +105,33 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
     return _result(report, request.out)
 
 
+def reanalyse(run: Path, reference_dir: Path | None = None) -> Result:
+    """A finished run re-analysed from its raw records with this checkout's analysis (e.g.
+    after a fix to the correctness judge): its plan rebuilt from bench.json's setting and
+    config, bench.json, bench.md and the plots rewritten. The config and the context (commit,
+    GPU, start time) stay the run's own; a note records the re-analysis."""
+    old = json.loads((run / "bench.json").read_text())
+    recorded = old["setting"]
+    custom = recorded["name"] == "custom"
+    setting = make_setting(
+        recorded["name"],
+        scratch=run / "models",
+        target=Path(recorded["target"]) if custom else None,
+        draft=Path(recorded["draft"]) if custom else None,
+        write=False,
+    )
+    plan = plan_sweep(setting, config_from_report(old["config"]))
+    cells, engines = read_records(run / "records.jsonl")
+    references = load_references(plan, reference_dir) if reference_dir else None
+    report = analyse(plan, cells, engines, references=references, context=old["context"])
+    report["notes"] = [*report["notes"], f"re-analysed from records.jsonl at commit {_git_commit() or 'unknown'}"]
+    return _result(report, run)
+
+
 def _result(report: dict[str, Any], out: Path) -> Result:
     write_report(report, out)  # first: a plotting failure must not cost the numbers
     try:
-        files, plot_note = bench_report.write_plots(report, out)
+        files, plot_note = plots.write_plots(report, out)
     except (RuntimeError, ValueError, OSError) as error:
         files, plot_note = [], f"plots failed: {type(error).__name__}: {error}"
     if plot_note:
@@ -129,7 +140,7 @@ def _result(report: dict[str, Any], out: Path) -> Result:
     data = {
         "out": str(out),
         "files": sorted(str(p) for p in [out / "bench.json", out / "bench.md", *files]),
-        "table": bench_report.throughput_table(report),
+        "table": markdown.throughput_table(report),
         "report": report,
     }
     issues = tuple(Issue("bench_check_failed", text) for text in report["issues"])
@@ -138,12 +149,6 @@ def _result(report: dict[str, Any], out: Path) -> Result:
             ("bench",), "failed", data, issues, tuple(report["notes"]), exit_code=int(VerifyFailed.exit_code)
         )
     return Result(("bench",), "ok", data, messages=tuple(report["notes"]))
-
-
-def write_report(report: Mapping[str, Any], out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    (out / "bench.md").write_text(bench_report.markdown_report(report))
 
 
 def probe_gpu(python: Path) -> dict[str, Any]:
@@ -177,258 +182,3 @@ def _git_commit() -> str | None:
         capture_output=True, text=True, check=False,
     )
     return (done.stdout.strip() or None) if done.returncode == 0 else None
-
-
-# --- running --------------------------------------------------------------------------------
-
-
-def run_bench(
-    python: Path,
-    plan: SweepPlan,
-    out: Path,
-    *,
-    context: Mapping[str, Any],
-    on_event: OnEvent = lambda _: None,
-    runner_options: Mapping[str, Any] | None = None,
-    reference_dir: Path | None = None,
-) -> dict[str, Any]:
-    """Run the sweep (and the reference beside it, unless ``reference_dir`` holds its results)
-    and return the analysed report.
-
-    ``runner_options`` go into the runner's plan as they are (e.g. its pauses, for tests).
-    """
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("records.jsonl", "profile.jsonl", "runner.log"):
-        (out / name).unlink(missing_ok=True)
-    max_minutes = plan.config.max_minutes
-    deadline = None if max_minutes is None else time.time() + max_minutes * 60
-    cells = sum(len(run.cells) for run in plan.runs)
-    on_event({"event": "plan", "cells": cells, "groups": len(plan.groups), "engines": len(plan.runs)})
-    references = (
-        None if reference_dir else start_references(python, plan, out, deadline=deadline, on_event=on_event)
-    )
-
-    def partial_report(_: Event) -> None:  # after every engine: partial results survive a kill
-        cells, engines = bench_report.read_records(out / "records.jsonl")
-        write_report(bench_report.analyse(plan, cells, engines, context=context), out)
-
-    run_sweep(
-        python,
-        plan,
-        out,
-        deadline=deadline,
-        on_event=on_event,
-        on_engine=partial_report,
-        runner_options=runner_options,
-    )
-    cells, engines = bench_report.read_records(out / "records.jsonl")
-    if reference_dir:
-        results = load_references(plan, reference_dir)
-    else:
-        results = references.wait() if references else None
-    return bench_report.analyse(plan, cells, engines, references=results, context=context)
-
-
-def run_sweep(
-    python: Path,
-    plan: SweepPlan,
-    out: Path,
-    *,
-    deadline: float | None,
-    on_event: OnEvent,
-    on_engine: OnEvent = lambda _: None,
-    runner_options: Mapping[str, Any] | None = None,
-) -> None:
-    """Runner processes until every engine run has an engine record.
-
-    A runner that exits leaving runs unrecorded (a segfault, an OOM kill, an import error, the
-    watchdog) is charged with the first of them, recorded as failed (or skipped, past the
-    deadline); a new runner takes the rest, told which groups failed so that it skips their
-    later repeats. Every pass records at least one run, so this ends; past the deadline the
-    rest are recorded as skipped.
-    """
-    records = out / "records.jsonl"
-    while True:
-        _, engines = bench_report.read_records(records)
-        remaining = [r for r in plan.runs if (r.group.name, r.repeat) not in engines]
-        if not remaining:
-            return
-        if deadline is not None and time.time() > deadline + GRACE_S:
-            for run in remaining:
-                _append_engine(records, run, on_event, skipped="time box (not reached)")
-            return
-        sub = replace(plan, runs=tuple(remaining), expected_to_fit=(True,) * len(remaining))
-        plan_path = out / "plan.json"
-        plan_json = runner_plan(sub, deadline=deadline, profile_path=out / "profile.jsonl")
-        failed = sorted({name for (name, _), e in engines.items() if not e.get("ok") and not e.get("skipped")})
-        plan_json["failed_arms"] = failed
-        plan_path.write_text(json.dumps(plan_json | dict(runner_options or {})))
-        code = _run_runner(python, plan_path, records, out / "runner.log", deadline, on_event, on_engine)
-        _, engines = bench_report.read_records(records)
-        charged = next((r for r in remaining if (r.group.name, r.repeat) not in engines), None)
-        if charged is None:
-            continue
-        if deadline is not None and time.time() >= deadline + GRACE_S:
-            _append_engine(
-                records, charged, on_event,
-                skipped=f"time box (the runner was stopped {GRACE_S} s after the deadline)",
-            )
-        else:
-            _append_engine(
-                records, charged, on_event,
-                error=f"the runner process exited with {code} while this engine ran (see runner.log)",
-            )
-
-
-def _append_engine(records: Path, run: EngineRun, on_event: OnEvent, **outcome: str) -> None:
-    record = {"kind": "engine", "arm": run.group.name, "repeat": run.repeat, "ok": False, **outcome}
-    with records.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-    on_event(dict(record, event="engine"))
-
-
-def _run_runner(
-    python: Path,
-    plan_path: Path,
-    records: Path,
-    log: Path,
-    deadline: float | None,
-    on_event: OnEvent,
-    on_engine: OnEvent,
-) -> int:
-    with log.open("a") as stderr, start_engine_runner(
-        python, plan_path, records, stderr=stderr, own_session=True
-    ) as runner:
-        watchdog = None
-        if deadline is not None:
-            watchdog = threading.Timer(max(0.0, deadline + GRACE_S - time.time()), _kill_group, (runner,))
-            watchdog.daemon = True
-            watchdog.start()
-        try:
-            assert runner.stdout is not None
-            for tag, payload in runner_events(runner.stdout):
-                if tag in ("CELL", "ENGINE"):
-                    event = dict(payload, event=tag.lower())
-                    on_event(event)
-                    if tag == "ENGINE":
-                        on_engine(event)
-            return runner.wait()
-        finally:
-            if watchdog is not None:
-                watchdog.cancel()
-
-
-def _kill_group(process: subprocess.Popen[str]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-# --- the offline reference, beside the sweep ------------------------------------------------
-
-
-class ReferenceRuns:
-    """Background `python -m ddtree_overlay.reference` runs, one per algorithm/budget."""
-
-    def __init__(self, futures: Mapping[str, Future[dict[str, Any]]], pool: ThreadPoolExecutor) -> None:
-        self._futures = futures
-        self._pool = pool
-
-    def wait(self) -> dict[str, dict[str, Any]]:
-        results = {key: future.result() for key, future in self._futures.items()}
-        self._pool.shutdown()
-        return results
-
-
-def reference_jobs(plan: SweepPlan) -> dict[str, list[str]]:
-    """Reference CLI arguments per key (`dflash`, `ddtree-b16`, ...): T = 0, fp32, CPU."""
-    jobs: dict[str, list[str]] = {}
-    for group in plan.groups:
-        arm = group.arm
-        key = arm.reference_key
-        if key is None or key in jobs or not any(c.temperature == 0 for c in group.cells):
-            continue
-        algo = ["--algo", "dflash"] if arm.policy is None else ["--algo", "ddtree", "--budget", str(arm.policy.budget)]
-        jobs[key] = algo
-    return jobs
-
-
-def start_references(
-    python: Path,
-    plan: SweepPlan,
-    out: Path,
-    *,
-    deadline: float | None,
-    on_event: OnEvent,
-) -> ReferenceRuns | None:
-    if not plan.setting.reference_parity:
-        return None
-    jobs = reference_jobs(plan)
-    if not jobs:
-        return None
-    ref_dir = out / "reference"
-    ref_dir.mkdir(parents=True, exist_ok=True)
-    n_prompts = max(c.prompts for c in plan.cells)
-    prompts = ref_dir / "prompts.json"
-    prompts.write_text(json.dumps([list(p) for p in plan.setting.prompts[:n_prompts]]))
-    common = [
-        "--target", str(plan.setting.target), "--draft", str(plan.setting.draft),
-        "--prompts", str(prompts), "--limit", str(n_prompts),
-        "--max-new-tokens", str(plan.max_new_tokens), "--temperature", "0",
-        "--device", "cpu", "--dtype", "float32", "--no-baseline",
-    ]
-    nice_bin = shutil.which("nice")
-    nice = [nice_bin, "-n", "10"] if nice_bin else []
-    pool = ThreadPoolExecutor(max_workers=REFERENCE_WORKERS, thread_name_prefix="reference")
-    futures = {
-        key: pool.submit(
-            _run_reference,
-            [*nice, str(python), str(REFERENCE_DIR), *common, *algo, "--json", str(ref_dir / f"{key}.json")],
-            key=key,
-            deadline=deadline,
-            on_event=on_event,
-        )
-        for key, algo in jobs.items()
-    }
-    return ReferenceRuns(futures, pool)
-
-
-def load_references(plan: SweepPlan, directory: Path) -> dict[str, dict[str, Any]]:
-    """Reference results made before the sweep (scripts/bench_references.sh): ``<key>.json``
-    per algorithm/budget, each checked against the sweep's prompts, length and temperature."""
-    n_prompts = max(c.prompts for c in plan.cells)
-    prompt_lens = [len(p) for p in plan.setting.prompts[:n_prompts]]
-    results: dict[str, dict[str, Any]] = {}
-    for key in reference_jobs(plan) if plan.setting.reference_parity else ():
-        path = directory / f"{key}.json"
-        if not path.exists():
-            results[key] = {"error": f"{path} does not exist"}
-            continue
-        result = json.loads(path.read_text())
-        config, rows = result.get("config", {}), result.get("prompts", [])
-        if config.get("max_new_tokens") != plan.max_new_tokens or config.get("temperature") != 0:
-            results[key] = {"error": f"{path} is for max_new_tokens={config.get('max_new_tokens')}, "
-                                     f"temperature={config.get('temperature')}; the sweep decodes "
-                                     f"{plan.max_new_tokens} tokens at T=0"}
-        elif [r.get("prompt_len") for r in rows[:n_prompts]] != prompt_lens:
-            results[key] = {"error": f"{path} was made on other prompts than the sweep's first {n_prompts}"}
-        else:
-            results[key] = result
-    return results
-
-
-def _run_reference(command: list[str], *, key: str, deadline: float | None, on_event: OnEvent) -> dict[str, Any]:
-    timeout = None if deadline is None else max(1.0, deadline + GRACE_S - time.time())
-    env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, env=env)
-    except subprocess.TimeoutExpired:
-        result: dict[str, Any] = {"error": "did not finish before the time box"}
-    else:
-        out_path = Path(command[-1])
-        if done.returncode == 0 and out_path.exists():
-            result = json.loads(out_path.read_text())
-        else:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            result = {"error": f"exit {done.returncode}: {tail[0]}"}
-    on_event({"event": "reference", "key": key, "ok": "error" not in result, "error": result.get("error")})
-    return result

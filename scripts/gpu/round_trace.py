@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ddtree_overlay.bench.arms import TARGET_ONLY, Arm  # noqa: E402
-from ddtree_overlay.bench.plan import make_setting  # noqa: E402
+from ddtree_overlay.bench.arms import TARGET_ONLY, Arm, parse_with_env  # noqa: E402
+from ddtree_overlay.bench.settings import SETTINGS, make_setting  # noqa: E402
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace  # noqa: E402
 from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment  # noqa: E402
 
@@ -44,39 +44,33 @@ BASE = {
     "cuda_graph_bs_decode": [1],
     "disable_prefill_cuda_graph": True,
 }
-ENV_RE = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
-
-
-def arm_env(arm: str) -> dict:
-    """The KEY=VALUE settings after the arm's name: ddtree-b32@K1=V1@K2=V2."""
-    settings = arm.split("@")[1:]
-    bad = [s for s in settings if not ENV_RE.match(s)]
-    if bad:
-        raise SystemExit(f"round_trace: arm {arm!r}: {bad[0]!r} is not KEY=VALUE")
-    return dict(s.split("=", 1) for s in settings)
-
-
-def engine_kwargs(arm: str, setting, tp_size: int = 1) -> dict:
-    arm_env(arm)
-    try:
-        parsed = Arm.parse(arm.split("@")[0])
-    except ValueError as error:
-        raise SystemExit(f"round_trace: {error}") from None
+def engine_kwargs(arm: Arm, setting, tp_size: int = 1) -> dict:
     kwargs = dict(BASE, model_path=str(setting.target), tp_size=tp_size, **setting.engine)
-    if parsed.algorithm != TARGET_ONLY:
+    if arm.algorithm != TARGET_ONLY:
         kwargs["speculative_draft_model_path"] = str(setting.draft)
-    return kwargs | parsed.engine_args()
+    return kwargs | arm.engine_args()
 
 
-def run_arm(arm: str, setting, args, out: Path) -> dict:
+def parse_arms(text: str) -> list:
+    """(name, arm, environment) per comma-separated arm; bad names stop before any engine starts."""
+    arms = []
+    for name in (a for a in text.split(",") if a):
+        try:
+            arms.append((name, *parse_with_env(name)))
+        except ValueError as error:
+            raise SystemExit(f"round_trace: {error}") from None
+    return arms
+
+
+def run_arm(name: str, arm: Arm, env: dict, setting, args, out: Path) -> dict:
     import sglang as sgl
 
     prompts = [list(p) for p in setting.prompts[: args.prompts_per_arm]]
     greedy = {"temperature": 0.0, "max_new_tokens": setting.max_new_tokens, "ignore_eos": True}
     t0 = time.perf_counter()
-    with environment(arm_env(arm)):  # the engine's processes inherit it at start
+    with environment(env):  # the engine's processes inherit it at start
         engine = sgl.Engine(**engine_kwargs(arm, setting, args.tp_size))
-    record = {"arm": arm, "tp_size": args.tp_size, "start_s": round(time.perf_counter() - t0, 1)}
+    record = {"arm": name, "tp_size": args.tp_size, "start_s": round(time.perf_counter() - t0, 1)}
     try:
         for prompt in prompts:  # the timed decode's own shapes: nothing compiles while timed
             engine.generate(input_ids=[prompt], sampling_params=greedy)
@@ -94,7 +88,7 @@ def run_arm(arm: str, setting, args, out: Path) -> dict:
             step_ms=round(1000 * decode_s / rounds, 3),
             tokens_per_step=round(tokens / rounds, 3),
         )
-        trace_dir = out / ("trace-" + re.sub(r"[^\w.-]", "_", arm))
+        trace_dir = out / ("trace-" + re.sub(r"[^\w.-]", "_", name))
         engine.start_profile(
             output_dir=str(trace_dir), activities=["CPU", "GPU"], with_stack=args.with_stack, record_shapes=False
         )
@@ -105,7 +99,7 @@ def run_arm(arm: str, setting, args, out: Path) -> dict:
     traces = sorted(glob.glob(str(trace_dir / "*.trace.json*")))
     if traces:
         record["trace"] = summarize_trace(
-            load_trace(traces[-1]), graphs_per_step=1 if arm.startswith("plain") else 2
+            load_trace(traces[-1]), graphs_per_step=1 if arm.algorithm == TARGET_ONLY else 2
         )
         if not args.keep_traces:
             for path in traces:
@@ -143,7 +137,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--arms", default="ddtree-b256,ddtree-b256-no-overlap,dflash,dflash-no-overlap")
-    ap.add_argument("--setting", default="fixture", choices=("fixture", "qwen3-8b-random"))
+    ap.add_argument("--setting", default="fixture", choices=SETTINGS)
     ap.add_argument("--prompts-per-arm", type=int, default=8)
     ap.add_argument("--tp-size", type=int, default=1, help="tensor-parallel GPUs per engine, every arm alike")
     ap.add_argument("--trace-tokens", type=int, default=96)
@@ -155,16 +149,13 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     setting = make_setting(args.setting, scratch=out)
-    arms = [a for a in args.arms.split(",") if a]
-    for arm in arms:
-        engine_kwargs(arm, setting, args.tp_size)  # bad names fail before any engine starts
     records = []
-    for arm in arms:
-        print(f"== {arm}", flush=True)
+    for name, arm, env in parse_arms(args.arms):
+        print(f"== {name}", flush=True)
         try:
-            records.append(run_arm(arm, setting, args, out))
+            records.append(run_arm(name, arm, env, setting, args, out))
         except Exception as exc:  # one failing arm must not cost the others' numbers
-            records.append({"arm": arm, "error": f"{type(exc).__name__}: {exc}"})
+            records.append({"arm": name, "error": f"{type(exc).__name__}: {exc}"})
         print(json.dumps({k: v for k, v in records[-1].items() if k != "trace"}), flush=True)
         (out / "round_trace.json").write_text(json.dumps(records, indent=1))
     print(table([r for r in records if "error" not in r]))

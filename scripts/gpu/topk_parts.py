@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from payload_modules import load_payload_module  # noqa: E402
+from ddtree_overlay.bench.payload_modules import load_payload_module  # noqa: E402
 
 BATCH_SIZES = (1, 4, 16, 32)
 KS = (16, 32, 256)

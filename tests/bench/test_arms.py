@@ -11,6 +11,7 @@ from ddtree_overlay.bench.arms import (
     Arm,
     BudgetPolicy,
     number_list,
+    parse_with_env,
     policy_label,
     verify_width,
 )
@@ -109,3 +110,17 @@ def test_number_lists_are_sorted_sets_of_numbers_at_least_the_minimum() -> None:
     assert number_list("16,4,8,4", int, 1) == (4, 8, 16)
     with pytest.raises(ValueError, match="expected comma-separated numbers, got"):
         number_list("4,many", int, 1)
+
+
+def test_an_arm_with_settings_starts_its_engine_with_them() -> None:
+    """scripts/gpu/round_trace.py's arms: an A/B of the payload's switches in one run."""
+    arm, env = parse_with_env("ddtree-b256-no-overlap@SGLANG_DDTREE_COMMIT_GRAPH=1@SGLANG_DDTREE_TREE_GRAPH=0")
+    assert arm == Arm.ddtree(256, overlap=False)
+    assert env == {"SGLANG_DDTREE_COMMIT_GRAPH": "1", "SGLANG_DDTREE_TREE_GRAPH": "0"}
+    assert parse_with_env("plain") == (Arm(TARGET_ONLY), {})
+
+
+@pytest.mark.parametrize("text", ["ddtree-b32@lower=1", "ddtree-b32@NOVALUE", "eagle@SGLANG_X=1"])
+def test_a_bad_arm_or_setting_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match=r"is not KEY=VALUE|unknown arm"):
+        parse_with_env(text)

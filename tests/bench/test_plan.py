@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from ddtree_overlay.bench import plan as bp
+from ddtree_overlay.bench import settings
 from ddtree_overlay.bench.arms import Arm, BudgetPolicy
 
 
 def fixture_plan(tmp_path: Path, **config) -> bp.SweepPlan:
-    setting = bp.make_setting("fixture", scratch=tmp_path)
+    setting = settings.make_setting("fixture", scratch=tmp_path)
     return bp.plan_sweep(setting, bp.BenchConfig(**config))
 
 
@@ -166,7 +167,7 @@ def test_cells_run_greedy_first_batch_one_then_widest(tmp_path: Path) -> None:
 def test_every_cell_decodes_at_least_one_full_wave_of_shared_prompts(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path)
     assert {(c.batch_size, c.prompts) for c in plan.cells} == {(1, 8), (4, 8), (16, 16)}
-    qwen = bp.plan_sweep(bp.make_setting("qwen3-8b-random", scratch=tmp_path), bp.BenchConfig())
+    qwen = bp.plan_sweep(settings.make_setting("qwen3-8b-random", scratch=tmp_path), bp.BenchConfig())
     assert {(c.batch_size, c.prompts) for c in qwen.cells} == {(1, 4), (4, 4), (16, 16)}
 
 
@@ -180,55 +181,13 @@ def test_time_box_marks_what_the_estimates_cannot_fit(tmp_path: Path) -> None:
 
 
 def test_estimates_grow_with_verify_width_and_shrink_with_acceptance(tmp_path: Path) -> None:
-    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    setting = settings.make_setting("qwen3-8b-random", scratch=tmp_path)
     common = {"algorithm": bp.DDTREE, "batch_size": 16, "temperature": 0.0, "prompts": 16, "max_new_tokens": 128}
     assert bp.estimate_cell_s(setting, budget=256, **common) > bp.estimate_cell_s(setting, budget=32, **common)
-    fixture = bp.make_setting("fixture", scratch=tmp_path)
+    fixture = settings.make_setting("fixture", scratch=tmp_path)
     t0 = bp.estimate_cell_s(fixture, budget=16, **common)
     t1 = bp.estimate_cell_s(fixture, budget=16, **(common | {"temperature": 1.0}))
     assert t1 > t0
-
-
-def test_qwen3_8b_setting_writes_its_configs_and_uses_dummy_weights(tmp_path: Path) -> None:
-    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
-    target = json.loads((setting.target / "config.json").read_text())
-    draft = json.loads((setting.draft / "config.json").read_text())
-    assert (target["num_hidden_layers"], target["hidden_size"], target["vocab_size"]) == (36, 4096, 151936)
-    assert target["architectures"] == ["Qwen3ForCausalLM"]
-    assert draft["architectures"] == ["DFlashDraftModel"] and draft["num_hidden_layers"] == 5
-    assert draft["dflash_config"]["target_layer_ids"] == [1, 9, 17, 25, 33]
-    assert draft["dflash_config"]["block_size"] == 16
-    assert 0 <= draft["dflash_config"]["mask_token_id"] < draft["vocab_size"]
-    assert draft["num_target_layers"] == 36 and draft["hidden_size"] == target["hidden_size"]
-    assert setting.engine == {"load_format": "dummy", "speculative_draft_load_format": "dummy"}
-    assert not setting.real_weights and not setting.reference_parity
-    assert "meaningless" in setting.note
-    assert all(0 <= t < 151643 for p in setting.prompts for t in p)
-    plan = bp.plan_sweep(setting, bp.BenchConfig())
-    assert all(g.engine["load_format"] == "dummy" for g in plan.groups)
-    assert [g.name for g in plan.groups][:4] == ["dflash", "dflash-no-overlap", "ddtree-b32", "ddtree-b256"]
-    assert baselines_before_ddtree(plan) == ["dflash", "dflash-no-overlap"]  # target-only goes last here
-    assert plan.groups[-1].name == "target-only" and plan.groups[0].est_start_s > plan.groups[1].est_start_s
-
-
-def test_dry_run_setting_writes_nothing(tmp_path: Path) -> None:
-    bp.make_setting("qwen3-8b-random", scratch=tmp_path / "s", write=False)
-    assert not (tmp_path / "s").exists()
-
-
-def test_custom_pair_is_real_weights_without_reference_parity(tmp_path: Path) -> None:
-    setting = bp.make_setting("fixture", scratch=tmp_path, target=tmp_path / "t", draft=tmp_path / "d")
-    assert setting.name == "custom" and setting.real_weights and not setting.reference_parity
-
-
-@pytest.mark.parametrize(
-    "content", ["{", "[]", "[[]]", "[[1, -2]]", '[["a"]]', '{"a": 1}']
-)
-def test_bad_prompt_files_are_refused(tmp_path: Path, content: str) -> None:
-    path = tmp_path / "prompts.json"
-    path.write_text(content)
-    with pytest.raises(ValueError, match="prompts"):
-        bp.load_prompts(path)
 
 
 def test_runner_plan_is_the_json_engine_runner_reads(tmp_path: Path) -> None:

@@ -40,8 +40,9 @@ def test_apply_then_rollback_restores_every_file_to_record(sglang_env: Path) -> 
         "[py_compile.compile(f, doraise=True) for f in sys.argv[1:]]; print('ok')"
     )
     new = sorted((site / "sglang/srt/speculative").glob("ddtree_*.py"))
-    # spec, utils, kernels, info, worker, contract, compat shim, profile, tp, stage graphs, adaptive
-    assert len(new) == 11
+    # spec, utils, kernels, info, worker, contract, compat shim, profile, tp, stage graphs, adaptive,
+    # hybrid
+    assert len(new) == 12
     assert target_python(sglang_env, compile_all, *new, *(site / p for p in PATCHED)) == "ok"
     assert probe_env(sglang_env).sglang.record.modified == PATCHED
     rollback(probe_env(sglang_env))

@@ -1,8 +1,8 @@
-"""bench: the CLI verb's arguments and outcomes, and the sweep run against a stand-in sglang."""
+"""bench: the CLI verb's arguments and outcomes, and the sweep (bench.supervision) run against a
+stand-in sglang."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,12 +15,12 @@ import pytest
 from bench_fakes import install_fake_sglang
 from overlay_helpers import run_cli
 
+from ddtree_overlay.bench import analysis, settings, supervision
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import ExitCode
 
-ROOT = Path(__file__).resolve().parents[2]
 FAST_RUNNER = {"idle_gap_s": 0.01, "health_idle_s": 0.01}
 
 
@@ -194,30 +194,27 @@ def fake_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def small_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
-    setting = bp.make_setting("fixture", scratch=tmp_path / "models")
+    setting = settings.make_setting("fixture", scratch=tmp_path / "models")
     defaults = {"budgets": (8, 32), "batch_sizes": (1, 2), "temperatures": (0.0,),
                 "max_new_tokens": 9, "prompts_per_cell": 3}
     return bp.plan_sweep(setting, bp.BenchConfig(**(defaults | config)))
 
 
 def run(tmp_path: Path, plan: bp.SweepPlan, events: list | None = None) -> dict[str, Any]:
-    return bench_module.run_bench(
+    return supervision.run_bench(
         Path(sys.executable), plan, tmp_path / "out", context={"gpu": "fake"},
         on_event=(events if events is not None else []).append, runner_options=FAST_RUNNER,
     )
 
 
-def reanalyse_script():
-    spec = importlib.util.spec_from_file_location("bench_reanalyse", ROOT / "scripts" / "bench_reanalyse.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+def reanalyse(out: Path) -> dict[str, Any]:
+    return dict(bench_module.reanalyse(out).data["report"])
 
 
 def test_sweep_runs_every_cell_and_writes_the_report(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     plan = small_plan(tmp_path)
     events: list = []
     report = run(tmp_path, plan, events)
@@ -244,7 +241,7 @@ def test_sweep_runs_every_cell_and_writes_the_report(
 def test_a_crashed_runner_fails_its_engine_and_a_new_one_runs_the_rest(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     fake_sglang(crash_budgets=[32])  # the process dies inside ddtree-b32's first cell
     report = run(tmp_path, small_plan(tmp_path))
     groups = {g["name"]: g for g in report["groups"]}
@@ -257,7 +254,7 @@ def test_a_crashed_runner_fails_its_engine_and_a_new_one_runs_the_rest(
 
 
 def test_a_wrong_greedy_output_fails_the_bench(tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     fake_sglang(diverge_budgets=[8], margin=3.0)
     report = run(tmp_path, small_plan(tmp_path))
     assert [i.split(":")[0] for i in report["issues"]] == ["ddtree-b8/bs1/t0", "ddtree-b8/bs2/t0"]
@@ -266,12 +263,14 @@ def test_a_wrong_greedy_output_fails_the_bench(tmp_path: Path, fake_sglang, monk
 def test_a_finished_run_is_reanalysed_from_its_records(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     fake_sglang(diverge_budgets=[8], margin=3.0)
     report = run(tmp_path, small_plan(tmp_path))
     out = tmp_path / "out"
     bench_module._result(report, out)
-    again = reanalyse_script().reanalyse(out, None)
+    done = run_cli("bench", "--reanalyse", str(out), "--json")  # no --env: no GPU needed
+    assert done.returncode == ExitCode.VERIFY_FAILED, done.stderr
+    again = json.loads(done.stdout)["data"]["report"]
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert again["issues"] == report["issues"] != []
     assert again["notes"][-1].startswith("re-analysed from records.jsonl at commit ")
@@ -281,7 +280,7 @@ def test_a_finished_run_is_reanalysed_from_its_records(
 def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     plan = small_plan(tmp_path, budgets=(8,), ddtree_no_overlap=True)
     report = run(tmp_path, plan)
     assert [(g["name"], g["status"]) for g in report["groups"]] == [
@@ -297,7 +296,7 @@ def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
     assert report["issues"] == [] and report["config"]["ddtree_no_overlap"] is True
     out = tmp_path / "out"
     bench_module._result(report, out)
-    again = reanalyse_script().reanalyse(out, None)
+    again = reanalyse(out)
     assert [g["name"] for g in again["groups"]] == [g["name"] for g in report["groups"]]
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert again["fastest_modes"] == json.loads(json.dumps(report["fastest_modes"]))
@@ -305,23 +304,23 @@ def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
 
 def test_no_overlap_ddtree_arms_share_their_budgets_reference(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, budgets=(4, 8), ddtree_no_overlap=True)
-    assert bench_module.reference_jobs(plan) == {
+    assert supervision.reference_jobs(plan) == {
         "dflash": ["--algo", "dflash"],
         "ddtree-b8": ["--algo", "ddtree", "--budget", "8"],
         "ddtree-b4": ["--algo", "ddtree", "--budget", "4"],
     }
-    loaded = bench_module.load_references(plan, tmp_path)
+    loaded = supervision.load_references(plan, tmp_path)
     assert sorted(loaded) == ["ddtree-b4", "ddtree-b8", "dflash"]
 
 
 def test_reference_runs_once_per_algorithm_and_budget_on_the_cpu(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     plan = small_plan(tmp_path, budgets=(4,), max_new_tokens=4, prompts_per_cell=1, batch_sizes=(1,))
-    assert bench_module.reference_jobs(plan) == {
+    assert supervision.reference_jobs(plan) == {
         "dflash": ["--algo", "dflash"], "ddtree-b4": ["--algo", "ddtree", "--budget", "4"],
     }
     events: list = []
-    runs = bench_module.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=events.append)
+    runs = supervision.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=events.append)
     assert runs is not None
     results = runs.wait()
     assert sorted(results) == ["ddtree-b4", "dflash"]
@@ -349,7 +348,7 @@ def test_precomputed_references_are_checked_against_the_sweep(tmp_path: Path) ->
     (refs / "ddtree-b8.json").write_text(json.dumps(reference(first_prompt_len=1)))
     # a sweep with more budgets than were made: that key says so
     wide = small_plan(tmp_path, budgets=(4, 8, 16), max_new_tokens=4, prompts_per_cell=2, batch_sizes=(1,))
-    loaded = bench_module.load_references(wide, refs)
+    loaded = supervision.load_references(wide, refs)
     assert loaded["dflash"]["aggregate"]["tokens_per_round"] == 2.0
     assert "max_new_tokens=9" in loaded["ddtree-b4"]["error"]
     assert "other prompts" in loaded["ddtree-b8"]["error"]
@@ -362,9 +361,9 @@ def test_a_reference_dir_replaces_the_runs_beside_the_sweep(
     def must_not_run(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("references were started although --reference-dir was given")
 
-    monkeypatch.setattr(bench_module, "start_references", must_not_run)
+    monkeypatch.setattr(supervision, "start_references", must_not_run)
     plan = small_plan(tmp_path, budgets=(8,))
-    report = bench_module.run_bench(
+    report = supervision.run_bench(
         Path(sys.executable), plan, tmp_path / "out", context={"gpu": "fake"},
         runner_options=FAST_RUNNER, reference_dir=tmp_path,
     )
@@ -372,17 +371,17 @@ def test_a_reference_dir_replaces_the_runs_beside_the_sweep(
 
 
 def test_random_weights_and_custom_pairs_get_no_reference(tmp_path: Path) -> None:
-    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    setting = settings.make_setting("qwen3-8b-random", scratch=tmp_path)
     plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,)))
-    assert bench_module.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=print) is None
+    assert supervision.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=print) is None
 
 
 def test_bench_skips_ddtree_where_the_overlay_is_not_applied(
     sglang_env: Path, tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bench_module, "probe_gpu", lambda python: {"gpu": "Fake GPU", "torch": "0", "error": None})
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
-    monkeypatch.setattr(bench_module, "run_bench", _fast(bench_module.run_bench))
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(bench_module, "run_bench", _fast(supervision.run_bench))
     config = bp.BenchConfig(budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), max_new_tokens=5, prompts_per_cell=1)
     request = bench_module.BenchRequest(config=config, out=tmp_path / "out")
     result = bench_module.bench(probe_env(sglang_env), request)
@@ -402,8 +401,8 @@ def _fast(run_bench):
 def test_the_watchdog_stops_a_runner_that_outlives_the_time_box(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
-    monkeypatch.setattr(bench_module, "GRACE_S", 0.5)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "GRACE_S", 0.5)
     fake_sglang(sleep_s=60)  # every generate() hangs far past the deadline
     plan = small_plan(tmp_path, max_minutes=0.02, budgets=(8,))
     quick = replace(plan.setting.cost, engine_start_s=0, first_start_extra_s=0, engine_overhead_s=0)
@@ -419,7 +418,7 @@ def test_the_watchdog_stops_a_runner_that_outlives_the_time_box(
 def test_a_runner_that_records_nothing_fails_every_engine_in_turn(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, budgets=(8,))
     false = Path("/bin/false")
-    report = bench_module.run_bench(false, plan, tmp_path / "out", context={})
+    report = supervision.run_bench(false, plan, tmp_path / "out", context={})
     assert [g["status"] for g in report["groups"]] == ["failed"] * len(plan.groups)
     assert all("exited with 1" in g["reason"] for g in report["groups"])
     assert len(report["issues"]) >= len(plan.groups)
@@ -428,7 +427,7 @@ def test_a_runner_that_records_nothing_fails_every_engine_in_turn(tmp_path: Path
 def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     plan = small_plan(tmp_path, budgets=(8,), repeats=2)
     events: list = []
     report = run(tmp_path, plan, events)
@@ -452,7 +451,7 @@ def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(
     out = tmp_path / "out"
     bench_module._result(report, out)
     assert "| DDTREE B=8 | 2 | 0 |" in (out / "bench.md").read_text()
-    again = reanalyse_script().reanalyse(out, None)
+    again = reanalyse(out)
     assert again["config"]["repeats"] == 2
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert again["groups"] == json.loads(json.dumps(report["groups"]))
@@ -461,7 +460,7 @@ def test_repeats_run_every_group_in_rounds_and_survive_reanalysis(
 def test_runs_made_before_repeats_are_reanalysed_as_one_repeat(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     report = run(tmp_path, small_plan(tmp_path, budgets=(8,)))
     out = tmp_path / "out"
     bench_module._result(report, out)
@@ -472,7 +471,7 @@ def test_runs_made_before_repeats_are_reanalysed_as_one_repeat(
     old_json = json.loads((out / "bench.json").read_text())
     del old_json["config"]["repeats"]
     (out / "bench.json").write_text(json.dumps(old_json))
-    again = reanalyse_script().reanalyse(out, None)
+    again = reanalyse(out)
     assert again["config"]["repeats"] == 1
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
     assert {r["measured_repeats"] for r in again["cells"]} == {1}
@@ -481,7 +480,7 @@ def test_runs_made_before_repeats_are_reanalysed_as_one_repeat(
 def test_a_crashed_repeat_is_not_run_again_after_the_restart(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench_module, "start_references", lambda *a, **k: None)
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     fake_sglang(crash_budgets=[32])  # the process dies inside ddtree-b32's first cell, in round 1
     report = run(tmp_path, small_plan(tmp_path, repeats=2))
     groups = {g["name"]: g for g in report["groups"]}
@@ -496,3 +495,13 @@ def test_a_crashed_repeat_is_not_run_again_after_the_restart(
     assert not any("fewer than" in n for n in report["notes"])  # target-only is not short of its 1 repeat
     engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
     assert [e.get("speculative_ddtree_budget") for e in engines].count(32) == 1
+
+
+def test_a_schedule_run_is_reanalysed_with_its_schedule(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path, budget_schedule=((1, 32), (2, 8)))
+    recorded = json.loads(json.dumps(analysis.analyse(plan, {}, {})["config"]))
+    assert bp.config_from_report(recorded) == plan.config
+
+
+def test_bench_without_env_or_reanalyse_is_a_usage_error() -> None:
+    assert_usage_error(run_cli("bench", "--dry-run"), "--env is required (unless --reanalyse RUN_DIR)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,7 +13,9 @@ from typing import Any
 import pytest
 from bench_fakes import install_fake_sglang
 
-RUNNER = Path(__file__).resolve().parents[2] / "ddtree_overlay" / "in_target" / "engine_runner.py"
+from ddtree_overlay.in_target import engine_runner
+
+RUNNER = Path(engine_runner.__file__)  # run by path, as the tool runs it in the target env
 PROMPTS = [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10], [11]]
 
 
@@ -258,9 +259,7 @@ def test_a_later_repeat_of_a_failed_engine_is_not_started_again(tmp_path: Path) 
 
 def test_warm_up_runs_one_wave_per_temperature_and_batch_size_of_the_cells() -> None:
     """A cell at a batch size nobody warmed would time the kernels compiled for it."""
-    spec = importlib.util.spec_from_file_location("engine_runner_under_test", RUNNER)
-    runner = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runner)
+    runner = engine_runner
 
     class Engine:
         def __init__(self) -> None:
@@ -274,13 +273,6 @@ def test_warm_up_runs_one_wave_per_temperature_and_batch_size_of_the_cells() -> 
     engine = Engine()
     runner._warm_up(engine, {"prompts": PROMPTS}, arm("a", {}, cells))
     assert engine.calls == [(1, 0.0), (4, 0.0), (1, 1.0), (4, 1.0)]
-
-
-def load_runner():
-    spec = importlib.util.spec_from_file_location("engine_runner_under_test", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def fake_proc(root: Path, *, load1: float, busy: int, idle: int, children: dict[int, int],
@@ -306,7 +298,7 @@ def fake_proc(root: Path, *, load1: float, busy: int, idle: int, children: dict[
 
 
 def test_the_host_around_a_cell_comes_from_proc(tmp_path: Path) -> None:
-    runner = load_runner()
+    runner = engine_runner
     tick = os.sysconf("SC_CLK_TCK")
     topology = tmp_path / "sys" / "cpu3" / "topology"
     topology.mkdir(parents=True)

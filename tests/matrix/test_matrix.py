@@ -18,16 +18,9 @@ from overlay_helpers import REPO_ROOT, run_cli
 from ddtree_overlay.engine.datadir import bundled_releases
 from ddtree_overlay.engine.errors import ExitCode
 from ddtree_overlay.engine.releases import why_unsupported
-from ddtree_overlay.matrix.run import (
-    FAILING,
-    STATUS_MEANINGS,
-    Cell,
-    _import_problems,
-    _report,
-    _wheel_requirements,
-    render_markdown,
-    statuses_in_markdown,
-)
+from ddtree_overlay.matrix.envs import wheel_requirements
+from ddtree_overlay.matrix.markdown import render_markdown, statuses_in_markdown
+from ddtree_overlay.matrix.run import FAILING, STATUS_MEANINGS, Cell, _import_problems, _report
 
 DFLASH_V2_RELEASES = (
     "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18",
@@ -70,7 +63,7 @@ def test_wheel_requirements_keep_unconditional_exact_pins_only(tmp_path: Path) -
     ])
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("sglang-9.9.9.dist-info/METADATA", metadata)
-    found = _wheel_requirements(wheel)
+    found = wheel_requirements(wheel)
     assert found == {"python": ">=3.11", "pins": {"torch": "2.14.1", "transformers": "5.19.0"}}
 
 

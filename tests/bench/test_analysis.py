@@ -1,5 +1,5 @@
-"""bench report: per-cell metrics, speedups, round split, correctness, markdown and plots,
-from synthetic runner records."""
+"""The bench report (bench.records, analysis, correctness, markdown, plots): per-cell metrics,
+speedups, round split, correctness, markdown and plots, from synthetic runner records."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from ddtree_overlay.bench import analysis, plots, records, settings
+from ddtree_overlay.bench import markdown as md
 from ddtree_overlay.bench import plan as bp
-from ddtree_overlay.bench import report as br
 from ddtree_overlay.bench.arms import policy_label
 
 PROMPTS = 4
@@ -19,7 +20,7 @@ NEW = 9
 
 
 def small_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
-    setting = bp.make_setting("fixture", scratch=tmp_path)
+    setting = settings.make_setting("fixture", scratch=tmp_path)
     defaults = {"budgets": (8, 32), "batch_sizes": (1, 2), "temperatures": (0.0, 1.0),
                 "max_new_tokens": NEW, "prompts_per_cell": PROMPTS}
     return bp.plan_sweep(setting, bp.BenchConfig(**(defaults | config)))
@@ -89,7 +90,7 @@ def references(value: float = NEW / 4) -> dict[str, dict[str, Any]]:
 def test_cells_get_throughput_speedups_and_acceptance(tmp_path: Path) -> None:
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     rows = {r["name"]: r for r in report["cells"]}
     assert "target-only/margins" not in rows  # not a timed cell
     b32 = rows["ddtree-b32/bs2/t0"]
@@ -109,7 +110,7 @@ def test_cells_get_throughput_speedups_and_acceptance(tmp_path: Path) -> None:
 def test_round_split_comes_from_the_profile_windows_inside_the_cell(tmp_path: Path) -> None:
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     profile = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs2/t1"]["profile"]
     assert profile["rounds"] == 4 and profile["mean_batch"] == 2 and profile["cuda_graph_fraction"] == 0.75
     split = profile["ms_per_round"]
@@ -123,8 +124,8 @@ def test_missing_profile_windows_leave_a_hint(tmp_path: Path) -> None:
     cells, engines = synthetic(plan)
     for engine in engines.values():
         engine["profile"] = []
-    report = br.analyse(plan, cells, engines, references=references())
-    assert br.PROFILE_HINT in report["notes"] and report["issues"] == []
+    report = analysis.analyse(plan, cells, engines, references=references())
+    assert analysis.PROFILE_HINT in report["notes"] and report["issues"] == []
 
 
 def test_greedy_divergence_beyond_noise_is_an_issue_within_noise_is_not(tmp_path: Path) -> None:
@@ -132,7 +133,7 @@ def test_greedy_divergence_beyond_noise_is_an_issue_within_noise_is_not(tmp_path
     cells, engines = synthetic(plan)
     cells["ddtree-b8/bs1/t0", 1]["outputs"] = outputs({1: 2})  # margin there 0.1: bf16 noise
     cells["ddtree-b32/bs2/t0", 1]["outputs"] = outputs({3: 5})  # margin 5.0: a bug
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     rows = {r["name"]: r for r in report["cells"]}
     explained = rows["ddtree-b8/bs1/t0"]["lossless"]
     assert explained["passed"] and explained["identical"] == 3 and explained["first_divergence"]["margin"] == 0.1
@@ -152,7 +153,7 @@ def test_greedy_outputs_are_judged_on_the_trajectory_their_margins_belong_to(tmp
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
     cells["target-only/bs1/t0", 1]["outputs"] = outputs({1: 2})
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs1/t0"]
     assert row["lossless"]["passed"] and row["lossless"]["identical"] == PROMPTS
     assert report["issues"] == []
@@ -163,18 +164,18 @@ def test_without_margins_greedy_outputs_are_judged_against_the_same_batch_size(t
     cells, engines = synthetic(plan)
     margins = next(name for name, _ in cells if name.endswith("/margins"))
     cells[margins, 1]["ok"] = False
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["dflash/bs1/t0"]
     assert row["lossless"]["reference"] == "target-only/bs1/t0" and row["lossless"]["passed"]
 
 
 def test_divergence_with_random_weights_is_reported_but_not_an_issue(tmp_path: Path) -> None:
-    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    setting = settings.make_setting("qwen3-8b-random", scratch=tmp_path)
     plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,), batch_sizes=(4,), temperatures=(0.0,),
                                                  prompts_per_cell=PROMPTS, max_new_tokens=NEW))
     cells, engines = synthetic(plan)
     cells["ddtree-b8/bs4/t0", 1]["outputs"] = outputs({0: 1})
-    report = br.analyse(plan, cells, engines)
+    report = analysis.analyse(plan, cells, engines)
     row = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs4/t0"]
     assert not row["lossless"]["passed"] and report["issues"] == [] and report["parity"] == []
     assert setting.note in report["notes"]
@@ -187,7 +188,7 @@ def test_parity_with_the_reference_gates_on_the_aggregate_and_reports_per_prompt
     refs["ddtree-b32"] = reference_for(NEW / 4 * 1.5)
     refs["dflash"] = reference_for(NEW / 4 * 1.02, tokens=outputs({0: 1}))
     del refs["ddtree-b8"]
-    report = br.analyse(plan, cells, engines, references=refs)
+    report = analysis.analyse(plan, cells, engines, references=refs)
     parity = {row["group"]: row for row in report["parity"]}
     assert parity["dflash"]["status"] == "ok" and parity["dflash"]["cell"] == "dflash/bs1/t0"
     assert parity["dflash"]["per_prompt_within"] == "4/4" and parity["dflash"]["same_sequence_prompts"] == "3/4"
@@ -206,13 +207,13 @@ def test_failed_and_skipped_cells_and_engines(tmp_path: Path) -> None:
         cells[cell.name, 1] = {"kind": "cell", "arm": cell.name, "ok": False, "skipped": "engine failed to start"}
     cells["ddtree-b8/bs2/t1", 1] = {"kind": "cell", "arm": "ddtree-b8/bs2/t1", "ok": False, "skipped": "time box"}
     del cells["dflash/bs2/t1", 1]
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     rows = {r["name"]: r for r in report["cells"]}
     assert rows["ddtree-b8/bs2/t1"]["status"] == "skipped" and rows["dflash/bs2/t1"]["status"] == "not run"
     assert "ddtree-b32: the engine failed: RuntimeError: boom" in report["issues"]
     assert any("time box" in note or "skipped" in note for note in report["notes"])
     assert {g["name"]: g["status"] for g in report["groups"]}["ddtree-b32"] == "failed"
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert "| DDTREE B=32 | skipped | skipped |" in markdown
     assert "| ddtree-b32 | failed: RuntimeError: boom |" in markdown
 
@@ -220,17 +221,17 @@ def test_failed_and_skipped_cells_and_engines(tmp_path: Path) -> None:
 def test_report_states_the_tensor_parallel_size(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, tp_size=2)
     cells, engines = synthetic(plan)
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     assert report["config"]["tp_size"] == 2
-    assert "attention backend `triton` and tensor-parallel size 2 for every arm" in br.markdown_report(report)
+    assert "attention backend `triton` and tensor-parallel size 2 for every arm" in md.markdown_report(report)
 
 
 def test_markdown_has_the_tables_the_docs_need(tmp_path: Path) -> None:
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
-    report = br.analyse(plan, cells, engines, references=references(),
+    report = analysis.analyse(plan, cells, engines, references=references(),
                         context={"started": "2026-11-29T10:00:00+00:00", "gpu": "NVIDIA H200"})
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert markdown.startswith("# DDTREE bench: fixture")
     assert "2026-11-29T10:00:00+00:00; NVIDIA H200" in markdown
     assert "| arm | T=0 bs=1 | T=0 bs=2 | T=1 bs=1 | T=1 bs=2 |" in markdown
@@ -239,7 +240,7 @@ def test_markdown_has_the_tables_the_docs_need(tmp_path: Path) -> None:
     assert "| DDTREE B=8 | 2 | 0 | 308 | 3.08 | 1.54 | 2.00 | 2.25 | 16 |" in markdown
     assert "| ddtree-b8/bs1/t0 | 0, 16 |" in markdown
     assert "## Acceptance parity with the offline reference decoder" in markdown
-    throughput = br.throughput_table(report)
+    throughput = md.throughput_table(report)
     assert throughput.splitlines()[0] == "| arm | T=0 bs=1 | T=0 bs=2 | T=1 bs=1 | T=1 bs=2 |"
 
 
@@ -250,10 +251,10 @@ def test_read_records_splits_cells_from_engines(tmp_path: Path) -> None:
         + json.dumps({"kind": "engine", "arm": "a", "ok": True}) + "\n"
         + json.dumps({"kind": "cell", "arm": "a/bs1/t0", "ok": True}) + "\n"
     )
-    cells, engines = br.read_records(path)
+    cells, engines = records.read_records(path)
     assert cells == {("a/bs1/t0", 1): {"kind": "cell", "arm": "a/bs1/t0", "ok": True}}  # no repeat: repeat 1
     assert list(engines) == [("a", 1)]
-    assert br.read_records(tmp_path / "missing.jsonl") == ({}, {})
+    assert records.read_records(tmp_path / "missing.jsonl") == ({}, {})
 
 
 def test_read_records_reads_an_xz_packed_run_as_the_plain_one(tmp_path: Path) -> None:
@@ -264,15 +265,15 @@ def test_read_records_reads_an_xz_packed_run_as_the_plain_one(tmp_path: Path) ->
     lines = [{"arm": "ddtree-b32", "repeat": 2, "tok_per_s": 9.0}, {"arm": "dflash", "kind": "engine"}]
     plain.write_text("".join(json.dumps(line) + "\n" for line in lines))
     packed.with_name("records.jsonl.xz").write_bytes(lzma.compress(plain.read_bytes()))
-    assert br.read_records(packed) == br.read_records(plain) != ({}, {})
+    assert records.read_records(packed) == records.read_records(plain) != ({}, {})
 
 
 def test_plots_are_written_as_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
-    report = br.analyse(plan, cells, engines, references=references())
-    files, why_not = br.write_plots(report, tmp_path)
+    report = analysis.analyse(plan, cells, engines, references=references())
+    files, why_not = plots.write_plots(report, tmp_path)
     assert why_not is None
     assert sorted(p.name for p in files) == ["acceptance.png", "round_time.png", "speedup.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in files)
@@ -290,9 +291,9 @@ def test_plots_degrade_with_a_message_without_matplotlib(tmp_path: Path, monkeyp
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
     plan = small_plan(tmp_path)
-    report = br.analyse(plan, *synthetic(plan))
-    assert br.write_plots(report, tmp_path) == ([], br.MATPLOTLIB_MISSING)
-    assert "pip install 'ddtree-overlay[bench]'" in br.MATPLOTLIB_MISSING
+    report = analysis.analyse(plan, *synthetic(plan))
+    assert plots.write_plots(report, tmp_path) == ([], plots.MATPLOTLIB_MISSING)
+    assert "pip install 'ddtree-overlay[bench]'" in plots.MATPLOTLIB_MISSING
 
 
 def test_parity_counts_the_reference_over_the_cells_own_prompts(tmp_path: Path) -> None:
@@ -302,7 +303,7 @@ def test_parity_counts_the_reference_over_the_cells_own_prompts(tmp_path: Path) 
     rows += [{"tokens": [], "tokens_per_round": 1.0, "new_tokens": NEW, "rounds": NEW}] * 4  # not in the cell
     refs = references()
     refs["ddtree-b8"] = {"aggregate": {"tokens_per_round": 1.5}, "prompts": rows}
-    report = br.analyse(plan, cells, engines, references=refs)
+    report = analysis.analyse(plan, cells, engines, references=refs)
     row = {r["group"]: r for r in report["parity"]}["ddtree-b8"]
     assert row["reference_tokens_per_round"] == pytest.approx(NEW / 4) and row["status"] == "ok"
 
@@ -322,7 +323,7 @@ def no_overlap_run(tmp_path: Path) -> tuple[bp.SweepPlan, dict[str, dict], dict[
 
 def test_no_overlap_ddtree_arms_are_rows_of_their_own(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     rows = {r["name"]: r for r in report["cells"]}
     arm = rows["ddtree-b8-no-overlap/bs1/t0"]
     assert (arm["group"], arm["budget"], arm["overlap"]) == ("ddtree-b8-no-overlap", 8, False)
@@ -332,7 +333,7 @@ def test_no_overlap_ddtree_arms_are_rows_of_their_own(tmp_path: Path) -> None:
     assert arm["profile"]["rounds"] == 4 and arm["lossless"]["passed"]
     assert rows["ddtree-b8/bs1/t0"]["tok_per_s"] == 308.0  # the twin keeps its own numbers
     assert report["config"]["ddtree_no_overlap"] is True and report["issues"] == []
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert "| DDTREE B=8 (no overlap) | 400 (x4.00, x2.00 DFLASH) | 150 (x1.50, x0.75 DFLASH) |" in markdown
     assert "| DDTREE B=8 | 308 (x3.08, x1.54 DFLASH) |" in markdown
     assert "| DDTREE B=32 (no overlap) | 2 | 0 | 150 |" in markdown
@@ -341,7 +342,7 @@ def test_no_overlap_ddtree_arms_are_rows_of_their_own(tmp_path: Path) -> None:
 
 def test_speedup_summary_sets_each_algorithms_faster_mode_against_the_other(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     columns = {(c["temperature"], c["batch_size"]): c for c in report["fastest_modes"]}
     assert sorted(columns) == [(0.0, 1), (0.0, 2), (1.0, 1), (1.0, 2)]
     bs1 = columns[(0.0, 1)]
@@ -352,7 +353,7 @@ def test_speedup_summary_sets_each_algorithms_faster_mode_against_the_other(tmp_
     bs2 = columns[(0.0, 2)]
     assert bs2["dflash"] == {"group": "dflash-no-overlap", "overlap": False, "tok_per_s": 250.0}
     assert bs2["best"]["group"] == "ddtree-b32" and bs2["best"]["speedup_vs_dflash"] == pytest.approx(332 / 250)
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert "## DDTREE against DFLASH, each in its faster scheduling mode" in markdown
     assert "| DFLASH | 200 | 250 no overlap | 200 | 200 |" in markdown
     assert "| DDTREE B=8 | 400 no overlap (x2.00) | 308 (x1.23) | 308 (x1.54) | 308 (x1.54) |" in markdown
@@ -361,48 +362,48 @@ def test_speedup_summary_sets_each_algorithms_faster_mode_against_the_other(tmp_
 
 def test_the_fastest_budget_per_batch_size_becomes_a_budget_schedule(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)  # T=0: bs 1 best B=8, bs 2 best B=32
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     assert report["recommended_schedule"] == {
         "schedule": "1:8,2:32", "measured_batch_sizes": [1, 2], "below_dflash": [],
     }
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert "`--speculative-ddtree-budget-schedule 1:8,2:32`." in markdown
     assert "Nothing below batch size" not in markdown
     assert "worst case" not in markdown and not any("worst_case" in c for c in report["fastest_modes"])
-    only_bs2 = br.analyse(small_plan(tmp_path, batch_sizes=(2,)), *synthetic(small_plan(tmp_path, batch_sizes=(2,))))
+    only_bs2 = analysis.analyse(small_plan(tmp_path, batch_sizes=(2,)), *synthetic(small_plan(tmp_path, batch_sizes=(2,))))
     assert only_bs2["recommended_schedule"]["schedule"] == "1:32"
-    assert "Nothing below batch size 2 was measured: its budget is carried down to 1." in br.markdown_report(only_bs2)
+    assert "Nothing below batch size 2 was measured: its budget is carried down to 1." in md.markdown_report(only_bs2)
 
 
 def test_a_batch_size_where_even_the_fastest_budget_loses_to_dflash_is_named(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)
     for group in ("ddtree-b8", "ddtree-b8-no-overlap", "ddtree-b32", "ddtree-b32-no-overlap"):
         cells[f"{group}/bs2/t0", 1] |= {"tok_per_s": 100.0, "decode_s": PROMPTS * NEW / 100.0}
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     recommended = report["recommended_schedule"]
     assert recommended["below_dflash"] == [2]
     assert recommended["schedule"].startswith("1:8")
-    assert "At batch size 2 even the fastest budget stays below DFLASH." in br.markdown_report(report)
+    assert "At batch size 2 even the fastest budget stays below DFLASH." in md.markdown_report(report)
 
 
 def test_random_weights_recommend_no_schedule(tmp_path: Path) -> None:
-    setting = bp.make_setting("qwen3-8b-random", scratch=tmp_path)
+    setting = settings.make_setting("qwen3-8b-random", scratch=tmp_path)
     plan = bp.plan_sweep(setting, bp.BenchConfig(
         budgets=(8, 32), batch_sizes=(1,), temperatures=(0.0,), max_new_tokens=NEW, prompts_per_cell=PROMPTS,
     ))
     cells, engines = synthetic(plan)
-    report = br.analyse(plan, cells, engines)
+    report = analysis.analyse(plan, cells, engines)
     assert report["fastest_modes"] and report["recommended_schedule"] is None
-    assert "--speculative-ddtree-budget-schedule" not in br.markdown_report(report)
+    assert "--speculative-ddtree-budget-schedule" not in md.markdown_report(report)
 
 
 def test_speedup_summary_without_the_no_overlap_arms_says_ddtree_ran_one_mode(tmp_path: Path) -> None:
     plan = small_plan(tmp_path)
     cells, engines = synthetic(plan)
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     assert all(b["overlap"] for c in report["fastest_modes"] for b in c["budgets"])
     assert report["config"]["ddtree_no_overlap"] is False
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert "DDTREE ran with overlap scheduling only (`--ddtree-no-overlap` adds the other mode)." in markdown
     assert "| fastest DDTREE | B=32: 332 (x1.66) |" in markdown
 
@@ -413,12 +414,12 @@ def test_speedup_summary_leaves_out_columns_without_both_algorithms(tmp_path: Pa
         cells[name, 1] = {"kind": "cell", "arm": name, "ok": False, "skipped": "time box"}
     for group in ("ddtree-b8", "ddtree-b8-no-overlap", "ddtree-b32", "ddtree-b32-no-overlap"):
         cells[f"{group}/bs2/t1", 1] = {"kind": "cell", "arm": f"{group}/bs2/t1", "ok": False, "skipped": "time box"}
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     assert [(c["temperature"], c["batch_size"]) for c in report["fastest_modes"]] == [(0.0, 1), (0.0, 2)]
-    table = br.fastest_modes_table(report)
-    fastest = f"| fastest DDTREE | B=8: 400 no overlap (x2.00) | B=32: 332 (x1.33) | {br.DASH} | {br.DASH} |"
+    table = md.fastest_modes_table(report)
+    fastest = f"| fastest DDTREE | B=8: 400 no overlap (x2.00) | B=32: 332 (x1.33) | {md.DASH} | {md.DASH} |"
     assert table.splitlines()[-2] == fastest
-    assert table.splitlines()[-1].endswith(f"| {br.DASH} | {br.DASH} |")
+    assert table.splitlines()[-1].endswith(f"| {md.DASH} | {md.DASH} |")
 
 
 def test_speedup_summary_says_how_much_of_the_acceptance_advantage_the_speedup_keeps(tmp_path: Path) -> None:
@@ -429,13 +430,13 @@ def test_speedup_summary_says_how_much_of_the_acceptance_advantage_the_speedup_k
         if name.startswith("ddtree-") and name.endswith("/bs1/t0"):
             for meta in record["meta"]:
                 meta["spec_verify_ct"] = 2
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     bs1 = next(c for c in report["fastest_modes"] if (c["temperature"], c["batch_size"]) == (0.0, 1))
     by_group = {b["group"]: b for b in bs1["budgets"]}
     assert by_group["ddtree-b8-no-overlap"]["acceptance_ratio"] == pytest.approx(2.0)
     assert by_group["ddtree-b8-no-overlap"]["speedup_per_acceptance"] == pytest.approx(1.0)
     assert by_group["ddtree-b32"]["speedup_per_acceptance"] == pytest.approx(332 / 200 / 2)
-    row = next(line for line in br.fastest_modes_table(report).splitlines() if "acceptance ratio" in line)
+    row = next(line for line in md.fastest_modes_table(report).splitlines() if "acceptance ratio" in line)
     assert row.startswith("| fastest DDTREE: speedup ÷ acceptance ratio | 100% (x2.00 ÷ x2.00) |")
 
 
@@ -445,7 +446,7 @@ def test_no_overlap_ddtree_arms_are_judged_against_their_budgets_reference(tmp_p
     refs = references()
     refs["ddtree-b32"] = reference_for(NEW / 4 * 1.5)
     del refs["ddtree-b8"]
-    report = br.analyse(plan, cells, engines, references=refs)
+    report = analysis.analyse(plan, cells, engines, references=refs)
     parity = {row["group"]: row for row in report["parity"]}
     assert list(parity) == [g.name for g in plan.groups if g.arm.algorithm != bp.TARGET_ONLY]
     off = parity["ddtree-b32-no-overlap"]
@@ -459,19 +460,19 @@ def test_no_overlap_ddtree_arms_are_judged_against_their_budgets_reference(tmp_p
 def test_a_wrong_greedy_output_of_a_no_overlap_ddtree_arm_is_an_issue(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)
     cells["ddtree-b32-no-overlap/bs1/t0", 1]["outputs"] = outputs({0: 4})
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     assert [i.split(":")[0] for i in report["issues"]] == ["ddtree-b32-no-overlap/bs1/t0"]
     assert {r["name"]: r for r in report["cells"]}["ddtree-b32/bs1/t0"]["lossless"]["passed"]
 
 
 def test_plots_draw_the_no_overlap_ddtree_arms_as_their_own_series(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)
-    report = br.analyse(plan, cells, engines, references=references())
-    assert br._series(report["cells"], "tok_per_s", overlap=False)[(0.0, 1)] == [(8, 400.0), (32, 150.0)]
-    assert br._series(report["cells"], "tok_per_s")[(0.0, 1)] == [(8, 308.0), (32, 332.0)]
-    assert br._flat(report["cells"], bp.DFLASH, "tok_per_s", overlap=False)[(0.0, 2)] == 250.0
+    report = analysis.analyse(plan, cells, engines, references=references())
+    assert plots._series(report["cells"], "tok_per_s", overlap=False)[(0.0, 1)] == [(8, 400.0), (32, 150.0)]
+    assert plots._series(report["cells"], "tok_per_s")[(0.0, 1)] == [(8, 308.0), (32, 332.0)]
+    assert plots._flat(report["cells"], bp.DFLASH, "tok_per_s", overlap=False)[(0.0, 2)] == 250.0
     pytest.importorskip("matplotlib")
-    files, why_not = br.write_plots(report, tmp_path)
+    files, why_not = plots.write_plots(report, tmp_path)
     assert why_not is None
     assert sorted(p.name for p in files) == ["acceptance.png", "round_time.png", "speedup.png"]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in files)
@@ -489,7 +490,7 @@ def analysed_with_policy_arm(
         window["budgets"] = budgets
         if policy_views:
             window["adaptive"] = policy_views[min(i, len(policy_views) - 1)]
-    return br.analyse(plan, cells, engines, references=references())
+    return analysis.analyse(plan, cells, engines, references=references())
 
 
 def test_an_adaptive_budget_arm_is_compared_like_a_budget_but_recommends_no_schedule_step(tmp_path: Path) -> None:
@@ -516,7 +517,7 @@ def test_an_adaptive_budget_arm_is_compared_like_a_budget_but_recommends_no_sche
     assert report["recommended_schedule"]["schedule"] == "1:32"
     assert "ddtree-adaptive-8-32" not in {row["group"] for row in report["parity"]}  # no offline reference
     assert report["issues"] == []
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert "| DDTREE adaptive 8/32 | 300 (x3.00, x1.50 DFLASH) | 500 (x5.00, x2.50 DFLASH) |" in markdown
     assert "| DDTREE adaptive 8/32 | 300 (x1.50) | 500 (x2.50) |" in markdown
     assert "| fastest DDTREE | B=32: 332 (x1.66) | adaptive 8/32: 500 (x2.50) |" in markdown
@@ -526,10 +527,10 @@ def test_an_adaptive_budget_arm_is_compared_like_a_budget_but_recommends_no_sche
         "  - policy at the cell's end: bs 2: round ms 8:1.00 32:1.25 + gap 0.50 -> B=32; "
         "Φ̄ 3.00/5.50; c 0.80" in markdown
     )
-    assert br._series(report["cells"], "tok_per_s")[(0.0, 2)] == [(8, 308.0), (32, 332.0)]
-    assert br._flat(report["cells"], bp.DDTREE, "tok_per_s", policy="adaptive 8/32")[(0.0, 2)] == 500.0
+    assert plots._series(report["cells"], "tok_per_s")[(0.0, 2)] == [(8, 308.0), (32, 332.0)]
+    assert plots._flat(report["cells"], bp.DDTREE, "tok_per_s", policy="adaptive 8/32")[(0.0, 2)] == 500.0
     pytest.importorskip("matplotlib")
-    files, why_not = br.write_plots(report, tmp_path)
+    files, why_not = plots.write_plots(report, tmp_path)
     assert why_not is None and len(files) == 3
 
 
@@ -548,13 +549,13 @@ def test_a_schedule_arm_is_compared_like_a_budget_after_the_adaptive_one(tmp_pat
     assert report["recommended_schedule"]["schedule"] == "1:32"  # fixed budgets only
     assert "ddtree-schedule-1x32-2x8" not in {row["group"] for row in report["parity"]}
     assert report["config"]["budget_schedule"] == "1:32,2:8" and report["issues"] == []
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert "| DDTREE schedule 1:32,2:8 | 450 (x2.25) | 300 (x1.50) |" in markdown
     assert "| fastest DDTREE | schedule 1:32,2:8: 450 (x2.25) | B=32: 332 (x1.66) |" in markdown
     assert "- ddtree-schedule-1x32-2x8/bs1/t0: B=8: 2, B=32: 2" in markdown
-    assert br._flat(report["cells"], bp.DDTREE, "tok_per_s", policy="schedule 1:32,2:8")[(0.0, 1)] == 450.0
+    assert plots._flat(report["cells"], bp.DDTREE, "tok_per_s", policy="schedule 1:32,2:8")[(0.0, 1)] == 450.0
     pytest.importorskip("matplotlib")
-    files, why_not = br.write_plots(report, tmp_path)
+    files, why_not = plots.write_plots(report, tmp_path)
     assert why_not is None and len(files) == 3
 
 
@@ -578,7 +579,7 @@ def repeats_run(tmp_path: Path, repeats: int = 3) -> tuple[bp.SweepPlan, dict, d
 
 def test_a_cells_throughput_is_the_median_over_its_repeats(tmp_path: Path) -> None:
     plan, cells, engines = repeats_run(tmp_path)
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     rows = {r["name"]: r for r in report["cells"]}
     dflash, ddtree = rows["dflash/bs1/t0"], rows["ddtree-b8/bs1/t0"]
     assert dflash["tok_per_s"] == 200.0 and ddtree["tok_per_s"] == 320.0
@@ -593,11 +594,11 @@ def test_a_cells_throughput_is_the_median_over_its_repeats(tmp_path: Path) -> No
     bs1 = next(c for c in report["fastest_modes"] if (c["temperature"], c["batch_size"]) == (0.0, 1))
     assert bs1["dflash"]["tok_per_s"] == 200.0
     assert next(b for b in bs1["budgets"] if b["budget"] == 8)["speedup_vs_dflash"] == pytest.approx(1.6)
-    assert br._series(report["cells"], "tok_per_s")[(0.0, 1)] == [(8, 320.0), (32, 332.0)]  # the plots' data
+    assert plots._series(report["cells"], "tok_per_s")[(0.0, 1)] == [(8, 320.0), (32, 332.0)]  # the plots' data
     assert report["config"]["repeats"] == 3 and report["issues"] == []
     assert all(r["lossless"]["passed"] for r in rows.values() if r["temperature"] == 0 and "lossless" in r)
     assert [e["lossless_passed"] for e in ddtree["repeats"]] == [True, True, True]
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert "- **Repeats**: the engine groups ran 3 times, in rounds" in markdown
     assert "target-only, the correctness reference, ran once (round 1)" in markdown
     assert "| DFLASH | 200 | 200 | 200 | 200 |" in markdown  # the throughput table: medians
@@ -617,7 +618,7 @@ def test_a_cells_throughput_is_the_median_over_its_repeats(tmp_path: Path) -> No
 
 def test_two_repeats_give_the_mean_of_the_two(tmp_path: Path) -> None:
     plan, cells, engines = repeats_run(tmp_path, repeats=2)
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["dflash/bs1/t0"]
     assert row["tok_per_s"] == 180.0 and row["median_repeat"] == 1  # of the two middle ones, the slower
 
@@ -627,7 +628,7 @@ def test_a_repeat_that_failed_fails_the_cell_and_its_engine(tmp_path: Path) -> N
     cells["ddtree-b8/bs1/t0", 2] = {"kind": "cell", "arm": "ddtree-b8/bs1/t0", "repeat": 2, "ok": False,
                                     "error": "RuntimeError: boom"}
     engines["ddtree-b8", 2] |= {"ok": False, "error": "RuntimeError: boom"}
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["ddtree-b8/bs1/t0"]
     assert row["status"] == "failed" and row["reason"] == "repeat 2: RuntimeError: boom"
     assert [e["status"] for e in row["repeats"]] == ["ok", "failed", "ok"] and row["measured_repeats"] == 2
@@ -637,7 +638,7 @@ def test_a_repeat_that_failed_fails_the_cell_and_its_engine(tmp_path: Path) -> N
     assert [r["status"] for r in group["repeats"]] == ["ok", "failed", "ok"]
     assert "ddtree-b8/bs1/t0 (repeat 2): RuntimeError: boom" in report["issues"]
     assert "ddtree-b8 (repeat 2): the engine failed: RuntimeError: boom" in report["issues"]
-    markdown = br.markdown_report(report)
+    markdown = md.markdown_report(report)
     assert "| DDTREE B=8 | failed |" in markdown
     assert "| DDTREE B=8 | 1 | 0 | failed: repeat 2: RuntimeError: boom | 300, failed, 320 |" in markdown
 
@@ -645,7 +646,7 @@ def test_a_repeat_that_failed_fails_the_cell_and_its_engine(tmp_path: Path) -> N
 def test_greedy_outputs_of_every_repeat_are_judged(tmp_path: Path) -> None:
     plan, cells, engines = repeats_run(tmp_path)
     cells["ddtree-b32/bs2/t0", 3]["outputs"] = outputs({3: 5})  # margin 5.0: a bug, in repeat 3 only
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["ddtree-b32/bs2/t0"]
     assert row["status"] == "ok" and [e["lossless_passed"] for e in row["repeats"]] == [True, True, False]
     assert not row["lossless"]["passed"] and row["lossless"]["repeat"] == 3
@@ -653,21 +654,21 @@ def test_greedy_outputs_of_every_repeat_are_judged(tmp_path: Path) -> None:
         "ddtree-b32/bs2/t0 (repeat 3): 1 of 4 prompts leave target-only greedy output beyond bf16 noise "
         "(largest top1-top2 margin 5.000 at token 5)"
     ]
-    assert "| 3/4, first at 5 (margin 5.000) in repeat 3 |" in br.markdown_report(report)
+    assert "| 3/4, first at 5 (margin 5.000) in repeat 3 |" in md.markdown_report(report)
 
 
 def test_parity_is_checked_on_every_repeat(tmp_path: Path) -> None:
     plan, cells, engines = repeats_run(tmp_path)
     for meta in cells["ddtree-b32/bs1/t0", 2]["meta"]:
         meta["spec_verify_ct"] = 6  # 1.5 tokens per round where the reference has 2.25
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     parity = {row["group"]: row for row in report["parity"]}
     off = parity["ddtree-b32"]
     assert off["status"] == "off" and off["repeat"] == 2 and off["ratio"] == pytest.approx(1.5 / 2.25)
     assert [r["ratio"] for r in off["ratios"]] == pytest.approx([1.0, 1.5 / 2.25, 1.0])
     assert parity["ddtree-b8"]["status"] == "ok" and parity["ddtree-b8"]["repeat"] == 1
     assert any(i.startswith("ddtree-b32 (repeat 2): tokens per round 1.500") for i in report["issues"])
-    assert "| 0.667 (repeat 2; each: 1.000, 0.667, 1.000) |" in br.markdown_report(report)
+    assert "| 0.667 (repeat 2; each: 1.000, 0.667, 1.000) |" in md.markdown_report(report)
 
 
 def test_cells_short_of_repeats_keep_the_median_of_those_measured(tmp_path: Path) -> None:
@@ -682,7 +683,7 @@ def test_cells_short_of_repeats_keep_the_median_of_those_measured(tmp_path: Path
                                       "skipped": "time box"}
         for cell in run.cells:
             cells[cell.name, 3] = {"kind": "cell", "arm": cell.name, "repeat": 3, "ok": False, "skipped": "time box"}
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     rows = {r["name"]: r for r in report["cells"]}
     row = rows["ddtree-b8/bs1/t0"]
     assert row["status"] == "ok" and row["measured_repeats"] == 2 and row["tok_per_s"] == 320.0
@@ -700,7 +701,7 @@ def test_cells_short_of_repeats_keep_the_median_of_those_measured(tmp_path: Path
         "ddtree-b8/bs2/t1 (2 of 3)"
     )
     assert "target-only" not in note and "dflash" not in note and "ddtree-b32" not in note
-    assert "| DDTREE B=8 | 1 | 0 | 320 | 300, 340, \u2013 |" in br.markdown_report(report)
+    assert "| DDTREE B=8 | 1 | 0 | 320 | 300, 340, \u2013 |" in md.markdown_report(report)
     assert {g["name"]: g["status"] for g in report["groups"]}["ddtree-b8"] == "ok"
 
 
@@ -717,10 +718,10 @@ def test_the_host_during_each_cell_and_repeat_is_tabled(tmp_path: Path) -> None:
             "load1": [load, load + 1], "busy_cores": busy, "cpus": 16, "processes": processes,
             **({"others": others} if repeat == 1 else {}),  # records before others were sampled lack it
         }
-    report = br.analyse(plan, cells, engines, references=references())
+    report = analysis.analyse(plan, cells, engines, references=references())
     row = {r["name"]: r for r in report["cells"]}["dflash/bs1/t0"]
     assert [e["host"]["busy_cores"] for e in row["repeats"]] == [6.5, 1.2]
-    lines = br.host_table(report).splitlines()
+    lines = md.host_table(report).splitlines()
     assert lines[0].startswith("| cell | repeat | tok/s | wall ms/step | load (1 min) | busy cores | busy engine")
     assert len(lines) == 4  # head, rule, one line per repeat that recorded its host
     assert lines[2].startswith("| dflash/bs1/t0 | 1 | 150 | ")
@@ -729,6 +730,6 @@ def test_the_host_during_each_cell_and_repeat_is_tabled(tmp_path: Path) -> None:
         "sglang::detoken 0.31 on CPU 11 (core 0/3) | python3 4.20; ptxas 0.90 | 0-15 |"
     )
     assert lines[3].endswith("(core 0/3) | \u2013 | 0-15 |")
-    assert "## The host during each cell" in br.markdown_report(report)
-    plain = br.analyse(*repeats_run(tmp_path / "plain", repeats=1), references=references())
-    assert br.host_table(plain) is None and "## The host during" not in br.markdown_report(plain)
+    assert "## The host during each cell" in md.markdown_report(report)
+    plain = analysis.analyse(*repeats_run(tmp_path / "plain", repeats=1), references=references())
+    assert md.host_table(plain) is None and "## The host during" not in md.markdown_report(plain)

@@ -1,0 +1,405 @@
+"""Turn the runner's records into the bench report: per-cell metrics, speedups, the fastest
+mode per column, the recommended schedule, and the verdicts of `correctness`.
+
+Inputs are the records (`records.read_records`), the sweep plan, and the offline reference
+decoder's JSON per algorithm; the output is the report dict (`analyse`) that `markdown` and
+`plots` render. With `--repeats` N > 1 a cell's tok/s and wall ms/step are the medians over the
+repeats it got, and every table, speedup, `fastest_modes` entry and plot uses them; its other
+fields (acceptance, round split) are the median repeat's. A repeat that failed fails the cell.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ddtree_overlay.bench import decode_compare
+from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, BudgetPolicy
+from ddtree_overlay.bench.correctness import judge
+from ddtree_overlay.bench.plan import Cell, EngineGroup, SweepPlan
+from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
+
+REPORT_VERSION = 1
+# Stages of a DDTREE round, as ddtree_profile records them; "other" is the rest of the round.
+STAGES = ("draft", "topk", "tree", "verify", "accept", "commit")
+REPEAT_SPREAD = 1.10  # a cell whose repeats' tok/s differ by more gets a note
+PROFILE_HINT = (
+    "no DDTREE profile windows were recorded: is ddtree_profile wired into the worker's "
+    "_tree_round (SGLANG_DDTREE_PROFILE)?"
+)
+
+
+def _schedule_text(schedule: Sequence[tuple[int, int]]) -> str:
+    return BudgetPolicy(schedule=tuple(schedule)).schedule_text if schedule else ""
+
+
+
+def _status(record: Mapping[str, Any] | None) -> tuple[str, str | None]:
+    if record is None:
+        return "not run", None
+    if record.get("ok"):
+        return "ok", None
+    if record.get("skipped"):
+        return "skipped", record["skipped"]
+    return "failed", record.get("error")
+
+
+def _waves(items: Sequence[Any], batch_size: int) -> list[Sequence[Any]]:
+    return [items[i : i + batch_size] for i in range(0, len(items), batch_size)]
+
+
+def _histogram(metas: Iterable[Mapping[str, Any]]) -> list[int] | None:
+    """Counts of rounds with accept length 1, 2, ... (SGLang counts correct drafts: +1)."""
+    total: list[int] = []
+    for meta in metas:
+        for i, count in enumerate(meta.get("spec_correct_drafts_histogram") or ()):
+            total.extend([0] * (i + 1 - len(total)))
+            total[i] += int(count)
+    return total or None
+
+
+def _steps(record: Mapping[str, Any], algorithm: str) -> int:
+    """Batch-level decode steps: per wave, the longest request's rounds (or tokens)."""
+    key = "completion_tokens" if algorithm == TARGET_ONLY else "spec_verify_ct"
+    waves = _waves(record["meta"], int(record["batch_size"]))
+    return sum(max(int(m.get(key) or 0) for m in wave) for wave in waves)
+
+
+def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: float) -> dict[str, Any] | None:
+    """Mean GPU ms per round of every stage, and the host ms spent in the stages (profiles that
+    record it), from the profile windows inside [t_start, t_end]."""
+    inside = [
+        w
+        for w in windows
+        if w.get("t_first") is not None and t_start <= w["t_first"] and w["t_last"] <= t_end
+    ]
+    rounds = sum(int(w["rounds"]) for w in inside)
+    if not rounds:
+        return None
+    ms_sum: dict[str, float] = {}
+    for window in inside:
+        for stage, ms in window["ms_sum"].items():
+            ms_sum[stage] = ms_sum.get(stage, 0.0) + float(ms)
+    ms = {stage: total / rounds for stage, total in ms_sum.items()}
+    ms["other"] = ms.get("round", 0.0) - sum(ms.get(stage, 0.0) for stage in STAGES)
+    budgets: dict[str, int] = {}  # rounds per budget: several with adaptive budgets
+    for window in inside:
+        for budget, count in (window.get("budgets") or {}).items():
+            budgets[budget] = budgets.get(budget, 0) + int(count)
+    with_host = [w for w in inside if "host_ms_sum" in w]  # older profiles lack it
+    policy = [w["adaptive"] for w in inside if w.get("adaptive")]
+    host_rounds = sum(int(w["rounds"]) for w in with_host)
+    host_ms = sum(float(ms) for w in with_host for ms in w["host_ms_sum"].values())
+    return {
+        "rounds": rounds,
+        "mean_batch": sum(int(w["requests"]) for w in inside) / rounds,
+        "cuda_graph_fraction": sum(int(w.get("cuda_graph_rounds") or 0) for w in inside) / rounds,
+        "ms_per_round": {k: round(v, 4) for k, v in ms.items()},
+        "host_ms_per_round": round(host_ms / host_rounds, 4) if host_rounds else None,
+        "budgets": dict(sorted(budgets.items(), key=lambda item: int(item[0]))),
+        "adaptive": policy[-1] if policy else None,  # the policy's view at the cell's end
+    }
+
+
+def cell_metrics(
+    cell: Cell,
+    group: EngineGroup,
+    record: Mapping[str, Any] | None,
+    engine: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    status, reason = _status(record)
+    row: dict[str, Any] = {
+        "name": cell.name,
+        "group": group.name,
+        **group.arm.row(),
+        "batch_size": cell.batch_size,
+        "temperature": cell.temperature,
+        "prompts": cell.prompts,
+        "status": status,
+        "reason": reason,
+    }
+    if status != "ok" or record is None:
+        return row
+    row.update(
+        tok_per_s=record.get("tok_per_s"),
+        decode_s=record.get("decode_s"),
+        tokens=record.get("tokens"),
+        steps=_steps(record, group.arm.algorithm),
+        host=record.get("host"),
+    )
+    row["step_ms"] = 1000 * record["decode_s"] / row["steps"] if row["steps"] else None
+    if group.arm.algorithm != TARGET_ONLY:
+        summary = decode_compare.acceptance_summary(record)
+        completion = sum(int(m.get("completion_tokens") or 0) for m in record["meta"])
+        row.update(
+            acceptance_length=summary["mean_acceptance_length"],
+            tokens_per_round=completion / summary["rounds"] if summary["rounds"] else None,
+            rounds=summary["rounds"],
+            acceptance_histogram=_histogram(record["meta"]),
+        )
+    if group.arm.algorithm == DDTREE and engine is not None:
+        row["profile"] = profile_split(engine.get("profile") or (), record["t_start"], record["t_end"])
+    return row
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def combine_repeats(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One cell's row from its `cell_metrics` row per repeat (each with its ``repeat``).
+
+    A repeat that failed fails the cell. Otherwise the row is the median repeat's (by tok/s; of
+    two middle ones the slower), with tok_per_s and step_ms the medians over every repeat
+    measured; ``repeats`` lists each repeat's outcome and values, ``measured_repeats`` counts
+    those that ran.
+    """
+    ok = [r for r in repeats if r["status"] == "ok"]
+    failed = [r for r in repeats if r["status"] == "failed"]
+    if failed:
+        row = dict(failed[0])
+        if len(repeats) > 1:
+            row["reason"] = f"repeat {row['repeat']}: {row['reason']}"
+    elif ok:
+        timed = sorted((r for r in ok if r.get("tok_per_s") is not None), key=lambda r: r["tok_per_s"])
+        row = dict(timed[(len(timed) - 1) // 2] if timed else ok[0])
+        row["median_repeat"] = row["repeat"]
+        row["tok_per_s"] = _median(r.get("tok_per_s") for r in ok)
+        row["step_ms"] = _median(r.get("step_ms") for r in ok)
+    else:
+        row = dict(next((r for r in repeats if r["status"] == "skipped"), repeats[0]))
+    del row["repeat"]
+    row["repeats"] = [
+        {key: r.get(key) for key in ("repeat", "status", "reason", "tok_per_s", "step_ms", "host")}
+        for r in repeats
+    ]
+    row["measured_repeats"] = len(ok)
+    return row
+
+
+def _speedups(rows: list[dict[str, Any]]) -> None:
+    def base(algorithm: str, overlap: bool = True) -> dict[tuple[int, float], float]:
+        return {
+            (r["batch_size"], r["temperature"]): r["tok_per_s"]
+            for r in rows
+            if r["algorithm"] == algorithm and r["overlap"] == overlap and r.get("tok_per_s")
+        }
+
+    target, dflash = base(TARGET_ONLY), base(DFLASH)
+    for row in rows:
+        key = (row["batch_size"], row["temperature"])
+        if not row.get("tok_per_s") or row["algorithm"] == TARGET_ONLY:
+            continue
+        row["speedup_vs_target"] = row["tok_per_s"] / target[key] if key in target else None
+        if row["algorithm"] == DDTREE or not row["overlap"]:
+            row["speedup_vs_dflash"] = row["tok_per_s"] / dflash[key] if key in dflash else None
+
+
+def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per (T, bs): DFLASH in its faster scheduling mode, DDTREE at every budget (and with
+    adaptive budgets) in its faster mode against it, and the fastest DDTREE arm; with repeats,
+    also its worst case (``worst_case``: that arm's slowest repeat against the fastest repeat of
+    either DFLASH mode). Columns lacking either algorithm are left out; a tie goes to overlap
+    scheduling (the default)."""
+
+    def fastest(candidates: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        return max(candidates, key=lambda r: r["tok_per_s"], default=None)
+
+    ok = [r for r in rows if r["status"] == "ok" and r.get("tok_per_s")]
+    columns = []
+    for key in sorted({(r["temperature"], r["batch_size"]) for r in ok}):
+        here = [r for r in ok if (r["temperature"], r["batch_size"]) == key]
+        dflash = fastest(r for r in here if r["algorithm"] == DFLASH)
+        ddtree = [r for r in here if r["algorithm"] == DDTREE]
+        if dflash is None or not ddtree:
+            continue
+        budgets, arm_rows = [], []
+        for arm in sorted({BudgetPolicy.of_row(r).sort_key for r in ddtree}):
+            row = fastest(r for r in ddtree if BudgetPolicy.of_row(r).sort_key == arm)
+            assert row is not None
+            arm_rows.append(row)
+            speedup = row["tok_per_s"] / dflash["tok_per_s"]
+            entry = {
+                "group": row["group"],
+                "budget": row["budget"],
+                "adaptive": list(row.get("adaptive") or ()),
+                "schedule": row.get("schedule") or "",
+                "overlap": row["overlap"],
+                "tok_per_s": row["tok_per_s"],
+                "speedup_vs_dflash": speedup,
+            }
+            if row.get("tokens_per_round") and dflash.get("tokens_per_round"):
+                # The speedup the acceptance alone would give; what the speedup falls short of it
+                # is per-round overhead.
+                ratio = row["tokens_per_round"] / dflash["tokens_per_round"]
+                entry |= {"acceptance_ratio": ratio, "speedup_per_acceptance": speedup / ratio}
+            budgets.append(entry)
+        best = max(range(len(budgets)), key=lambda i: budgets[i]["tok_per_s"])
+        column = {
+            "temperature": key[0],
+            "batch_size": key[1],
+            "dflash": {"group": dflash["group"], "overlap": dflash["overlap"], "tok_per_s": dflash["tok_per_s"]},
+            "budgets": budgets,
+            "best": budgets[best],
+        }
+        worst = _worst_case(arm_rows[best], [r for r in here if r["algorithm"] == DFLASH])
+        columns.append(column | ({"worst_case": worst} if worst else {}))
+    return columns
+
+
+def repeat_rates(row: Mapping[str, Any]) -> list[float]:
+    """A cell's tok/s in each repeat that measured it."""
+    return [e["tok_per_s"] for e in row.get("repeats") or () if e.get("status") == "ok" and e.get("tok_per_s")]
+
+
+def _worst_case(ddtree: Mapping[str, Any], dflash: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
+    """The DDTREE cell's slowest repeat against the fastest repeat of any DFLASH cell; None
+    when no cell has two repeats (the median ratio says it all then)."""
+    ours, theirs = repeat_rates(ddtree), [rate for row in dflash for rate in repeat_rates(row)]
+    if not ours or not theirs or max(r["measured_repeats"] for r in (ddtree, *dflash)) < 2:
+        return None
+    return {"ddtree_tok_per_s": min(ours), "dflash_tok_per_s": max(theirs), "speedup_vs_dflash": min(ours) / max(theirs)}
+
+
+def recommended_schedule(columns: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The fastest fixed budget at each measured batch size (T = 0), as a value for SGLang's
+    ``--speculative-ddtree-budget-schedule``: batch sizes between two measured ones take the
+    smaller one's budget. ``below_dflash`` lists the batch sizes where even that budget loses
+    to DFLASH's faster mode."""
+    greedy = sorted((c for c in columns if c["temperature"] == 0), key=lambda c: c["batch_size"])
+    fixed = [[e for e in c["budgets"] if BudgetPolicy.of_row(e).budget is not None] for c in greedy]
+    if not greedy or not all(fixed):
+        return None
+    best = [max(entries, key=lambda e: e["tok_per_s"]) for entries in fixed]
+    steps: list[tuple[int, int]] = []
+    for column, entry in zip(greedy, best, strict=True):
+        if not steps or steps[-1][1] != entry["budget"]:
+            steps.append((column["batch_size"] if steps else 1, entry["budget"]))
+    return {
+        "schedule": ",".join(f"{bs}:{budget}" for bs, budget in steps),
+        "measured_batch_sizes": [c["batch_size"] for c in greedy],
+        "below_dflash": [c["batch_size"] for c, e in zip(greedy, best, strict=True) if e["speedup_vs_dflash"] < 1.0],
+    }
+
+
+def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | None]) -> dict[str, Any]:
+    """The group's status over its engine runs (repeat -> record): failed if any failed, ok if
+    any ran; the fields shown are that run's, ``repeats`` lists every run."""
+    runs = [(repeat, engine, *_status(engine)) for repeat, engine in engines.items()]
+    rank = {"failed": 0, "ok": 1, "skipped": 2, "not run": 3}
+    repeat, engine, status, reason = min(runs, key=lambda run: rank[run[2]])  # the first of the rank
+    if status == "failed" and len(runs) > 1:
+        reason = f"repeat {repeat}: {reason}"
+    return {
+        "name": group.name,
+        **group.arm.row(),
+        "engine": dict(group.engine),
+        "status": status,
+        "reason": reason,
+        "start_s": (engine or {}).get("start_s"),
+        "health": (engine or {}).get("health"),
+        "traceback": (engine or {}).get("traceback"),
+        "repeats": [
+            {"repeat": k, "status": st, "reason": why, "start_s": (e or {}).get("start_s"), "health": (e or {}).get("health")}
+            for k, e, st, why in runs
+        ],
+    }
+
+
+def analyse(
+    plan: SweepPlan,
+    records: Records,
+    engines: Records,
+    *,
+    references: Mapping[str, Mapping[str, Any]] | None = None,
+    context: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The report from the records (`read_records`: by (name, repeat)) of every planned run."""
+    rows, groups, issues, notes = [], [], [], []
+    repeats = plan.config.repeats
+    planned = planned_repeats(plan)
+    for group in plan.groups:
+        group_engines = {k: engines.get((group.name, k)) for k in planned.get(group.name, ())}
+        groups.append(_group_row(group, group_engines))
+        for repeat, engine in group_engines.items():
+            status, reason = _status(engine)
+            if status == "failed":
+                issues.append(f"{repeat_label(group.name, repeat, repeats)}: the engine failed: {reason}")
+        for cell in group.cells:
+            per_repeat = []
+            for repeat in planned.get(cell.name, ()):
+                row = cell_metrics(cell, group, records.get((cell.name, repeat)), group_engines.get(repeat))
+                if row["status"] == "failed":
+                    issues.append(f"{repeat_label(cell.name, repeat, repeats)}: {row['reason']}")
+                per_repeat.append(row | {"repeat": repeat})
+            if not cell.top2 and per_repeat:
+                rows.append(combine_repeats(per_repeat))
+    _speedups(rows)
+    parity, correctness_issues = judge(plan, records, rows, references)
+    issues += correctness_issues
+    skipped = [r["name"] for r in rows if r["status"] in ("skipped", "not run")]
+    if skipped:
+        notes.append(
+            f"{len(skipped)} cell(s) not measured (time box, or their engine failed): {', '.join(skipped)}"
+        )
+    short = [
+        f"{r['name']} ({r['measured_repeats']} of {len(planned[r['name']])})"
+        for r in rows
+        if 0 < r["measured_repeats"] < len(planned.get(r["name"], ()))
+    ]
+    if short:
+        notes.append(
+            f"{len(short)} cell(s) measured in fewer than their planned repeats (time box, or an "
+            f"engine failed); repeats measured: {', '.join(short)}"
+        )
+    spread = [
+        f"{r['name']} ({max(rates) / min(rates):.2f}x)"
+        for r in rows
+        if len(rates := repeat_rates(r)) > 1 and max(rates) > REPEAT_SPREAD * min(rates)
+    ]
+    if spread:
+        notes.append(
+            f"the repeats of {len(spread)} cell(s) differ by more than {REPEAT_SPREAD - 1:.0%} in tok/s "
+            f"(engine-to-engine spread: quote the worst case): {', '.join(spread)}"
+        )
+    ddtree_ok = [r for r in rows if r["algorithm"] == DDTREE and r["status"] == "ok"]
+    if ddtree_ok and not any(r.get("profile") for r in ddtree_ok):
+        notes.append(PROFILE_HINT)
+    if not plan.setting.real_weights:
+        notes.append(plan.setting.note)
+    fastest = fastest_modes(rows)
+    return {
+        "bench_report_version": REPORT_VERSION,
+        "setting": {
+            "name": plan.setting.name,
+            "target": str(plan.setting.target),
+            "draft": str(plan.setting.draft),
+            "real_weights": plan.setting.real_weights,
+            "note": plan.setting.note,
+        },
+        "config": {
+            "budgets": list(plan.config.budgets),
+            "batch_sizes": list(plan.config.batch_sizes),
+            "temperatures": list(plan.config.temperatures),
+            "attention_backend": plan.config.attention_backend,
+            "tp_size": plan.config.tp_size,
+            "max_new_tokens": plan.max_new_tokens,
+            "prompts_per_cell": max((c.prompts for c in plan.cells), default=0),
+            "max_minutes": plan.config.max_minutes,
+            "ddtree_no_overlap": plan.config.ddtree_no_overlap,
+            "adaptive_budgets": list(plan.config.adaptive_budgets),
+            "budget_schedule": _schedule_text(plan.config.budget_schedule),
+            "repeats": repeats,
+        },
+        "context": dict(context or {}),
+        "groups": groups,
+        "cells": rows,
+        "fastest_modes": fastest,
+        # random weights accept nothing, so their fastest budget says nothing about a real pair's
+        "recommended_schedule": recommended_schedule(fastest) if plan.setting.real_weights else None,
+        "parity": parity,
+        "issues": issues,
+        "notes": notes,
+    }

@@ -1,0 +1,407 @@
+"""The bench report as markdown: throughput, fastest modes, cells, parity, engines, host load."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ddtree_overlay.bench.analysis import STAGES
+from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy, policy_label
+from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
+from ddtree_overlay.bench.plan import capture_batch_sizes
+
+DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md
+
+
+def _fmt(value: Any, spec: str = ".2f", empty: str = DASH) -> str:
+    if value is None:
+        return empty
+    return format(value, spec)
+
+
+def _columns(report: Mapping[str, Any]) -> list[tuple[float, int]]:
+    temps = report["config"]["temperatures"]
+    sizes = report["config"]["batch_sizes"]
+    return [(float(t), int(bs)) for t in sorted(temps) for bs in sorted(sizes)]
+
+
+def throughput_table(report: Mapping[str, Any]) -> str:
+    """Arms x (T, batch): output tokens/s, with x target-only (and x DFLASH for DDTREE)."""
+    columns = _columns(report)
+    head = "| arm | " + " | ".join(f"T={t:g} bs={bs}" for t, bs in columns) + " |"
+    lines = [head, "|---" * (len(columns) + 1) + "|"]
+    by_arm: dict[str, dict[tuple[float, int], Mapping[str, Any]]] = {}
+    for row in report["cells"]:
+        by_arm.setdefault(Arm.of_row(row).label, {})[(float(row["temperature"]), int(row["batch_size"]))] = row
+    for label, cells in by_arm.items():
+        texts = []
+        for key in columns:
+            row = cells.get(key)
+            if row is None or row["status"] != "ok":
+                texts.append(row["status"] if row else DASH)
+                continue
+            text = f"{row['tok_per_s']:.0f}"
+            extra = []
+            if row["algorithm"] != TARGET_ONLY and row.get("speedup_vs_target"):
+                extra.append(f"x{row['speedup_vs_target']:.2f}")
+            if row["algorithm"] == DDTREE and row.get("speedup_vs_dflash"):
+                extra.append(f"x{row['speedup_vs_dflash']:.2f} DFLASH")
+            texts.append(text + (f" ({', '.join(extra)})" if extra else ""))
+        lines.append(f"| {label} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
+
+
+def _mode_text(entry: Mapping[str, Any]) -> str:
+    return "" if entry["overlap"] else " no overlap"
+
+
+def _versus_dflash_text(entry: Mapping[str, Any]) -> str:
+    return f"{entry['tok_per_s']:.0f}{_mode_text(entry)} (x{entry['speedup_vs_dflash']:.2f})"
+
+
+def fastest_modes_table(report: Mapping[str, Any]) -> str:
+    """DFLASH's faster scheduling mode per column, then DDTREE's per budget (x that DFLASH),
+    then the fastest DDTREE arm, and how much of its acceptance advantage its speedup keeps."""
+    columns = _columns(report)
+    by_column = {(float(c["temperature"]), int(c["batch_size"])): c for c in report.get("fastest_modes") or ()}
+    arms = sorted({BudgetPolicy.of_row(b).sort_key: BudgetPolicy.of_row(b).label for c in by_column.values() for b in c["budgets"]}.items())
+    texts: dict[str, dict[tuple[float, int], str]] = {"DFLASH": {}}
+    texts |= {f"DDTREE {label}": {} for _, label in arms}
+    texts["fastest DDTREE"] = {}
+    per_acceptance = "fastest DDTREE: speedup ÷ acceptance ratio"
+    texts[per_acceptance] = {}
+    worst_label = "fastest DDTREE, worst case: its slowest repeat ÷ DFLASH's fastest"
+    if any("worst_case" in c for c in by_column.values()):
+        texts[worst_label] = {}
+    for key, column in by_column.items():
+        texts["DFLASH"][key] = f"{column['dflash']['tok_per_s']:.0f}{_mode_text(column['dflash'])}"
+        for entry in column["budgets"]:
+            texts[f"DDTREE {BudgetPolicy.of_row(entry).label}"][key] = _versus_dflash_text(entry)
+        best = column["best"]
+        texts["fastest DDTREE"][key] = f"{BudgetPolicy.of_row(best).label}: " + _versus_dflash_text(best)
+        if "speedup_per_acceptance" in best:
+            texts[per_acceptance][key] = (
+                f"{best['speedup_per_acceptance']:.0%} (x{best['speedup_vs_dflash']:.2f} ÷ "
+                f"x{best['acceptance_ratio']:.2f})"
+            )
+        if "worst_case" in column:
+            worst = column["worst_case"]
+            texts[worst_label][key] = (
+                f"x{worst['speedup_vs_dflash']:.2f} ({worst['ddtree_tok_per_s']:.0f} ÷ "
+                f"{worst['dflash_tok_per_s']:.0f})"
+            )
+    lines = ["| arm | " + " | ".join(f"T={t:g} bs={bs}" for t, bs in columns) + " |"]
+    lines.append("|---" * (len(columns) + 1) + "|")
+    for label, row in texts.items():
+        lines.append(f"| {label} | " + " | ".join(row.get(key, DASH) for key in columns) + " |")
+    return "\n".join(lines)
+
+
+def _policy_lines(report: Mapping[str, Any]) -> list[str]:
+    """Which budgets the adaptive and schedule arms' rounds took, per cell (from the profiled
+    rounds)."""
+    rows = [r for r in report["cells"] if policy_label(r) and (r.get("profile") or {}).get("budgets")]
+    if not rows:
+        return []
+    lines = ["", "Budgets the adaptive and schedule arms' profiled rounds took (rounds per budget):", ""]
+    for row in rows:
+        counts = ", ".join(f"B={b}: {n}" for b, n in row["profile"]["budgets"].items())
+        lines.append(f"- {row['name']}: {counts}")
+        view = row["profile"].get("adaptive")
+        if view:
+            lines.append(f"  - policy at the cell's end: {_policy_view(view)}")
+    return lines
+
+
+def _policy_view(view: Mapping[str, Any]) -> str:
+    """One line of an adaptive policy's snapshot: per graph batch size, round ms per width plus
+    the shared gap and the width it chooses; then Φ̄ per width and c."""
+    parts = []
+    for bucket, widths in view.get("round_ms", {}).items():
+        rounds = " ".join(f"{w}:{ms:.2f}" for w, ms in widths.items())
+        gap = view.get("gap_ms", {}).get(bucket)
+        gap_text = f" + gap {gap:.2f}" if gap is not None else ""
+        choice = view.get("choice", {}).get(bucket)
+        choice_text = f" -> B={choice}" if choice is not None else ""
+        parts.append(f"bs {bucket}: round ms {rounds}{gap_text}{choice_text}")
+    phi = view.get("phi")
+    if phi:
+        parts.append("Φ̄ " + "/".join(f"{v:.2f}" for v in phi))
+    parts.append(f"c {view.get('scale', 1.0):.2f}")
+    return "; ".join(parts)
+
+
+BUSY_PROCESS = 0.05  # CPU s per wall s below which an engine process is left out of the host table
+
+
+def host_table(report: Mapping[str, Any]) -> str | None:
+    """Per timed cell and repeat: what the host did meanwhile (engine_runner's ``host``)."""
+    lines = []
+    for row in report["cells"]:
+        for run in row.get("repeats") or ():
+            host = run.get("host")
+            if not host:
+                continue
+            busy = [p for p in host.get("processes") or () if p["cpu_per_wall"] >= BUSY_PROCESS][:3]
+            process = "; ".join(
+                f"{p['comm']} {p['cpu_per_wall']:.2f} on CPU {p['last_cpu']}"
+                + (f" (core {p['core']})" if p.get("core") else "") for p in busy
+            ) or DASH
+            others = "; ".join(f"{o['comm']} {o['cpu_per_wall']:.2f}" for o in host.get("others") or ()) or DASH
+            allowed = (host.get("processes") or [{}])[0].get("cpus") or DASH
+            load = " → ".join(f"{v:.2f}" for v in host["load1"])
+            lines.append(
+                f"| {row['name']} | {run['repeat']} | {_fmt(run.get('tok_per_s'), '.0f')} | "
+                f"{_fmt(run.get('step_ms'))} | {load} | {_fmt(host.get('busy_cores'))} of {host['cpus']} | "
+                f"{process} | {others} | {allowed} |"
+            )
+    if not lines:
+        return None
+    head = (
+        "| cell | repeat | tok/s | wall ms/step | load (1 min) | busy cores | "
+        "busy engine processes: CPU s/s, last CPU (core) | busiest other processes: CPU s/s | CPUs allowed |"
+    )
+    return "\n".join([head, "|---" * 9 + "|", *lines])
+
+
+def _schedule_lines(recommended: Mapping[str, Any] | None) -> list[str]:
+    if not recommended:
+        return []
+    text = (
+        "Budget per batch size from this sweep (the fastest fixed budget at each measured batch size, "
+        f"T = 0; batch sizes in between take the smaller one's): "
+        f"`--speculative-ddtree-budget-schedule {recommended['schedule']}`."
+    )
+    if recommended["below_dflash"]:
+        sizes = ", ".join(str(bs) for bs in recommended["below_dflash"])
+        text += f" At batch size {sizes} even the fastest budget stays below DFLASH."
+    smallest = recommended["measured_batch_sizes"][0]
+    if smallest > 1:
+        text += f" Nothing below batch size {smallest} was measured: its budget is carried down to 1."
+    return ["", text]
+
+
+def _lossless_text(row: Mapping[str, Any]) -> str:
+    lossless = row.get("lossless")
+    if not lossless:
+        return DASH
+    text = f"{lossless['identical']}/{lossless['prompts']}"
+    first = lossless.get("first_divergence")
+    if first:
+        text += f", first at {first['index']} (margin {_fmt(first['margin'], '.3f')})"
+    if len(row.get("repeats") or ()) > 1 and first:
+        text += f" in repeat {lossless['repeat']}"
+    return text
+
+
+def _per_repeat_text(row: Mapping[str, Any]) -> str:
+    """Each repeat's tok/s in order; a dash where it did not measure the cell."""
+    texts = []
+    for entry in row.get("repeats") or ():
+        if entry["status"] == "ok":
+            texts.append(_fmt(entry.get("tok_per_s"), ".0f"))
+        else:
+            texts.append("failed" if entry["status"] == "failed" else DASH)
+    return ", ".join(texts) or DASH
+
+
+def cells_table(report: Mapping[str, Any]) -> str:
+    """A row per cell; with several repeats, tok/s per repeat beside the median."""
+    per_repeat = report["config"].get("repeats", 1) > 1
+    head = (
+        "| arm | bs | T | tok/s | " + ("tok/s per repeat | " if per_repeat else "")
+        + "x target | x DFLASH | accept len | tok/round | rounds | "
+        "wall ms/step | " + " | ".join(STAGES) + " | other | host ms | graph | same as target-only |"
+    )
+    lines = [head, "|---" * (14 + per_repeat + len(STAGES)) + "|"]
+    for row in report["cells"]:
+        if row["status"] != "ok":
+            lines.append(
+                f"| {Arm.of_row(row).label} | {row['batch_size']} | {row['temperature']:g} | {row['status']}"
+                f"{': ' + str(row['reason']) if row['reason'] else ''} |"
+                + (f" {_per_repeat_text(row)} |" if per_repeat else "")
+                + " |" * (10 + len(STAGES))
+            )
+            continue
+        split = (row.get("profile") or {}).get("ms_per_round") or {}
+        graph = (row.get("profile") or {}).get("cuda_graph_fraction")
+        cells = [
+            Arm.of_row(row).label,
+            str(row["batch_size"]),
+            f"{row['temperature']:g}",
+            _fmt(row["tok_per_s"], ".0f"),
+            *([_per_repeat_text(row)] if per_repeat else []),
+            _fmt(row.get("speedup_vs_target")),
+            _fmt(row.get("speedup_vs_dflash")),
+            _fmt(row.get("acceptance_length")),
+            _fmt(row.get("tokens_per_round")),
+            _fmt(row.get("rounds"), "d"),
+            _fmt(row.get("step_ms")),
+            *(_fmt(split.get(stage), ".3f") for stage in STAGES),
+            _fmt(split.get("other"), ".3f"),
+            _fmt((row.get("profile") or {}).get("host_ms_per_round"), ".3f"),
+            _fmt(graph, ".0%"),
+            _lossless_text(row),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _histogram_table(report: Mapping[str, Any]) -> str:
+    lines = ["| cell | rounds with accept length 1, 2, ... |", "|---|---|"]
+    for row in report["cells"]:
+        if row.get("acceptance_histogram"):
+            lines.append(f"| {row['name']} | {', '.join(map(str, row['acceptance_histogram']))} |")
+    return "\n".join(lines)
+
+
+def _parity_table(report: Mapping[str, Any]) -> str:
+    lines = [
+        "| arm | cell | SGLang tok/round | reference tok/round | ratio | prompts within 3% "
+        "| same-sequence prompts | within 3% there | max diff there | status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["parity"]:
+        if row["status"] == "missing":
+            lines.append(f"| {row['group']} |" + f" {DASH} |" * 8 + f" missing: {row['reason']} |")
+            continue
+        ratio = _fmt(row["ratio"], ".3f")
+        if len(row.get("ratios") or ()) > 1:
+            each = ", ".join(_fmt(r["ratio"], ".3f") for r in row["ratios"])
+            ratio += f" (repeat {row['repeat']}; each: {each})"
+        lines.append(
+            f"| {row['group']} | {row['cell']} | {_fmt(row['sglang_tokens_per_round'], '.3f')} | "
+            f"{_fmt(row['reference_tokens_per_round'], '.3f')} | {ratio} | "
+            f"{row['per_prompt_within']} | {row['same_sequence_prompts']} | "
+            f"{row['same_sequence_within']} | {_fmt(row['same_sequence_max_rel_diff'], '.1%')} | "
+            f"{row['status']} |"
+        )
+    return "\n".join(lines)
+
+
+def _engines_table(report: Mapping[str, Any]) -> str:
+    """A row per engine group; with several repeats, a row per engine run."""
+    if report["config"].get("repeats", 1) == 1:
+        lines = ["| engine | status | start s | health |", "|---|---|---|---|"]
+        for group in report["groups"]:
+            status = group["status"] + (f": {group['reason']}" if group["reason"] else "")
+            lines.append(
+                f"| {group['name']} | {status} | {_fmt(group['start_s'], '.1f')} | {group['health'] or DASH} |"
+            )
+        return "\n".join(lines)
+    lines = ["| engine | repeat | status | start s | health |", "|---|---|---|---|---|"]
+    for group in report["groups"]:
+        for run in group["repeats"]:
+            status = run["status"] + (f": {run['reason']}" if run["reason"] else "")
+            lines.append(
+                f"| {group['name']} | {run['repeat']} | {status} | {_fmt(run['start_s'], '.1f')} | "
+                f"{run['health'] or DASH} |"
+            )
+    return "\n".join(lines)
+
+
+def _repeats_bullet(config: Mapping[str, Any]) -> list[str]:
+    repeats = config.get("repeats", 1)
+    if repeats == 1:
+        return []
+    return [
+        f"- **Repeats**: the engine groups ran {repeats} times, in rounds (every other round in "
+        "reverse order), each run a fresh engine; target-only, the correctness reference, ran once "
+        "(round 1). tok/s and wall ms/step are medians over the "
+        "repeats a cell got (tok/s per repeat in the per-cell table), and every speedup, table and "
+        "plot uses them; acceptance and the round split are the median repeat's. Greedy outputs "
+        "of every repeat are judged, parity is checked on every repeat (the furthest shown), and "
+        "a repeat that failed fails its cell."
+    ]
+
+
+def markdown_report(report: Mapping[str, Any]) -> str:
+    setting, config, context = report["setting"], report["config"], report["context"]
+    parts = [
+        f"# DDTREE bench: {setting['name']}",
+        "",
+        f"- **Setting**: {setting['note']}.",
+        f"- **When / where**: {context.get('started', '?')}; {context.get('gpu', '?')}; "
+        f"sglang {context.get('sglang', '?')}, torch {context.get('torch', '?')}.",
+        f"- **Engines**: attention backend `{config['attention_backend']}` and tensor-parallel size "
+        f"{config['tp_size']} for every arm, decode CUDA "
+        f"graphs on (captured for batch sizes {capture_batch_sizes(config['batch_sizes'])}), prefill "
+        "graphs off, "
+        "one engine per (algorithm, budget, scheduling) serving every cell; "
+        + (
+            "DDTREE and DFLASH with and without overlap scheduling."
+            if config.get("ddtree_no_overlap")
+            else "DDTREE and DFLASH with overlap scheduling, DFLASH also without."
+        ),
+        f"- **Cells**: {config['prompts_per_cell']} prompts per cell, sent in waves of `bs` "
+        f"concurrent requests, {config['max_new_tokens']} new tokens each (ignore_eos). tok/s = "
+        "output tokens / decode wall time; wall ms/step = decode time / batch-level decode steps.",
+        *_repeats_bullet(config),
+        "",
+        "## Output tokens/s (x target-only; DDTREE also x DFLASH)",
+        "",
+        throughput_table(report),
+        "",
+        "## DDTREE against DFLASH, each in its faster scheduling mode",
+        "",
+        "Output tokens/s of the faster of overlap scheduling on and off (`no overlap` when off "
+        "won): DFLASH's, DDTREE's per budget with x that DFLASH, and the fastest DDTREE arm."
+        + (
+            ""
+            if config.get("ddtree_no_overlap")
+            else " DDTREE ran with overlap scheduling only (`--ddtree-no-overlap` adds the other mode)."
+        ),
+        "",
+        fastest_modes_table(report),
+        *_schedule_lines(report.get("recommended_schedule")),
+        "",
+        "## Per cell",
+        "",
+        "accept len = (tokens - 1) / rounds per request (bonus included, prefill token excluded); "
+        "tok/round = SGLang's spec_accept_length; stage columns = mean GPU ms per DDTREE round "
+        "from ddtree_profile (other = round minus stages: launch gaps); host ms = host time per "
+        "round inside the stages (about the stages' GPU sum: the round waits on the host); "
+        "graph = share of verify "
+        "rounds in a CUDA graph; same as target-only = greedy outputs identical to the target-only "
+        "margins run (target-only at the same batch size when it is missing), and the first "
+        "divergence with the target's top1-top2 margin on that run (T = 0).",
+        "",
+        cells_table(report),
+        *_policy_lines(report),
+        "",
+        "## Acceptance-length histograms",
+        "",
+        _histogram_table(report),
+        "",
+    ]
+    if report["parity"]:
+        parts += [
+            "## Acceptance parity with the offline reference decoder",
+            "",
+            f"Reference: `python -m ddtree_overlay.reference`, fp32 on the CPU, the same prompts, "
+            f"T = 0. Status `off` when the ratio leaves 1 +- {PARITY_TOLERANCE:.0%}.",
+            "",
+            _parity_table(report),
+            "",
+        ]
+    host = host_table(report)
+    if host:
+        parts += [
+            "## The host during each cell",
+            "",
+            "Load average, busy cores over the cell (all CPUs' busy share x CPU count), and the "
+            "engine processes that worked (SGLang's scheduler first, as a rule) with the CPU and "
+            "physical core each last ran on: two on one core's hyperthreads slow each other; then "
+            "the busiest processes outside the engine (another job, an engine still shutting down). "
+            "Host-bound arms move more between engines than between budgets; this is where to look.",
+            "",
+            host,
+            "",
+        ]
+    parts += ["## Engines", "", _engines_table(report), ""]
+    if report["issues"] or report["notes"]:
+        parts += ["## Issues and notes", ""]
+        parts += [f"- issue: {text}" for text in report["issues"]]
+        parts += [f"- note: {text}" for text in report["notes"]]
+        parts.append("")
+    return "\n".join(parts)
