@@ -245,3 +245,28 @@ def test_random_drafter_runs_on_the_hybrid_target(target, prompts_and_greedy) ->
     prompt, greedy = prompts_and_greedy[0]
     out = generate_ddtree(target, draft.eval(), prompt, budget=8, max_new_tokens=48)
     assert first_divergence(out, greedy) is None
+
+
+def test_checkpoint_round_trip_keeps_sglang_names_and_outputs(target, tmp_path) -> None:
+    from safetensors import safe_open
+
+    vision = {"model_type": "qwen3_5", "depth": 1, "hidden_size": 64, "num_heads": 2}
+    config = HY.qwen35_config_json(CFG, bos=1, eos=2, pad=3, vision=vision)
+    M.save_checkpoint(target, config, tmp_path, rename=HY.checkpoint_name)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert "model.language_model.layers.0.linear_attn.in_proj_qkv.weight" in names
+    assert "model.language_model.layers.3.self_attn.q_proj.weight" in names
+    assert {"lm_head.weight", "mtp.fc.weight", "mtp.layers.0.self_attn.q_proj.weight"} <= names
+    assert not any(n.startswith("model.layers.") for n in names)
+    loaded = HY.load_any_target(tmp_path)
+    assert isinstance(loaded, HY.Qwen35Target) and loaded.cfg == CFG
+    text = config["text_config"]
+    assert text["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    assert sum(text["rope_parameters"]["mrope_section"]) == CFG.rotary_dim // 2
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        want = target.to(torch.bfloat16).float()(ids, torch.arange(4)[None]).logits
+        got = loaded(ids, torch.arange(4)[None]).logits
+    target.float()
+    assert torch.allclose(want, got)

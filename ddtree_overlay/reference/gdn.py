@@ -163,7 +163,21 @@ def chunked(
         (I + A) U = beta V - diag(beta e^G) K h0,  A[t, s] = beta_t e^{G_t - G_s} k_t.k_s (s < t)
         o_t = e^{G_t} q_t^T h0 + sum_{s<=t} e^{G_t - G_s} (q_t.k_s) u_s
         h_C = e^{G_C} h0 + sum_s e^{G_C - G_s} k_s u_s^T
-    Shapes as `recurrent_tree` (state0 None = zeros). Returns o fp32 and the final state."""
+    Shapes as `recurrent_tree` (state0 None = zeros). Returns o fp32 and the final state.
+    Runs in fp32 also under autocast: the decays and the triangular solve need it."""
+    with torch.autocast(q.device.type, enabled=False):
+        return _chunked_fp32(q, k, v, g, beta, state0, chunk)
+
+
+def _chunked_fp32(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    state0: torch.Tensor | None,
+    chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     bsz, s, hv, dk = k.shape
     dv = v.shape[-1]
     pad = (-s) % chunk

@@ -21,7 +21,7 @@ What this file must agree with (read from the SGLang 0.5.14 wheel, `models/qwen3
   one full-attention decoder layer, then `norm`, then the target's lm_head predicts t_{i+2}.
 
 Checkpoint names are those of `Qwen3_5ForConditionalGeneration`: `model.language_model.*`,
-`lm_head.weight`, `mtp.*` (`checkpoint_names`). Only torch / safetensors / stdlib imports.
+`lm_head.weight`, `mtp.*` (`checkpoint_name`). Only torch / safetensors / stdlib imports.
 Axis letters as `model.py`; cache and recurrent state handling in `hybrid_cache.py`.
 """
 
@@ -37,7 +37,15 @@ from torch import nn
 
 from . import gdn
 from .hybrid_cache import HybridCache
-from .model import MLP, apply_rope, attend, causal_mask_with_prefix, rope_cos_sin
+from .model import (
+    MLP,
+    Qwen3Target,
+    apply_rope,
+    attend,
+    causal_mask_with_prefix,
+    load_target,
+    rope_cos_sin,
+)
 
 ARCHITECTURE = "Qwen3_5ForConditionalGeneration"
 BODY_PREFIX = "model.language_model."
@@ -373,18 +381,65 @@ class Qwen35Target(nn.Module):
 # Checkpoints (the names and config.json `Qwen3_5ForConditionalGeneration` loads)
 
 
-def checkpoint_names(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Module names -> checkpoint names: the body lives under `model.language_model.`."""
-    return {
-        (BODY_PREFIX + k[len("model.") :] if k.startswith("model.") else k): v
-        for k, v in state_dict.items()
+def checkpoint_name(name: str) -> str:
+    """Module name -> checkpoint name: the body lives under `model.language_model.`."""
+    return BODY_PREFIX + name[len("model.") :] if name.startswith("model.") else name
+
+
+def module_name(name: str) -> str:
+    return "model." + name[len(BODY_PREFIX) :] if name.startswith(BODY_PREFIX) else name
+
+
+def mrope_section(rotary_dim: int) -> list[int]:
+    """Qwen3.5's split of the rotary half-dim over (t, h, w): 32 -> [11, 11, 10]."""
+    n = rotary_dim // 2
+    return [n // 3 + (i < n % 3) for i in range(3)]
+
+
+def qwen35_config_json(cfg: Qwen35Config, *, bos: int, eos: int, pad: int, vision: dict) -> dict:
+    """The `config.json` of a Qwen3.5 / Qwen3.6 checkpoint (keys as Qwen3.6-27B's), for `cfg`.
+    `vision`: the vision_config; SGLang builds that tower from it (0.5.14 always does)."""
+    rope = {
+        "mrope_interleaved": True,
+        "mrope_section": mrope_section(cfg.rotary_dim),
+        "partial_rotary_factor": cfg.partial_rotary_factor,
+        "rope_theta": cfg.rope_theta,
+        "rope_type": "default",
     }
-
-
-def module_names(checkpoint: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    kinds = [
+        "full_attention" if cfg.is_attention(i) else "linear_attention"
+        for i in range(cfg.num_hidden_layers)
+    ]
+    text = {
+        **{f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name != "rope_theta"},
+        "model_type": "qwen3_5_text",
+        "dtype": "bfloat16",
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "attn_output_gate": True,
+        "layer_types": kinds,
+        "mamba_ssm_dtype": "float32",
+        "mlp_only_layers": [],
+        "mtp_use_dedicated_embeddings": False,
+        "rope_parameters": rope,
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "initializer_range": 0.02,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+    }
     return {
-        ("model." + k[len(BODY_PREFIX) :] if k.startswith(BODY_PREFIX) else k): v
-        for k, v in checkpoint.items()
+        "architectures": [ARCHITECTURE],
+        "model_type": "qwen3_5",
+        "dtype": "bfloat16",
+        "text_config": text,
+        "vision_config": vision,
+        "tie_word_embeddings": False,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "pad_token_id": pad,
     }
 
 
@@ -416,8 +471,17 @@ def load_hybrid_target(
     cfg_json = json.loads((d / "config.json").read_text())
     assert cfg_json.get("architectures") == [ARCHITECTURE], cfg_json.get("architectures")
     model = Qwen35Target(Qwen35Config.from_dict(cfg_json))
-    sd = module_names(load_file(str(d / "model.safetensors")))
+    sd = {module_name(k): v for k, v in load_file(str(d / "model.safetensors")).items()}
     missing, unexpected = model.load_state_dict(sd, strict=False)
     assert not missing, f"{d}: missing weights {missing}"
     assert not unexpected, f"{d}: unexpected weights {unexpected}"
     return model.to(device=device, dtype=dtype).eval()
+
+
+def load_any_target(
+    model_dir: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> Qwen3Target | Qwen35Target:
+    """The dense or the hybrid target, by the checkpoint's `architectures`."""
+    arch = json.loads((Path(model_dir) / "config.json").read_text()).get("architectures")
+    load = load_hybrid_target if arch == [ARCHITECTURE] else load_target
+    return load(model_dir, dtype=dtype, device=device)
