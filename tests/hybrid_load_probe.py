@@ -63,13 +63,13 @@ def run_loader(load_weights, owner, names, params, module_logger):
 
 
 def torchvision_shim():
-    """The matrix probe's: a CUDA torchvision imports against CPU torch (sglang imports it)."""
+    """The matrix checks': a CUDA torchvision imports against CPU torch (sglang imports it)."""
     import importlib.util
     import os
 
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, os.pardir, "ddtree_overlay", "_matrix_import_probe.py")
-    spec = importlib.util.spec_from_file_location("matrix_import_probe", path)
+    path = os.path.join(here, os.pardir, "ddtree_overlay", "in_target", "matrix_checks.py")
+    spec = importlib.util.spec_from_file_location("matrix_checks", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.torchvision_shim()
