@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
-"""Train the fixture pair: a byte-level Qwen3 target, then its DFlash drafter (self-distilled).
+"""Train a fixture pair: a byte-level target, then its DFlash drafter (self-distilled).
 
     python3 scripts/train_fixtures.py --out ddtree_overlay/fixtures            # H200, ~7 min
     python3 scripts/train_fixtures.py --smoke --out /tmp/fx-smoke              # CPU, ~1 min
+    python3 scripts/train_fixtures.py --pair hybrid --out DIR                  # H200, ~8 min
+
+Pairs: `dense` (Qwen3ForCausalLM, 6 layers) and `hybrid` (Qwen3_5ForConditionalGeneration,
+Qwen3.6-27B's layout at small scale: 8 layers = 2 x (3 Gated DeltaNet + 1 gated attention),
+partial rotary, attention output gate, fp32 recurrent state, plus a one-layer MTP head trained
+next to the target on the same batches, its own weights only, from the target's detached hidden
+states and frozen embedding / lm_head, as `Qwen3_5ForCausalLMMTP` reads them).
 
 Text: the Python standard library sources of the interpreter running this script
 (`sysconfig.get_paths()["stdlib"]`, `*.py`, sorted relative paths; a file is held out when
@@ -24,7 +31,8 @@ GPU kernel nondeterminism; see ddtree_overlay/fixtures/README.md for the exact c
    (aux = residual after target layers `target_layer_ids`), bidirectional inside the block;
    slot k predicts x_{a+k} through the frozen target lm_head; CE weights exp(-(k-1)/7).
 4. save both checkpoints (bf16 safetensors + config.json), held-out prompts, training log;
-   then a short DFlash acceptance evaluation with the reference decoder.
+   then a short DFlash acceptance evaluation with the reference decoder, which also reports the
+   median top1 - top2 logit margin of the target's greedy choices.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ import random
 import sys
 import sysconfig
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -49,6 +58,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "ddtree_overlay"))  # import `reference` alone, not ddtree_overlay
 
 from reference.decode import generate_ar, generate_dflash  # noqa: E402
+from reference.hybrid import (  # noqa: E402
+    Qwen35Config,
+    Qwen35Target,
+    checkpoint_name,
+    init_hybrid_weights,
+    load_any_target,
+    qwen35_config_json,
+)
 from reference.metrics import aggregate, margin_stats  # noqa: E402
 from reference.model import (  # noqa: E402
     DFlashConfig,
@@ -58,12 +75,13 @@ from reference.model import (  # noqa: E402
     dflash_config_json,
     init_weights,
     load_draft,
-    load_target,
     qwen3_config_json,
     save_checkpoint,
 )
 
 BOS, EOS, PAD, MASK = 256, 257, 258, 259
+# vision token ids of the hybrid's config: padding ids of the vocabulary, never in text
+IMAGE, VIDEO, VISION_START, VISION_END = 260, 261, 262, 263
 VOCAB = 272
 BLOCK = 16
 GAMMA = 7.0
@@ -97,6 +115,94 @@ DRAFT_CFG = DFlashConfig(
     target_layer_ids=TARGET_LAYER_IDS,
     num_target_layers=6,
 )
+
+
+HYBRID_LAYER_IDS = (1, 4, 6)
+HYBRID_TARGET_CFG = Qwen35Config(
+    vocab_size=VOCAB,
+    hidden_size=256,
+    intermediate_size=384,
+    num_hidden_layers=8,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    linear_num_key_heads=2,
+    linear_num_value_heads=6,  # 3 value heads per key head, as Qwen3.6-27B's 48 / 16
+    linear_key_head_dim=64,
+    linear_value_head_dim=64,
+    linear_conv_kernel_dim=4,
+    full_attention_interval=4,
+    partial_rotary_factor=0.25,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    max_position_embeddings=2048,
+    mtp_num_hidden_layers=1,
+)
+HYBRID_DRAFT_CFG = replace(
+    DRAFT_CFG,
+    intermediate_size=384,
+    target_layer_ids=HYBRID_LAYER_IDS,
+    num_target_layers=HYBRID_TARGET_CFG.num_hidden_layers,
+)
+# SGLang builds the vision tower from this (0.5.14 always does); text prompts never run it, and
+# the checkpoint carries no weights for it.
+TINY_VISION = {
+    "model_type": "qwen3_5",
+    "depth": 1,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_heads": 2,
+    "in_channels": 3,
+    "patch_size": 16,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "out_hidden_size": HYBRID_TARGET_CFG.hidden_size,
+    "num_position_embeddings": 64,
+    "deepstack_visual_indexes": [],
+    "hidden_act": "gelu_pytorch_tanh",
+    "initializer_range": 0.02,
+}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """What differs between the fixture pairs; everything else is shared."""
+
+    name: str
+    target_cfg: Qwen3Config | Qwen35Config
+    draft_cfg: DFlashConfig
+
+    def new_target(self, seed: int) -> Qwen3Target | Qwen35Target:
+        if isinstance(self.target_cfg, Qwen35Config):
+            model = Qwen35Target(self.target_cfg)
+            init_hybrid_weights(model, seed=seed)
+        else:
+            model = Qwen3Target(self.target_cfg)
+            init_weights(model, seed=seed)
+        return model
+
+    def save_target(self, model: torch.nn.Module, out: Path) -> None:
+        if isinstance(self.target_cfg, Qwen35Config):
+            config = qwen35_config_json(
+                self.target_cfg, bos=BOS, eos=EOS, pad=PAD, vision=TINY_VISION
+            )
+            config.update(
+                image_token_id=IMAGE,
+                video_token_id=VIDEO,
+                vision_start_token_id=VISION_START,
+                vision_end_token_id=VISION_END,
+            )
+            save_checkpoint(model, config, out, rename=checkpoint_name)
+        else:
+            save_checkpoint(
+                model, qwen3_config_json(self.target_cfg, bos=BOS, eos=EOS, pad=PAD), out
+            )
+
+
+PAIRS = {
+    "dense": Pair("dense", TARGET_CFG, DRAFT_CFG),
+    "hybrid": Pair("hybrid", HYBRID_TARGET_CFG, HYBRID_DRAFT_CFG),
+}
 
 
 def log(msg: str) -> None:
@@ -287,9 +393,8 @@ def amp(device: str):
 # Phases
 
 
-def train_target(stream: torch.Tensor, args, device: str) -> tuple[Qwen3Target, dict]:
-    model = Qwen3Target(TARGET_CFG)
-    init_weights(model, seed=args.seed)
+def train_target(stream: torch.Tensor, pair: Pair, args, device: str):
+    model = pair.new_target(args.seed)
     model.to(device).train()
     g = torch.Generator(device=device).manual_seed(args.seed)
     pos = torch.arange(args.seq, device=device).expand(args.batch, args.seq)
@@ -297,9 +402,16 @@ def train_target(stream: torch.Tensor, args, device: str) -> tuple[Qwen3Target, 
     def step(_: int):
         x = windows(stream, args.batch, args.seq + 1, g)
         with amp(device):
-            logits = model(x[:, :-1], pos).logits
-        loss = F.cross_entropy(logits.view(-1, VOCAB), x[:, 1:].reshape(-1))
-        return loss, {"bits_per_byte": loss.detach() / math.log(2)}
+            out = model(x[:, :-1], pos)
+        loss = F.cross_entropy(out.logits.view(-1, VOCAB), x[:, 1:].reshape(-1))
+        stats = {"bits_per_byte": loss.detach() / math.log(2)}
+        if getattr(model, "mtp", None) is None:
+            return loss, stats
+        with amp(device):
+            mtp_logits = mtp_forward(model, x[:, :-1], out.hidden)
+        mtp_loss = F.cross_entropy(mtp_logits.float().reshape(-1, VOCAB), x[:, 2:].reshape(-1))
+        stats["mtp_loss"] = mtp_loss.detach()
+        return loss + mtp_loss, stats  # disjoint parameters: each loss trains its own
 
     info = train_loop(
         "target",
@@ -315,12 +427,22 @@ def train_target(stream: torch.Tensor, args, device: str) -> tuple[Qwen3Target, 
     return model.eval(), info
 
 
+def mtp_forward(model: Qwen35Target, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """MTP logits [B, S-1, V]: at position i, embed(t_{i+1}) and the target's normed hidden h_i
+    predict t_{i+2}. Only the head's own weights get gradients."""
+    emb = F.embedding(ids[:, 1:], model.model.embed_tokens.weight.detach())
+    pos = torch.arange(ids.shape[1] - 1, device=ids.device).expand(ids.shape[0], -1)
+    h = model.mtp(emb, hidden[:, :-1].detach(), pos)
+    return F.linear(h, model.lm_head.weight.detach())
+
+
 @torch.no_grad()
-def target_eval(model: Qwen3Target, held: torch.Tensor, device: str, n: int, seq: int) -> dict:
+def target_eval(model, held: torch.Tensor, device: str, n: int, seq: int) -> dict:
     g = torch.Generator(device=device).manual_seed(1234)
     x = windows(held, n, seq + 1, g)
     pos = torch.arange(seq, device=device).expand(n, seq)
-    logits = model(x[:, :-1], pos).logits
+    out = model(x[:, :-1], pos)
+    logits = out.logits
     loss = F.cross_entropy(logits.reshape(-1, VOCAB), x[:, 1:].reshape(-1))
     top = torch.topk(logits.float(), 2, dim=-1).values
     gaps = (top[..., 0] - top[..., 1]).flatten()
@@ -330,16 +452,24 @@ def target_eval(model: Qwen3Target, held: torch.Tensor, device: str, n: int, seq
         )
     ]
     acc = (logits.argmax(-1) == x[:, 1:]).float().mean()
-    return {
+    info = {
         "heldout_bits_per_byte": float(loss) / math.log(2),
         "heldout_top1_acc": float(acc),
         "teacher_forced_top1_top2_gap": margin_stats(gaps.tolist()),
     }
+    if getattr(model, "mtp", None) is not None:
+        mtp = mtp_forward(model, x[:, :-1], out.hidden).argmax(-1)
+        info["heldout_mtp_top1_acc"] = float((mtp == x[:, 2:]).float().mean())
+        # NEXTN accepts the head's token when the target's own greedy choice agrees with it
+        info["heldout_mtp_agrees_with_target"] = float(
+            (mtp[:, :-1] == logits[:, 1:-1].argmax(-1)).float().mean()
+        )
+    return info
 
 
 @torch.no_grad()
 def make_rollouts(
-    tgt: Qwen3Target, stream: torch.Tensor, args, device: str
+    tgt, stream: torch.Tensor, args, device: str
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Greedy continuations to length args.roll_len of [BOS] + 64..128-byte training windows."""
     g = torch.Generator(device=device).manual_seed(args.seed + 7)
@@ -384,9 +514,9 @@ def make_rollouts(
 
 
 def train_draft(
-    tgt: Qwen3Target, rows: torch.Tensor, plens: torch.Tensor, args, device: str
+    tgt, rows: torch.Tensor, plens: torch.Tensor, pair: Pair, args, device: str
 ) -> tuple[DFlashDraft, dict]:
-    draft = DFlashDraft(DRAFT_CFG)
+    draft = DFlashDraft(pair.draft_cfg)
     init_weights(draft, seed=args.seed + 1)
     draft.to(device).train()
     g = torch.Generator(device=device).manual_seed(args.seed + 2)
@@ -402,7 +532,8 @@ def train_draft(
         x, p = rows[idx], plens[idx]
         b = x.shape[0]
         with torch.no_grad():
-            aux = tgt(x, ar.expand(b, s), capture=TARGET_LAYER_IDS, logits=False).aux  # [B, S, 3H]
+            layer_ids = pair.draft_cfg.target_layer_ids
+            aux = tgt(x, ar.expand(b, s), capture=layer_ids, logits=False).aux  # [B, S, 3H]
             valid = (ar[None] >= p[:, None]) & (ar[None] <= s - 2)  # a and a+1 both generated
             keys = torch.rand(b, s, generator=g, device=device).masked_fill(~valid, -1.0)
             anchors = keys.topk(n_anchor, dim=1).indices.sort(dim=1).values  # [B, N]
@@ -449,7 +580,7 @@ def train_draft(
 
 def evaluate(out: Path, prompts: list[list[int]], args, device: str) -> dict:
     """DFlash acceptance with the reference decoder on the saved (bf16 -> fp32) checkpoints."""
-    tgt = load_target(out / "target", dtype=torch.float32, device=device)
+    tgt = load_any_target(out / "target", dtype=torch.float32, device=device)
     dft = load_draft(out / "draft", dtype=torch.float32, device=device)
     results, baselines, t0 = [], [], time.perf_counter()
     for p in prompts[: args.eval_prompts]:
@@ -475,6 +606,7 @@ def parse_args() -> argparse.Namespace:
         required=True,
         help="fixtures dir to write (target/, draft/, heldout_prompts.json, training_log.json)",
     )
+    p.add_argument("--pair", choices=tuple(PAIRS), default="dense", help="which fixture pair")
     p.add_argument("--smoke", action="store_true", help="tiny CPU run for testing the script")
     p.add_argument("--device", default=None, help="cuda|cpu (default: cuda if available)")
     p.add_argument("--seed", type=int, default=0)
@@ -518,6 +650,11 @@ def parse_args() -> argparse.Namespace:
         args.rollouts, args.roll_batch, args.roll_len = 16, 8, 192
         args.draft_batch, args.anchors = 2, 16
         args.eval_prompts, args.eval_new_tokens, args.n_heldout = 2, 32, 64
+        if args.pair == "hybrid":  # the GDN layers cost more per token on a CPU
+            args.target_steps = min(args.target_steps, 10)
+            args.draft_steps = min(args.draft_steps, 10)
+            args.batch, args.rollouts, args.roll_len = 2, 8, 160
+            args.eval_prompts, args.eval_new_tokens = 1, 24
     else:
         args.max_files = None
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -526,7 +663,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    device = args.device
+    device, pair = args.device, PAIRS[args.pair]
     torch.manual_seed(args.seed)
     if device == "cuda":
         log(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
@@ -551,13 +688,11 @@ def main() -> int:
     (out / "heldout_prompts.json").write_text(json.dumps(prompts) + "\n")
     train_stream, held_stream = to_stream(train_files, device), to_stream(held_files, device)
 
-    target, run_log["target"] = train_target(train_stream, args, device)
+    target, run_log["target"] = train_target(train_stream, pair, args, device)
     run_log["target"].update(
         target_eval(target, held_stream, device, n=16 if args.smoke else 64, seq=args.seq)
     )
-    save_checkpoint(
-        target, qwen3_config_json(TARGET_CFG, bos=BOS, eos=EOS, pad=PAD), out / "target"
-    )
+    pair.save_target(target, out / "target")
     log(f"target saved: {json.dumps({k: v for k, v in run_log['target'].items() if k != 'curve'})}")
     save_log()
 
@@ -567,8 +702,8 @@ def main() -> int:
     rows, plens, run_log["rollouts"] = make_rollouts(frozen, train_stream, args, device)
     save_log()
 
-    draft, run_log["draft"] = train_draft(frozen, rows, plens, args, device)
-    save_checkpoint(draft, dflash_config_json(DRAFT_CFG), out / "draft")
+    draft, run_log["draft"] = train_draft(frozen, rows, plens, pair, args, device)
+    save_checkpoint(draft, dflash_config_json(pair.draft_cfg), out / "draft")
     log("draft saved")
     save_log()
     del rows, plens
@@ -577,6 +712,8 @@ def main() -> int:
     log(
         f"eval: {json.dumps({k: v for k, v in run_log['eval_dflash'].items() if k != 'target_margin'})}"
     )
+    margin = run_log["eval_dflash"].get("target_margin", {})
+    log(f"target top1-top2 logit margin at its greedy steps: median {margin.get('median')}")
     save_log()
     sizes = {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*.safetensors"))}
     log(

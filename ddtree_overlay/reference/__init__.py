@@ -3,6 +3,9 @@
 Pure torch (+ safetensors, numpy, stdlib); importable without the rest of `ddtree_overlay`, so it
 can run inside SGLang's env by path. Modules:
 - `model`   Qwen3 target (KV cache, aux-hidden capture) and DFlash drafter; checkpoint I/O
+- `hybrid`  Qwen3.5 / Qwen3.6 hybrid target (GDN + gated attention) and its MTP head
+- `hybrid_cache`  its cache: KV, conv windows, recurrent states; commits a verify's path
+- `gdn`     the gated delta rule: over a tree one node at a time, and chunked (training)
 - `tree`    DDTree best-first builder, ancestor mask, verification walk
 - `decode`  generate_ar / generate_dflash / generate_ddtree
 - `metrics` per-prompt and aggregate JSON
@@ -15,6 +18,7 @@ length = accepted drafts + 1 (bonus included), like SGLang's spec_accept_length.
 """
 
 from .decode import DecodeResult, RoundTree, generate_ar, generate_ddtree, generate_dflash
+from .hybrid import Qwen35Config, Qwen35Target, load_any_target, load_hybrid_target
 from .model import DFlashConfig, DFlashDraft, Qwen3Config, Qwen3Target, load_draft, load_target
 from .tree import Acceptance, DDTreeDraft, ancestor_mask, build_ddtree_tree, follow_verified_tree
 
@@ -26,6 +30,8 @@ __all__ = [
     "DecodeResult",
     "Qwen3Config",
     "Qwen3Target",
+    "Qwen35Config",
+    "Qwen35Target",
     "RoundTree",
     "ancestor_mask",
     "build_ddtree_tree",
@@ -33,6 +39,8 @@ __all__ = [
     "generate_ar",
     "generate_ddtree",
     "generate_dflash",
+    "load_any_target",
     "load_draft",
+    "load_hybrid_target",
     "load_target",
 ]

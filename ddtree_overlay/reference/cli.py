@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 
 from .decode import generate_ar, generate_ddtree, generate_dflash
+from .hybrid import load_any_target
 from .metrics import aggregate, prompt_metrics
-from .model import load_draft, load_target
+from .model import load_draft
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -28,7 +29,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--target",
         required=True,
-        help="dir with config.json + model.safetensors (Qwen3ForCausalLM)",
+        help="dir with config.json + model.safetensors (Qwen3ForCausalLM or Qwen3_5ForConditionalGeneration)",
     )
     p.add_argument(
         "--draft",
@@ -68,7 +69,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict:
     dtype = DTYPES[args.dtype]
-    target = load_target(args.target, dtype=dtype, device=args.device)
+    target = load_any_target(args.target, dtype=dtype, device=args.device)
     draft = load_draft(args.draft, dtype=dtype, device=args.device) if args.algo != "ar" else None
     prompts = json.loads(Path(args.prompts).read_text())[: args.limit]
     block_size = draft.cfg.block_size if draft is not None else 1

@@ -11,7 +11,8 @@ length = position of b):
              none does; the last y is the next bonus. Every committed token is the target's own
              choice under exactly its committed context, so the output distribution is the
              target's at any T (lossless); accept length = accepted drafts + 1.
-    commit:  target KV of the accepted path moves to slots start.. (tree: compacted), the target
+    commit:  target KV of the accepted path moves to slots start.. (tree: compacted), a hybrid
+             target's recurrent state becomes the one after the last accepted node, the target
              features of the accepted nodes (root included) become the drafter's new context;
              the drafter's cache holds context only (the block's K/V are never stored).
 
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .hybrid import Qwen35Target
+from .hybrid_cache import HybridCache
 from .model import DFlashDraft, KVCache, Qwen3Target
 from .tree import (
     DDTreeDraft,
@@ -35,6 +38,9 @@ from .tree import (
     follow_verified_tree,
     tree_positions,
 )
+
+Target = Qwen3Target | Qwen35Target  # same forward signature; the hybrid's cache also commits
+Cache = KVCache | HybridCache  # recurrent state on `compact`
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ def _finish(
     return tuple(out), len(out) >= max_new
 
 
-def _prefill(target: Qwen3Target, prompt: list[int], cache: KVCache, capture: tuple[int, ...]):
+def _prefill(target: Target, prompt: list[int], cache: Cache, capture: tuple[int, ...]):
     ids = torch.tensor([prompt], device=target.lm_head.weight.device)
     pos = torch.arange(len(prompt), device=ids.device).unsqueeze(0)
     return target(ids, pos, cache=cache, capture=capture)
@@ -88,7 +94,7 @@ def _prefill(target: Qwen3Target, prompt: list[int], cache: KVCache, capture: tu
 
 @torch.inference_mode()
 def generate_ar(
-    target: Qwen3Target,
+    target: Target,
     prompt: list[int],
     *,
     max_new_tokens: int,
@@ -123,7 +129,7 @@ def generate_ar(
 
 
 def draft_block_logits(
-    target: Qwen3Target,
+    target: Target,
     draft: DFlashDraft,
     cache: KVCache,
     *,
@@ -153,7 +159,7 @@ def draft_block_logits(
 
 @torch.inference_mode()
 def generate_dflash(
-    target: Qwen3Target,
+    target: Target,
     draft: DFlashDraft,
     prompt: list[int],
     *,
@@ -190,7 +196,8 @@ def generate_dflash(
             trees.append(
                 RoundTree(tuple(block), (-1, *range(q - 1)), tuple(range(q)), tuple(range(acc + 1)))
             )
-        ctx_aux, ctx_start = out.aux[:, : acc + 1], start  # KV of the accepted prefix is in place
+        tcache.compact(start, list(range(acc + 1)))  # the accepted prefix (in place for KV)
+        ctx_aux, ctx_start = out.aux[:, : acc + 1], start
         start, root = start + acc + 1, y[acc]
     final, _ = _finish(tokens, max_new_tokens, stop_token)
     return DecodeResult(
@@ -205,12 +212,12 @@ def generate_dflash(
 
 
 def verify_tree(
-    target: Qwen3Target, tree: DDTreeDraft, cache: KVCache, *, start: int, capture: tuple[int, ...]
+    target: Target, tree: DDTreeDraft, cache: Cache, *, start: int, capture: tuple[int, ...]
 ):
     """Target forward over the whole tree: node i at position start + depth(i), seeing the
     committed prefix and its own ancestors only. K/V land in slots start..start+N-1."""
     n = tree.num_nodes
-    dev = cache.k[0].device
+    dev = target.lm_head.weight.device
     mask = torch.ones(1, 1, n, start + n, dtype=torch.bool, device=dev)
     mask[0, 0, :, start:] = ancestor_mask(tree).to(dev)
     ids = torch.tensor([tree.tokens], device=dev)
@@ -220,7 +227,7 @@ def verify_tree(
 
 @torch.inference_mode()
 def generate_ddtree(
-    target: Qwen3Target,
+    target: Target,
     draft: DFlashDraft,
     prompt: list[int],
     *,

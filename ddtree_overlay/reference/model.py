@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -517,14 +518,21 @@ def init_weights(module: nn.Module, seed: int, std: float = 0.02) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) * std)
 
 
-def save_checkpoint(module: nn.Module, config: dict, out_dir: str | Path) -> None:
+def save_checkpoint(
+    module: nn.Module,
+    config: dict,
+    out_dir: str | Path,
+    rename: Callable[[str], str] = lambda name: name,
+) -> None:
+    """config.json + bf16 model.safetensors; `rename` maps module names to checkpoint names."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     sd = {
-        k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in module.state_dict().items()
+        rename(k): v.detach().to("cpu", torch.bfloat16).contiguous()
+        for k, v in module.state_dict().items()
     }
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})
 
