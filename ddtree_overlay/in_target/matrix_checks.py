@@ -184,7 +184,37 @@ def resolution_check():
     return problems
 
 
-def _resolve_ddtree_args(fixtures, extra):
+# The hybrid pair (fixtures/hybrid): a Gated-DeltaNet target gets SGLang's tree paths (eagle
+# top-k 2) and a FlashInfer GDN kernel, which has none, is refused. Radix cache off: its mamba
+# strategy would assert a CUDA device.
+HYBRID_CASES = (
+    ({"speculative_ddtree_budget": 32}, (33, 16, 32, 2)),
+    ({"speculative_ddtree_budget": 32, "linear_attn_decode_backend": "flashinfer"}, "has none"),
+)
+
+
+def hybrid_resolution_check():
+    """DDTREE's hook on real ServerArgs whose target is the bundled hybrid pair's."""
+    import os
+
+    fixtures = os.environ.get("DDTREE_MATRIX_FIXTURES")
+    if not fixtures or not os.path.isdir(os.path.join(fixtures, "hybrid", "target")):
+        return None
+    problems = []
+    for extra, expected in HYBRID_CASES:
+        try:
+            got = _resolve_ddtree_args(
+                os.path.join(fixtures, "hybrid"), extra | {"disable_radix_cache": True}, topk=True
+            )
+        except ValueError as error:
+            got = str(error)
+        ok = (isinstance(expected, str) and isinstance(got, str) and expected in got) or got == expected
+        if not ok:
+            problems.append(f"hybrid {extra}: expected {expected!r}, got {got!r}")
+    return problems
+
+
+def _resolve_ddtree_args(fixtures, extra, topk=False):
     import os
 
     from sglang.srt.server_args import ServerArgs
@@ -207,11 +237,12 @@ def _resolve_ddtree_args(fixtures, extra):
 
         handle_speculative_decoding(server_args)
         cfg = resolving_view(server_args)
-    return (
+    resolved = (
         cfg.speculative_num_draft_tokens,
         cfg.speculative_dflash_block_size,
         cfg.speculative_ddtree_budget,
     )
+    return resolved + (cfg.speculative_eagle_topk,) if topk else resolved
 
 
 def worker_width_check():
@@ -352,6 +383,7 @@ def main(modules):
         report["server_args"] = guarded(server_args_check)
         report["compat"] = guarded(compat_check)
         report["resolution"] = guarded(resolution_check)
+        report["hybrid_resolution"] = guarded(hybrid_resolution_check)
         report["worker_width"] = guarded(worker_width_check)
         report["verify_width"] = guarded(verify_width_check)
     sys.stdout.write("\n@@DDTREE-OVERLAY-RESULT@@ " + json.dumps(report, sort_keys=True) + "\n")

@@ -224,19 +224,27 @@ def _compile_and_import(cell: Cell, env: Path, patch_set: PatchSet) -> bool:
         return False
     report = done.result
     cell.imports = report["modules"]
-    cell.checks = {
-        k: report.get(k)
-        for k in (
-            "registry", "server_args", "compat", "resolution", "worker_width", "verify_width",
-            "shims", "torch",
-        )
-    }
+    cell.checks = {k: report.get(k) for k in (*IN_TARGET_CHECKS, "shims", "torch")}
     problems = _import_problems(report)
     if problems:
         cell.fail("import-failed", "import", *problems)
         return False
     cell.steps["import"] = "ok"
     return True
+
+
+# What in_target/matrix_checks.py reports besides the imports, and the label of each check
+# whose result is a list of problems.
+IN_TARGET_CHECKS = (
+    "registry", "server_args", "compat", "resolution", "hybrid_resolution", "worker_width",
+    "verify_width",
+)
+LISTED_PROBLEMS = {
+    "resolution": "server-args resolution",
+    "hybrid_resolution": "hybrid server-args resolution",
+    "worker_width": "worker widths",
+    "verify_width": "verify width scope",
+}
 
 
 def _import_problems(report: dict[str, Any]) -> list[str]:
@@ -246,8 +254,7 @@ def _import_problems(report: dict[str, Any]) -> list[str]:
         if not entry["ok"]
     ]
     registry = report.get("registry") or {}
-    checks = ("registry", "server_args", "compat", "resolution", "worker_width", "verify_width")
-    for key in checks:
+    for key in IN_TARGET_CHECKS:
         value = report.get(key)
         if isinstance(value, dict) and "error" in value:
             problems.append(f"{key} check: {value['error']}")
@@ -256,11 +263,7 @@ def _import_problems(report: dict[str, Any]) -> list[str]:
     compat = report.get("compat")
     if isinstance(compat, list):
         problems += [f"compat contract: {p}" for p in compat]
-    for key, label in (
-        ("resolution", "server-args resolution"),
-        ("worker_width", "worker widths"),
-        ("verify_width", "verify width scope"),
-    ):
+    for key, label in LISTED_PROBLEMS.items():
         value = report.get(key)
         if isinstance(value, list):
             problems += [f"{label}: {p}" for p in value]

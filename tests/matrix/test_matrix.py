@@ -74,6 +74,7 @@ def test_import_problems_name_the_module_the_registry_and_the_contract() -> None
         "server_args": ["ServerArgs has no `speculative_ddtree_budget` field"],
         "compat": ["DFlashWorkerV2: no member `_mask_token_id`"],
         "verify_width": ["inside the scope (width, capture bs) = (33, [1]), expected (17, [1, 2])"],
+        "hybrid_resolution": ["hybrid {'speculative_ddtree_budget': 32}: expected (33, 16, 32, 2), got (33, 16, 32, 1)"],
     }
     problems = _import_problems(report)
     assert problems[0] == "import b: ImportError: x (f.py:1)"
@@ -81,6 +82,7 @@ def test_import_problems_name_the_module_the_registry_and_the_contract() -> None
     assert any("speculative_ddtree_budget" in p for p in problems)
     assert any("_mask_token_id" in p for p in problems)
     assert "verify width scope: inside the scope (width, capture bs) = (33, [1]), expected (17, [1, 2])" in problems
+    assert any(p.startswith("hybrid server-args resolution: hybrid") for p in problems)
 
 
 def test_known_unsupported_releases_have_a_reason() -> None:
