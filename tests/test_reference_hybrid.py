@@ -4,7 +4,7 @@
   equals running each root-to-node path on its own as a chain, on random trees with batch > 1.
 - The chunked (WY) form of the gated delta rule, used for training, equals the recurrence.
 - DFlash and DDTree decode exactly what target-only greedy decodes, on a small random-weight
-  hybrid target. Random drafters are almost never right, so the lossless checks use a drafter
+  hybrid target and on the committed trained hybrid pair (ddtree_overlay/fixtures/hybrid). Random drafters are almost never right, so the lossless checks use a drafter
   that proposes the target's own greedy token at a random rank of a made-up distribution:
   rounds then accept 0..L drafts along several branches, which is what exercises the tree
   verify and the commit of the accepted node's recurrent state.
@@ -16,7 +16,9 @@ reorders sums, 1e-4.
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -270,3 +272,21 @@ def test_checkpoint_round_trip_keeps_sglang_names_and_outputs(target, tmp_path) 
         got = loaded(ids, torch.arange(4)[None]).logits
     target.float()
     assert torch.allclose(want, got)
+
+
+FIXTURE = Path(__file__).resolve().parent.parent / "ddtree_overlay" / "fixtures" / "hybrid"
+
+
+@pytest.mark.parametrize("algo", ["dflash", "ddtree"])
+def test_trained_hybrid_pair_decodes_exactly_target_only_greedy(algo) -> None:
+    """The committed pair (fp32): speculative output equals greedy, and the drafter is useful."""
+    target = HY.load_any_target(FIXTURE / "target")
+    draft = M.load_draft(FIXTURE / "draft")
+    prompt = json.loads((FIXTURE / "heldout_prompts.json").read_text())[0]
+    greedy = generate_ar(target, prompt, max_new_tokens=32)
+    if algo == "dflash":
+        out = generate_dflash(target, draft, prompt, max_new_tokens=32)
+    else:
+        out = generate_ddtree(target, draft, prompt, budget=16, max_new_tokens=32)
+    assert first_divergence(out, greedy) is None, first_divergence(out, greedy)
+    assert sum(out.accept_lens) / len(out.accept_lens) > 1.5
