@@ -68,7 +68,7 @@ def torchvision_shim():
     import os
 
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, os.pardir, "ddtree_overlay", "in_target", "matrix_checks.py")
+    path = os.path.join(here, os.pardir, os.pardir, "ddtree_overlay", "in_target", "matrix_checks.py")
     spec = importlib.util.spec_from_file_location("matrix_checks", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

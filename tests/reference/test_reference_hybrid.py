@@ -274,7 +274,12 @@ def test_checkpoint_round_trip_keeps_sglang_names_and_outputs(target, tmp_path) 
     assert torch.allclose(want, got)
 
 
-FIXTURE = Path(__file__).resolve().parent.parent / "ddtree_overlay" / "fixtures" / "hybrid"
+FIXTURE = Path(__file__).resolve().parents[2] / "ddtree_overlay" / "fixtures" / "hybrid"
+
+
+def test_trained_hybrid_pair_fits_its_weight_budget() -> None:
+    size = sum((FIXTURE / d / "model.safetensors").stat().st_size for d in ("target", "draft"))
+    assert size <= 16_000_000, size
 
 
 @pytest.mark.parametrize("algo", ["dflash", "ddtree"])
