@@ -100,6 +100,28 @@ def ancestors_or_self(parents: list[int] | tuple[int, ...], node: int) -> set[in
     raise AssertionError(f"parents {list(parents)} hold a cycle")
 
 
+def linked_children(first_child: list[int], next_sibling: list[int], node: int) -> list[int]:
+    """The children SGLang's left-child / right-sibling links give `node`, in link order; at
+    most len(first_child) links, so a sibling cycle fails the test instead of hanging it."""
+    children, child = [], first_child[node]
+    for _ in range(len(first_child)):
+        if child == -1:
+            return children
+        children.append(child)
+        child = next_sibling[child]
+    raise AssertionError(f"the sibling links from node {node} hold a cycle")
+
+
+def row_nodes(tree, b: int) -> Nodes:
+    """Request b's nodes of a fixed-shape payload tree (a ``DDTreeDraftTree``)."""
+    return Nodes(
+        tokens=tree.tokens[b].tolist(),
+        parents=tree.parent_indices[b].tolist(),
+        depths=tree.depths[b].tolist(),
+        scores=tree.log_scores[b].tolist(),
+    )
+
+
 # --- degenerate drafter rows ------------------------------------------------------------------
 #
 # Each maker returns raw drafter logits [L, V] for one request; vocabularies stay tiny so the
