@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from statistics import fmean
 from typing import Any
 
-from ..bench.decode_compare import BF16_MARGIN_NOISE, first_divergence
-from .records import Generation, Side, acceptance_length
-from .runfile import OfflineRun, arm_of
+from ddtree_overlay.bench.decode_compare import BF16_MARGIN_NOISE, first_divergence
+from ddtree_overlay.compare.records import Generation, Side, acceptance_length
+from ddtree_overlay.compare.runfile import OfflineRun, arm_of
 
 ACCEPTANCE_TOLERANCE = 0.03
 

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..engine.errors import run_file_other_models
-from .runfile import OfflineRun
+from ddtree_overlay.compare.runfile import OfflineRun
+from ddtree_overlay.engine.errors import run_file_other_models
 
 
 def model_name(recorded_or_dir: str | Path) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..bench.arms import TARGET_ONLY, Arm
+from ddtree_overlay.bench.arms import TARGET_ONLY, Arm
 
 
 @dataclass(frozen=True)

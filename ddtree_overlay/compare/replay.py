@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..bench.arms import DFLASH, TARGET_ONLY
-from .records import ArmResult, Generation, Side, acceptance_length
-from .runfile import OfflineRun, arm_of
+from ddtree_overlay.bench.arms import DFLASH, TARGET_ONLY
+from ddtree_overlay.compare.records import ArmResult, Generation, Side, acceptance_length
+from ddtree_overlay.compare.runfile import OfflineRun, arm_of
 
 
 def replay_with_reference(
@@ -27,8 +27,8 @@ def replay_with_reference(
 ) -> Side:
     import torch
 
-    from ..reference.decode import generate_ar, generate_ddtree, generate_dflash
-    from ..reference.model import load_draft, load_target
+    from ddtree_overlay.reference.decode import generate_ar, generate_ddtree, generate_dflash
+    from ddtree_overlay.reference.model import load_draft, load_target
 
     target = load_target(target_dir, device=device)
     draft = load_draft(draft_dir, device=device)

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-DASH = "—"
-MATPLOTLIB_MISSING = "plot skipped: matplotlib is not installed (`pip install 'ddtree-overlay[bench]'`)"
+from ddtree_overlay.bench.markdown import DASH
+from ddtree_overlay.bench.plots import MATPLOTLIB_MISSING
 
 
 def _fmt(value: float | None, spec: str) -> str:

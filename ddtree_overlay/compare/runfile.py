@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..bench.arms import Arm
-from ..engine.errors import run_file_malformed, run_file_unreadable
+from ddtree_overlay.bench.arms import Arm
+from ddtree_overlay.engine.errors import run_file_malformed, run_file_unreadable
 
 METHOD_KEY = re.compile(r"^(baseline|dflash|ddtree_tb(\d+))$")
 
