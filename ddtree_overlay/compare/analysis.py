@@ -63,9 +63,9 @@ def _prompt_row(
     key: str, turn: Any, got: Generation, baseline: Any, index: int, greedy: bool
 ) -> dict[str, Any]:
     offline = turn.methods[key]
-    offline_acceptance = acceptance_length(offline.acceptance_lengths, len(offline.tokens))
-    if key == "baseline":
-        offline_acceptance = None
+    offline_acceptance = (
+        None if key == "baseline" else acceptance_length(offline.acceptance_lengths, len(offline.tokens))
+    )
     row = {
         "method": key,
         "arm": arm_of(key).label,

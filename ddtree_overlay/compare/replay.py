@@ -57,7 +57,7 @@ def replay_with_reference(
             generations.append(
                 Generation(
                     tokens=result.tokens,
-                    acceptance=acceptance_length(result.accept_lens, len(result.tokens)) if result.accept_lens else None,
+                    acceptance=acceptance_length(result.accept_lens, len(result.tokens)),
                     margins=result.margins,
                 )
             )
