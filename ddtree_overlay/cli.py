@@ -21,6 +21,8 @@ from ddtree_overlay.commands.apply import apply as apply_patch_set
 from ddtree_overlay.commands.bench import BenchRequest, default_out
 from ddtree_overlay.commands.bench import bench as bench_env
 from ddtree_overlay.commands.bench import reanalyse as reanalyse_run
+from ddtree_overlay.commands.compare import CompareRequest
+from ddtree_overlay.commands.compare import compare as compare_runs
 from ddtree_overlay.commands.demo import run_demo
 from ddtree_overlay.commands.diff import diff as diff_env
 from ddtree_overlay.commands.manifest_refresh import refresh_manifest
@@ -442,6 +444,33 @@ def matrix(
             return run_matrix(releases, out_dir=out, progress=progress)
 
     _run(("matrix",), json_out, call)
+
+
+@app.command()
+def compare(
+    baseline: Annotated[
+        Path, typer.Option("--baseline", help="a run of the DDTree reference code (`benchmark.py --save-path`)")
+    ],
+    target: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--target", help="the target model dir; default: the path the run recorded"),
+    ] = None,
+    draft: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--draft", help="the drafter dir; default: the path the run recorded"),
+    ] = None,
+    records: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--records", help="SGLang's engine records of the run's prompts (JSON lines); "
+                     "default: replay with the offline reference decoder, fp32 on the CPU"),
+    ] = None,
+    out: Annotated[Path, typer.Option("--out", help="where compare.json, .md and .png go")] = Path("compare-report"),
+    json_out: JsonOption = False,
+) -> None:
+    """Greedy outputs, acceptance (3 % verdict) and speedups of a replay against an offline run."""
+    request = CompareRequest(baseline=baseline, target=target, draft=draft, records=records, out=out)
+    progress = (lambda _: None) if json_out else (lambda line: render.stderr.print(line))
+    _run(("compare",), json_out, lambda: compare_runs(request, progress))
 
 
 @app.command("manifest-refresh", hidden=True)

@@ -309,6 +309,15 @@ def matrix_progress(*, enabled: bool) -> Iterator[Any]:
         yield _MatrixProgress(progress)
 
 
+def _compare_view(data: Mapping[str, Any]) -> None:
+    from ddtree_overlay.compare.report import markdown_table
+
+    stdout.print(markdown_table(data), end="")
+    stdout.print("wrote " + ", ".join(data["files"]))
+    if data["plot_skipped"]:
+        stderr.print(data["plot_skipped"])
+
+
 _VIEWS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "status": _status_view,
     "apply": _apply_view,
@@ -320,4 +329,5 @@ _VIEWS: Mapping[str, Callable[[Mapping[str, Any]], None]] = {
     "verify": _verify_view,
     "bench": _bench_view,
     "matrix": _matrix_view,
+    "compare": _compare_view,
 }

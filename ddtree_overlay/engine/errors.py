@@ -33,6 +33,7 @@ class ExitCode(IntEnum):
     LOCKED = 9
     RECOVERY_NEEDED = 10
     VERIFY_FAILED = 11
+    BAD_RUN_FILE = 12
 
 
 EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
@@ -48,6 +49,7 @@ EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
     ExitCode.LOCKED: "another ddtree-overlay run holds this env's lock",
     ExitCode.RECOVERY_NEEDED: "an interrupted transaction or unreadable state needs `recover`",
     ExitCode.VERIFY_FAILED: "verification of the applied overlay failed",
+    ExitCode.BAD_RUN_FILE: "a saved run to compare with is unreadable, malformed, or from other models",
 }
 
 
@@ -160,6 +162,11 @@ class RecoveryNeeded(OverlayError):
 class VerifyFailed(OverlayError):
     exit_code = ExitCode.VERIFY_FAILED
     code = "verify_failed"
+
+
+class RunFileInvalid(OverlayError):
+    exit_code = ExitCode.BAD_RUN_FILE
+    code = "run_file_invalid"
 
 
 # --- builders -------------------------------------------------------------------------------
@@ -532,4 +539,24 @@ def too_few_prompts(held_out: int, asked: int, prompts: Path) -> VerifyFailed:
     return VerifyFailed(
         f"the fixture has {held_out} held-out prompts, {asked} were asked for",
         hint=f"pass --prompts {held_out} or fewer (the prompts are in `{prompts}`)",
+    )
+
+
+# RunFileInvalid
+
+_RUN_FILE_HINT = "pass the file `benchmark.py --save-path` of the DDTree reference code wrote"
+
+
+def run_file_unreadable(path: Path, why: str) -> RunFileInvalid:
+    return RunFileInvalid(f"cannot read the run file `{path}`: {why}", hint=_RUN_FILE_HINT)
+
+
+def run_file_malformed(path: Path, problem: str) -> RunFileInvalid:
+    return RunFileInvalid(f"`{path}` is not a DDTree benchmark run: {problem}", hint=_RUN_FILE_HINT)
+
+
+def run_file_other_models(path: Path, recorded: str, given: Path, why: str) -> RunFileInvalid:
+    return RunFileInvalid(
+        f"`{path}` was made with `{recorded}`, which `{given}` is not: {why}",
+        hint="pass --target/--draft with the models the run was made with",
     )

@@ -10,7 +10,12 @@ Reference: `liranringel/ddtree@c96427a:ddtree.py` — `build_ddtree_tree` (L84-1
 - depth of node i = number of drafted tokens on its path (root 0, drafted 1..L, L = block_size-1);
   position of node i = committed length + depth(i); siblings share a position;
 - accept length of a round = accepted drafted nodes + 1 (the bonus token), like SGLang's
-  `spec_accept_length` and the paper's tau.
+  `spec_accept_length` and the paper's tau;
+- a prefix is reachable when its drafter probability is non-zero (no -inf log-prob on its path).
+  The tree holds min(B, reachable) drafted nodes and nothing else: where `ddtree.py` keeps
+  popping -inf candidates (and scores their siblings -inf - -inf = NaN), this builder stops. The
+  payload's fixed-shape trees pad the missing nodes instead (token 0, parent -1, depth 0, score
+  -inf); a variable-length tree needs no padding.
 """
 
 from __future__ import annotations
@@ -50,8 +55,10 @@ def build_ddtree_tree(draft_logits: torch.Tensor, budget: int, root_token: int) 
 
     draft_logits: [L, V] raw drafter logits for block slots 1..L (any dtype/device).
     Each pop adds one node and pushes at most two candidates: the next sibling (same parent,
-    rank+1) and the first child (depth+1, rank 0). K = min(B, V) tokens per depth. Exactly
-    min(B, reachable) pops. Ties pop in the order of the rank tuple, as in the reference.
+    rank+1) and the first child (depth+1, rank 0), unless its score is -inf (then so is every
+    later sibling: ranks are sorted). K = min(B, V) tokens per depth. Exactly min(B, reachable)
+    pops. Ties pop in the order of the rank tuple, as in the reference, so a child whose
+    log-prob rounds to 0.0 (its score equals its parent's) still pops after its parent.
     """
     if budget <= 0 or draft_logits.shape[0] == 0:
         return DDTreeDraft((int(root_token),), (-1,), (0,), (0.0,), ({},))
@@ -62,6 +69,7 @@ def build_ddtree_tree(draft_logits: torch.Tensor, budget: int, root_token: int) 
     logits = draft_logits.float()
     top_logits, top_ids = torch.topk(logits, k=topk, dim=-1)
     log_z = torch.logsumexp(logits, dim=-1, keepdim=True)
+    log_z = log_z.masked_fill(log_z == float("-inf"), 0.0)  # a row of -inf has no mass: lp -inf
     lp = (
         (top_logits - log_z).to(device="cpu", dtype=torch.float32).numpy()
     )  # [L, K] log q_depth(rank)
@@ -69,9 +77,8 @@ def build_ddtree_tree(draft_logits: torch.Tensor, budget: int, root_token: int) 
 
     # heap entry: (-logw, rank tuple, parent index, depth, rank, logw); Python floats as in ddtree.py
     first = float(lp[0, 0])
-    heap: list[tuple[float, tuple[int, ...], int, int, int, float]] = [
-        (-first, (0,), 0, 1, 0, first)
-    ]
+    heap: list[tuple[float, tuple[int, ...], int, int, int, float]] = []
+    _push_reachable(heap, (-first, (0,), 0, 1, 0, first))
     tokens, parents, depths, log_probs = [int(root_token)], [-1], [0], [0.0]
     child_maps: list[dict[int, int]] = [{}]
     while heap and len(tokens) - 1 < budget:
@@ -86,13 +93,19 @@ def build_ddtree_tree(draft_logits: torch.Tensor, budget: int, root_token: int) 
         child_maps[parent][token] = index
         if rank + 1 < topk:  # next sibling: same parent, swap this depth's rank for rank+1
             sib = logw - float(lp[depth - 1, rank]) + float(lp[depth - 1, rank + 1])
-            heapq.heappush(heap, (-sib, (*ranks[:-1], rank + 1), parent, depth, rank + 1, sib))
+            _push_reachable(heap, (-sib, (*ranks[:-1], rank + 1), parent, depth, rank + 1, sib))
         if depth < depth_limit:  # first child: extend by this depth+1's top-1 token
             child = logw + float(lp[depth, 0])
-            heapq.heappush(heap, (-child, (*ranks, 0), index, depth + 1, 0, child))
+            _push_reachable(heap, (-child, (*ranks, 0), index, depth + 1, 0, child))
     return DDTreeDraft(
         tuple(tokens), tuple(parents), tuple(depths), tuple(log_probs), tuple(child_maps)
     )
+
+
+def _push_reachable(heap: list, entry: tuple) -> None:
+    """Push a candidate unless its score (the entry's last field) is -inf: probability zero."""
+    if entry[-1] > float("-inf"):
+        heapq.heappush(heap, entry)
 
 
 def ancestor_mask(tree: DDTreeDraft) -> torch.Tensor:

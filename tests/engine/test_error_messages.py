@@ -79,6 +79,11 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "overlay_not_intact": lambda: errors.overlay_not_intact(ENV, "drifted"),
     "target_script_failed": lambda: errors.target_script_failed(PYTHON, "import check", "ModuleNotFoundError: x"),
     "too_few_prompts": lambda: errors.too_few_prompts(64, 80, Path("/opt/fixtures/heldout_prompts.json")),
+    "run_file_unreadable": lambda: errors.run_file_unreadable(Path("/runs/gsm8k.pt"), "invalid load key, 'x'"),
+    "run_file_malformed": lambda: errors.run_file_malformed(Path("/runs/gsm8k.pt"), "no key 'responses'"),
+    "run_file_other_models": lambda: errors.run_file_other_models(
+        Path("/runs/gsm8k.pt"), "Qwen/Qwen3-8B", Path("/models/Qwen3-4B"), "its name is `Qwen3-4B`"
+    ),
 }
 
 

@@ -18,6 +18,14 @@ import textwrap
 
 import pytest
 from payload_modules import OVERLAY, load_payload_module, triton_interpreter
+from tree_oracle import (
+    DEGENERATE,
+    budgets_for,
+    check_best_tree,
+    degenerate_logits,
+    draft_log_probs,
+    row_nodes,
+)
 
 NEG_INF = float("-inf")
 
@@ -194,6 +202,16 @@ def test_tree_kernel_on_exact_ties_follows_its_tie_rule_and_stays_a_best_tree(
         assert got.parent_indices[b].tolist() == parents
         assert got.depths[b].tolist() == depths
         assert got.log_scores[b].tolist() == scores
+
+
+@pytest.mark.parametrize("kind", sorted(DEGENERATE))
+def test_tree_kernel_on_degenerate_rows_gives_the_best_reachable_prefixes_then_padding(interpret, kind):
+    for seed in range(2):  # small: every pop is a Python step in the interpreter
+        logits = degenerate_logits(kind, seed, bs=2, vocab=3)
+        for budget in sorted({b for row in logits for b in budgets_for(draft_log_probs(row))}):
+            tree = interpret.build_tree(du.compute_draft_topk(logits, budget), budget)
+            for b in range(2):
+                check_best_tree(row_nodes(tree, b), draft_log_probs(logits[b]), budget, padded=True)
 
 
 def assert_verify_inputs_match(got, mask, tree, root_tokens, prefix_lens, n, max_depth, capacity):
@@ -442,6 +460,19 @@ def test_draft_topk_normaliser_ignores_masked_out_entries(small_lse_blocks):
     want = du.compute_draft_topk(logits, 2)
     torch.testing.assert_close(got.log_probs, want.log_probs, rtol=0, atol=1e-6)
     assert got.token_ids[0, 0].tolist() == [140, 5] and got.token_ids[0, 1, 0].item() == 70
+
+
+@pytest.mark.parametrize("kind", sorted(DEGENERATE))
+def test_draft_topk_on_degenerate_rows_feeds_the_tree_kernel_a_best_tree(small_lse_blocks, kind):
+    # vocab 150: rows span three logsumexp steps of 64, the last one ragged
+    logits = torch.cat([degenerate_logits(kind, 7, bs=2, vocab=4), torch.full((2, 3, 146), NEG_INF)], dim=-1)
+    want = du.compute_draft_topk(logits, 8)
+    got = small_lse_blocks.draft_topk(logits, 8)
+    torch.testing.assert_close(got.log_probs, want.log_probs, rtol=0, atol=1e-6)
+    assert ((got.token_ids >= 0) & (got.token_ids < 150)).all()
+    tree = small_lse_blocks.build_tree(got, 8)
+    for b in range(2):
+        check_best_tree(row_nodes(tree, b), draft_log_probs(logits[b, :, :4]), 8, padded=True)
 
 
 def test_draft_topk_refuses_logits_without_a_position_axis(interpret):

@@ -10,6 +10,13 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 from payload_modules import load_payload_module  # noqa: E402
+from tree_oracle import (  # noqa: E402
+    DEGENERATE,
+    check_best_tree,
+    degenerate_logits,
+    draft_log_probs,
+    row_nodes,
+)
 
 du = load_payload_module("sglang.srt.speculative.ddtree_utils")
 tp = load_payload_module("sglang.srt.speculative.ddtree_tp")
@@ -27,9 +34,9 @@ def full_problem(seed: int):
     return hidden, weight
 
 
-def shard_bounds(rank: int, world: int) -> tuple[int, int]:
-    per = (VOCAB + world - 1) // world  # uneven last shard, like a padded vocab split
-    return rank * per, min(VOCAB, (rank + 1) * per)
+def shard_bounds(rank: int, world: int, vocab: int = VOCAB) -> tuple[int, int]:
+    per = (vocab + world - 1) // world  # uneven last shard, like a padded vocab split
+    return rank * per, min(vocab, (rank + 1) * per)
 
 
 def _rank_main(rank: int, world: int, init_file: str, k: int, seed: int, out: dict) -> None:
@@ -41,6 +48,35 @@ def _rank_main(rank: int, world: int, init_file: str, k: int, seed: int, out: di
         got = tp.vocab_parallel_draft_topk(local_logits, vocab_start=start, k=k)
         tree = du.build_ddtree_tree(got, k)
         out[rank] = (got.log_probs, got.token_ids, tree.tokens, tree.parent_indices)
+    finally:
+        dist.destroy_process_group()
+
+
+def degenerate_cases() -> list[tuple[torch.Tensor, int]]:
+    """(logits [bs, L, V], budget) pairs: every degenerate kind over a 5-token vocabulary (two
+    ranks hold 3 and 2 ids, fewer than K), and rank 0's whole shard -inf with K = 4 > the 2
+    finite ids left."""
+    cases = []
+    for kind in sorted(DEGENERATE):
+        logits = degenerate_logits(kind, 11, bs=2, vocab=5)
+        cases += [(logits, budget) for budget in (2, 4, 40)]
+    dead_shard = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(12))
+    dead_shard[..., :3] = float("-inf")
+    return [*cases, (dead_shard, 4), (dead_shard, 9)]
+
+
+def _degenerate_rank_main(rank: int, world: int, init_file: str, out: dict) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        results = []
+        for logits, budget in degenerate_cases():
+            start, end = shard_bounds(rank, world, logits.shape[-1])
+            k = min(budget, logits.shape[-1])
+            got = tp.vocab_parallel_draft_topk(logits[..., start:end], vocab_start=start, k=k)
+            tree = du.build_ddtree_tree(got, budget)
+            fields = (tree.tokens, tree.parent_indices, tree.depths, tree.log_scores)
+            results.append((got.log_probs, got.token_ids, fields))
+        out[rank] = results
     finally:
         dist.destroy_process_group()
 
@@ -193,3 +229,20 @@ def test_the_graphed_tree_stage_around_the_all_gather_builds_the_single_rank_tre
         assert torch.equal(tokens, expect.tokens) and torch.equal(parents, expect.parent_indices)
         assert torch.allclose(log_scores, expect.log_scores, atol=1e-4)
     assert all(torch.equal(a, b) for a, b in zip(results[0], results[1], strict=True))
+
+
+def test_degenerate_shards_give_in_vocabulary_ids_and_the_best_reachable_tree(tmp_path):
+    results = run_ranks(tmp_path, _degenerate_rank_main, world=2, args=())
+    for (logits, budget), (log_probs, token_ids, fields) in zip(degenerate_cases(), results[0], strict=True):
+        tree = du.DDTreeDraftTree(*fields)
+        vocab = logits.shape[-1]
+        expect = du.compute_draft_topk(logits, min(budget, vocab))
+        assert ((token_ids >= 0) & (token_ids < vocab)).all(), token_ids
+        assert torch.allclose(log_probs, expect.log_probs, atol=1e-5)
+        finite = torch.isfinite(expect.log_probs)  # each id's own log-prob (ties may swap ids)
+        own = torch.stack([draft_log_probs(row) for row in logits]).gather(-1, token_ids).float()
+        assert torch.allclose(own[finite], log_probs[finite], atol=1e-5)
+        for b in range(logits.shape[0]):
+            check_best_tree(row_nodes(tree, b), draft_log_probs(logits[b]), budget, padded=True)
+    for mine, rank0 in zip(results[1], results[0], strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(mine[:2], rank0[:2], strict=True))

@@ -7,7 +7,6 @@ it is loaded here straight from the overlay tree, without sglang.
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import sys
 import types
@@ -16,20 +15,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 from payload_modules import load_payload_module  # noqa: E402
+from tree_oracle import (  # noqa: E402
+    DEGENERATE,
+    ancestors_or_self,
+    budgets_for,
+    check_best_tree,
+    degenerate_logits,
+    draft_log_probs,
+    linked_children,
+    row_nodes,
+)
 
 du = load_payload_module("sglang.srt.speculative.ddtree_utils")
-
-
-def brute_force_top_prefixes(log_probs, budget):
-    """All prefixes of every depth, scored by sum of per-position log-probs; best B."""
-    depth_limit, vocab = log_probs.shape
-    scored = []
-    for depth in range(1, depth_limit + 1):
-        for prefix in itertools.product(range(vocab), repeat=depth):
-            score = sum(float(log_probs[i, t]) for i, t in enumerate(prefix))
-            scored.append((score, prefix))
-    scored.sort(key=lambda x: -x[0])
-    return scored[:budget], scored
 
 
 def heap_reference_tree(log_probs, token_ids, budget):
@@ -52,14 +49,6 @@ def heap_reference_tree(log_probs, token_ids, budget):
     return tokens, parents, depths
 
 
-def node_prefixes(tokens, parents):
-    prefixes = []
-    for tok, par in zip(tokens, parents):
-        base = () if par == 0 else prefixes[par - 1]
-        prefixes.append(base + (tok,))
-    return prefixes
-
-
 def random_topk(bs, depth_limit, vocab, budget, seed):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(bs, depth_limit, vocab, generator=g) * 2.0
@@ -73,16 +62,25 @@ def test_tree_is_exactly_the_top_b_prefixes(seed):
     logits, topk = random_topk(2, depth_limit, vocab, budget, seed)
     tree = du.build_ddtree_tree(topk, budget)
     for b in range(2):
-        log_probs = torch.log_softmax(logits[b].double(), dim=-1)
-        best, everything = brute_force_top_prefixes(log_probs, budget)
-        got = node_prefixes(tree.tokens[b].tolist(), tree.parent_indices[b].tolist())
-        assert len(got) == len(set(got)) == budget
-        # Same set up to exact ties at the boundary.
-        cutoff = best[-1][0]
-        strictly_better = {p for s, p in everything if s > cutoff + 1e-9}
-        assert strictly_better <= set(got)
-        scores = {p: s for s, p in everything}
-        assert all(scores[p] >= cutoff - 1e-5 for p in got)
+        check_best_tree(row_nodes(tree, b), draft_log_probs(logits[b]), budget, padded=True)
+
+
+@pytest.mark.parametrize("kind", sorted(DEGENERATE))
+@pytest.mark.parametrize("seed", range(6))
+def test_degenerate_rows_give_the_best_reachable_prefixes_then_padding(kind, seed):
+    logits = degenerate_logits(kind, seed, bs=3)
+    for budget in sorted({b for row in logits for b in budgets_for(draft_log_probs(row))}):
+        tree = du.build_ddtree_tree(du.compute_draft_topk(logits, budget), budget)
+        for b in range(3):
+            check_best_tree(row_nodes(tree, b), draft_log_probs(logits[b]), budget, padded=True)
+
+
+def test_a_row_of_only_minus_inf_logits_has_minus_inf_log_probs():
+    logits = torch.randn(2, 3, 10)
+    logits[1, 2] = float("-inf")
+    topk = du.compute_draft_topk(logits, 4)
+    assert torch.isfinite(topk.log_probs[0]).all() and torch.isfinite(topk.log_probs[1, :2]).all()
+    assert (topk.log_probs[1, 2] == float("-inf")).all()
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -157,25 +155,13 @@ def test_verify_buffers_encode_the_same_tree():
         assert buf.positions[b].tolist() == [int(prefix[b]) + d for d in depths]
         assert buf.retrieve_index[b].tolist() == list(range(b * n, (b + 1) * n))
         for i in range(n):
-            expect = set()
-            j = i
-            if i <= 40:
-                while True:
-                    expect.add(j)
-                    if j == 0:
-                        break
-                    j = parents[j]
-            else:
-                expect = {i}
+            expect = ancestors_or_self([-1, *parents[1:]], i)
             assert set(buf.ancestor_mask[b, i].nonzero().flatten().tolist()) == expect
         # Left-child / right-sibling links enumerate each node's children in index order.
+        first_child, next_sibling = buf.retrieve_next_token[b].tolist(), buf.retrieve_next_sibling[b].tolist()
         for i in range(n):
             kids = [c for c in range(1, n) if parents[c] == i]
-            walk, c = [], int(buf.retrieve_next_token[b, i])
-            while c != -1:
-                walk.append(c)
-                c = int(buf.retrieve_next_sibling[b, c])
-            assert walk == kids
+            assert linked_children(first_child, next_sibling, i) == kids
 
 
 def test_custom_mask_blocks_follow_sglang_full_layout():
@@ -204,16 +190,14 @@ def test_sglang_greedy_walk_over_links_equals_the_reference_walk(seed):
     buf = du.tree_to_verify_buffers(tree, torch.tensor([0]), torch.tensor([0]), 16, max_depth=6)
     target = torch.randint(0, vocab, (16,), generator=g).tolist()
     draft = buf.draft_token[0].tolist()
-    # LCRS walk, as the kernel does it.
-    path, cur = [0], 0
-    while True:
-        c = int(buf.retrieve_next_token[0, cur])
-        while c != -1 and draft[c] != target[cur]:
-            c = int(buf.retrieve_next_sibling[0, c])
-        if c == -1:
+    # LCRS walk, as the kernel does it: at most one hop per node.
+    first_child, next_sibling = buf.retrieve_next_token[0].tolist(), buf.retrieve_next_sibling[0].tolist()
+    path = [0]
+    for _ in range(len(draft)):
+        match = [c for c in linked_children(first_child, next_sibling, path[-1]) if draft[c] == target[path[-1]]]
+        if not match:
             break
-        path.append(c)
-        cur = c
+        path.append(match[0])
     parents = [0] + tree.parent_indices[0].tolist() + [-1] * 3
     ref_path, bonus = du.follow_verified_tree_cpu(draft, parents, target)
     assert path == ref_path
@@ -311,3 +295,9 @@ def test_adaptive_budgets_parse_ascending_without_repeats(text, budgets):
 def test_malformed_adaptive_budgets_are_refused(text, message):
     with pytest.raises(ValueError, match=message):
         du.parse_budget_choices(text)
+
+
+def test_the_reference_walk_refuses_a_parent_after_its_child():
+    # nodes 1 and 2 each other's parent: a walk over them would never end
+    with pytest.raises(ValueError, match="node 1 has parent 2; parents must come first"):
+        du.follow_verified_tree_cpu([0, 5, 6], [0, 2, 1], [5, 6, 5])

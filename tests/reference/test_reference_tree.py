@@ -1,18 +1,26 @@
 """DDTree builder (paper Alg. 1 / ddtree.py build_ddtree_tree) against a brute-force oracle.
 
-The oracle enumerates every prefix of depth 1..L over the full vocabulary, scores it by the
-factorised drafter log-probability sum_i log q_i(u_i) (fp32 log-softmax, as the builder uses)
-and keeps the B best. Paper Prop. 2/3: the builder must return exactly that set, popped in
-non-increasing score order, with K = min(B, V) candidates per depth sufficing (Lemma 1).
+The oracle (`tree_oracle`) enumerates every prefix of depth 1..L over the full vocabulary and
+scores it by the factorised drafter log-probability sum_i log q_i(u_i). Paper Prop. 2/3: the
+builder must return exactly the B best, popped in non-increasing score order, with
+K = min(B, V) candidates per depth sufficing (Lemma 1); on degenerate drafter rows (-inf
+entries, exact ties, log-probs of exactly 0.0, one-hot and empty rows) it must return the
+min(B, reachable) best prefixes of non-zero probability and nothing else.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-
 import pytest
 import torch
+from tree_oracle import (
+    DEGENERATE,
+    Nodes,
+    ancestors_or_self,
+    budgets_for,
+    check_best_tree,
+    degenerate_logits,
+    draft_log_probs,
+)
 
 from ddtree_overlay.reference.tree import (
     DDTreeDraft,
@@ -26,40 +34,13 @@ from ddtree_overlay.reference.tree import (
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def prefixes_of(tree: DDTreeDraft) -> list[tuple[int, ...]]:
-    """Token prefix of every drafted node, in node order (root excluded)."""
-    out: list[tuple[int, ...]] = [()]
-    for i in range(1, tree.num_nodes):
-        out.append((*out[tree.parents[i]], tree.tokens[i]))
-    return out[1:]
-
-
-def oracle_top_b(logits: torch.Tensor, budget: int) -> dict[tuple[int, ...], float]:
-    lp = torch.log_softmax(logits.float(), dim=-1).double()
-    depth, vocab = lp.shape
-    scored = {}
-    for d in range(1, depth + 1):
-        for u in itertools.product(range(vocab), repeat=d):
-            scored[u] = sum(float(lp[i, t]) for i, t in enumerate(u))
-    best = sorted(scored.items(), key=lambda kv: -kv[1])[:budget]
-    return dict(best)
-
-
-def check_invariants(tree: DDTreeDraft, logits: torch.Tensor) -> None:
-    lp = torch.log_softmax(logits.float(), dim=-1).double()
-    assert tree.parents[0] == -1 and tree.depths[0] == 0
-    for i in range(1, tree.num_nodes):
-        p = tree.parents[i]
-        assert 0 <= p < i
-        assert tree.depths[i] == tree.depths[p] + 1
-        assert tree.child_maps[p][tree.tokens[i]] == i
-        expect = tree.log_probs[p] + float(lp[tree.depths[i] - 1, tree.tokens[i]])
-        assert math.isclose(tree.log_probs[i], expect, abs_tol=1e-4)
-    assert all(
-        a >= b - 1e-6 for a, b in zip(tree.log_probs[1:], tree.log_probs[2:], strict=False)
-    )  # pop order
-    assert sum(len(c) for c in tree.child_maps) == tree.num_nodes - 1
-    assert len(set(prefixes_of(tree))) == tree.num_nodes - 1
+def check_tree(tree: DDTreeDraft, logits: torch.Tensor, budget: int) -> None:
+    """The oracle's checks, plus the reference's own fields: root and child maps."""
+    assert tree.tokens[0] == 7 and tree.parents[0] == -1 and tree.depths[0] == 0
+    nodes = Nodes(list(tree.tokens[1:]), list(tree.parents[1:]), list(tree.depths[1:]), list(tree.log_probs[1:]))
+    check_best_tree(nodes, draft_log_probs(logits), budget, padded=False)
+    children = {(p, tree.tokens[i]): i for i, p in enumerate(tree.parents) if i > 0}
+    assert {(p, t): i for p, m in enumerate(tree.child_maps) for t, i in m.items()} == children
 
 
 @pytest.mark.parametrize("seed", range(300))
@@ -70,11 +51,15 @@ def test_builder_returns_exactly_the_top_b_prefixes(seed: int) -> None:
     reachable = sum(vocab**d for d in range(1, depth + 1))
     budget = int(torch.randint(0, min(reachable, 40) + 3, (1,), generator=g))
     logits = torch.randn(depth, vocab, generator=g) * float(torch.rand(1, generator=g) * 4 + 0.1)
-    tree = build_ddtree_tree(logits, budget, root_token=7)
-    check_invariants(tree, logits)
-    oracle = oracle_top_b(logits, budget)
-    assert tree.num_nodes - 1 == min(budget, reachable)
-    assert set(prefixes_of(tree)) == set(oracle)
+    check_tree(build_ddtree_tree(logits, budget, root_token=7), logits, budget)
+
+
+@pytest.mark.parametrize("kind", sorted(DEGENERATE))
+@pytest.mark.parametrize("seed", range(6))
+def test_degenerate_rows_give_the_best_reachable_prefixes(kind: str, seed: int) -> None:
+    logits = degenerate_logits(kind, seed)[0]
+    for budget in budgets_for(draft_log_probs(logits)):
+        check_tree(build_ddtree_tree(logits, budget, root_token=7), logits, budget)
 
 
 def test_budget_zero_is_root_only() -> None:
@@ -99,11 +84,9 @@ def test_budget_one_is_the_top1_first_token() -> None:
 
 def test_budget_above_reachable_takes_every_prefix() -> None:
     logits = torch.randn(2, 3, generator=torch.Generator().manual_seed(2))
-    tree = build_ddtree_tree(logits, 1000, root_token=0)
+    tree = build_ddtree_tree(logits, 1000, root_token=7)
     assert tree.num_nodes - 1 == 3 + 9
-    assert set(prefixes_of(tree)) == set(itertools.product(range(3), repeat=1)) | set(
-        itertools.product(range(3), repeat=2)
-    )
+    check_tree(tree, logits, 1000)
 
 
 def test_no_draft_positions_is_root_only() -> None:
@@ -136,11 +119,7 @@ def test_ancestor_mask_rows_are_ancestors_plus_self() -> None:
     tree = build_ddtree_tree(logits, 20, root_token=0)
     vis = ancestor_mask(tree)
     for i in range(tree.num_nodes):
-        anc, j = {i}, i
-        while tree.parents[j] >= 0:
-            j = tree.parents[j]
-            anc.add(j)
-        assert {k for k in range(tree.num_nodes) if vis[i, k]} == anc
+        assert {k for k in range(tree.num_nodes) if vis[i, k]} == ancestors_or_self(tree.parents, i)
     assert tree_positions(tree, 100).tolist() == [100 + d for d in tree.depths]
 
 

@@ -371,13 +371,16 @@ def _row_logsumexp_kernel(logits_ptr, out_ptr, vocab, row_stride, BLOCK: tl.cons
     row_max = tl.max(run_max, axis=0)
     shift = tl.where(row_max == float("-inf"), 0.0, row_max)
     total = tl.sum(run_sum * tl.exp(run_max - shift), axis=0)
+    # A row of only -inf has no mass: log Z = 0 + log 1 keeps its log-probs -inf (not NaN).
+    total = tl.where(row_max == float("-inf"), 1.0, total)
     tl.store(out_ptr + row, shift + tl.log(total))
 
 
 def draft_topk(logits: torch.Tensor, k: int) -> DDTreeDraftTopK:
     """``compute_draft_topk`` without an fp32 copy of the logits: the normaliser in one Triton
     pass over them, the top-K over their own dtype (bf16 -> fp32 is exact, so the same values
-    come out; ids may differ only between equal values)."""
+    come out; ids may differ only between equal values). A row of only -inf logits gets -inf
+    log-probs, as there."""
     if logits.ndim != 3:
         raise ValueError(f"DDTREE draft logits must be [bs, L, V], got {tuple(logits.shape)}.")
     bs, depth, vocab = logits.shape
@@ -402,7 +405,10 @@ def build_tree(topk: DDTreeDraftTopK, budget: int) -> DDTreeDraftTree:
     Same nodes, parents, depths and scores; on exact score ties the order is
     (score desc, depth asc, parent node asc, rank asc), which is what
     ``build_ddtree_tree`` gives when its per-depth ``topk`` keeps tied
-    candidates in index order. Unreachable nodes carry token 0.
+    candidates in index order. A node is popped only after its parent, so a
+    child whose log-prob is 0.0 (tying its parent) still follows it. Fewer
+    reachable prefixes than B: the padding of ``DDTreeDraftTree`` (token 0,
+    parent -1, depth 0, score -inf).
     """
     log_probs = topk.log_probs.float().contiguous()
     token_ids = topk.token_ids.contiguous()

@@ -27,14 +27,15 @@ from typing import Any, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from sglang.srt.speculative.ddtree_utils import DDTreeDraftTopK
+from sglang.srt.speculative.ddtree_utils import DDTreeDraftTopK, finite_log_normaliser
 
 
 def local_topk_pieces(local_logits: torch.Tensor, *, vocab_start: int, k: int) -> torch.Tensor:
     """This rank's share of the global top-K: per draft position, its shard's log-sum-exp and
     its K best (score, id) pairs, as [bs, L, 1 + 2K] float64 (which holds fp32 scores and any
-    token id exactly). A shard smaller than K pads with -inf scores, which the global top-K
-    never picks while K <= the global vocabulary.
+    token id exactly). A shard smaller than K pads with (-inf, 0) pairs: the global top-K picks
+    one only when fewer than K of its candidates are finite (a shard of only -inf, say), and
+    then carries an id in the vocabulary whose -inf score keeps it out of the tree.
 
     Args:
         local_logits: drafter logits for this rank's vocabulary rows only (padding rows
@@ -52,6 +53,7 @@ def local_topk_pieces(local_logits: torch.Tensor, *, vocab_start: int, k: int) -
     packed = torch.full(
         (bs, depth, 1 + 2 * k), float("-inf"), dtype=torch.float64, device=logits.device
     )
+    packed[..., 1 + k :] = 0
     packed[..., 0] = torch.logsumexp(logits, dim=-1)
     top_scores, top_ids = torch.topk(logits, take, dim=-1)
     packed[..., 1 : 1 + take] = top_scores
@@ -71,7 +73,7 @@ def combine_topk_pieces(every: torch.Tensor, k: int) -> DDTreeDraftTopK:
     best hold its share of any top-k). The same bytes on every rank give the same result."""
     bs, depth, world, width = every.shape
     packed_k = (width - 1) // 2
-    log_z = torch.logsumexp(every[..., 0], dim=-1).float()  # [bs, L]
+    log_z = finite_log_normaliser(torch.logsumexp(every[..., 0], dim=-1)).float()  # [bs, L]
     scores = every[..., 1 : 1 + packed_k].reshape(bs, depth, world * packed_k).float()
     ids = every[..., 1 + packed_k :].reshape(bs, depth, world * packed_k)
     best_scores, best_pos = torch.topk(scores, k, dim=-1)

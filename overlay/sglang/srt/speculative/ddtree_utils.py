@@ -13,6 +13,9 @@ Vocabulary (used the same way in every DDTREE file):
   ``parent_indices[i] < i``;
 - ``num_verify_tokens`` N >= B + 1 is the verify width; nodes B+1..N-1 are
   padding (unreachable, attend only to themselves);
+- a prefix is reachable when its draft probability is non-zero (no -inf
+  log-prob on its path); a tree holds min(B, reachable) real nodes and pads
+  the rest as unreachable (``DDTreeDraftTree``);
 - ``depth`` of node i is its distance from the root; position = prefix + depth;
 - ``num_correct_drafts`` counts accepted drafts; ``accept_lens`` includes the
   bonus token (SGLang's convention).
@@ -124,6 +127,8 @@ class DDTreeDraftTopK:
 
     Shape: ``log_probs`` / ``token_ids`` [bs, L, K], sorted descending along K,
     where L = block_size - 1 draft positions and K = min(budget, vocab).
+    Every id is in the vocabulary; an entry of log-prob -inf (a token the drafter
+    rules out, or padding) never becomes a node, whatever its id.
     """
 
     log_probs: torch.Tensor
@@ -134,12 +139,14 @@ class DDTreeDraftTopK:
 class DDTreeDraftTree:
     """A batch of draft trees, node i+1 stored at column i.
 
-    Shape: every field [bs, B].
+    Shape: every field [bs, B]. Nodes are in pop order: scores non-increasing,
+    ``parent_indices[:, i] < i + 1``, so the first b columns are the best-b tree.
     - ``tokens``: int64 token of each drafted node;
-    - ``parent_indices``: int64 node index of the parent (0 = root), -1 for an
-      unreachable node (only when fewer than B prefixes have finite score);
-    - ``depths``: int64, 1..L for real nodes, 0 for unreachable ones;
-    - ``log_scores``: fp32 cumulative draft log-probability, -inf if unreachable.
+    - ``parent_indices``: int64 node index of the parent (0 = root);
+    - ``depths``: int64, 1..L;
+    - ``log_scores``: fp32 cumulative draft log-probability, finite.
+    When fewer than B prefixes are reachable, the columns after the real nodes
+    are unreachable padding: token 0, parent -1, depth 0, score -inf.
     """
 
     tokens: torch.Tensor
@@ -184,15 +191,36 @@ def compute_draft_topk(logits: torch.Tensor, k: int) -> DDTreeDraftTopK:
         k: K = min(budget, V).
 
     Notes: the paper's rule is log q_i(v) = l_i(v) - logsumexp(l_i) in fp32 at
-    T=1, whatever the sampling temperature.
+    T=1, whatever the sampling temperature. A row of only -inf logits has no
+    mass: its log-probs are -inf (not -inf - -inf = NaN).
     """
     if logits.ndim != 3:
         raise ValueError(f"DDTREE draft logits must be [bs, L, V], got {tuple(logits.shape)}.")
     logits = logits.float()
     k = min(int(k), int(logits.shape[-1]))
-    log_z = torch.logsumexp(logits, dim=-1, keepdim=True)
+    log_z = finite_log_normaliser(torch.logsumexp(logits, dim=-1, keepdim=True))
     top_logits, top_ids = torch.topk(logits, k, dim=-1, sorted=True)
     return DDTreeDraftTopK(log_probs=top_logits - log_z, token_ids=top_ids)
+
+
+def finite_log_normaliser(log_z: torch.Tensor) -> torch.Tensor:
+    """logsumexp of the logits with a row of only -inf (log Z = -inf) set to 0, so that
+    row's log-probs l - log Z stay -inf instead of NaN."""
+    return log_z.masked_fill(log_z == float("-inf"), 0.0)
+
+
+def _order_keys(scores: torch.Tensor) -> torch.Tensor:
+    """[bs, M] fp32 -> int64 keys whose descending order is (score desc, column asc).
+
+    Exact ties (a child whose log-prob is 0.0 ties its parent) then order by
+    column on every device, without relying on a sort's stability, and -0.0
+    ranks with +0.0 (a radix sort puts -0.0 below +0.0). The fp32 bits map to
+    an int32 of the same order (negative floats flip their magnitude bits).
+    """
+    bits = (scores + 0.0).view(torch.int32)  # + 0.0 folds -0.0 into +0.0
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    column = torch.arange(scores.shape[1], device=scores.device)
+    return (ordered.to(torch.int64) << 32) | (0x7FFFFFFF - column)
 
 
 def build_ddtree_tree(topk: DDTreeDraftTopK, budget: int) -> DDTreeDraftTree:
@@ -202,9 +230,9 @@ def build_ddtree_tree(topk: DDTreeDraftTopK, budget: int) -> DDTreeDraftTree:
     search: the best B prefixes of depth d are children of the best B prefixes
     of depth d-1 (a better parent's top-1 child always beats a worse parent's
     child), so keep a frontier of B per depth and take the best B over all
-    depths. Sorting by (score desc, depth asc) puts every parent before its
-    children -- the heap's pop order up to ties -- so taking the first B keeps
-    the set prefix-closed.
+    depths. Ordering by (score desc, depth asc) puts every parent before its
+    children -- the heap's pop order up to ties, and a child scores at most its
+    parent's score -- so taking the first B keeps the set prefix-closed.
     """
     log_probs, token_ids = topk.log_probs, topk.token_ids
     bs, depth_limit, k = log_probs.shape
@@ -241,9 +269,8 @@ def build_ddtree_tree(topk: DDTreeDraftTopK, budget: int) -> DDTreeDraftTree:
         torch.arange(depth_limit, device=device).repeat_interleave(width) + 1
     ).expand(bs, -1)
 
-    # Stable sort on a depth-major list = (score desc, depth asc).
-    order = torch.sort(cand_scores, dim=1, descending=True, stable=True).indices
-    chosen = order[:, :budget]
+    # Columns are depth-major: (score desc, column asc) = (score desc, depth asc).
+    chosen = torch.topk(_order_keys(cand_scores), budget, dim=1).indices
 
     node_of_cand = torch.full_like(cand_parents, -1)
     node_ids = torch.arange(1, budget + 1, device=device).expand(bs, -1)
@@ -256,7 +283,7 @@ def build_ddtree_tree(topk: DDTreeDraftTopK, budget: int) -> DDTreeDraftTree:
         parent_cand >= 0, node_of_cand.gather(1, parent_cand.clamp(min=0)), 0
     )
     return DDTreeDraftTree(
-        tokens=cand_tokens.gather(1, chosen),
+        tokens=torch.where(reachable, cand_tokens.gather(1, chosen), 0),
         parent_indices=torch.where(reachable, parents, -1),
         depths=torch.where(reachable, cand_depths.gather(1, chosen), 0),
         log_scores=log_scores,
@@ -442,6 +469,8 @@ def follow_verified_tree_cpu(
     """
     children: List[dict] = [{} for _ in draft_token]
     for node, parent in enumerate(parent_indices):
+        if node > 0 and parent >= node:
+            raise ValueError(f"DDTREE tree node {node} has parent {parent}; parents must come first.")
         if node > 0 and parent >= 0:
             children[parent][draft_token[node]] = node
     path = [0]
