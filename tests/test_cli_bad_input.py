@@ -156,8 +156,9 @@ def test_second_concurrent_run_names_the_holder(sglang_env: Path, state_dir: Pat
 _HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from ddtree_overlay.engine import ledger
-with ledger.locked(ledger.env_state(Path(sys.argv[1])), "test holder"):
+from ddtree_overlay.engine import envlock, ledger
+site = Path(sys.argv[1])
+with envlock.env_lock(site, ledger.env_state(site).root, "test holder"):
     print("locked", flush=True)
     time.sleep(60)
 """
