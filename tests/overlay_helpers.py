@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 SGLANG_VERSION = "0.5.14"
+NEXT_SGLANG_VERSION = "0.5.15"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -42,3 +43,20 @@ def copy_repo_data(destination: Path) -> Path:
     for name in ("manifests", "patches", "overlay"):
         shutil.copytree(REPO_ROOT / name, destination / name)
     return destination / "manifests" / f"{SGLANG_VERSION}.toml"
+
+
+def pip(*args: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        check=True, capture_output=True,
+    )
+
+
+def install_wheel(env: Path, wheel: Path, *flags: str) -> None:
+    """`pip install --no-deps` into ``env``, as users install sglang (``flags``: --force-reinstall)."""
+    pip("--python", str(env / "bin" / "python"), "install", "--no-deps", "--no-compile", *flags, str(wheel))
+
+
+def ddtree_files(env: Path) -> list[str]:
+    """The overlay's modules present in the env's sglang."""
+    return sorted(p.name for p in (site_packages(env) / "sglang/srt/speculative").glob("ddtree_*"))

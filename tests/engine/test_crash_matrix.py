@@ -34,8 +34,8 @@ from ddtree_overlay.commands.recover import recover
 from ddtree_overlay.commands.rollback import rollback
 from ddtree_overlay.engine.envprobe import EnvInfo, probe_env
 from ddtree_overlay.engine.errors import ExitCode
-from ddtree_overlay.engine.fingerprint import installed_patch_set
 from ddtree_overlay.engine.files import TEMP_SUFFIX
+from ddtree_overlay.engine.fingerprint import installed_patch_set
 from ddtree_overlay.engine.settings import STATE_DIR_ENV
 
 pytestmark = pytest.mark.slow
