@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -11,7 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from overlay_helpers import REPO_ROOT, copy_repo_data, run_cli, site_packages, snapshot
+from overlay_helpers import (
+    copy_repo_data,
+    run_cli,
+    run_cli_read_only,
+    site_packages,
+    snapshot,
+)
 
 from ddtree_overlay.engine.errors import ExitCode
 
@@ -63,30 +68,9 @@ def test_editable_install_names_the_checkout(sglang_env: Path, tmp_path: Path, s
 def test_read_only_site_packages(sglang_env: Path, state_dir: Path) -> None:
     speculative = site_packages(sglang_env) / "sglang" / "srt" / "speculative"
     before = snapshot(sglang_env)
-    done = _apply_with_read_only_dir(sglang_env, speculative)
+    done = run_cli_read_only(speculative, "apply", "--env", str(sglang_env))
     assert_refused(done, ExitCode.READ_ONLY, "read-only")
     assert_untouched(sglang_env, before, state_dir)
-
-
-def _apply_with_read_only_dir(env: Path, directory: Path) -> subprocess.CompletedProcess[str]:
-    """Root writes through any mode bit, so as root the directory becomes a read-only mount."""
-    command = [sys.executable, "-m", "ddtree_overlay", "apply", "--env", str(env)]
-    if os.geteuid() != 0:
-        directory.chmod(0o555)
-        try:
-            return run_cli(*command[3:])
-        finally:
-            directory.chmod(0o755)
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare(1) to make a read-only mount as root")
-    script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
-    done = subprocess.run(
-        ["unshare", "--mount", "sh", "-c", script, "sh", str(directory), *command],
-        capture_output=True, text=True, check=False, cwd=REPO_ROOT,
-    )
-    if "mount:" in done.stderr or "unshare:" in done.stderr:
-        pytest.skip(f"cannot make a read-only mount here: {done.stderr.strip()}")
-    return done
 
 
 def test_malformed_manifest(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:

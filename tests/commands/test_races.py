@@ -15,38 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from overlay_helpers import REPO_ROOT, run_cli, site_packages, snapshot
+from overlay_helpers import REPO_ROOT, finish, held_run, run_cli, site_packages, snapshot
 
 from ddtree_overlay.engine.errors import ExitCode
 from ddtree_overlay.engine.files import TEMP_SUFFIX
-from ddtree_overlay.engine.settings import FAULT_AT_ENV, STATE_DIR_ENV
+from ddtree_overlay.engine.settings import STATE_DIR_ENV
 
 pytestmark = pytest.mark.slow
-
-
-def held_run(verb: str, env: Path, step: str, env_vars: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """`ddtree-overlay VERB --env ENV`, stopped at ``step`` (returned once it is stopped there)."""
-    run = subprocess.Popen(
-        [sys.executable, "-m", "ddtree_overlay", verb, "--env", str(env)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-        env=os.environ | (env_vars or {}) | {FAULT_AT_ENV: f"{step}:STOP"},
-    )
-    deadline = time.monotonic() + 120
-    while _state(run.pid) != "T":
-        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-        time.sleep(0.05)
-    return run
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-def finish(run: subprocess.Popen[str], *signals: int) -> subprocess.CompletedProcess[str]:
-    for signum in (*signals, signal.SIGCONT):
-        os.kill(run.pid, signum)
-    out, err = run.communicate(timeout=120)
-    return subprocess.CompletedProcess(run.args, run.returncode, out, err)
 
 
 def assert_no_temp_files(env: Path, state: Path) -> None:

@@ -47,7 +47,7 @@ def gnu_patch(tmp: Path, target: bytes, patch: bytes) -> bytes | None:
 def text_files(draw, min_lines=0):
     words = draw(st.lists(st.sampled_from(WORDS), min_size=min_lines, max_size=24))
     endings = draw(st.lists(st.sampled_from([b"\n", b"\r\n"]), min_size=len(words), max_size=len(words)))
-    lines = [w + e for w, e in zip(words, endings)]
+    lines = [w + e for w, e in zip(words, endings, strict=True)]
     if lines and draw(st.booleans()):
         lines[-1] = lines[-1].rstrip(b"\r\n") or b"z"
     return lines
