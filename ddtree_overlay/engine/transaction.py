@@ -4,7 +4,7 @@ A `Transition` lists, per file, the sha256 it has before and after (None: absent
 every effect in a dry run (paths, expectations, permissions, free space), stores every pre- and
 post-image as a blob, writes a journal, then writes. The ledger's write is the commit point: any
 failure before it (a full disk, an I/O error, SIGINT or SIGTERM at a step boundary) undoes what
-was written and ends in one error; a SIGKILL leaves the journal, and `finish_interrupted` (what
+was written and ends in one error; a SIGKILL leaves the journal, and `recovery.finish_interrupted` (what
 `recover` and the next `apply`/`rollback` call) finishes the job.
 
 Before a file is replaced or removed, its before-image is kept as a hard link beside it (a temp
@@ -33,7 +33,6 @@ from ddtree_overlay.engine.files import (
     write_json_durably,
 )
 from ddtree_overlay.engine.ledger import Ledger
-from ddtree_overlay.engine.record import ReleaseChange, release_change
 from ddtree_overlay.engine.site import EnvOverlay
 
 _JOURNAL_SPACE = 1 << 16  # bytes the journal and ledger need at most, with room to spare
@@ -162,7 +161,7 @@ def run(transition: Transition, overlay: EnvOverlay, *, contents: Mapping[str, b
     except OSError as error:
         # Nothing in site-packages was written yet; a journal, if its write got that far, is
         # complete (renamed into place whole) and undone like any other.
-        _undo(transition, overlay, txid)
+        undo(transition, overlay, txid)
         raise _write_error(error, state.root, "nothing in the env was changed") from error
     try:
         _Executor(overlay, txid, dry_run=False).run_all(effects)
@@ -172,14 +171,14 @@ def run(transition: Transition, overlay: EnvOverlay, *, contents: Mapping[str, b
         faults.reach("journal-committed")
         ledger.write_ledger(state, transition.ledger_after)
     except BaseException as error:
-        _undo(transition, overlay, txid)
+        undo(transition, overlay, txid)
         if isinstance(error, OSError):
             outcome = f"the {transition.operation} was undone, the env is as it was before"
             raise _write_error(error, overlay.tree.root, outcome) from error
         raise
     try:
         faults.reach("ledger-written")
-        _drop_kept(transition, overlay, txid)
+        drop_kept(transition, overlay, txid)
         remove_durably(state.journal_path)
         faults.reach("journal-removed")
     except OSError as error:
@@ -192,80 +191,26 @@ def check(transition: Transition, overlay: EnvOverlay) -> None:
     _Executor(overlay, "check", dry_run=True).run_all(effects_of(transition))
 
 
-def finish_interrupted(overlay: EnvOverlay, raw: Mapping[str, Any], transition: Transition) -> str:
-    """Finish an interrupted transaction from its journal: forward if it committed and every file
-    holds its after-image, else back to where it started. Returns what was done.
-
-    When the installed release is not the one the journal recorded (sglang was reinstalled or
-    upgraded since), nothing of the old release is written back: the files pip wrote are the
-    installed release's, and only the overlay's added files are removed (`_clean_to_installed`).
-    A write that fails meanwhile leaves the journal for the next try.
-    """
-    txid = str(raw["txid"])
-    try:
-        change = _release_change_since(overlay, raw, transition)
-        if change is not None:
-            left_alone = _clean_to_installed(transition, overlay)
-            if transition.operation == "rollback":
-                ledger.write_ledger(overlay.state, None)
-            remove_durably(overlay.state.journal_path)
-            done = f"{change.describe()}: finished the interrupted {transition.operation} by removing the overlay's added files"
-            return done + (f"; left alone (neither the release's nor the overlay's): {', '.join(left_alone)}" if left_alone else "")
-        if raw["phase"] == "committed" and all(
-            sha256_of(overlay.tree.path(step.path)) == step.after_sha256 for step in transition.steps
-        ):
-            ledger.write_ledger(overlay.state, transition.ledger_after)
-            faults.reach("ledger-written")
-            _drop_kept(transition, overlay, txid)
-            remove_durably(overlay.state.journal_path)
-            faults.reach("journal-removed")
-            return f"completed the interrupted {transition.operation}"
-    except OSError as error:
-        raise errors.undo_failed(overlay.env.requested, f"`{error.filename}`: {error.strerror}") from error
-    _undo(transition, overlay, txid)
-    return f"undid the interrupted {transition.operation}"
-
-
-def _release_change_since(overlay: EnvOverlay, raw: Mapping[str, Any], transition: Transition) -> ReleaseChange | None:
-    recorded = dict(raw.get("release") or {})
-    # the pre-images of the patched files: an apply's ledger names them, a rollback writes them
-    if transition.ledger_after is not None:
-        pre_images = {f.path: f.pre_sha256 for f in transition.ledger_after.files if f.pre_sha256}
-    else:
-        pre_images = {step.path: step.after_sha256 for step in transition.steps if step.after_sha256}
-    return release_change(
-        str(recorded.get("version")), recorded.get("record_sha256"), pre_images, overlay.sglang, overlay.record
-    )
-
-
-def _undo(transition: Transition, overlay: EnvOverlay, txid: str) -> None:
+def undo(transition: Transition, overlay: EnvOverlay, txid: str) -> None:
     """Every file back to its before-image, then the journal removed; an undo that fails leaves
     the journal for `recover` and says so."""
     try:
         _restore_before_images(transition, overlay, txid)
-        _drop_kept(transition, overlay, txid)
+        drop_kept(transition, overlay, txid)
         remove_durably(overlay.state.journal_path)
         faults.reach("journal-removed")
     except OSError as error:
         raise errors.undo_failed(overlay.env.requested, f"`{error.filename}`: {error.strerror}") from error
 
 
-def _clean_to_installed(transition: Transition, overlay: EnvOverlay) -> tuple[str, ...]:
-    """Remove the journal's added files where they hold the overlay's bytes; leave the rest."""
-    executor = _Executor(overlay, "clean", dry_run=False, undoing=True)
-    left_alone = []
-    for step in transition.steps:
-        current = sha256_of(overlay.tree.path(step.path))
-        if current is None or current == overlay.record.get(step.path):
-            continue
-        added = step.before_sha256 is None or step.after_sha256 is None
-        if added and current in (step.before_sha256, step.after_sha256):
-            executor.run(RemoveFile(step.path, current))
-            if step.path.endswith(".py"):
-                executor.run(PurgePycache(step.path))
-        else:
-            left_alone.append(step.path)
-    return tuple(left_alone)
+def remove_files(overlay: EnvOverlay, files: Mapping[str, str]) -> None:
+    """Remove ``files`` (path: the sha256 each must hold) and their bytecode, outside a
+    transaction: what recovery does to an interrupted one's added files."""
+    executor = _Executor(overlay, "recovery", dry_run=False, undoing=True)
+    for path, sha256 in files.items():
+        executor.run(RemoveFile(path, sha256))
+        if path.endswith(".py"):
+            executor.run(PurgePycache(path))
 
 
 def _write_error(error: OSError, where: Path, outcome: str) -> errors.WriteFailed:
@@ -321,7 +266,7 @@ def _restore_kept(path: Path, txid: str, before_sha256: str) -> bool:
     return True
 
 
-def _drop_kept(transition: Transition, overlay: EnvOverlay, txid: str) -> None:
+def drop_kept(transition: Transition, overlay: EnvOverlay, txid: str) -> None:
     for step in transition.steps:
         kept = kept_path(overlay.tree.path(step.path), txid)
         if kept.exists() or kept.is_symlink():
