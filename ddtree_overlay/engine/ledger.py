@@ -107,9 +107,8 @@ class EnvState:
     def saved_edits_dir(self) -> Path:
         return self.root / "saved-edits"
 
-    def prepare(self) -> None:
-        """Make the directory and clear temp files a killed run left (under the env's lock)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+    def remove_stray_temp_files(self) -> None:
+        """Temp files a killed run left here (the caller holds the env's lock)."""
         for directory in (self.root, self.blobs_dir):
             remove_stray_temp_files(directory)
         if self.saved_edits_dir.is_dir():

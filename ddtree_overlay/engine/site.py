@@ -103,6 +103,7 @@ class EnvOverlay:
         settings.fault_spec()  # a malformed value stops the run here, before anything is written
         self._prepare_state()
         with env_lock(self.tree.root, self.state.root, command), interrupts.deferred() as deferral:
+            self.state.remove_stray_temp_files()
             try:
                 yield
             except interrupts.Signalled as signalled:
@@ -115,7 +116,7 @@ class EnvOverlay:
     def _prepare_state(self) -> None:
         root = self.state.root
         try:
-            self.state.prepare()
+            root.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise errors.state_dir_unusable(root, error.strerror or str(error)) from error
         if os.statvfs(root).f_flag & os.ST_RDONLY or not os.access(root, os.W_OK):
