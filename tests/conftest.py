@@ -6,44 +6,50 @@ per session into a pristine venv, and each test that writes gets its own `cp -a`
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from overlay_helpers import SGLANG_VERSION
+from overlay_helpers import NEXT_SGLANG_VERSION, SGLANG_VERSION, install_wheel, pip
 
 WHEEL_CACHE = Path.home() / ".cache" / "ddtree-overlay" / "test-wheels"
 
 
-def _pip(*args: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        check=True, capture_output=True,
-    )
-
-
-def _cached_wheel() -> Path | None:
+def _cached_wheel(version: str) -> Path | None:
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    found = sorted(WHEEL_CACHE.glob(f"sglang-{SGLANG_VERSION}-*{tag}*.whl"))
+    found = sorted(WHEEL_CACHE.glob(f"sglang-{version}-*{tag}*.whl"))
     return found[-1] if found else None
+
+
+def _wheel(version: str) -> Path:
+    """The sglang wheel of ``version`` matching this interpreter, downloaded from PyPI once."""
+    if _cached_wheel(version) is None:
+        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+        pip("download", "--no-deps", "-d", str(WHEEL_CACHE), f"sglang=={version}")
+    wheel = _cached_wheel(version)
+    assert wheel is not None, f"pip download left no sglang {version} wheel in {WHEEL_CACHE}"
+    return wheel
 
 
 @pytest.fixture(scope="session")
 def sglang_wheel() -> Path:
-    """The sglang wheel matching this interpreter, downloaded from PyPI once."""
-    if _cached_wheel() is None:
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        _pip("download", "--no-deps", "-d", str(WHEEL_CACHE), f"sglang=={SGLANG_VERSION}")
-    wheel = _cached_wheel()
-    assert wheel is not None, f"pip download left no sglang {SGLANG_VERSION} wheel in {WHEEL_CACHE}"
-    return wheel
+    return _wheel(SGLANG_VERSION)
+
+
+@pytest.fixture(scope="session")
+def next_sglang_wheel() -> Path:
+    """What an upgrade over the test release installs."""
+    return _wheel(NEXT_SGLANG_VERSION)
 
 
 def make_sglang_venv(root: Path, wheel: Path) -> Path:
     """A venv holding the wheel, installed the way users do: by pip, --no-deps."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
-    _pip("--python", str(root / "bin" / "python"), "install", "--no-deps", "--no-compile", str(wheel))
+    install_wheel(root, wheel)
     return root
 
 
@@ -79,3 +85,28 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, int], Path]]:
+    """``tmpfs(name, size)`` mounts a tmpfs of ``size`` bytes at ``tmp_path / name``: a file
+    system that fills up for real. Mounting needs root; elsewhere (CI runners without it) the
+    test is skipped, and it runs on the project's machines, which are root."""
+    mounted: list[Path] = []
+
+    def mount(name: str, size: int) -> Path:
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            pytest.skip("mounting a tmpfs needs root")
+        point = tmp_path / name
+        point.mkdir()
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(point)], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(point)
+        return point
+
+    yield mount
+    for point in reversed(mounted):
+        subprocess.run(["umount", "-l", str(point)], check=False)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from overlay_helpers import REPO_ROOT, copy_repo_data, run_cli, site_packages, snapshot
+from overlay_helpers import (
+    copy_repo_data,
+    run_cli,
+    run_cli_read_only,
+    site_packages,
+    snapshot,
+)
 
 from ddtree_overlay.engine.errors import ExitCode
 
@@ -63,30 +69,9 @@ def test_editable_install_names_the_checkout(sglang_env: Path, tmp_path: Path, s
 def test_read_only_site_packages(sglang_env: Path, state_dir: Path) -> None:
     speculative = site_packages(sglang_env) / "sglang" / "srt" / "speculative"
     before = snapshot(sglang_env)
-    done = _apply_with_read_only_dir(sglang_env, speculative)
+    done = run_cli_read_only(speculative, "apply", "--env", str(sglang_env))
     assert_refused(done, ExitCode.READ_ONLY, "read-only")
     assert_untouched(sglang_env, before, state_dir)
-
-
-def _apply_with_read_only_dir(env: Path, directory: Path) -> subprocess.CompletedProcess[str]:
-    """Root writes through any mode bit, so as root the directory becomes a read-only mount."""
-    command = [sys.executable, "-m", "ddtree_overlay", "apply", "--env", str(env)]
-    if os.geteuid() != 0:
-        directory.chmod(0o555)
-        try:
-            return run_cli(*command[3:])
-        finally:
-            directory.chmod(0o755)
-    if shutil.which("unshare") is None:
-        pytest.skip("needs unshare(1) to make a read-only mount as root")
-    script = 'mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && exec "$@"'
-    done = subprocess.run(
-        ["unshare", "--mount", "sh", "-c", script, "sh", str(directory), *command],
-        capture_output=True, text=True, check=False, cwd=REPO_ROOT,
-    )
-    if "mount:" in done.stderr or "unshare:" in done.stderr:
-        pytest.skip(f"cannot make a read-only mount here: {done.stderr.strip()}")
-    return done
 
 
 def test_malformed_manifest(sglang_env: Path, tmp_path: Path, state_dir: Path) -> None:
@@ -155,9 +140,11 @@ def test_second_concurrent_run_names_the_holder(sglang_env: Path, state_dir: Pat
 
 _HOLD_LOCK = """
 import sys, time
+from collections.abc import Callable
 from pathlib import Path
-from ddtree_overlay.engine import ledger
-with ledger.locked(ledger.env_state(Path(sys.argv[1])), "test holder"):
+from ddtree_overlay.engine import envlock, ledger
+site = Path(sys.argv[1])
+with envlock.env_lock(site, ledger.env_state(site).root, "test holder"):
     print("locked", flush=True)
     time.sleep(60)
 """
@@ -184,3 +171,59 @@ def test_patch_set_changed_after_it_was_applied(sglang_env: Path, tmp_path: Path
     done = run_cli("apply", "--env", str(sglang_env), "--patch-set", str(manifest))
     assert_refused(done, ExitCode.CONFLICT, "changed since it was applied")
     assert snapshot(sglang_env) == before
+
+
+def _symlinked_patches_dir(data: Path, elsewhere: Path) -> None:
+    shutil.move(data / "patches", elsewhere / "patches")
+    (data / "patches").symlink_to(elsewhere / "patches")
+
+
+def _symlinked_overlay_dir(data: Path, elsewhere: Path) -> None:
+    shutil.move(data / "overlay" / "sglang", elsewhere / "sglang")
+    (data / "overlay" / "sglang").symlink_to(elsewhere / "sglang")
+
+
+def _edit_manifest(old: str, new: str) -> Callable[[Path, Path], None]:
+    def edit(data: Path, _elsewhere: Path) -> None:
+        manifest = data / "manifests" / "0.5.14.toml"
+        manifest.write_text(manifest.read_text().replace(old, new, 1))
+
+    return edit
+
+
+def _rewrite_first_patch(content: bytes) -> Callable[[Path, Path], None]:
+    def rewrite(data: Path, _elsewhere: Path) -> None:
+        next((data / "patches" / "0.5.14").glob("*.patch")).write_bytes(content)
+
+    return rewrite
+
+
+_BINARY_PATCH = (
+    b"diff --git a/sglang/srt/speculative/spec_info.py b/sglang/srt/speculative/spec_info.py\n"
+    b"index 1111111..2222222 100644\nGIT binary patch\nliteral 12\nTcmZ?wbaHfNVPs%r0000\n\n"
+)
+UNTRUSTED_PATCH_SETS = {
+    "patches-dir-is-a-symlink": (_symlinked_patches_dir, "unsafe patch file path"),
+    "overlay-dir-is-a-symlink": (_symlinked_overlay_dir, "unsafe overlay file path"),
+    "unknown-key": (_edit_manifest('versions = "==0.5.14"', 'versions = "==0.5.14"\nfuzz = 3'), "unknown keys fuzz"),
+    "wrong-type": (_edit_manifest('versions = "==0.5.14"', "versions = 514"), "`versions` must be"),
+    "binary-patch": (_rewrite_first_patch(_BINARY_PATCH), "binary"),
+    "garbled-patch": (_rewrite_first_patch(bytes(range(256)) * 8), "malformed patch"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNTRUSTED_PATCH_SETS))
+def test_an_untrusted_patch_set_is_refused_with_one_line(sglang_env: Path, tmp_path: Path, state_dir: Path, case: str) -> None:
+    manifest = copy_repo_data(tmp_path / "data")
+    (tmp_path / "elsewhere").mkdir()
+    damage, fragment = UNTRUSTED_PATCH_SETS[case]
+    damage(tmp_path / "data", tmp_path / "elsewhere")
+    before = snapshot(sglang_env)
+    for verb in ("status", "apply", "diff"):
+        done = run_cli(verb, "--env", str(sglang_env), "--patch-set", str(manifest))
+        if verb == "status":  # status reports the patch set it cannot use, and goes on
+            assert done.returncode == 0 and fragment in done.stdout, done.stdout
+            continue
+        assert_refused(done, ExitCode.BAD_PATCH_SET, fragment)
+        assert "Traceback" not in done.stderr
+    assert_untouched(sglang_env, before, state_dir)

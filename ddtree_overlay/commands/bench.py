@@ -39,6 +39,7 @@ from ddtree_overlay.bench.settings import make_setting
 from ddtree_overlay.bench.supervision import OnEvent, load_references, run_bench, write_report
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import VerifyFailed
+from ddtree_overlay.engine.fingerprint import installed_patch_set
 from ddtree_overlay.engine.result import Issue, Result
 from ddtree_overlay.engine.site import open_overlay, require_sglang
 from ddtree_overlay.engine.target import run_script
@@ -160,7 +161,8 @@ def probe_gpu(python: Path) -> dict[str, Any]:
 
 def overlay_applied(env: EnvInfo) -> bool:
     """Is the DDTree overlay applied (every touched file at its post-image) in ``env``?"""
-    return open_overlay(env).applied_state()[1] == "applied"
+    applied, _ = open_overlay(env).applied_overlay(installed_patch_set(env))
+    return applied is not None and applied.state == "applied"
 
 
 def without_algorithm(plan: SweepPlan, algorithm: str) -> SweepPlan:

@@ -20,7 +20,7 @@ def diff(env: EnvInfo, *, manifest: Path | None = None, stat: bool = False) -> R
     if applied is None:
         plan = plan_apply(select_patch_set(env, manifest), overlay.tree, env=env.requested)
         mode = "planned"
-        files = [diff_file(f.path, f.before, f.after) for f in plan.files]
+        files = [diff_file(f.path, f.current, f.after) for f in plan.files if f.kind != "kept"]
     else:
         mode = "applied"
         files = [_applied_file_diff(overlay, entry) for entry in applied.files]

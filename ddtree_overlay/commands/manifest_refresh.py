@@ -29,7 +29,7 @@ def refresh_manifest(manifest: Path, env: EnvInfo) -> Result:
     overlay = open_overlay(env)
     tree = overlay.tree
     _require_pristine(overlay, patch_set)
-    originals = read_originals(patch_set, tree)
+    originals = read_originals(patch_set.touched_paths(), tree)
     result = compute_post_images(patch_set, originals)
     if result.failed:
         raise errors.hunks_do_not_apply(patch_set.id, sglang.version, _failure_report(result))

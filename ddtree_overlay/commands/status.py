@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
 from ddtree_overlay.engine.errors import OverlayError
-from ddtree_overlay.engine.files import sha256_of
 from ddtree_overlay.engine.fingerprint import fingerprint, runtime_warnings, select_patch_set
 from ddtree_overlay.engine.gitdiverge import compare_trees
+from ddtree_overlay.engine.images import AppliedOverlay, overall_state
 from ddtree_overlay.engine.patchset import PatchSet
 from ddtree_overlay.engine.result import Issue, Result
-from ddtree_overlay.engine.site import EnvOverlay, SiteTree, open_overlay, overall_state
+from ddtree_overlay.engine.site import EnvOverlay, open_overlay
 
 
 def status(env: EnvInfo, *, manifest: Path | None = None, git_checkout: Path | None = None) -> Result:
@@ -76,36 +77,57 @@ def _runtime_data(env: EnvInfo) -> dict[str, Any]:
 
 def _overlay_data(overlay: EnvOverlay, patch_set: PatchSet | None) -> dict[str, Any]:
     if overlay.pending():
-        return {"state": "needs-recovery", "notes": ["an interrupted transaction is pending"]}
-    applied = overlay.applied()
+        note = f"an interrupted transaction is pending: {errors.overlay_command('recover', overlay.env.requested)} finishes it"
+        return {"state": "needs-recovery", "notes": [note]}
+    applied, found = overlay.applied_overlay(patch_set)
     if applied is None:
-        return _unmanaged_state(overlay.tree, patch_set)
-    states = overlay.file_states(applied)
-    notes = []
-    if patch_set is not None and patch_set.content_sha256 != applied.patch_set_sha256:
-        notes.append(f"patch set `{patch_set.id}` changed since it was applied")
+        return _unapplied(overlay, patch_set, found)
+    notes = [*found, *_what_happened(overlay, applied, patch_set)]
     return {
-        "state": overall_state(states),
-        "applied": applied.patch_set_id,
-        "applied_at": applied.applied_at,
-        "files": {s.path: s.state for s in states},
+        "state": applied.state,
+        "applied": applied.ledger.patch_set_id,
+        "applied_at": applied.ledger.applied_at,
+        "ledger": "missing" if applied.rebuilt else "present",
+        "files": {file.path: file.state for file in applied.files},
         "notes": notes,
     }
 
 
-def _unmanaged_state(tree: SiteTree, patch_set: PatchSet | None) -> dict[str, Any]:
-    """No ledger: pristine, unless files already differ from the patch set's pre-images."""
-    if patch_set is None:
-        return {"state": "pristine", "files": {}, "notes": []}
-    files = {}
-    for entry in patch_set.files:
-        current = sha256_of(tree.path(entry.path))
-        if current == entry.pre_sha256:
-            files[entry.path] = "pristine"
-        elif current == entry.post_sha256:
-            files[entry.path] = "post-image without ledger (applied by hand, or merged upstream?)"
-        else:
-            files[entry.path] = "differs from the pre-image"
-    drifted = any(value != "pristine" for value in files.values())
-    return {"state": "drifted" if drifted else "pristine", "files": files, "notes": []}
+def _what_happened(overlay: EnvOverlay, applied: AppliedOverlay, patch_set: PatchSet | None) -> list[str]:
+    """Name what moved the env away from the ledger, and the command that settles it."""
+    env = overlay.env.requested
+    rollback = errors.overlay_command("rollback", env)
+    if applied.release_change is not None:
+        fix = (
+            f"{errors.overlay_command('apply', env)} applies `{patch_set.id}` to it, {rollback} removes the overlay's files"
+            if patch_set is not None
+            else f"it has no patch set; {rollback} removes the overlay's files"
+        )
+        return [f"{applied.release_change.describe()}: {fix}"]
+    if patch_set is not None and patch_set.content_sha256 != applied.ledger.patch_set_sha256:
+        return [f"patch set `{patch_set.id}` changed since it was applied"]
+    if applied.state != "partial":
+        return []
+    patched = [file for file in applied.files if not file.added]
+    added = [file for file in applied.files if file.added]
+    if all(file.state == "pristine" for file in patched) and all(file.state != "pristine" for file in added):
+        what = (
+            f"sglang {overlay.sglang.version} was reinstalled: its {len(patched)} patched files are stock again, "
+            f"the {len(added)} files the overlay added are left behind"
+        )
+    else:
+        held = sum(file.state == "applied" for file in applied.files)
+        what = f"{held} of {len(applied.files)} files hold the overlay, the others their pre-image"
+    return [f"{what}: {errors.overlay_command('apply', env)} completes it, {rollback} takes it out"]
 
+
+def _unapplied(overlay: EnvOverlay, patch_set: PatchSet | None, notes: tuple[str, ...]) -> dict[str, Any]:
+    """Nothing of the overlay is there: pristine, unless a file differs from its pre-image."""
+    if patch_set is None:
+        return {"state": "pristine", "files": {}, "notes": list(notes)}
+    files = overlay.rebuilt_overlay(patch_set).files
+    return {
+        "state": overall_state(files),
+        "files": {file.path: file.state for file in files},
+        "notes": list(notes),
+    }

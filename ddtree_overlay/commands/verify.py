@@ -23,6 +23,7 @@ from ddtree_overlay.bench import checks
 from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import VerifyFailed
+from ddtree_overlay.engine.fingerprint import installed_patch_set
 from ddtree_overlay.engine.result import Issue, Result
 from ddtree_overlay.engine.site import open_overlay
 from ddtree_overlay.engine.target import run_script
@@ -85,15 +86,15 @@ def applied_modules(env: EnvInfo) -> list[str]:
     """Dotted names of the .py files the applied overlay added or patched, in ledger order."""
     overlay = open_overlay(env)
     overlay.refuse_pending()
-    applied, state = overlay.applied_state()
+    applied, _ = overlay.applied_overlay(installed_patch_set(env))
     if applied is None:
         raise errors.nothing_applied(env.requested)
-    if state != "applied":
-        raise errors.overlay_not_intact(env.requested, state)
+    if applied.state != "applied":
+        raise errors.overlay_not_intact(env.requested, applied.state)
     return [
-        entry.path[: -len(".py")].replace("/", ".")
-        for entry in applied.files
-        if entry.path.endswith(".py")
+        file.path[: -len(".py")].replace("/", ".")
+        for file in applied.files
+        if file.path.endswith(".py")
     ]
 
 

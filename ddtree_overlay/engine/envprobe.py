@@ -13,7 +13,7 @@ from typing import Any
 
 from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.elfdeps import needed_libraries
-from ddtree_overlay.engine.target import run_script
+from ddtree_overlay.engine.target import IN_TARGET, run_script
 
 _PROBE_TIMEOUT_S = 300
 
@@ -80,17 +80,25 @@ def resolve_python(env: Path) -> Path:
 def probe_env(env: Path) -> EnvInfo:
     python = resolve_python(env)
     raw = _run_probe(python)
-    info = raw["python"]
+    try:
+        return _env_info(env, python, raw)
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        problem = f"missing {error}" if isinstance(error, KeyError) else str(error)
+        raise errors.probe_answer_malformed(python, IN_TARGET / "env_probe.py", problem) from error
+
+
+def _env_info(env: Path, python: Path, raw: Any) -> EnvInfo:
+    info = _table(raw, "python")
     return EnvInfo(
         requested=env,
         python=python,
-        python_version=info["version"],
-        prefix=Path(info["prefix"]),
-        is_venv=info["is_venv"],
-        externally_managed=info["externally_managed"],
-        sglang=_sglang(raw["sglang"]),
-        torch=_component(raw["torch"]),
-        sgl_kernel=_sgl_kernel(raw["sgl_kernel"]),
+        python_version=_text(info, "version"),
+        prefix=_path(info, "prefix"),
+        is_venv=_flag(info, "is_venv"),
+        externally_managed=_flag(info, "externally_managed"),
+        sglang=_sglang(_table(raw, "sglang", optional=True)),
+        torch=_component(_table(raw, "torch", optional=True)),
+        sgl_kernel=_sgl_kernel(_table(raw, "sgl_kernel", optional=True)),
         driver_cuda=driver_cuda_version(),
     )
 
@@ -108,51 +116,102 @@ def driver_cuda_version() -> str | None:
     return found.group(1) if found else None
 
 
-def _run_probe(python: Path) -> Mapping[str, Any]:
+def _run_probe(python: Path) -> Any:
     done = run_script(python, "env_probe", timeout=_PROBE_TIMEOUT_S)
+    if done.malformed:
+        raise errors.probe_answer_malformed(python, IN_TARGET / "env_probe.py", done.problem or "")
     if done.problem is not None:
         raise errors.interpreter_unusable(python, f"failed to describe itself: {done.problem}")
     return done.result
 
 
+# The probe's answer is read as untrusted input: every field is checked for its type here, so a
+# wrong answer is one error (`probe_answer_malformed`) and never a traceback further on.
+
+
+def _table(raw: Any, key: str, *, optional: bool = False) -> Any:
+    value = _field(raw, key)
+    if (value is None and optional) or isinstance(value, dict):
+        return value
+    raise TypeError(f"`{key}` is {type(value).__name__}, expected an object")
+
+
+def _field(raw: Any, key: str) -> Any:
+    if not isinstance(raw, dict):
+        raise TypeError(f"expected a JSON object, found {type(raw).__name__}")
+    return raw[key]
+
+
+def _typed(raw: Any, key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> Any:
+    value = raw.get(key) if optional else _field(raw, key)
+    if (value is None and optional) or (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
+        return value
+    raise TypeError(f"`{key}` is {type(value).__name__}")
+
+
+def _text(raw: Any, key: str) -> str:
+    return _typed(raw, key, str)
+
+
+def _path(raw: Any, key: str, *, optional: bool = False) -> Path | None:
+    text = _typed(raw, key, str, optional=optional)
+    if text is None or (text == "" and optional):
+        return None
+    if "\0" in text or not os.path.isabs(text):
+        raise ValueError(f"`{key}` is not an absolute path: {text!r}")
+    return Path(text)
+
+
+def _flag(raw: Any, key: str) -> bool:
+    return _typed(raw, key, bool)
+
+
+def _texts(raw: Any, key: str) -> tuple[str, ...]:
+    values = _typed(raw, key, list, optional=True) or []
+    if not all(isinstance(value, str) for value in values):
+        raise TypeError(f"`{key}` holds a non-string")
+    return tuple(values)
+
+
 def _sglang(raw: Mapping[str, Any] | None) -> SglangInstall | None:
     if raw is None:
         return None
-    kind, commit, checkout = _install_kind(raw["direct_url"], raw["editable_pth"])
-    record = raw["record"]
+    kind, commit, checkout = _install_kind(_typed(raw, "direct_url", dict, optional=True), _texts(raw, "editable_pth"))
+    record = _table(raw, "record")
     return SglangInstall(
-        version=raw["version"],
-        installed_copies=raw["installed_copies"],
-        site_packages=Path(raw["site_packages"]),
-        dist_info=Path(raw["dist_info"]),
-        origin=raw["origin"],
-        location=Path(raw["location"]) if raw["location"] else None,
+        version=_text(raw, "version"),
+        installed_copies=_typed(raw, "installed_copies", int),
+        site_packages=_path(raw, "site_packages"),
+        dist_info=_path(raw, "dist_info"),
+        origin=_typed(raw, "origin", str, optional=True),
+        location=_path(raw, "location", optional=True),
         install_kind=kind,
         commit=commit,
         editable_checkout=checkout,
         record=RecordCheck(
-            present=record["present"],
-            sha256=record.get("sha256"),
-            files=record.get("files", 0),
-            modified=tuple(record.get("modified", ())),
-            missing=tuple(record.get("missing", ())),
-            unhashed=record.get("unhashed", 0),
-            top_level=tuple(record.get("top_level", ())),
+            present=_flag(record, "present"),
+            sha256=_typed(record, "sha256", str, optional=True),
+            files=_typed(record, "files", int, optional=True) or 0,
+            modified=_texts(record, "modified"),
+            missing=_texts(record, "missing"),
+            unhashed=_typed(record, "unhashed", int, optional=True) or 0,
+            top_level=_texts(record, "top_level"),
         ),
     )
 
 
 def _install_kind(
-    direct_url: Mapping[str, Any] | None, editable_pth: list[str]
+    direct_url: Mapping[str, Any] | None, editable_pth: tuple[str, ...]
 ) -> tuple[str, str | None, str | None]:
     """(kind, vcs commit, editable checkout) from PEP 610 `direct_url.json`."""
     if direct_url is None:
         return ("editable", None, None) if editable_pth else ("regular", None, None)
     url = str(direct_url.get("url", ""))
-    if direct_url.get("dir_info", {}).get("editable"):
+    if (_typed(direct_url, "dir_info", dict, optional=True) or {}).get("editable"):
         return "editable", None, url.removeprefix("file://")
     if "vcs_info" in direct_url:
-        return "vcs", direct_url["vcs_info"].get("commit_id"), None
+        commit = (_typed(direct_url, "vcs_info", dict, optional=True) or {}).get("commit_id")
+        return "vcs", commit if isinstance(commit, str) else None, None
     if "archive_info" in direct_url:
         return "archive", None, None
     return "local-dir", None, None
@@ -161,7 +220,11 @@ def _install_kind(
 def _component(raw: Mapping[str, Any] | None) -> Component | None:
     if raw is None:
         return None
-    return Component(version=raw["version"], location=raw["location"], cuda=raw.get("cuda"))
+    return Component(
+        version=_text(raw, "version"),
+        location=_typed(raw, "location", str, optional=True),
+        cuda=_typed(raw, "cuda", str, optional=True),
+    )
 
 
 def _sgl_kernel(raw: Mapping[str, Any] | None) -> Component | None:
@@ -169,8 +232,12 @@ def _sgl_kernel(raw: Mapping[str, Any] | None) -> Component | None:
         return None
     needed = {
         name
-        for so_file in raw.get("shared_objects", ())
+        for so_file in _texts(raw, "shared_objects")
         for name in needed_libraries(Path(so_file))
         if name.startswith("libcudart")
     }
-    return Component(version=raw["version"], location=raw["location"], cudart=tuple(sorted(needed)))
+    return Component(
+        version=_text(raw, "version"),
+        location=_typed(raw, "location", str, optional=True),
+        cudart=tuple(sorted(needed)),
+    )

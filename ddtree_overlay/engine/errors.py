@@ -34,6 +34,8 @@ class ExitCode(IntEnum):
     RECOVERY_NEEDED = 10
     VERIFY_FAILED = 11
     BAD_RUN_FILE = 12
+    INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+    TERMINATED = 143  # 128 + SIGTERM
 
 
 EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
@@ -43,13 +45,17 @@ EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
     ExitCode.ENV_NOT_FOUND: "env not found, not a python env, or sglang not installed in it",
     ExitCode.UNSUPPORTED_VERSION: "installed sglang version has no matching patch set",
     ExitCode.EDITABLE_INSTALL: "sglang is an editable install (patch its checkout with git)",
-    ExitCode.READ_ONLY: "site-packages is read-only or externally managed",
-    ExitCode.BAD_PATCH_SET: "malformed manifest or patch, or an unsafe path in it",
+    ExitCode.READ_ONLY: "site-packages or the state dir cannot be written (read-only, externally managed, "
+    "full, I/O error)",
+    ExitCode.BAD_PATCH_SET: "malformed input: a manifest, patch, environment variable or the env's answer to "
+    "the probe, or an unsafe path in it",
     ExitCode.CONFLICT: "drift or conflict: files differ from what the patch set or ledger expects",
     ExitCode.LOCKED: "another ddtree-overlay run holds this env's lock",
     ExitCode.RECOVERY_NEEDED: "an interrupted transaction or unreadable state needs `recover`",
     ExitCode.VERIFY_FAILED: "verification of the applied overlay failed",
     ExitCode.BAD_RUN_FILE: "a saved run to compare with is unreadable, malformed, or from other models",
+    ExitCode.INTERRUPTED: "interrupted by Ctrl-C (SIGINT); the env was left exactly pristine or applied",
+    ExitCode.TERMINATED: "terminated by SIGTERM; the env was left exactly pristine or applied",
 }
 
 
@@ -109,6 +115,11 @@ class ReadOnlyEnv(OverlayError):
     code = "read_only_env"
 
 
+class WriteFailed(OverlayError):
+    exit_code = ExitCode.READ_ONLY
+    code = "write_failed"
+
+
 class BadPatchSet(OverlayError):
     exit_code = ExitCode.BAD_PATCH_SET
     code = "bad_patch_set"
@@ -117,6 +128,16 @@ class BadPatchSet(OverlayError):
 class UnsafePath(OverlayError):
     exit_code = ExitCode.BAD_PATCH_SET
     code = "unsafe_path"
+
+
+class BadSetting(OverlayError):
+    exit_code = ExitCode.BAD_PATCH_SET
+    code = "bad_setting"
+
+
+class MalformedProbeAnswer(OverlayError):
+    exit_code = ExitCode.BAD_PATCH_SET
+    code = "malformed_probe_answer"
 
 
 class PreImageMismatch(OverlayError):
@@ -159,6 +180,12 @@ class RecoveryNeeded(OverlayError):
     code = "recovery_needed"
 
 
+class StateUnreadable(RecoveryNeeded):
+    """A ledger or journal that does not parse: the verbs that write set it aside and rebuild."""
+
+    code = "state_unreadable"
+
+
 class VerifyFailed(OverlayError):
     exit_code = ExitCode.VERIFY_FAILED
     code = "verify_failed"
@@ -167,6 +194,15 @@ class VerifyFailed(OverlayError):
 class RunFileInvalid(OverlayError):
     exit_code = ExitCode.BAD_RUN_FILE
     code = "run_file_invalid"
+
+class Interrupted(OverlayError):
+    exit_code = ExitCode.INTERRUPTED
+    code = "interrupted"
+
+
+class Terminated(OverlayError):
+    exit_code = ExitCode.TERMINATED
+    code = "terminated"
 
 
 # --- builders -------------------------------------------------------------------------------
@@ -177,7 +213,8 @@ def command(*words: str | Path) -> str:
     return "`" + " ".join(shlex.quote(str(word)) for word in words) + "`"
 
 
-def _overlay(verb: str, env: Path, *flags: str) -> str:
+def overlay_command(verb: str, env: Path, *flags: str) -> str:
+    """`ddtree-overlay VERB --env ENV FLAGS...` as a quoted command, for hints."""
     return command("ddtree-overlay", verb, "--env", env, *flags)
 
 
@@ -309,6 +346,36 @@ def not_writable(directory: Path) -> ReadOnlyEnv:
     )
 
 
+def state_dir_unusable(path: Path, why: str) -> ReadOnlyEnv:
+    return ReadOnlyEnv(
+        f"cannot use the state dir `{path}`: {why}",
+        hint=f"make `{path}` a writable directory, or set DDTREE_OVERLAY_STATE_DIR to one",
+    )
+
+
+# WriteFailed
+
+
+def no_space(directory: Path, needed: int, free: int) -> WriteFailed:
+    return WriteFailed(
+        f"not enough space on the file system of `{directory}`: the transaction needs {_mib(needed)}, "
+        f"{_mib(free)} are free; nothing was written",
+        hint=f"free space on the file system that holds `{directory}`, then run the command again",
+    )
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:.1f} MiB"
+
+
+def write_failed(path: Path, why: str, outcome: str) -> WriteFailed:
+    """A write that failed midway (disk full, quota, I/O error); ``outcome`` says what was left."""
+    return WriteFailed(
+        f"could not write `{path}`: {why}; {outcome}",
+        hint=f"free space on (or repair) the file system that holds `{path}`, then run the command again",
+    )
+
+
 # BadPatchSet
 
 
@@ -360,6 +427,26 @@ def several_patch_sets(version: str, ids: Sequence[str]) -> BadPatchSet:
     )
 
 
+# BadSetting
+
+
+def bad_setting(name: str, value: str, expected: str) -> BadSetting:
+    return BadSetting(
+        f"{name}={value!r} is not {expected}",
+        hint=f"set {name} to {expected}, or unset it: {command('unset', name)}",
+    )
+
+
+# MalformedProbeAnswer
+
+
+def probe_answer_malformed(python: Path, script: Path, problem: str) -> MalformedProbeAnswer:
+    return MalformedProbeAnswer(
+        f"`{python}` answered the env probe with something that is not a probe report: {problem}",
+        hint=f"see what it prints: {command(python, '-I', script)}",
+    )
+
+
 # UnsafePath
 
 
@@ -385,7 +472,7 @@ def pre_images_differ(env: Path, patch_set: str, details: Sequence[str], files: 
     return PreImageMismatch(
         f"{len(files)} file(s) differ from the pre-image patch set `{patch_set}` was made for",
         details=tuple(details),
-        hint=f"the installed files were changed after install; {_overlay('status', env)} lists what differs "
+        hint=f"the installed files were changed after install; {overlay_command('status', env)} lists what differs "
         "from RECORD",
         data={"files": list(files)},
     )
@@ -402,8 +489,20 @@ def env_not_pristine(env: Path, python: Path, version: str, details: Sequence[st
     return PreImageMismatch(
         f"`{env}` is not a pristine sglang {version}",
         details=tuple(details),
-        hint=f"roll the overlay back ({_overlay('rollback', env)}), or reinstall: "
+        hint=f"roll the overlay back ({overlay_command('rollback', env)}), or reinstall: "
         f"{command(python, '-m', 'pip', 'install', '--force-reinstall', '--no-deps', f'sglang=={version}')}",
+    )
+
+
+def files_match_neither(
+    env: Path, patch_set: str, details: Sequence[str], files: Sequence[str], reinstall: str
+) -> PreImageMismatch:
+    """Without a ledger, files that hold neither image of the patch set cannot be restored."""
+    return PreImageMismatch(
+        f"{len(files)} file(s) in `{env}` hold neither the pre- nor the post-image of patch set `{patch_set}`",
+        details=tuple(details),
+        hint=f"reinstall sglang to get its released files back ({reinstall}), then run the command again",
+        data={"files": list(files)},
     )
 
 
@@ -431,12 +530,11 @@ def symlinked_target(relative: str, link: Path) -> SymlinkedTarget:
 # FileChangedSinceApply
 
 
-def changed_since_apply(env: Path, details: Sequence[str], *, reinstalled: bool) -> FileChangedSinceApply:
+def changed_since_apply(env: Path, details: Sequence[str]) -> FileChangedSinceApply:
     return FileChangedSinceApply(
-        "files changed since the overlay was applied"
-        + (" (sglang was reinstalled or upgraded: RECORD changed)" if reinstalled else ""),
+        "files changed since the overlay was applied",
         details=tuple(details),
-        hint=f"{_overlay('rollback', env)} (add --force to set edits aside), then {_overlay('apply', env)}",
+        hint=f"{overlay_command('rollback', env)} (add --force to set edits aside), then {overlay_command('apply', env)}",
     )
 
 
@@ -444,7 +542,7 @@ def edited_since_apply(env: Path, count: int, details: Sequence[str]) -> FileCha
     return FileChangedSinceApply(
         f"{count} file(s) changed since apply; rollback would lose those edits",
         details=tuple(details),
-        hint=f"{_overlay('rollback', env, '--force')} restores them and saves the edits aside",
+        hint=f"{overlay_command('rollback', env, '--force')} restores them and saves the edits aside",
     )
 
 
@@ -455,7 +553,7 @@ def patch_set_changed(env: Path, patch_set: str, applied_sha256: str, now_sha256
     return PatchSetChangedSinceApply(
         f"patch set `{patch_set}` changed since it was applied to this env",
         details=(f"applied {applied_sha256}", f"now     {now_sha256}"),
-        hint=f"{_overlay('rollback', env)}, then {_overlay('apply', env)}",
+        hint=f"{overlay_command('rollback', env)}, then {overlay_command('apply', env)}",
     )
 
 
@@ -486,14 +584,14 @@ def transaction_pending(env: Path, *, also: str | None = None) -> RecoveryNeeded
     """An interrupted transaction's journal is there; ``also`` names another way out."""
     return RecoveryNeeded(
         "an interrupted transaction is pending for this env",
-        hint=f"run {_overlay('recover', env)}" + (f" (or {also})" if also else ""),
+        hint=f"run {overlay_command('recover', env)}" + (f" (or {also})" if also else ""),
     )
 
 
 def recovery_blocked(env: Path, reinstall: str, paths: Sequence[str]) -> RecoveryNeeded:
     return RecoveryNeeded(
         "cannot finish the interrupted transaction: files changed meanwhile: " + ", ".join(paths),
-        hint=f"reinstall sglang ({reinstall}), then run {_overlay('recover', env)} again",
+        hint=f"reinstall sglang ({reinstall}), then run {overlay_command('recover', env)} again",
     )
 
 
@@ -501,17 +599,25 @@ def backup_unreadable(path: Path, reinstall: str) -> RecoveryNeeded:
     return RecoveryNeeded(f"backup `{path}` is missing or corrupted", hint=f"reinstall sglang: {reinstall}")
 
 
-def state_unreadable(path: Path, why: str) -> RecoveryNeeded:
+def undo_failed(env: Path, why: str) -> RecoveryNeeded:
     return RecoveryNeeded(
+        f"the transaction could not be finished or undone: {why}",
+        hint=f"free space on (or repair) the file system, then run {overlay_command('recover', env)}",
+    )
+
+
+def state_unreadable(path: Path, why: str, env: Path) -> StateUnreadable:
+    return StateUnreadable(
         f"cannot read `{path}`: {why}",
-        hint=f"repair `{path}` (JSON that ddtree-overlay wrote), or move it aside after reinstalling sglang",
+        hint=f"run {overlay_command('recover', env)}: it sets the file aside and rebuilds the state from the env's files",
     )
 
 
 def state_version_unknown(path: Path, key: str, found: object, known: int) -> RecoveryNeeded:
     return RecoveryNeeded(
         f"`{path}` has {key} {found!r}; this ddtree-overlay understands {known}",
-        hint="use the ddtree-overlay release that wrote it, or upgrade this one",
+        hint="use the ddtree-overlay release that wrote it, or move it aside and let this one rebuild the "
+        f"state from the env's files: {command('mv', path, f'{path}.aside')}",
     )
 
 
@@ -519,12 +625,12 @@ def state_version_unknown(path: Path, key: str, found: object, known: int) -> Re
 
 
 def nothing_applied(env: Path) -> VerifyFailed:
-    return VerifyFailed(f"no overlay is applied in `{env}`", hint=f"run {_overlay('apply', env)}")
+    return VerifyFailed(f"no overlay is applied in `{env}`", hint=f"run {overlay_command('apply', env)}")
 
 
 def overlay_not_intact(env: Path, state: str) -> VerifyFailed:
     return VerifyFailed(
-        f"the overlay in `{env}` is {state}, not applied", hint=f"{_overlay('status', env)} lists each file"
+        f"the overlay in `{env}` is {state}, not applied", hint=f"{overlay_command('status', env)} lists each file"
     )
 
 
@@ -560,3 +666,11 @@ def run_file_other_models(path: Path, recorded: str, given: Path, why: str) -> R
         f"`{path}` was made with `{recorded}`, which `{given}` is not: {why}",
         hint="pass --target/--draft with the models the run was made with",
     )
+
+# Interrupted, Terminated
+
+
+def interrupted(signal_name: str, env: Path, outcome: str) -> Interrupted | Terminated:
+    """A SIGINT or SIGTERM the transaction finished or undid its step for; ``outcome`` says which."""
+    kind = Terminated if signal_name == "SIGTERM" else Interrupted
+    return kind(f"{signal_name} received; {outcome}", hint=f"{overlay_command('status', env)} shows the env's state")

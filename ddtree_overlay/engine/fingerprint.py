@@ -8,10 +8,9 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from ddtree_overlay.engine import errors
-from ddtree_overlay.engine.datadir import bundled_manifests
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import OverlayError
-from ddtree_overlay.engine.patchset import PatchSet, load_patch_set
+from ddtree_overlay.engine.patchset import PatchSet, bundled_patch_sets, load_patch_set
 from ddtree_overlay.engine.releases import version_key, why_unsupported
 from ddtree_overlay.engine.site import require_sglang
 
@@ -19,7 +18,7 @@ from ddtree_overlay.engine.site import require_sglang
 def select_patch_set(env: EnvInfo, manifest: Path | None) -> PatchSet:
     """The one patch set whose distribution and version range fit the installed sglang."""
     sglang = require_sglang(env)
-    candidates = [load_patch_set(path) for path in ((manifest,) if manifest else bundled_manifests())]
+    candidates = [load_patch_set(manifest)] if manifest else list(bundled_patch_sets())
     version = _public_version(sglang.version)
     fitting = [
         ps
@@ -38,6 +37,15 @@ def select_patch_set(env: EnvInfo, manifest: Path | None) -> PatchSet:
             ordered[-1].release if ordered else None,
         )
     return fitting[0]
+
+
+def installed_patch_set(env: EnvInfo) -> PatchSet | None:
+    """The bundled patch set for the installed release, if there is one: what a lost ledger or
+    a lost backup is rebuilt from."""
+    try:
+        return select_patch_set(env, None)
+    except OverlayError:
+        return None
 
 
 def describe_patch_set_match(env: EnvInfo, manifest: Path | None) -> dict[str, Any]:

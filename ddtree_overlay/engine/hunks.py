@@ -41,6 +41,21 @@ class Hunk:
     source_length: int
     lines: tuple[tuple[LineKind, bytes], ...]
     patch_line: int
+    target_start: int
+    target_length: int
+
+    def reversed(self) -> Hunk:
+        """The hunk that turns this one's result back into its source (`patch -R`)."""
+        swap: dict[LineKind, LineKind] = {" ": " ", "-": "+", "+": "-"}
+        return Hunk(
+            number=self.number,
+            source_start=self.target_start,
+            source_length=self.target_length,
+            lines=tuple((swap[kind], text) for kind, text in self.lines),
+            patch_line=self.patch_line,
+            target_start=self.source_start,
+            target_length=self.source_length,
+        )
 
     @property
     def source(self) -> tuple[bytes, ...]:
@@ -124,6 +139,11 @@ def parse_patch(data: bytes) -> tuple[FileDiff, ...]:
     return tuple(_file_diff(patched_file) for patched_file in patch_set)
 
 
+def revert_hunks(after: bytes, hunks: Sequence[Hunk]) -> bytes | None:
+    """``after`` with `hunks` undone (applied reversed, fuzz 0); None when one does not match."""
+    return apply_hunks(after, [hunk.reversed() for hunk in hunks]).after
+
+
 def apply_hunks(before: bytes, hunks: Sequence[Hunk]) -> PatchOutcome:
     """Apply `hunks` in order to `before`; `after` is None if any hunk failed."""
     state = _ApplyState(split_lines(before))
@@ -191,6 +211,8 @@ def _hunk(number: int, hunk) -> Hunk:  # unidiff.Hunk
         source_length=hunk.source_length,
         lines=tuple(lines),
         patch_line=header_line,
+        target_start=hunk.target_start,
+        target_length=hunk.target_length,
     )
 
 

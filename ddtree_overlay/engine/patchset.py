@@ -10,6 +10,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -17,6 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.compat import tomllib
+from ddtree_overlay.engine.datadir import bundled_manifests
 from ddtree_overlay.engine.hunks import FileDiff, PatchParseError, parse_patch
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -85,6 +87,13 @@ class PatchSet:
         return next(entry for entry in self.files if entry.path == path)
 
 
+@cache
+def bundled_patch_sets() -> tuple[PatchSet, ...]:
+    """Every bundled manifest, loaded once per process: they ship with the tool, and nothing
+    the tool does changes them under it."""
+    return tuple(load_patch_set(path) for path in bundled_manifests())
+
+
 def safe_relative_path(raw: str, *, what: str) -> str:
     """A normalised POSIX path that cannot leave the directory it is relative to."""
     if not raw or raw.startswith(('"', "/")) or "\\" in raw or "\0" in raw:
@@ -138,7 +147,21 @@ def load_patch_set(manifest_path: Path, *, require_file_table: bool = True) -> P
 def _read(path: Path, *, what: str) -> bytes:
     if path.is_symlink() or not path.is_file():
         raise errors.file_unreadable(what, path)
-    return path.read_bytes()
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise errors.file_unreadable(what, path) from error
+
+
+def _read_inside(root: Path, relative: str, *, what: str) -> bytes:
+    """A file of the patch set's data root, reached without a symlink (a linked directory could
+    lead anywhere, whatever the path says)."""
+    current = root
+    for part in PurePosixPath(relative).parts:
+        current = current / part
+        if current.is_symlink():
+            raise errors.unsafe_manifest_path(what, relative, f"`{current}` is a symlink")
+    return _read(current, what=what)
 
 
 def _check_keys(table: Mapping[str, Any], allowed: set[str], *, where: str) -> None:
@@ -189,7 +212,7 @@ def _provenance(table: Mapping[str, Any], where: str) -> Provenance:
 def _patch_entry(entry: Mapping[str, Any], root: Path, where: str) -> PatchEntry:
     _check_keys(entry, _PATCH_KEYS, where=where)
     path = safe_relative_path(_string(entry, "path", where), what="patch")
-    content = _read(root / path, what="patch file")
+    content = _read_inside(root, path, what="patch file")
     try:
         diffs = parse_patch(content)
     except PatchParseError as error:
@@ -231,7 +254,7 @@ def _new_file(entry: Mapping[str, Any], root: Path, where: str) -> NewFile:
     _check_keys(entry, _NEW_FILE_KEYS, where=where)
     source = safe_relative_path(_string(entry, "source", where), what="new_file source")
     target = safe_relative_path(_string(entry, "target", where), what="new_file target")
-    return NewFile(source, target, _read(root / source, what="overlay file"))
+    return NewFile(source, target, _read_inside(root, source, what="overlay file"))
 
 
 def _file_expectation(entry: Mapping[str, Any], where: str) -> FileExpectation:

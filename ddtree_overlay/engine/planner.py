@@ -1,24 +1,33 @@
-"""Plan an apply entirely in memory: read, check pre-images, patch, check post-images."""
+"""Plan an apply entirely in memory: read, check pre-images, patch, check post-images.
+
+The plan brings every file the patch set touches to its post-image from where it is: a
+pre-image is patched; a post-image is kept (its pre-image rebuilt from the patch set, so the
+ledger and backups are whole: a crash plus a lost state dir, a reinstall that left the added
+files); an added file that holds another patch set's version of itself is replaced; files the
+previous overlay added and this patch set does not are removed. Anything else is drift.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ddtree_overlay.engine import errors
-from ddtree_overlay.engine.files import sha256_hex
+from ddtree_overlay.engine.files import mode_of, sha256_hex
 from ddtree_overlay.engine.hunks import HunkOutcome, apply_hunks
+from ddtree_overlay.engine.images import FileState, rebuild_pre_image
 from ddtree_overlay.engine.patchset import PatchSet
 from ddtree_overlay.engine.site import SiteTree
-from ddtree_overlay.engine.transaction import NEW_FILE_MODE
 
 
 @dataclass(frozen=True)
 class PlannedFile:
     path: str
-    before: bytes | None
-    after: bytes
+    kind: str  # "modified", "added", "kept" (holds its post-image), "replaced", "removed"
+    current: bytes | None
+    pre: bytes | None  # the pre-image; None for a file the overlay adds
+    after: bytes | None  # None: removed
     mode: int
     hunks: tuple[HunkOutcome, ...]
 
@@ -44,7 +53,7 @@ def compute_post_images(patch_set: PatchSet, originals: Mapping[str, bytes | Non
     failed: list[str] = []
     current = dict(originals)
     for patch in patch_set.patches:
-        for diff, target in zip(patch.diffs, patch.targets):
+        for diff, target in zip(patch.diffs, patch.targets, strict=True):
             before = current.get(target)
             if before is None:
                 failed.append(target)
@@ -61,9 +70,9 @@ def compute_post_images(patch_set: PatchSet, originals: Mapping[str, bytes | Non
     return PostImages(images, hunks, tuple(dict.fromkeys(failed)))
 
 
-def read_originals(patch_set: PatchSet, tree: SiteTree) -> dict[str, bytes | None]:
+def read_originals(paths: Iterable[str], tree: SiteTree) -> dict[str, bytes | None]:
     originals: dict[str, bytes | None] = {}
-    for path in patch_set.touched_paths():
+    for path in paths:
         real = tree.checked(path)
         if real.exists() and not real.is_file():
             raise errors.not_a_regular_file(real)
@@ -71,35 +80,73 @@ def read_originals(patch_set: PatchSet, tree: SiteTree) -> dict[str, bytes | Non
     return originals
 
 
-def plan_apply(patch_set: PatchSet, tree: SiteTree, *, env: Path) -> ApplyPlan:
-    """``env`` is the env as the user named it, for the hints of the errors."""
-    originals = read_originals(patch_set, tree)
-    result = compute_post_images(patch_set, originals)
-    drifted = [path for path in originals if _pre_image_differs(patch_set, path, originals[path])]
+def plan_apply(
+    patch_set: PatchSet,
+    tree: SiteTree,
+    *,
+    env: Path,
+    is_foreign: Callable[[str, str | None], bool] = lambda path, sha256: False,
+    leftovers: Iterable[FileState] = (),
+) -> ApplyPlan:
+    """``env`` is the env as the user named it, for the hints of the errors; ``is_foreign(path,
+    sha256)`` says whether an added file holds another patch set's version of itself (replaced);
+    ``leftovers`` are the added files of a previous overlay that this patch set does not add
+    (removed)."""
+    currents = read_originals(patch_set.touched_paths(), tree)
+    pre_images: dict[str, bytes | None] = {}
+    kinds: dict[str, str] = {}
+    for path, current in currents.items():
+        kind, pre = _starting_point(patch_set, path, current, is_foreign)
+        if kind != "drifted":
+            pre_images[path], kinds[path] = pre, kind
+    drifted = [path for path in currents if path not in kinds]
     if drifted:
+        on_current = compute_post_images(patch_set, currents)
         raise errors.pre_images_differ(
             env,
             patch_set.id,
-            [_drift_report(patch_set, path, originals[path], result) for path in drifted],
+            [_drift_report(patch_set, path, currents[path], on_current) for path in drifted],
             drifted,
         )
+    result = compute_post_images(patch_set, pre_images)
     _check_against_manifest(patch_set, result)
-    files = tuple(
+    files = [
         PlannedFile(
             path=path,
-            before=originals[path],
+            kind=kinds[path],
+            current=currents[path],
+            pre=pre_images[path],
             after=result.images[path],
-            mode=_mode_of(tree.path(path)),
+            mode=mode_of(tree.path(path)),
             hunks=result.hunks.get(path, ()),
         )
         for path in patch_set.touched_paths()
-    )
-    return ApplyPlan(patch_set, files, _missing_dirs(patch_set, tree))
+    ]
+    removed = read_originals((file.path for file in leftovers), tree)
+    files += [
+        PlannedFile(path, "removed", current, None, None, mode_of(tree.path(path)), ())
+        for path, current in removed.items()
+        if current is not None
+    ]
+    return ApplyPlan(patch_set, tuple(files), _missing_dirs(patch_set, tree))
 
 
-def _pre_image_differs(patch_set: PatchSet, path: str, current: bytes | None) -> bool:
-    expected = patch_set.expectation(path).pre_sha256
-    return (None if current is None else sha256_hex(current)) != expected
+def _starting_point(
+    patch_set: PatchSet, path: str, current: bytes | None, is_foreign: Callable[[str, str | None], bool]
+) -> tuple[str, bytes | None]:
+    """(kind, pre-image) for a file holding ``current``; kind "drifted" when it cannot start."""
+    expected = patch_set.expectation(path)
+    digest = None if current is None else sha256_hex(current)
+    added = expected.pre_sha256 is None
+    if digest == expected.pre_sha256:
+        return ("added" if added else "modified"), current
+    if digest == expected.post_sha256:
+        assert current is not None
+        pre = None if added else rebuild_pre_image(patch_set, path, current)
+        return ("kept", pre) if added or pre is not None else ("drifted", None)
+    if added and is_foreign(path, digest):
+        return "replaced", None
+    return "drifted", None
 
 
 def _drift_report(patch_set: PatchSet, path: str, current: bytes | None, result: PostImages) -> str:
@@ -120,10 +167,6 @@ def _check_against_manifest(patch_set: PatchSet, result: PostImages) -> None:
     ]
     if problems:
         raise errors.manifest_disagrees(patch_set.id, patch_set.manifest_path, patch_set.release, problems)
-
-
-def _mode_of(path: Path) -> int:
-    return path.stat().st_mode & 0o7777 if path.exists() else NEW_FILE_MODE
 
 
 def _missing_dirs(patch_set: PatchSet, tree: SiteTree) -> tuple[str, ...]:

@@ -1,22 +1,29 @@
-"""The site-packages tree the overlay writes into, and how its files compare with the ledger.
+"""The site-packages tree the overlay writes into, and the env's overlay state.
 
 Every verb opens an env the same way, `open_overlay`: the sglang install (`require_sglang`, or
-`require_patchable` before a write), its `SiteTree`, and its overlay state directory (ledger,
-journal, backups, lock), as one `EnvOverlay` that also knows the env's own paths for the hints
-its errors give.
+`require_patchable` before a write), its `SiteTree`, its installed RECORD and its overlay state
+directory (ledger, journal, backups), as one `EnvOverlay` that also knows the env's own paths for
+the hints its errors give. `EnvOverlay.applied_overlay` says what is applied: from the ledger, or,
+when there is none (or it does not parse), rebuilt from the patch set and the env's files.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 
-from ddtree_overlay.engine import errors, ledger
+from ddtree_overlay.engine import errors, interrupts, ledger, settings
 from ddtree_overlay.engine.datadir import bundled_releases
+from ddtree_overlay.engine.envlock import env_lock
 from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
-from ddtree_overlay.engine.files import sha256_of
+from ddtree_overlay.engine.images import AppliedOverlay, file_states, ledger_of
 from ddtree_overlay.engine.ledger import EnvState, Ledger
+from ddtree_overlay.engine.patchset import PatchSet
+from ddtree_overlay.engine.record import record_hashes, release_change
 
 
 @dataclass(frozen=True)
@@ -70,36 +77,6 @@ def site_tree(sglang: SglangInstall) -> SiteTree:
 
 
 @dataclass(frozen=True)
-class FileState:
-    path: str
-    state: str  # "applied" | "pristine" | "edited"
-    sha256: str | None
-
-
-def file_states(applied: Ledger, tree: SiteTree) -> tuple[FileState, ...]:
-    states = []
-    for entry in applied.files:
-        current = sha256_of(tree.path(entry.path))
-        if current == entry.post_sha256:
-            state = "applied"
-        elif current == entry.pre_sha256:
-            state = "pristine"
-        else:
-            state = "edited"
-        states.append(FileState(entry.path, state, current))
-    return tuple(states)
-
-
-def overall_state(states: tuple[FileState, ...]) -> str:
-    kinds = {state.state for state in states}
-    if kinds == {"applied"}:
-        return "applied"
-    if "edited" in kinds:
-        return "drifted"
-    return "partial"
-
-
-@dataclass(frozen=True)
 class EnvOverlay:
     """One env opened for a verb: its sglang, the site tree, and the overlay state directory."""
 
@@ -108,6 +85,11 @@ class EnvOverlay:
     tree: SiteTree
     state: EnvState
 
+    @cached_property
+    def record(self) -> Mapping[str, str]:
+        """The installed RECORD's sha256 per path (`record.record_hashes`)."""
+        return record_hashes(self.sglang)
+
     def reinstall_command(self) -> str:
         """The command that puts this env's sglang back to its released files."""
         return errors.command(
@@ -115,13 +97,34 @@ class EnvOverlay:
             f"sglang=={self.sglang.version}",
         )
 
-    def locked(self, command: str) -> AbstractContextManager[None]:
-        """One writer per env (`ledger.locked`)."""
-        return ledger.locked(self.state, command)
+    @contextmanager
+    def locked(self, command: str) -> Iterator[None]:
+        """One writer per env (`envlock`); SIGINT and SIGTERM end it at a step boundary."""
+        settings.fault_spec()  # a malformed value stops the run here, before anything is written
+        self._prepare_state()
+        with env_lock(self.tree.root, self.state.root, command), interrupts.deferred() as deferral:
+            self.state.remove_stray_temp_files()
+            try:
+                yield
+            except interrupts.Signalled as signalled:
+                outcome = f"`{command}` stopped and undid what it had written"
+                raise errors.interrupted(signalled.name, self.env.requested, outcome) from None
+            if deferral.received:
+                name = interrupts.Signalled(deferral.received[0]).name
+                raise errors.interrupted(name, self.env.requested, f"`{command}` had already finished")
+
+    def _prepare_state(self) -> None:
+        root = self.state.root
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise errors.state_dir_unusable(root, error.strerror or str(error)) from error
+        if os.statvfs(root).f_flag & os.ST_RDONLY or not os.access(root, os.W_OK):
+            raise errors.state_dir_unusable(root, "read-only")
 
     def pending(self) -> bool:
-        """Is an interrupted transaction's journal waiting for `recover`?"""
-        return ledger.read_journal(self.state) is not None
+        """Is an interrupted transaction's journal (readable or not) waiting for `recover`?"""
+        return self.state.journal_path.exists()
 
     def refuse_pending(self, *, also: str | None = None) -> None:
         """For the verbs that do not recover by themselves: stop at a pending journal."""
@@ -129,17 +132,51 @@ class EnvOverlay:
             raise errors.transaction_pending(self.env.requested, also=also)
 
     def applied(self) -> Ledger | None:
-        return ledger.read_ledger(self.state)
+        """The ledger; one that does not parse is an error that names the way out."""
+        try:
+            return ledger.read_ledger(self.state)
+        except ledger.Unreadable as error:
+            raise errors.state_unreadable(error.path, error.why, self.env.requested) from error
 
-    def file_states(self, applied: Ledger) -> tuple[FileState, ...]:
-        return file_states(applied, self.tree)
+    def applied_overlay(self, patch_set: PatchSet | None) -> tuple[AppliedOverlay | None, tuple[str, ...]]:
+        """What is applied, and notes on where that came from. Without a readable ledger it is
+        rebuilt from ``patch_set`` (the installed release's) and the files. None: nothing of
+        the overlay is in the env."""
+        notes: list[str] = []
+        try:
+            found = ledger.read_ledger(self.state)
+        except ledger.Unreadable as error:
+            found = None
+            notes.append(f"the ledger `{error.path}` is unreadable ({error.why}); `recover` sets it aside")
+        if found is not None:
+            pre_images = {entry.path: entry.pre_sha256 for entry in found.files if entry.pre_sha256}
+            change = release_change(found.version, found.record_sha256, pre_images, self.sglang, self.record)
+            files = file_states(found.files, self.tree.root, self.record)
+            return AppliedOverlay(found, False, files, change), tuple(notes)
+        if patch_set is None:
+            return None, tuple(notes)
+        rebuilt = self.rebuilt_overlay(patch_set)
+        if not any(file.state in ("applied", "other-release") for file in rebuilt.files):
+            return None, tuple(notes)
+        notes.append(f"no ledger in `{self.state.root}`: the overlay's state was read from the env's files")
+        return rebuilt, tuple(notes)
 
-    def applied_state(self) -> tuple[Ledger | None, str]:
-        """The ledger and `overall_state` of its files; (None, "pristine") when none is applied."""
-        applied = self.applied()
-        if applied is None:
-            return None, "pristine"
-        return applied, overall_state(self.file_states(applied))
+    def rebuilt_overlay(self, patch_set: PatchSet) -> AppliedOverlay:
+        """``patch_set`` as if applied to this install, and the image each of its files holds."""
+        rebuilt = ledger_of(
+            patch_set, version=self.sglang.version, record_sha256=self.sglang.record.sha256,
+            site_root=self.tree.root, record=self.record,
+        )
+        return AppliedOverlay(rebuilt, True, file_states(rebuilt.files, self.tree.root, self.record), None)
+
+    def set_aside_unreadable_ledger(self) -> tuple[str, ...]:
+        """A ledger that does not parse is renamed out of the way (kept for a post-mortem)."""
+        try:
+            ledger.read_ledger(self.state)
+        except ledger.Unreadable as error:
+            aside = ledger.set_aside(error.path)
+            return (f"set the unreadable ledger aside as `{aside}` ({error.why})",)
+        return ()
 
     def read_blob(self, digest: str) -> bytes:
         return ledger.read_blob(self.state, digest, reinstall=self.reinstall_command())

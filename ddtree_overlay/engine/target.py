@@ -34,6 +34,7 @@ class TargetRun:
     problem: str | None  # why there is no result (None when there is one)
     stdout: str = ""
     stderr: str = ""
+    malformed: bool = False  # it printed a result line that is not JSON
 
     def tail(self, lines: int = 6) -> list[str]:
         """The last non-empty lines of stderr (stdout when stderr is empty)."""
@@ -61,7 +62,10 @@ def run_script(
         return TargetRun(None, f"cannot run: {error.strerror}")
     except subprocess.TimeoutExpired:
         return TargetRun(None, f"did not answer within {timeout:g} s")
-    found, result = read_result(done.stdout)
+    try:
+        found, result = read_result(done.stdout)
+    except ValueError as error:
+        return TargetRun(None, f"its result line is not JSON: {error}", done.stdout, done.stderr, malformed=True)
     if found:  # the script finished its work; how the interpreter then exits does not matter
         return TargetRun(result, None, done.stdout, done.stderr)
     last = TargetRun(None, None, done.stdout, done.stderr).tail(1)[0]

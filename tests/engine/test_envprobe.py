@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from overlay_helpers import site_packages
+from overlay_helpers import run_cli, site_packages
 
 from ddtree_overlay.engine.elfdeps import needed_libraries
 from ddtree_overlay.engine.envprobe import probe_env
-from ddtree_overlay.engine.errors import EnvNotFound
+from ddtree_overlay.engine.errors import EnvNotFound, ExitCode
 
 
 def test_probe_reads_version_location_kind_and_record(sglang_env: Path) -> None:
@@ -45,3 +45,50 @@ def test_elf_needed_entries_match_readelf() -> None:
 
     assert "libc.so.6" in needed_libraries(Path(_ssl.__file__))
     assert needed_libraries(Path(__file__)) == ()
+
+
+def _fake_interpreter(root: Path, prints: str, exit_code: int = 0) -> Path:
+    """An "env" whose python answers the probe with ``prints``, whatever it is asked."""
+    python = root / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\ncat <<'ANSWER'\n{prints}\nANSWER\nexit {exit_code}\n")
+    python.chmod(0o755)
+    return root
+
+
+_GOOD_PYTHON = {"version": "3.11.7", "prefix": "/srv/venv", "is_venv": True, "externally_managed": False}
+NONSENSE = {
+    "not-json": "@@DDTREE-OVERLAY-RESULT@@ {python: 3.11",
+    "a-list": "@@DDTREE-OVERLAY-RESULT@@ [1, 2, 3]",
+    "python-a-number": '@@DDTREE-OVERLAY-RESULT@@ {"python": 3}',
+    "no-sglang-key": "@@DDTREE-OVERLAY-RESULT@@ " + json.dumps({"python": _GOOD_PYTHON}),
+    "version-a-number": "@@DDTREE-OVERLAY-RESULT@@ " + json.dumps(
+        {"python": _GOOD_PYTHON, "torch": None, "sgl_kernel": None,
+         "sglang": {"version": 14, "installed_copies": 1, "site_packages": "/srv", "dist_info": "/srv/x",
+                    "origin": None, "location": None, "direct_url": None, "editable_pth": [],
+                    "record": {"present": False}}}
+    ),
+    "relative-site-packages": "@@DDTREE-OVERLAY-RESULT@@ " + json.dumps(
+        {"python": _GOOD_PYTHON, "torch": None, "sgl_kernel": None,
+         "sglang": {"version": "0.5.14", "installed_copies": 1, "site_packages": "../../etc", "dist_info": "/srv/x",
+                    "origin": None, "location": None, "direct_url": "file:///x", "editable_pth": [],
+                    "record": {"present": False}}}
+    ),
+}
+
+
+@pytest.mark.parametrize("answer", list(NONSENSE))
+def test_a_nonsense_answer_to_the_probe_is_one_error_and_exit_7(tmp_path: Path, state_dir: Path, answer: str) -> None:
+    env = _fake_interpreter(tmp_path / "env", NONSENSE[answer])
+    for verb in ("status", "apply", "rollback"):
+        done = run_cli(verb, "--env", str(env))
+        assert done.returncode == ExitCode.BAD_PATCH_SET, (verb, done.stderr)
+        assert done.stderr.startswith("error: ") and "answered the env probe" in done.stderr.splitlines()[0]
+        assert "Traceback" not in done.stderr
+    assert not state_dir.exists()
+
+
+def test_an_interpreter_that_fails_is_not_an_env(tmp_path: Path, state_dir: Path) -> None:
+    env = _fake_interpreter(tmp_path / "env", "Segmentation fault", exit_code=139)
+    done = run_cli("apply", "--env", str(env))
+    assert done.returncode == ExitCode.ENV_NOT_FOUND and "failed to describe itself" in done.stderr

@@ -45,6 +45,12 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "sglang_shadowed": lambda: errors.sglang_shadowed(ENV, "/home/me/sglang/__init__.py", ENV / "lib/site-packages"),
     "externally_managed": lambda: errors.externally_managed(Path("/usr")),
     "not_writable": lambda: errors.not_writable(ENV / "lib/python3.11/site-packages/sglang"),
+    "state_dir_unusable": lambda: errors.state_dir_unusable(Path("/root/.local/state/ddtree-overlay/envs/ab"), "read-only"),
+    "no_space": lambda: errors.no_space(ENV / "lib/python3.11/site-packages", 3 * 2**20, 2**19),
+    "write_failed": lambda: errors.write_failed(
+        ENV / "lib/python3.11/site-packages/sglang/srt/server_args.py", "No space left on device",
+        "the apply was undone, the env is as it was before",
+    ),
     "manifest_invalid": lambda: errors.manifest_invalid(MANIFEST, "no [patchset] table"),
     "patch_set_invalid": lambda: errors.patch_set_invalid(f"`{MANIFEST}` [[patch]] #2", "unknown keys fuzz"),
     "file_unreadable": lambda: errors.file_unreadable("overlay file", Path("/opt/ddtree-overlay/overlay/x.py")),
@@ -54,6 +60,10 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
         "sglang-0.5.14-ddtree", MANIFEST, "0.5.14", ["x.py: hunks do not apply to the recorded pre-image"]
     ),
     "several_patch_sets": lambda: errors.several_patch_sets("0.5.14", ["a", "b"]),
+    "bad_setting": lambda: errors.bad_setting("DDTREE_OVERLAY_LOCK_TIMEOUT", "ten", "a number of seconds, 0 or more"),
+    "probe_answer_malformed": lambda: errors.probe_answer_malformed(
+        PYTHON, Path("/opt/ddtree_overlay/in_target/env_probe.py"), "`sglang` is str, expected an object"
+    ),
     "unsafe_manifest_path": lambda: errors.unsafe_manifest_path("patch", "../x.patch", "paths may not contain `..`"),
     "outside_distribution": lambda: errors.outside_distribution("torch/x.py", ["sglang"]),
     "not_a_regular_file": lambda: errors.not_a_regular_file(ENV / "lib/sglang/x.py"),
@@ -62,9 +72,12 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     ),
     "changed_while_planning": lambda: errors.changed_while_planning(ENV / "lib/sglang/x.py", "aa", None),
     "env_not_pristine": lambda: errors.env_not_pristine(ENV, PYTHON, "0.5.14", ["modified: sglang/x.py"]),
+    "files_match_neither": lambda: errors.files_match_neither(
+        ENV, "sglang-0.5.14-ddtree", ["sglang/x.py: found cc"], ["sglang/x.py"], REINSTALL
+    ),
     "hunks_do_not_apply": lambda: errors.hunks_do_not_apply("sglang-0.5.14-ddtree", "0.5.14", ["x.py:", "  hunk 1"]),
     "symlinked_target": lambda: errors.symlinked_target("sglang/x.py", ENV / "lib/sglang"),
-    "changed_since_apply": lambda: errors.changed_since_apply(ENV, ["sglang/x.py: edited"], reinstalled=True),
+    "changed_since_apply": lambda: errors.changed_since_apply(ENV, ["sglang/x.py: edited"]),
     "edited_since_apply": lambda: errors.edited_since_apply(ENV, 1, ["sglang/x.py was edited after apply:"]),
     "patch_set_changed": lambda: errors.patch_set_changed(ENV, "sglang-0.5.14-ddtree", "aa", "bb"),
     "post_images_wrong": lambda: errors.post_images_wrong(["sglang/x.py"]),
@@ -73,7 +86,8 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "transaction_pending_also": lambda: errors.transaction_pending(ENV, also="`apply` without --check"),
     "recovery_blocked": lambda: errors.recovery_blocked(ENV, REINSTALL, ["sglang/x.py"]),
     "backup_unreadable": lambda: errors.backup_unreadable(Path("/state/blobs/aa"), REINSTALL),
-    "state_unreadable": lambda: errors.state_unreadable(Path("/state/ledger.json"), "Expecting value: line 1"),
+    "undo_failed": lambda: errors.undo_failed(ENV, "`/srv/x.py`: Input/output error"),
+    "state_unreadable": lambda: errors.state_unreadable(Path("/state/ledger.json"), "Expecting value: line 1", ENV),
     "state_version_unknown": lambda: errors.state_version_unknown(Path("/state/ledger.json"), "ledger_version", 2, 1),
     "nothing_applied": lambda: errors.nothing_applied(ENV),
     "overlay_not_intact": lambda: errors.overlay_not_intact(ENV, "drifted"),
@@ -84,6 +98,8 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "run_file_other_models": lambda: errors.run_file_other_models(
         Path("/runs/gsm8k.pt"), "Qwen/Qwen3-8B", Path("/models/Qwen3-4B"), "its name is `Qwen3-4B`"
     ),
+    "interrupted": lambda: errors.interrupted("SIGINT", ENV, "`apply` stopped and undid what it had written"),
+    "interrupted_also": lambda: errors.interrupted("SIGTERM", ENV, "`rollback` had already finished"),
 }
 
 

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ddtree_overlay.engine.hunks import PatchParseError, apply_hunks, parse_patch, split_lines
+from ddtree_overlay.engine.hunks import (
+    PatchParseError,
+    apply_hunks,
+    parse_patch,
+    revert_hunks,
+    split_lines,
+)
 
 GNU_PATCH = shutil.which("patch")
 GNU_DIFF = shutil.which("diff")
@@ -47,7 +53,7 @@ def gnu_patch(tmp: Path, target: bytes, patch: bytes) -> bytes | None:
 def text_files(draw, min_lines=0):
     words = draw(st.lists(st.sampled_from(WORDS), min_size=min_lines, max_size=24))
     endings = draw(st.lists(st.sampled_from([b"\n", b"\r\n"]), min_size=len(words), max_size=len(words)))
-    lines = [w + e for w, e in zip(words, endings)]
+    lines = [w + e for w, e in zip(words, endings, strict=True)]
     if lines and draw(st.booleans()):
         lines[-1] = lines[-1].rstrip(b"\r\n") or b"z"
     return lines
@@ -108,6 +114,26 @@ def test_applier_agrees_with_gnu_patch_at_fuzz_zero(tmp_path: Path, data) -> Non
     elif theirs is not None:
         # The one allowed disagreement: GNU patch picks the nearest of several matches.
         assert any(h.status == "ambiguous" for h in ours.hunks), (ours, theirs)
+
+
+@needs_gnu
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_reverted_hunks_give_back_the_source_as_gnu_patch_r_does(tmp_path: Path, data) -> None:
+    before = b"".join(data.draw(text_files()))
+    after = b"".join(data.draw(edits(data.draw(text_files()))))
+    patch = unified_diff(tmp_path, before, after)
+    if not patch:
+        return
+    ours = revert_hunks(after, parse_patch(patch)[0].hunks)
+    assert ours == before
+    (tmp_path / "p.diff").write_bytes(patch)
+    (tmp_path / "target").write_bytes(after)
+    done = subprocess.run(
+        [GNU_PATCH, "-R", "-F0", "-s", "--no-backup-if-mismatch", "-i", "p.diff", "target"],
+        cwd=tmp_path, capture_output=True, check=False, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0 and (tmp_path / "target").read_bytes() == ours
 
 
 def test_round_trips_crlf_missing_newline_and_non_utf8_bytes(tmp_path: Path) -> None:
