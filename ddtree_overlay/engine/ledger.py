@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import platformdirs
-from filelock import FileLock, Timeout
 
 from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.files import (
@@ -100,6 +99,8 @@ def env_state(site_packages: Path) -> EnvState:
 @contextmanager
 def locked(state: EnvState, command: str) -> Iterator[None]:
     """One writer per env. A second run waits a little, then names the holder."""
+    from filelock import FileLock, Timeout  # here: importing filelock costs the read-only verbs ~0.1 s
+
     state.root.mkdir(parents=True, exist_ok=True)
     timeout = float(os.environ.get(LOCK_TIMEOUT_ENV, "10"))
     lock = FileLock(state.root / "lock", timeout=timeout)
