@@ -52,7 +52,7 @@ def _already_applied(
             reinstalled=applied.record_sha256 != overlay.sglang.record.sha256,
         )
     data = {"patch_set": patch_set.id, "already_applied": True, "files": [s.path for s in states]}
-    return Result(("apply",), "noop", data, messages=(*notes, f"{patch_set.id} is already applied"))
+    return Result(("apply",), "noop", data, messages=notes)
 
 
 def _transition(plan: ApplyPlan, overlay: EnvOverlay) -> Transition:

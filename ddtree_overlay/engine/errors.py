@@ -33,6 +33,7 @@ class ExitCode(IntEnum):
     LOCKED = 9
     RECOVERY_NEEDED = 10
     VERIFY_FAILED = 11
+    SGLANG_DEPENDENCIES_MISSING = 12
 
 
 EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
@@ -48,6 +49,7 @@ EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
     ExitCode.LOCKED: "another ddtree-overlay run holds this env's lock",
     ExitCode.RECOVERY_NEEDED: "an interrupted transaction or unreadable state needs `recover`",
     ExitCode.VERIFY_FAILED: "verification of the applied overlay failed",
+    ExitCode.SGLANG_DEPENDENCIES_MISSING: "sglang's own dependencies are missing in the env (not the overlay)",
 }
 
 
@@ -160,6 +162,11 @@ class RecoveryNeeded(OverlayError):
 class VerifyFailed(OverlayError):
     exit_code = ExitCode.VERIFY_FAILED
     code = "verify_failed"
+
+
+class SglangDependenciesMissing(OverlayError):
+    exit_code = ExitCode.SGLANG_DEPENDENCIES_MISSING
+    code = "sglang_dependencies_missing"
 
 
 # --- builders -------------------------------------------------------------------------------
@@ -525,6 +532,30 @@ def target_script_failed(python: Path, what: str, tail: str) -> VerifyFailed:
     return VerifyFailed(
         f"the {what} could not run in `{python}`: {tail}",
         hint=f"run {command(python, '-c', 'import sglang')} to see the full error",
+    )
+
+
+def sglang_dependencies_missing(
+    env: Path,
+    python: Path,
+    version: str,
+    missing: Mapping[str, Sequence[str]],
+    other_failures: Sequence[str],
+    data: Mapping[str, Any],
+) -> SglangDependenciesMissing:
+    """``missing``: each absent module (not sglang's) and the patched modules that needed it."""
+    blocked = {module for modules in missing.values() for module in modules}
+    names = ", ".join(f"`{name}`" for name in sorted(missing))
+    return SglangDependenciesMissing(
+        f"sglang {version}'s own dependencies are missing in `{env}`: {names}; {len(blocked)} patched "
+        "module(s) cannot be imported without them, so the overlay could not be checked",
+        details=(
+            *(f"`{name}`, needed by {len(modules)} module(s), e.g. `{modules[0]}`" for name, modules in sorted(missing.items())),
+            *(f"also failing: {failure}" for failure in other_failures),
+        ),
+        hint=f"install sglang with its dependencies, {command(python, '-m', 'pip', 'install', f'sglang=={version}')} "
+        f"(it keeps the applied files), then {_overlay('verify', env)} again",
+        data=data,
     )
 
 
