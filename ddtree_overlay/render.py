@@ -241,15 +241,16 @@ def _verify_view(data: Mapping[str, Any]) -> None:
 
 @contextmanager
 def arm_progress(arms: int, *, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], None]]:
-    """A line per GPU decode arm on stderr, under a live display on a terminal."""
+    """A line per GPU decode arm on stderr, and the engine starting now."""
     with progress(enabled=enabled) as shown:
         shown.begin(arms)
-        shown.step("starting sglang engines (the first one compiles kernels)")
 
-        def on_arm(arm: Mapping[str, Any]) -> None:
-            outcome = "ok" if arm.get("ok") else f"failed: {arm.get('error')}"
-            shown.done(f"  {arm['arm']}: {outcome}")
-            shown.step(f"{arm['arm']} done; next engine starting")
+        def on_arm(event: Mapping[str, Any]) -> None:
+            if event.get("event") == "start":
+                shown.step(f"starting the {event['arm']} engine (the first one compiles kernels)")
+                return
+            outcome = "ok" if event.get("ok") else f"failed: {event.get('error')}"
+            shown.done(f"  {event['arm']}: {outcome}")
 
         yield on_arm
 

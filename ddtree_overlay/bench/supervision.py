@@ -170,7 +170,7 @@ def _run_runner(
         try:
             assert runner.stdout is not None
             for tag, payload in runner_events(runner.stdout):
-                if tag in ("CELL", "ENGINE"):
+                if tag in ("START", "CELL", "ENGINE"):
                     event = dict(payload, event=tag.lower())
                     on_event(event)
                     if tag == "ENGINE":
