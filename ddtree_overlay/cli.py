@@ -50,7 +50,7 @@ ReferenceDirOption = Annotated[
         "--reference-dir",
         exists=True,
         file_okay=False,
-        help="offline reference results made beforehand (scripts/bench_references.sh: dflash.json, "
+        help="offline reference results made beforehand (`python -m ddtree_overlay.reference.batch DIR`: dflash.json, "
         "ddtree-b<B>.json for the same prompts): bench compares acceptance with them instead of running "
         "the reference beside the sweep; verify --preset checks acceptance against them",
     ),

@@ -256,7 +256,7 @@ def start_references(
 
 
 def load_references(plan: SweepPlan, directory: Path) -> dict[str, dict[str, Any]]:
-    """Reference results made before the sweep (scripts/bench_references.sh): ``<key>.json``
+    """Reference results made before the sweep (`python -m ddtree_overlay.reference.batch`): ``<key>.json``
     per algorithm/budget, each checked against the sweep's prompts, length and temperature."""
     n_prompts = max(c.prompts for c in plan.cells)
     prompt_lens = [len(p) for p in plan.setting.prompts[:n_prompts]]
