@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from overlay_helpers import SGLANG_VERSION
 
 WHEEL_CACHE = Path.home() / ".cache" / "ddtree-overlay" / "test-wheels"
@@ -31,10 +32,12 @@ def _cached_wheel() -> Path | None:
 
 @pytest.fixture(scope="session")
 def sglang_wheel() -> Path:
-    """The sglang wheel matching this interpreter, downloaded from PyPI once."""
-    if _cached_wheel() is None:
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        _pip("download", "--no-deps", "-d", str(WHEEL_CACHE), f"sglang=={SGLANG_VERSION}")
+    """The sglang wheel matching this interpreter, downloaded from PyPI once (by one of the
+    `pytest -n` workers while the others wait)."""
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(WHEEL_CACHE / ".download.lock"):
+        if _cached_wheel() is None:
+            _pip("download", "--no-deps", "-d", str(WHEEL_CACHE), f"sglang=={SGLANG_VERSION}")
     wheel = _cached_wheel()
     assert wheel is not None, f"pip download left no sglang {SGLANG_VERSION} wheel in {WHEEL_CACHE}"
     return wheel
