@@ -14,8 +14,8 @@ from typing import IO, TYPE_CHECKING, Any
 from rich.console import Console
 from rich.text import Text
 
-from ddtree_overlay.engine.result import Result
 from ddtree_overlay.engine.progress import QUIET, Progress
+from ddtree_overlay.engine.result import Result
 
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
@@ -185,7 +185,7 @@ def _stat_lines(files: list[Mapping[str, Any]]) -> list[str]:
     removed_width = max(map(len, removed), default=0)
     return [
         f" {f['path']:<{path_width}} | {plus:>{added_width}} {minus:>{removed_width}}  {f['kind']}"
-        for f, plus, minus in zip(files, added, removed)
+        for f, plus, minus in zip(files, added, removed, strict=True)
     ]
 
 
@@ -388,7 +388,13 @@ def progress(*, enabled: bool) -> Iterator[Progress]:
     if not stderr.is_terminal:
         yield _Lines()
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
     from rich.progress import Progress as RichProgress
 
     columns = (

@@ -14,8 +14,8 @@ from ddtree_overlay.commands.rollback import rollback
 from ddtree_overlay.commands.status import status
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.ledger import state_home
-from ddtree_overlay.engine.result import Result
 from ddtree_overlay.engine.progress import QUIET, Progress
+from ddtree_overlay.engine.result import Result
 from ddtree_overlay.engine.venvs import make_venv, pip
 
 DEMO_SGLANG_VERSION = "0.5.14"

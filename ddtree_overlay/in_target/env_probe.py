@@ -14,6 +14,7 @@ passed over: it only saves time.
 """
 
 import base64
+import contextlib
 import csv
 import hashlib
 import importlib.util
@@ -90,7 +91,7 @@ def record_check(record_text, site_dir, cache_path, full):
                 missing.append(name)
                 continue
             hashed += 1
-        fresh[name] = key + [value]
+        fresh[name] = [*key, value]
         if value != expected:
             modified.append(name)
     if cache_path is not None and (hashed or len(fresh) != len(cached)):
@@ -133,10 +134,8 @@ def save_cache(path, files):
             json.dump({"version": CACHE_VERSION, "files": files}, handle)
         os.replace(temp, path)
     except OSError:  # a full or read-only disk: the next run hashes again
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temp)
-        except OSError:
-            pass
 
 
 def normalized(name):
