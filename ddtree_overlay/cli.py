@@ -2,39 +2,29 @@
 
 Adding a verb: write its engine function (returning a `Result`), add a view in `render.py`,
 and add a command here that calls `_run` with it.
+
+Each verb imports its engine modules when it runs, not when this module loads, so `--help`
+and `status` pay only for what they use (the whole tool takes ~0.7 s of CPU to import).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from ddtree_overlay import render
-from ddtree_overlay.bench import checks
-from ddtree_overlay.bench import plan as bench_plan
-from ddtree_overlay.bench.arms import BudgetPolicy, number_list
-from ddtree_overlay.bench.settings import SETTINGS, load_prompts
-from ddtree_overlay.commands.apply import apply as apply_patch_set
-from ddtree_overlay.commands.bench import BenchRequest, default_out
-from ddtree_overlay.commands.bench import bench as bench_env
-from ddtree_overlay.commands.bench import reanalyse as reanalyse_run
-from ddtree_overlay.commands.compare import CompareRequest
-from ddtree_overlay.commands.compare import compare as compare_runs
-from ddtree_overlay.commands.demo import run_demo
-from ddtree_overlay.commands.diff import diff as diff_env
-from ddtree_overlay.commands.manifest_refresh import refresh_manifest
-from ddtree_overlay.commands.recover import recover as recover_env
-from ddtree_overlay.commands.rollback import rollback as rollback_env
-from ddtree_overlay.commands.status import status as status_of
-from ddtree_overlay.commands.verify import PAIRS, SMOKE_NEW_TOKENS, SMOKE_PROMPTS, GpuChecks
-from ddtree_overlay.commands.verify import verify as verify_env
-from ddtree_overlay.engine.envprobe import probe_env
-from ddtree_overlay.engine.errors import OverlayError, exit_code_table
-from ddtree_overlay.engine.result import Result, error_result
-from ddtree_overlay.matrix.run import run_matrix
+from ddtree_overlay.commands.verify import PAIRS, SMOKE_NEW_TOKENS, SMOKE_PROMPTS
+from ddtree_overlay.engine.errors import exit_code_table
+
+if TYPE_CHECKING:
+    from ddtree_overlay.engine.envprobe import EnvInfo
+    from ddtree_overlay.engine.result import Result
+
+# what a shell reports for a process that SIGPIPE ended (128 + 13): the reader left mid-job
+EXIT_READER_LEFT = 141
 
 app = typer.Typer(
     name="ddtree-overlay",
@@ -50,25 +40,29 @@ EnvOption = Annotated[
     Path, typer.Option("--env", help="virtualenv root or python executable of the target env")
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="print one JSON result envelope")]
+PatchSetOption = Annotated[
+    Optional[Path],  # noqa: UP045 - Typer reads this annotation at runtime on Python 3.10 too
+    typer.Option("--patch-set", help="a manifest to use instead of the bundled ones"),
+]
 ReferenceDirOption = Annotated[
     Optional[Path],  # noqa: UP045
     typer.Option(
         "--reference-dir",
         exists=True,
         file_okay=False,
-        help="offline reference results made beforehand (scripts/bench_references.sh: dflash.json, "
+        help="offline reference results made beforehand (`python -m ddtree_overlay.reference.batch DIR`: dflash.json, "
         "ddtree-b<B>.json for the same prompts): bench compares acceptance with them instead of running "
         "the reference beside the sweep; verify --preset checks acceptance against them",
     ),
-]
-PatchSetOption = Annotated[
-    Optional[Path],  # noqa: UP045 - Typer reads this annotation at runtime on Python 3.10 too
-    typer.Option("--patch-set", help="a manifest to use instead of the bundled ones"),
 ]
 
 
 def _run(command: tuple[str, ...], json_out: bool, call: Callable[[], Result]) -> None:
     """The one place an `OverlayError` becomes output and an exit code."""
+    from ddtree_overlay import render
+    from ddtree_overlay.engine.errors import OverlayError
+    from ddtree_overlay.engine.result import error_result
+
     try:
         result = call()
     except OverlayError as error:
@@ -77,7 +71,15 @@ def _run(command: tuple[str, ...], json_out: bool, call: Callable[[], Result]) -
     raise typer.Exit(result.exit_code)
 
 
+def _probe(env: Path, **how: Any) -> EnvInfo:
+    from ddtree_overlay.engine.envprobe import probe_env
+
+    return probe_env(env, **how)
+
+
 def _preset_names(text: str) -> tuple[str, ...]:
+    from ddtree_overlay.bench import checks
+
     names = tuple(name for name in text.split(",") if name)
     unknown = [name for name in names if name not in checks.PRESETS]
     if unknown or not names:
@@ -101,26 +103,54 @@ def _parsed(parse: Callable[[str], Any]) -> Callable[[str | None], Any]:
 
 def _number_list(kind: type, minimum: float) -> Callable[[str | None], Any]:
     """"4,8,16" -> (4, 8, 16), each at least ``minimum``."""
-    return _parsed(lambda text: number_list(text, kind, minimum))
+
+    def parse(text: str) -> Any:
+        from ddtree_overlay.bench.arms import number_list
+
+        return number_list(text, kind, minimum)
+
+    return _parsed(parse)
 
 
-_adaptive_budgets = _parsed(lambda text: BudgetPolicy.parse_adaptive(text).adaptive)
-_budget_schedule = _parsed(lambda text: BudgetPolicy.parse_schedule(text).schedule)
+def _adaptive_budgets(text: str | None) -> Any:
+    from ddtree_overlay.bench.arms import BudgetPolicy
+
+    return _parsed(lambda value: BudgetPolicy.parse_adaptive(value).adaptive)(text)
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[[str], str]:
+def _budget_schedule(text: str | None) -> Any:
+    from ddtree_overlay.bench.arms import BudgetPolicy
+
+    return _parsed(lambda value: BudgetPolicy.parse_schedule(value).schedule)(text)
+
+
+def _choice(choices: Callable[[], Sequence[str]]) -> Callable[[str], str]:
+    """A callback accepting one of ``choices()``, asked for when the option is parsed."""
+
     def check(value: str) -> str:
-        if value not in choices:
-            raise typer.BadParameter(f"expected one of {', '.join(choices)}, got {value!r}")
+        if value not in choices():
+            raise typer.BadParameter(f"expected one of {', '.join(choices())}, got {value!r}")
         return value
 
     return check
 
 
+def _bench_settings() -> Any:
+    from ddtree_overlay.bench import settings
+
+    return settings
+
+
+def _bench_plan() -> Any:
+    from ddtree_overlay.bench import plan
+
+    return plan
+
+
 def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
     if path is not None:
         try:
-            load_prompts(path)
+            _bench_settings().load_prompts(path)
         except ValueError as error:
             raise typer.BadParameter(str(error)) from None
     return path
@@ -134,13 +164,24 @@ def status(
         typer.Option("--git-checkout", help="compare this sglang git checkout with the install"),
     ] = None,
     patch_set: PatchSetOption = None,
+    rehash: Annotated[
+        bool,
+        typer.Option(
+            "--rehash",
+            help="hash every file in sglang's RECORD again (by default a file whose size and "
+            "times are unchanged keeps the hash it had)",
+        ),
+    ] = False,
     json_out: JsonOption = False,
 ) -> None:
     """Describe ENV: sglang, runtime, matching patch set, overlay state."""
+    from ddtree_overlay.commands.status import status as status_of
+
+    record = "full" if rehash else "cached"
     _run(
         ("status",),
         json_out,
-        lambda: status_of(probe_env(env), manifest=patch_set, git_checkout=git_checkout),
+        lambda: status_of(_probe(env, record=record), manifest=patch_set, git_checkout=git_checkout),
     )
 
 
@@ -152,7 +193,9 @@ def apply(
     json_out: JsonOption = False,
 ) -> None:
     """Apply the matching patch set to ENV in one transaction."""
-    _run(("apply",), json_out, lambda: apply_patch_set(probe_env(env), manifest=patch_set, check=check))
+    from ddtree_overlay.commands.apply import apply as apply_patch_set
+
+    _run(("apply",), json_out, lambda: apply_patch_set(_probe(env), manifest=patch_set, check=check))
 
 
 @app.command()
@@ -163,7 +206,9 @@ def diff(
     json_out: JsonOption = False,
 ) -> None:
     """Show what apply would change, or what the applied overlay changed."""
-    _run(("diff",), json_out, lambda: diff_env(probe_env(env), manifest=patch_set, stat=stat))
+    from ddtree_overlay.commands.diff import diff as diff_env
+
+    _run(("diff",), json_out, lambda: diff_env(_probe(env), manifest=patch_set, stat=stat))
 
 
 @app.command()
@@ -175,13 +220,17 @@ def rollback(
     json_out: JsonOption = False,
 ) -> None:
     """Restore every file the overlay touched in ENV, byte for byte."""
-    _run(("rollback",), json_out, lambda: rollback_env(probe_env(env), force=force))
+    from ddtree_overlay.commands.rollback import rollback as rollback_env
+
+    _run(("rollback",), json_out, lambda: rollback_env(_probe(env), force=force))
 
 
 @app.command()
 def recover(env: EnvOption, json_out: JsonOption = False) -> None:
     """Finish or undo a transaction that was interrupted in ENV."""
-    _run(("recover",), json_out, lambda: recover_env(probe_env(env)))
+    from ddtree_overlay.commands.recover import recover as recover_env
+
+    _run(("recover",), json_out, lambda: recover_env(_probe(env)))
 
 
 @app.command()
@@ -197,7 +246,7 @@ def verify(
         str,
         typer.Option(
             "--pair",
-            callback=_choice(tuple(PAIRS)),
+            callback=_choice(lambda: tuple(PAIRS)),
             help="bundled fixture pair whose prompts (and, without --target/--draft, models) decode: "
             "dense (Qwen3) or hybrid (Qwen3.5-layout Gated DeltaNet)",
         ),
@@ -222,7 +271,7 @@ def verify(
         typer.Option(
             "--preset",
             callback=_parsed(_preset_names),
-            help="GPU acceptance presets instead of the smoke, comma-separated: " + ", ".join(checks.PRESETS),
+            help="GPU acceptance presets instead of the smoke, comma-separated (a wrong name lists them)",
         ),
     ] = None,
     only: Annotated[
@@ -237,6 +286,11 @@ def verify(
     json_out: JsonOption = False,
 ) -> None:
     """Import the applied overlay in ENV's interpreter; with --smoke, decode on its GPU."""
+    from ddtree_overlay import render
+    from ddtree_overlay.bench import checks
+    from ddtree_overlay.commands.verify import GpuChecks
+    from ddtree_overlay.commands.verify import verify as verify_env
+
     if import_only and (smoke or preset):
         raise typer.BadParameter("--import-only and --smoke (or --preset) exclude each other")
     presets = preset or ()
@@ -262,7 +316,7 @@ def verify(
     smoke = smoke or bool(presets)
     engines = len(checks.preset_arms(presets, arms) if presets else checks.smoke_arms(budget))
     with render.arm_progress(engines, enabled=smoke and not json_out) as on_arm:
-        _run(("verify",), json_out, lambda: verify_env(probe_env(env), smoke=smoke, gpu=gpu, on_arm=on_arm))
+        _run(("verify",), json_out, lambda: verify_env(_probe(env), smoke=smoke, gpu=gpu, on_arm=on_arm))
 
 
 @app.command()
@@ -275,7 +329,7 @@ def bench(
         str,
         typer.Option(
             "--setting",
-            callback=_choice(SETTINGS),
+            callback=_choice(lambda: _bench_settings().SETTINGS),
             help="fixture (the bundled pair, real acceptance) or qwen3-8b-random (Qwen3-8B shapes, "
             "random weights: per-round cost only)",
         ),
@@ -302,7 +356,7 @@ def bench(
         str,
         typer.Option(
             "--attention-backend",
-            callback=_choice(bench_plan.ATTENTION_BACKENDS),
+            callback=_choice(lambda: _bench_plan().ATTENTION_BACKENDS),
             help="the same backend for every arm",
         ),
     ] = "triton",
@@ -382,6 +436,12 @@ def bench(
     json_out: JsonOption = False,
 ) -> None:
     """Benchmark target-only, DFLASH and DDTREE budgets on ENV's GPU; write JSON, markdown, plots."""
+    from ddtree_overlay import render
+    from ddtree_overlay.bench import plan as bench_plan
+    from ddtree_overlay.commands.bench import BenchRequest, default_out
+    from ddtree_overlay.commands.bench import bench as bench_env
+    from ddtree_overlay.commands.bench import reanalyse as reanalyse_run
+
     if reanalyse is not None:
         _run(("bench",), json_out, lambda: reanalyse_run(reanalyse, reference_dir))
     if env is None:
@@ -417,14 +477,18 @@ def bench(
         dry_run=dry_run,
     )
     with render.bench_progress(enabled=not (json_out or dry_run)) as on_event:
-        _run(("bench",), json_out, lambda: bench_env(probe_env(env), request, on_event=on_event))
+        _run(("bench",), json_out, lambda: bench_env(_probe(env), request, on_event=on_event))
 
 
 @app.command()
 def demo(json_out: JsonOption = False) -> None:
     """Scratch env with stock sglang: status, apply, diff --stat, rollback."""
+    from ddtree_overlay import render
+    from ddtree_overlay.commands.demo import run_demo
+
     on_step = (lambda _: None) if json_out else render.emit_demo_step
-    _run(("demo",), json_out, lambda: run_demo(on_step))
+    with render.progress(enabled=not json_out) as progress:
+        _run(("demo",), json_out, lambda: run_demo(on_step, progress))
 
 
 @app.command()
@@ -437,10 +501,13 @@ def matrix(
     json_out: JsonOption = False,
 ) -> None:
     """Per release: download, install, apply, compile, import on CPU, diff, roll back, check RECORD."""
+    from ddtree_overlay import render
+    from ddtree_overlay.matrix.run import run_matrix
+
     releases = [v.strip() for item in versions or () for v in item.split(",") if v.strip()]
 
     def call() -> Result:
-        with render.matrix_progress(enabled=not json_out) as progress:
+        with render.progress(enabled=not json_out) as progress:
             return run_matrix(releases, out_dir=out, progress=progress)
 
     _run(("matrix",), json_out, call)
@@ -468,6 +535,10 @@ def compare(
     json_out: JsonOption = False,
 ) -> None:
     """Greedy outputs, acceptance (3 % verdict) and speedups of a replay against an offline run."""
+    from ddtree_overlay import render
+    from ddtree_overlay.commands.compare import CompareRequest
+    from ddtree_overlay.commands.compare import compare as compare_runs
+
     request = CompareRequest(baseline=baseline, target=target, draft=draft, records=records, out=out)
     progress = (lambda _: None) if json_out else (lambda line: render.stderr.print(line))
     _run(("compare",), json_out, lambda: compare_runs(request, progress))
@@ -480,8 +551,22 @@ def manifest_refresh(
     json_out: JsonOption = False,
 ) -> None:
     """Regenerate MANIFEST's pre/post sha256 tables by applying it in memory to ENV."""
-    _run(("manifest-refresh",), json_out, lambda: refresh_manifest(manifest, probe_env(env)))
+    from ddtree_overlay.commands.manifest_refresh import refresh_manifest
+
+    _run(("manifest-refresh",), json_out, lambda: refresh_manifest(manifest, _probe(env, record="full")))
 
 
 def main() -> None:
-    app()
+    """The console entry point. A reader that leaves (`| head`) ends the run quietly: the
+    command's own output is dropped and it exits with its own code (`render`); where Click's
+    output (help, usage) meets the closed pipe, Click stops with 1, made 141 here, as a
+    SIGPIPE would have ended it."""
+    try:
+        app()
+    except SystemExit as ended:
+        if type(sys.stdout).__name__ != "PacifyFlushWrapper":  # what Click wraps a closed stdout in
+            raise
+        from ddtree_overlay import render
+
+        render.drop_stdout()
+        raise SystemExit(EXIT_READER_LEFT) from ended

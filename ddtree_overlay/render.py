@@ -2,24 +2,68 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.text import Text
 
+from ddtree_overlay.engine.progress import QUIET, Progress
 from ddtree_overlay.engine.result import Result
 
-stdout = Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
-stderr = Console(stderr=True, markup=False, highlight=False, emoji=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.progress import Progress as RichProgress
+
+
+
+class _Console(Console):
+    """A console whose reader may leave (`| head`): the closed pipe silences it, and the command
+    goes on to finish its work and exit with its own code (rich's own default exits 1)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        _drop(self.file)
+
+
+stdout = _Console(markup=False, highlight=False, emoji=False, soft_wrap=True)
+stderr = _Console(stderr=True, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 _DIFF_STYLES = (("+++", "bold"), ("---", "bold"), ("@@", "cyan"), ("+", "green"), ("-", "red"))
 
 
+def _reader_may_leave(write: Callable[..., None]) -> Callable[..., None]:
+    """Output written to `sys.stdout` directly, with `_Console`'s manners."""
+
+    @functools.wraps(write)
+    def guarded(*args: Any, **kwargs: Any) -> None:
+        try:
+            write(*args, **kwargs)
+        except BrokenPipeError:
+            drop_stdout()
+
+    return guarded
+
+
+def drop_stdout() -> None:
+    _drop(sys.stdout)
+    stdout.quiet = True
+
+
+def _drop(stream: IO[str]) -> None:
+    """Point ``stream``'s descriptor at /dev/null: nothing, not even the flush at exit, writes
+    to the closed pipe again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+
+
+@_reader_may_leave
 def emit(result: Result, *, json_out: bool) -> None:
     if json_out:
         sys.stdout.write(json.dumps(result.envelope(), sort_keys=True, indent=2) + "\n")
@@ -29,6 +73,7 @@ def emit(result: Result, *, json_out: bool) -> None:
     _diagnostics(result)
 
 
+@_reader_may_leave
 def emit_demo_step(result: Result) -> None:
     if result.command == ("demo",):
         how = "created" if result.data.get("created") else "reused"
@@ -42,7 +87,7 @@ def _diagnostics(result: Result) -> None:
     for message in result.messages:
         stderr.print(f"note: {message}")
     for issue in result.issues:
-        prefix = "error" if result.status == "error" else "warning"
+        prefix = "error" if result.status in ("error", "failed") else "warning"
         stderr.print(f"{prefix}: {issue.message}", style="red" if prefix == "error" else "yellow")
     if result.status == "error":
         for detail in result.data.get("details", ()):
@@ -117,8 +162,7 @@ def _apply_view(data: Mapping[str, Any]) -> None:
 
 def _diff_view(data: Mapping[str, Any]) -> None:
     if "diff" not in data:
-        for file in data["files"]:
-            stdout.print(f" {file['path']} | +{file['added']} -{file['removed']} ({file['kind']})")
+        stdout.print("\n".join(_stat_lines(data["files"])))
         added = sum(f["added"] for f in data["files"])
         removed = sum(f["removed"] for f in data["files"])
         stdout.print(f" {len(data['files'])} file(s) changed, {added} insertions(+), {removed} deletions(-)")
@@ -130,6 +174,19 @@ def _diff_view(data: Mapping[str, Any]) -> None:
     for line in data["diff"].splitlines():
         style = next((s for prefix, s in _DIFF_STYLES if line.startswith(prefix)), "")
         stdout.print(Text(line, style=style))
+
+
+def _stat_lines(files: list[Mapping[str, Any]]) -> list[str]:
+    """`git diff --stat`'s columns: paths padded to the longest, counts right-aligned."""
+    path_width = max((len(f["path"]) for f in files), default=0)
+    added = [f"+{f['added']}" for f in files]
+    removed = [f"-{f['removed']}" for f in files]
+    added_width = max(map(len, added), default=0)
+    removed_width = max(map(len, removed), default=0)
+    return [
+        f" {f['path']:<{path_width}} | {plus:>{added_width}} {minus:>{removed_width}}  {f['kind']}"
+        for f, plus, minus in zip(files, added, removed, strict=True)
+    ]
 
 
 def _rollback_view(data: Mapping[str, Any]) -> None:
@@ -159,9 +216,8 @@ def _demo_view(data: Mapping[str, Any]) -> None:
 def _verify_view(data: Mapping[str, Any]) -> None:
     imports = data["imports"]
     failed = [name for name, error in imports.items() if error]
+    # each failing module's error is an issue, printed once on stderr
     stdout.print(f"imports: {len(imports) - len(failed)}/{len(imports)} modules import in the env")
-    for name in failed:
-        stdout.print(f"  failed  {name}: {imports[name]}")
     stdout.print(f"GPU:     {data['gpu'] or 'none'}")
     stdout.print(f"smoke:   {data['smoke']}")
     for name, arm in data.get("arms", {}).items():
@@ -185,19 +241,16 @@ def _verify_view(data: Mapping[str, Any]) -> None:
 
 @contextmanager
 def arm_progress(arms: int, *, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], None]]:
-    """A progress display for GPU decode arms on stderr; a no-op when disabled."""
-    if not enabled:
-        yield lambda _: None
-        return
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), console=stderr, transient=True
-    ) as progress:
-        task = progress.add_task("starting sglang engines (the first one compiles kernels)", total=arms)
+    """A line per GPU decode arm on stderr, and the engine starting now."""
+    with progress(enabled=enabled) as shown:
+        shown.begin(arms)
 
-        def on_arm(arm: Mapping[str, Any]) -> None:
-            outcome = "ok" if arm.get("ok") else f"failed: {arm.get('error')}"
-            progress.console.print(f"  {arm['arm']}: {outcome}")
-            progress.update(task, advance=1, description=f"{arm['arm']} done")
+        def on_arm(event: Mapping[str, Any]) -> None:
+            if event.get("event") == "start":
+                shown.step(f"starting the {event['arm']} engine (the first one compiles kernels)")
+                return
+            outcome = "ok" if event.get("ok") else f"failed: {event.get('error')}"
+            shown.done(f"  {event['arm']}: {outcome}")
 
         yield on_arm
 
@@ -232,20 +285,17 @@ def _repeat_text(event: Mapping[str, Any]) -> str:
 
 @contextmanager
 def bench_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], None]]:
-    """A progress bar over the bench's cells on stderr, a line per engine; no-op when disabled."""
-    if not enabled:
-        yield lambda _: None
-        return
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        console=stderr, transient=True,
-    ) as progress:
-        task = progress.add_task("starting sglang engines (the first one compiles kernels)", total=None)
+    """The bench's cells as parts on stderr, with a line per engine start, engine and cell."""
+    with progress(enabled=enabled) as shown:
 
         def on_event(event: Mapping[str, Any]) -> None:
             kind = event.get("event")
             if kind == "plan":
-                progress.update(task, total=event["cells"])
+                shown.begin(event["cells"])
+                shown.step(f"{event['engines']} engine(s) to start, {event['cells']} cell(s) to decode")
+            elif kind == "start":
+                estimate = f", ~{event['est_start_s']:.0f} s" if event.get("est_start_s") else ""
+                shown.step(f"starting engine {event['arm']}{_repeat_text(event)}{estimate}")
             elif kind == "cell":
                 if event.get("skipped"):
                     outcome = f"skipped ({event['skipped']})"
@@ -253,15 +303,15 @@ def bench_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], N
                     outcome = f"{event.get('tok_per_s') or 0:.0f} tok/s"
                 else:
                     outcome = f"FAILED: {event.get('error')}"
-                progress.console.print(f"  {event['arm']}{_repeat_text(event)}: {outcome}")
-                progress.update(task, advance=1, description=f"{event['arm']} done")
+                shown.done(f"  {event['arm']}{_repeat_text(event)}: {outcome}")
+                shown.step(f"engine {event['arm']}{_repeat_text(event)}: decoding")
             elif kind == "engine" and not event.get("skipped"):
                 start = f", started in {event['start_s']:.0f} s" if event.get("start_s") else ""
                 outcome = "ok" if event.get("ok") else f"FAILED: {event.get('error')}"
-                progress.console.print(f"engine {event['arm']}{_repeat_text(event)}: {outcome}{start}")
+                shown.log(f"engine {event['arm']}{_repeat_text(event)}: {outcome}{start}")
             elif kind == "reference":
                 outcome = "ok" if event.get("ok") else f"failed: {event.get('error')}"
-                progress.console.print(f"  offline reference {event['key']}: {outcome}")
+                shown.log(f"  offline reference {event['key']}: {outcome}")
 
         yield on_event
 
@@ -274,39 +324,87 @@ def _matrix_view(data: Mapping[str, Any]) -> None:
     stdout.print(f"\nwrote {data['out']}/matrix.json and {data['out']}/matrix.md ({data['seconds']:.0f} s)")
 
 
-class _MatrixProgress:
-    def __init__(self, progress: Progress) -> None:
-        self._progress = progress
-        self._task = progress.add_task("matrix", total=None)
+class _Live:
+    """`Progress` on a terminal: a live line (spinner, step, bar, count, time) above which
+    finished parts stay printed."""
 
-    def begin(self, releases: Any) -> None:
-        self._progress.update(self._task, total=len(releases))
+    def __init__(self, live: RichProgress) -> None:
+        self._live = live
+        self._task = live.add_task("", total=None, detail="")
 
-    def step(self, release: str, what: str) -> None:
-        self._progress.update(self._task, description=f"sglang {release}: {what}")
+    def begin(self, total: int | None) -> None:
+        self._live.update(self._task, total=total)
 
-    def done(self, cell: Any) -> None:
-        self._progress.console.print(f"  sglang {cell.release}: {cell.status} ({cell.seconds:.0f} s)")
-        self._progress.update(self._task, advance=1)
+    def step(self, text: str) -> None:
+        self._live.update(self._task, description=text, detail="")
+
+    def detail(self, text: str) -> None:
+        self._live.update(self._task, detail=_shortened(text, 60))
+
+    def log(self, text: str) -> None:
+        self._live.console.print(text)
+
+    def done(self, text: str) -> None:
+        self.log(text)
+        self._live.advance(self._task)
 
 
-class _QuietMatrixProgress:
-    def begin(self, releases: Any) -> None: ...
-    def step(self, release: str, what: str) -> None: ...
-    def done(self, cell: Any) -> None: ...
+class _Lines:
+    """`Progress` when stderr is not a terminal: one plain line per step, detail and part, each
+    step stamped with the seconds since the job began."""
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+
+    def begin(self, total: int | None) -> None: ...
+
+    def step(self, text: str) -> None:
+        self.log(f"[{time.monotonic() - self._started:5.0f} s] {text}")
+
+    def detail(self, text: str) -> None:
+        self.log(f"          {text}")
+
+    def log(self, text: str) -> None:
+        stderr.print(text)
+
+    def done(self, text: str) -> None:
+        self.log(text)
+
+
+def _shortened(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @contextmanager
-def matrix_progress(*, enabled: bool) -> Iterator[Any]:
-    """A bar over the matrix's releases on stderr, a line per finished release; silent when disabled."""
+def progress(*, enabled: bool) -> Iterator[Progress]:
+    """A `Progress` on stderr: live on a terminal, plain lines when piped, silent when disabled.
+
+    Live, stdout is routed above the display only while stdout is that terminal too; stdout
+    redirected to a file keeps its data.
+    """
     if not enabled:
-        yield _QuietMatrixProgress()
+        yield QUIET
         return
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-        console=stderr, transient=True,
-    ) as progress:
-        yield _MatrixProgress(progress)
+    if not stderr.is_terminal:
+        yield _Lines()
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+    from rich.progress import Progress as RichProgress
+
+    columns = (
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TextColumn("{task.fields[detail]}", style="dim"),
+    )
+    with RichProgress(
+        *columns, console=stderr, transient=True, redirect_stdout=sys.stdout.isatty()
+    ) as live:
+        yield _Live(live)
 
 
 def _compare_view(data: Mapping[str, Any]) -> None:

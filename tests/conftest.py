@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from overlay_helpers import NEXT_SGLANG_VERSION, SGLANG_VERSION, install_wheel, pip
 
 WHEEL_CACHE = Path.home() / ".cache" / "ddtree-overlay" / "test-wheels"
@@ -26,10 +27,12 @@ def _cached_wheel(version: str) -> Path | None:
 
 
 def _wheel(version: str) -> Path:
-    """The sglang wheel of ``version`` matching this interpreter, downloaded from PyPI once."""
-    if _cached_wheel(version) is None:
-        WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
-        pip("download", "--no-deps", "-d", str(WHEEL_CACHE), f"sglang=={version}")
+    """The sglang wheel of ``version`` matching this interpreter, downloaded from PyPI once (by
+    one of the `pytest -n` workers while the others wait)."""
+    WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
+    with FileLock(WHEEL_CACHE / ".download.lock"):
+        if _cached_wheel(version) is None:
+            pip("download", "--no-deps", "-d", str(WHEEL_CACHE), f"sglang=={version}")
     wheel = _cached_wheel(version)
     assert wheel is not None, f"pip download left no sglang {version} wheel in {WHEEL_CACHE}"
     return wheel

@@ -422,8 +422,8 @@ def _run_runner(python: Path, plan: Path, records: Path, on_arm: OnArm, **popen:
     with start_engine_runner(python, plan, records, **popen) as runner:
         assert runner.stdout is not None
         for tag, event in runner_events(runner.stdout):
-            if tag == "ARM":
-                on_arm(event)
+            if tag in ("START", "ARM"):
+                on_arm(dict(event, event=tag.lower()))
         return runner.wait(timeout=RUNNER_EXIT_S)
 
 

@@ -170,7 +170,7 @@ def _run_runner(
         try:
             assert runner.stdout is not None
             for tag, payload in runner_events(runner.stdout):
-                if tag in ("CELL", "ENGINE"):
+                if tag in ("START", "CELL", "ENGINE"):
                     event = dict(payload, event=tag.lower())
                     on_event(event)
                     if tag == "ENGINE":
@@ -256,7 +256,7 @@ def start_references(
 
 
 def load_references(plan: SweepPlan, directory: Path) -> dict[str, dict[str, Any]]:
-    """Reference results made before the sweep (scripts/bench_references.sh): ``<key>.json``
+    """Reference results made before the sweep (`python -m ddtree_overlay.reference.batch`): ``<key>.json``
     per algorithm/budget, each checked against the sweep's prompts, length and temperature."""
     n_prompts = max(c.prompts for c in plan.cells)
     prompt_lens = [len(p) for p in plan.setting.prompts[:n_prompts]]

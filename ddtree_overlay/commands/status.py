@@ -59,6 +59,7 @@ def _sglang_data(sglang: SglangInstall) -> dict[str, Any]:
         "record": {
             "present": record.present,
             "files": record.files,
+            "hashed": record.hashed,
             "modified": list(record.modified),
             "missing": list(record.missing),
         },

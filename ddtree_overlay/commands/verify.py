@@ -17,16 +17,18 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ddtree_overlay.bench import checks
 from ddtree_overlay.engine import errors
-from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import VerifyFailed
 from ddtree_overlay.engine.fingerprint import installed_patch_set
 from ddtree_overlay.engine.result import Issue, Result
-from ddtree_overlay.engine.site import open_overlay
-from ddtree_overlay.engine.target import run_script
+
+if TYPE_CHECKING:
+    from ddtree_overlay.engine.envprobe import EnvInfo
+
+# The CLI reads the smoke's defaults below when it starts (`--help` included), so the engine
+# modules that open an env or run its interpreter are imported where they are used.
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
@@ -63,6 +65,7 @@ def verify(
     imports = run_import_check(env.python, modules)
     failed = {name: error for name, error in imports["modules"].items() if error}
     data: dict[str, Any] = {"imports": imports["modules"], "gpu": imports["gpu"]}
+    _refuse_missing_dependencies(env, imports, data)
     issues = [Issue("import_failed", f"`{name}`: {error}") for name, error in failed.items()]
 
     if not smoke:
@@ -82,8 +85,29 @@ def verify(
     return Result(("verify",), "ok", data)
 
 
+def _refuse_missing_dependencies(env: EnvInfo, imports: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+    """A patched module that fails because a module outside sglang is not installed says
+    nothing about the overlay: the env lacks sglang's own dependencies (e.g. an sglang
+    installed with `--no-deps`)."""
+    missing: dict[str, list[str]] = {}
+    for module, absent in imports.get("missing", {}).items():
+        top = absent.split(".")[0]
+        if top != "sglang":
+            missing.setdefault(top, []).append(module)
+    if not missing:
+        return
+    blocked = {module for modules in missing.values() for module in modules}
+    others = [f"`{name}`: {error}" for name, error in imports["modules"].items() if error and name not in blocked]
+    assert env.sglang is not None  # applied_modules found the overlay applied to it
+    raise errors.sglang_dependencies_missing(
+        env.requested, env.python, env.sglang.version, missing, others, dict(data, missing_dependencies=missing)
+    )
+
+
 def applied_modules(env: EnvInfo) -> list[str]:
     """Dotted names of the .py files the applied overlay added or patched, in ledger order."""
+    from ddtree_overlay.engine.site import open_overlay
+
     overlay = open_overlay(env)
     overlay.refuse_pending()
     applied, _ = overlay.applied_overlay(installed_patch_set(env))
@@ -99,6 +123,8 @@ def applied_modules(env: EnvInfo) -> list[str]:
 
 
 def run_import_check(python: Path, modules: list[str]) -> dict[str, Any]:
+    from ddtree_overlay.engine.target import run_script
+
     done = run_script(python, "import_check", modules, timeout=IMPORT_TIMEOUT_S, isolated=False)
     if done.problem is not None:
         raise errors.target_script_failed(python, "import check", done.problem)
@@ -110,6 +136,8 @@ def run_gpu_checks(
 ) -> dict[str, Any]:
     """The smoke's verdict, or the presets': ``passed``, ``problems``, ``arms`` (and for the
     presets ``out`` and the ``summary``)."""
+    from ddtree_overlay.bench import checks  # the GPU tier only: `--import-only` stays light
+
     pair = PAIRS[gpu.pair]
     held_out_path = pair / "heldout_prompts.json"
     held_out = json.loads(held_out_path.read_text())

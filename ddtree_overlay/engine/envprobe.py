@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.engine import errors
+from ddtree_overlay.engine import errors, ledger
 from ddtree_overlay.engine.elfdeps import needed_libraries
 from ddtree_overlay.engine.target import IN_TARGET, run_script
 
@@ -27,6 +27,7 @@ class RecordCheck:
     missing: tuple[str, ...] = ()
     unhashed: int = 0
     top_level: tuple[str, ...] = ()
+    hashed: int = 0  # files read and hashed by this probe (the rest kept their cached hash)
 
 
 @dataclass(frozen=True)
@@ -77,9 +78,11 @@ def resolve_python(env: Path) -> Path:
     raise errors.env_missing(env)
 
 
-def probe_env(env: Path) -> EnvInfo:
+def probe_env(env: Path, *, record: str = "cached") -> EnvInfo:
+    """``record``: "cached" reuses the hash of each RECORD file whose size and times are
+    unchanged since the last probe; "full" hashes every file again."""
     python = resolve_python(env)
-    raw = _run_probe(python)
+    raw = _run_probe(python, record)
     try:
         return _env_info(env, python, raw)
     except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -116,8 +119,9 @@ def driver_cuda_version() -> str | None:
     return found.group(1) if found else None
 
 
-def _run_probe(python: Path) -> Any:
-    done = run_script(python, "env_probe", timeout=_PROBE_TIMEOUT_S)
+def _run_probe(python: Path, record: str) -> Any:
+    args = ["--record", record, "--hash-cache", ledger.state_home() / "record-hashes"]
+    done = run_script(python, "env_probe", args, timeout=_PROBE_TIMEOUT_S)
     if done.malformed:
         raise errors.probe_answer_malformed(python, IN_TARGET / "env_probe.py", done.problem or "")
     if done.problem is not None:
@@ -196,6 +200,7 @@ def _sglang(raw: Mapping[str, Any] | None) -> SglangInstall | None:
             missing=_texts(record, "missing"),
             unhashed=_typed(record, "unhashed", int, optional=True) or 0,
             top_level=_texts(record, "top_level"),
+            hashed=_typed(record, "hashed", int, optional=True) or 0,
         ),
     )
 

@@ -34,6 +34,7 @@ class ExitCode(IntEnum):
     RECOVERY_NEEDED = 10
     VERIFY_FAILED = 11
     BAD_RUN_FILE = 12
+    SGLANG_DEPENDENCIES_MISSING = 13
     INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
     TERMINATED = 143  # 128 + SIGTERM
 
@@ -56,6 +57,7 @@ EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
     ExitCode.BAD_RUN_FILE: "a saved run to compare with is unreadable, malformed, or from other models",
     ExitCode.INTERRUPTED: "interrupted by Ctrl-C (SIGINT); the env was left exactly pristine or applied",
     ExitCode.TERMINATED: "terminated by SIGTERM; the env was left exactly pristine or applied",
+    ExitCode.SGLANG_DEPENDENCIES_MISSING: "sglang's own dependencies are missing in the env (not the overlay)",
 }
 
 
@@ -195,6 +197,7 @@ class RunFileInvalid(OverlayError):
     exit_code = ExitCode.BAD_RUN_FILE
     code = "run_file_invalid"
 
+
 class Interrupted(OverlayError):
     exit_code = ExitCode.INTERRUPTED
     code = "interrupted"
@@ -203,6 +206,11 @@ class Interrupted(OverlayError):
 class Terminated(OverlayError):
     exit_code = ExitCode.TERMINATED
     code = "terminated"
+
+
+class SglangDependenciesMissing(OverlayError):
+    exit_code = ExitCode.SGLANG_DEPENDENCIES_MISSING
+    code = "sglang_dependencies_missing"
 
 
 # --- builders -------------------------------------------------------------------------------
@@ -638,6 +646,30 @@ def target_script_failed(python: Path, what: str, tail: str) -> VerifyFailed:
     return VerifyFailed(
         f"the {what} could not run in `{python}`: {tail}",
         hint=f"run {command(python, '-c', 'import sglang')} to see the full error",
+    )
+
+
+def sglang_dependencies_missing(
+    env: Path,
+    python: Path,
+    version: str,
+    missing: Mapping[str, Sequence[str]],
+    other_failures: Sequence[str],
+    data: Mapping[str, Any],
+) -> SglangDependenciesMissing:
+    """``missing``: each absent module (not sglang's) and the patched modules that needed it."""
+    blocked = {module for modules in missing.values() for module in modules}
+    names = ", ".join(f"`{name}`" for name in sorted(missing))
+    return SglangDependenciesMissing(
+        f"sglang {version}'s own dependencies are missing in `{env}`: {names}; {len(blocked)} patched "
+        "module(s) cannot be imported without them, so the overlay could not be checked",
+        details=(
+            *(f"`{name}`, needed by {len(modules)} module(s), e.g. `{modules[0]}`" for name, modules in sorted(missing.items())),
+            *(f"also failing: {failure}" for failure in other_failures),
+        ),
+        hint=f"install sglang with its dependencies, {command(python, '-m', 'pip', 'install', f'sglang=={version}')} "
+        f"(it keeps the applied files), then {overlay_command('verify', env)} again",
+        data=data,
     )
 
 

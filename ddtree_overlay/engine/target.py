@@ -7,7 +7,8 @@ script the env's python runs by path. Each such script prints exactly one result
 that value, or says why there is none.
 
 The engine runner is the one script that streams instead: it decodes for minutes, prints an
-event line per arm, cell and engine (`ARM`, `CELL`, `ENGINE` and a JSON object) and appends its
+event line as each engine starts and per arm, cell and engine (`START`, `ARM`, `CELL`, `ENGINE`
+and a JSON object) and appends its
 records to a JSONL file. `start_engine_runner` starts it and `runner_events` reads those lines.
 """
 
@@ -23,7 +24,7 @@ from typing import IO, Any
 IN_TARGET = Path(__file__).resolve().parents[1] / "in_target"
 ENGINE_RUNNER = IN_TARGET / "engine_runner.py"
 RESULT_MARK = "@@DDTREE-OVERLAY-RESULT@@ "  # written out again in each in_target script
-RUNNER_EVENTS = ("ARM", "CELL", "ENGINE")
+RUNNER_EVENTS = ("START", "ARM", "CELL", "ENGINE")
 
 
 @dataclass(frozen=True)

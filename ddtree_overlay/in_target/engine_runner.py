@@ -15,7 +15,8 @@ going idle (SGLang's strict KV-leak check raises on idle), shuts down, and
 appends one JSON line to OUT. ``env`` (here and in cell arms) is set while the
 arm's engine lives (its scheduler process inherits it), e.g.
 ``SGLANG_DDTREE_TREE_KERNEL``. A line per arm also goes to stdout, prefixed
-``ARM``, so a caller can show progress.
+``ARM``, and one as each engine begins to start (``START``), so a caller can
+show progress.
 
 An arm with ``"cells"`` instead serves several measurements from one engine
 (engine starts cost ~45 s on an H200, so the bench groups by engine config):
@@ -146,6 +147,7 @@ def _run_arm(plan: dict, arm: dict) -> dict:
     gen_extra = {"return_logprob": True, "top_logprobs_num": 2} if arm.get("top2") else {}
 
     result = {"arm": arm["name"], "engine": arm.get("engine", {}), "sampling": sampling, "t_start": time.time()}
+    _emit_start(arm)
     t0 = time.perf_counter()
     engine = sgl.Engine(**kwargs)
     try:
@@ -209,6 +211,11 @@ def _emit(out_path: str, tag: str, record: dict, keys: tuple) -> None:
     with open(out_path, "a") as f:
         f.write(json.dumps(record) + "\n")
     print(tag + " " + json.dumps({k: record.get(k) for k in keys}), flush=True)
+
+
+def _emit_start(arm: dict) -> None:
+    keys = {"arm": arm["name"], "repeat": int(arm.get("repeat", 1)), "est_start_s": arm.get("est_start_s")}
+    print("START " + json.dumps(keys), flush=True)
 
 
 def _emit_cell(out_path: str, record: dict) -> None:
@@ -431,6 +438,7 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
     engine_record = dict(_engine_base(arm), engine=arm.get("engine", {}), ok=False)
     since = time.time()
     pending = list(arm["cells"])
+    _emit_start(arm)
     try:
         t0 = time.perf_counter()
         import sglang as sgl  # an env whose sglang cannot import fails here, per engine

@@ -4,8 +4,10 @@ patched, in the order a server does, and report the first error line of each.
     python import_check.py MODULE...
 
 The model runner first: some installs import cleanly only that way (e.g. flashinfer builds whose
-optional `cuda.tile` import the model runner's import chain guards). Also reports whether torch
-sees a GPU. Prints one result line (`@@DDTREE-OVERLAY-RESULT@@` and JSON).
+optional `cuda.tile` import the model runner's import chain guards). For a module that fails
+because another module is not installed, ``missing`` names that module (so the caller can tell
+sglang's own missing dependencies from the overlay's faults). Also reports whether torch sees a
+GPU. Prints one result line (`@@DDTREE-OVERLAY-RESULT@@` and JSON).
 """
 
 import importlib
@@ -24,7 +26,7 @@ def forget_orphans(name):
 
 
 def main(modules):
-    report = {"modules": {}, "gpu": None}
+    report = {"modules": {}, "missing": {}, "gpu": None}
     try:
         importlib.import_module("sglang.srt.model_executor.model_runner")
     except BaseException:
@@ -35,6 +37,8 @@ def main(modules):
             report["modules"][name] = None
         except BaseException as exc:
             report["modules"][name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            if isinstance(exc, ModuleNotFoundError) and exc.name:
+                report["missing"][name] = exc.name
             forget_orphans(name)
     try:
         import torch

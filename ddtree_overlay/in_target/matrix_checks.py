@@ -242,7 +242,7 @@ def _resolve_ddtree_args(fixtures, extra, topk=False):
         cfg.speculative_dflash_block_size,
         cfg.speculative_ddtree_budget,
     )
-    return resolved + (cfg.speculative_eagle_topk,) if topk else resolved
+    return (*resolved, cfg.speculative_eagle_topk) if topk else resolved
 
 
 def worker_width_check():

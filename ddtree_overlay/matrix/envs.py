@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -30,7 +29,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from ddtree_overlay.engine import errors
+from ddtree_overlay.engine.progress import QUIET, Progress
 from ddtree_overlay.engine.target import TargetRun, run_script
+from ddtree_overlay.engine.venvs import make_venv, pip
 
 CACHE_DIR_ENV = "DDTREE_OVERLAY_CACHE_DIR"
 MATRIX_TORCH = "2.13.0"  # the CPU build CI machines carry on disk
@@ -55,7 +56,7 @@ def cache_root() -> Path:
 
 
 
-def ensure_wheel(release: str, wheels: Path) -> Path:
+def ensure_wheel(release: str, wheels: Path, progress: Progress = QUIET) -> Path:
     """The release's wheel for this interpreter's Python, from PyPI once, then from the cache."""
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
     pattern = f"sglang-{release}-*.whl"
@@ -63,11 +64,12 @@ def ensure_wheel(release: str, wheels: Path) -> Path:
     if found:
         return found[-1]
     wheels.mkdir(parents=True, exist_ok=True)
-    _pip(
+    pip(
         ["download", "--no-deps", "--only-binary=:all:", "--python-version",
          f"{sys.version_info.major}.{sys.version_info.minor}", "--platform", WHEEL_PLATFORM,
          "-d", str(wheels), f"sglang=={release}"],
         what=f"download sglang=={release}",
+        progress=progress,
     )
     found = [w for w in sorted(wheels.glob(pattern)) if tag in w.name or "py3-none" in w.name]
     if not found:
@@ -120,21 +122,21 @@ class BaseEnv:
         self.root = cache / "base" / key
         self._ready: Path | None = None
 
-    def ensure(self) -> Path:
+    def ensure(self, progress: Progress = QUIET) -> Path:
         if self._ready is not None:
             return self._ready
         marker = self.root / ".ddtree-matrix-complete"
         wanted = "\n".join(_base_requirements()) + "\n"
         if not (marker.exists() and marker.read_text() == wanted):
             shutil.rmtree(self.root, ignore_errors=True)
-            _make_venv(self.root)
+            make_venv(self.root)
             python = self.root / "bin" / "python"
             constraints = self.root / "constraints.txt"
             constraints.write_text(f"torch=={MATRIX_TORCH}\ntriton=={MATRIX_TRITON}\n")
-            _pip(["--python", str(python), "install", "-c", str(constraints), *_base_requirements()],
-                 what="install the matrix base env", timeout=STEP_TIMEOUT_S)
-            _pip(["--python", str(python), "install", "--no-deps", f"torchvision=={MATRIX_TORCHVISION}"],
-                 what="install torchvision into the matrix base env")
+            pip(["--python", str(python), "install", "-c", str(constraints), *_base_requirements()],
+                what="install the matrix base env", progress=progress, timeout=STEP_TIMEOUT_S)
+            pip(["--python", str(python), "install", "--no-deps", f"torchvision=={MATRIX_TORCHVISION}"],
+                what="install torchvision into the matrix base env", progress=progress)
             marker.write_text(wanted)
         self._ready = site_packages(self.root)
         return self._ready
@@ -151,7 +153,7 @@ def _base_requirements() -> list[str]:
     return [f"torch=={MATRIX_TORCH}", f"triton=={MATRIX_TRITON}", *CLOSURE_REQUIREMENTS]
 
 
-def ensure_pins_env(pins: dict[str, str], base: BaseEnv, cache: Path) -> Path:
+def ensure_pins_env(pins: dict[str, str], base: BaseEnv, cache: Path, progress: Progress = QUIET) -> Path:
     """A venv over the base holding exactly the release's `==` pins of closure packages."""
     key = "-".join(f"{n}{v}" for n, v in sorted(pins.items())) or "none"
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
@@ -159,23 +161,25 @@ def ensure_pins_env(pins: dict[str, str], base: BaseEnv, cache: Path) -> Path:
     marker = root / ".ddtree-matrix-complete"
     if not (marker.exists() and marker.read_text() == key):
         shutil.rmtree(root, ignore_errors=True)
-        _make_venv(root)
+        make_venv(root)
         _link_layers(root, [base.ensure()])
         if pins:
             constraints = root / "constraints.txt"
             constraints.write_text(f"torch=={MATRIX_TORCH}\ntriton=={MATRIX_TRITON}\n")
-            _pip(["--python", str(root / "bin" / "python"), "install", "-c", str(constraints),
-                  *(f"{n}=={v}" for n, v in sorted(pins.items()))],
-                 what=f"install the release pins {key}", timeout=STEP_TIMEOUT_S)
+            pip(["--python", str(root / "bin" / "python"), "install", "-c", str(constraints),
+                 *(f"{n}=={v}" for n, v in sorted(pins.items()))],
+                what=f"install the release pins {key}", progress=progress, timeout=STEP_TIMEOUT_S)
         marker.write_text(key)
     return site_packages(root)
 
 
-def scratch_venv(release: str, wheel: Path, layers: list[Path], scratch: Path) -> Path:
+def scratch_venv(
+    release: str, wheel: Path, layers: list[Path], scratch: Path, progress: Progress = QUIET
+) -> Path:
     env = scratch / f"sglang-{release}"
-    _make_venv(env)
-    _pip(["--python", str(env / "bin" / "python"), "install", "--no-deps", "--no-compile", str(wheel)],
-         what=f"install {wheel.name}")
+    make_venv(env)
+    pip(["--python", str(env / "bin" / "python"), "install", "--no-deps", "--no-compile", str(wheel)],
+        what=f"install {wheel.name}", progress=progress)
     _link_layers(env, list(reversed(layers)))
     return env
 
@@ -185,34 +189,8 @@ def _link_layers(env: Path, layers: list[Path]) -> None:
     (site_packages(env) / "ddtree_matrix_layers.pth").write_text("".join(f"{p}\n" for p in layers))
 
 
-def _make_venv(root: Path) -> None:
-    root.parent.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [_base_python(), "-m", "venv", "--without-pip", str(root)],
-        capture_output=True, text=True, check=False,
-    )
-    if done.returncode != 0:
-        raise errors.venv_failed(root, _tail(done.stderr))
-
-
-def _base_python() -> str:
-    """The interpreter venvs are made from (a venv's `python -m venv` works too)."""
-    return sys.executable
-
-
 def site_packages(env: Path) -> Path:
     return next((env / "lib").glob("python3*/site-packages"))
-
-
-def _pip(args: list[str], *, what: str, timeout: int = 600) -> None:
-    command = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired as error:
-        raise errors.pip_failed(f"{what}: pip ran past {timeout} s") from error
-    if done.returncode != 0:
-        problems = [line for line in done.stderr.splitlines() if not line.startswith("WARNING")]
-        raise errors.pip_failed(what, _tail("\n".join(problems)))
 
 
 def run_in_venv(
@@ -222,7 +200,3 @@ def run_in_venv(
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     environ |= {"CUDA_VISIBLE_DEVICES": ""} | dict(extra_env or {})
     return run_script(env / "bin" / "python", name, args, timeout=STEP_TIMEOUT_S, env=environ)
-
-
-def _tail(text: str, lines: int = 6) -> list[str]:
-    return [line for line in text.strip().splitlines()[-lines:] if line.strip()] or ["no output"]

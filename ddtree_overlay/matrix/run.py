@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ddtree_overlay.commands.apply import apply
 from ddtree_overlay.commands.diff import diff
@@ -36,6 +36,7 @@ from ddtree_overlay.engine.errors import (
 from ddtree_overlay.engine.fingerprint import select_patch_set
 from ddtree_overlay.engine.ledger import STATE_DIR_ENV
 from ddtree_overlay.engine.patchset import PatchSet
+from ddtree_overlay.engine.progress import QUIET, Progress
 from ddtree_overlay.engine.result import Issue, Result
 from ddtree_overlay.matrix.envs import (
     BaseEnv,
@@ -66,12 +67,6 @@ _FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # config.json of t
 STEP_TIMEOUT_S = 1800
 
 
-class MatrixProgress(Protocol):
-    def begin(self, releases: Sequence[str]) -> None: ...
-    def step(self, release: str, what: str) -> None: ...
-    def done(self, cell: Cell) -> None: ...
-
-
 @dataclass
 class Cell:
     release: str
@@ -85,6 +80,7 @@ class Cell:
     pins: dict[str, str] = field(default_factory=dict)
     torch_pin: str | None = None
     seconds: float = 0.0
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
     def fail(self, status: str, step: str, *details: str) -> Cell:
         self.status, self.steps[step] = status, "failed"
@@ -92,12 +88,10 @@ class Cell:
         return self
 
 
-def run_matrix(
-    versions: Sequence[str] | None, *, out_dir: Path, progress: MatrixProgress
-) -> Result:
+def run_matrix(versions: Sequence[str] | None, *, out_dir: Path, progress: Progress = QUIET) -> Result:
     supported = bundled_releases()
     releases = tuple(versions) if versions else supported
-    progress.begin(releases)
+    progress.begin(len(releases))
     cache = cache_root()
     started = time.monotonic()
     with _scratch_state() as scratch:
@@ -134,46 +128,69 @@ def _scratch_state() -> Iterator[Path]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_release(
-    release: str, *, base: BaseEnv, cache: Path, scratch: Path, progress: MatrixProgress
-) -> Cell:
+class _StepClock:
+    """Shows each step of a release as it starts and times it into ``cell.step_seconds``."""
+
+    def __init__(self, cell: Cell, progress: Progress) -> None:
+        self._cell, self._progress = cell, progress
+        self._current: str | None = None
+        self._since = 0.0
+
+    def step(self, name: str) -> None:
+        self.stop()
+        self._current, self._since = name, time.monotonic()
+        self._progress.step(f"sglang {self._cell.release}: {name}")
+
+    def stop(self) -> None:
+        if self._current is not None:
+            self._cell.step_seconds[self._current] = round(time.monotonic() - self._since, 1)
+            self._current = None
+
+
+def _run_release(release: str, *, base: BaseEnv, cache: Path, scratch: Path, progress: Progress) -> Cell:
     cell, started = Cell(release), time.monotonic()
+    clock = _StepClock(cell, progress)
     try:
-        _run_steps(cell, base=base, cache=cache, scratch=scratch, progress=progress,
+        _run_steps(cell, base=base, cache=cache, scratch=scratch, clock=clock, progress=progress,
                    supported=release in bundled_releases())
     except ScratchEnvFailed as error:
         cell.fail("import-failed", "setup", error.message, *error.details)
+    clock.stop()
     cell.seconds = round(time.monotonic() - started, 1)
-    progress.done(cell)
+    steps = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in cell.step_seconds.items())
+    progress.done(f"sglang {release}: {cell.status} in {cell.seconds:.0f} s ({steps})")
     return cell
 
 
 def _run_steps(
-    cell: Cell, *, base: BaseEnv, cache: Path, scratch: Path, progress: MatrixProgress, supported: bool
+    cell: Cell, *, base: BaseEnv, cache: Path, scratch: Path, clock: _StepClock, progress: Progress,
+    supported: bool,
 ) -> None:
-    progress.step(cell.release, "download wheel")
-    wheel = ensure_wheel(cell.release, cache / "wheels")
+    clock.step("download")
+    wheel = ensure_wheel(cell.release, cache / "wheels", progress)
     requires = wheel_requirements(wheel)
     if not python_fits(requires.get("python")):
         cell.status, cell.steps["setup"] = "skipped", f"needs Python {requires['python']}"
         return
     cell.torch_pin = requires["pins"].get("torch")
-    progress.step(cell.release, "prepare envs")
-    layers = [base.ensure()]
+    clock.step("base env")
+    layers = [base.ensure(progress)]
     if supported:  # a release `apply` will refuse needs no import closure
+        clock.step("pins env")
         cell.pins = {n: v for n, v in requires["pins"].items() if n in closure_names()}
-        layers.append(ensure_pins_env(cell.pins, base, cache))
-    env = scratch_venv(cell.release, wheel, layers, scratch)
+        layers.append(ensure_pins_env(cell.pins, base, cache, progress))
+    clock.step("install")
+    env = scratch_venv(cell.release, wheel, layers, scratch, progress)
     cell.steps["install"] = "ok"
-    progress.step(cell.release, "apply")
+    clock.step("apply")
     patch_set = _apply_step(cell, env)
     if patch_set is None:
         return
-    progress.step(cell.release, "compile + import (CPU)")
+    clock.step("compile + import")
     if _compile_and_import(cell, env, patch_set):
-        progress.step(cell.release, "diff")
+        clock.step("diff")
         _diff_step(cell, env)
-    progress.step(cell.release, "rollback")
+    clock.step("rollback")
     _rollback_step(cell, env, patch_set)
 
 

@@ -109,7 +109,8 @@ def test_presets_run_one_runner_per_arm_and_write_the_verdicts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     summary, events = run_presets(tmp_path, monkeypatch, {}, "plain", "ddtree-b15", "dflash")
-    assert [e["arm"] for e in events] == ["plain", "dflash", "ddtree-b15"]  # preset order
+    assert [e["arm"] for e in events if e.get("event") != "start"] == ["plain", "dflash", "ddtree-b15"]  # preset order
+    assert [e["arm"] for e in events if e.get("event") == "start"] == ["plain", "dflash", "ddtree-b15"]
     assert summary["problems"] == [] and {v["arm"] for v in summary["lossless"]} == {"dflash", "ddtree-b15"}
     written = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert written == json.loads(json.dumps(summary))
@@ -122,7 +123,7 @@ def test_a_failed_ddtree_arm_runs_its_fallback_and_skips_later_ddtree_arms(
     summary, events = run_presets(
         tmp_path, monkeypatch, {"fail_start_budgets": [32]}, "plain", "ddtree-b32", "ddtree-b15"
     )
-    outcomes = {e["arm"]: (e["ok"], e.get("error") or "") for e in events}
+    outcomes = {e["arm"]: (e["ok"], e.get("error") or "") for e in events if e.get("event") != "start"}
     assert outcomes["ddtree-b32"][0] is False and outcomes["ddtree-b32-eager"][0] is False
     assert outcomes["ddtree-b15"] == (False, "skipped: an earlier DDTREE arm failed")
     assert [p.split(":")[0] for p in summary["problems"]] == ["ddtree-b32", "ddtree-b32-eager"]

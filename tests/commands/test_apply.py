@@ -57,6 +57,7 @@ def test_second_apply_is_a_no_op_that_exits_zero(sglang_env: Path) -> None:
     applied = snapshot(sglang_env)
     again = run_cli("apply", "--env", str(sglang_env))
     assert again.returncode == 0 and "already applied" in again.stdout
+    assert "already applied" not in again.stderr  # said once
     assert snapshot(sglang_env) == applied
 
 

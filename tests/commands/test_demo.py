@@ -18,5 +18,7 @@ def test_demo_runs_every_step_and_leaves_the_scratch_env_pristine(sglang_wheel: 
         assert heading in first.stdout
     touched = len(load_patch_set(REPO_ROOT / "manifests" / "0.5.14.toml").touched_paths())
     assert "(created)" in first.stdout and f"{touched} file(s) changed" in first.stdout
+    # stderr is piped here: the install's progress comes as plain lines, pip's own among them
+    assert "installing sglang==0.5.14" in first.stderr and "Successfully installed sglang-0.5.14" in first.stderr
     second = run_cli("demo", env_vars=offline)
     assert second.returncode == 0 and "(reused)" in second.stdout

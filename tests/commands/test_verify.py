@@ -42,16 +42,40 @@ def test_verify_refuses_an_env_without_the_overlay(sglang_env: Path) -> None:
     assert snapshot(sglang_env) == before
 
 
-def test_import_check_runs_in_the_env_and_names_each_failing_module(sglang_env: Path) -> None:
-    """A --no-deps install has no torch: every payload module must be tried and reported."""
+def test_an_env_without_sglangs_own_dependencies_is_blamed_not_the_overlay(sglang_env: Path) -> None:
+    """A --no-deps install has no numpy or torch: every payload module is tried, and the
+    verdict names the missing dependency once and the pip command that brings it."""
     apply(probe_env(sglang_env))
     done = run_cli("verify", "--env", str(sglang_env), "--import-only", "--json")
     envelope = json.loads(done.stdout)
-    assert done.returncode == envelope["exit_code"] == ExitCode.VERIFY_FAILED
+    assert done.returncode == envelope["exit_code"] == ExitCode.SGLANG_DEPENDENCIES_MISSING
     imports = envelope["data"]["imports"]
     assert sorted(imports) == sorted(PAYLOAD_MODULES)
     assert all(error and "No module named" in error for error in imports.values()), imports
-    assert envelope["data"]["smoke"] == "not requested"
+    assert sorted(envelope["data"]["missing_dependencies"]) == ["numpy"]
+    assert [issue["code"] for issue in envelope["issues"]] == ["sglang_dependencies_missing"]
+    assert "pip install sglang==0.5.14" in envelope["data"]["hint"]
+
+    plain = run_cli("verify", "--env", str(sglang_env), "--import-only")
+    assert plain.returncode == ExitCode.SGLANG_DEPENDENCIES_MISSING
+    assert plain.stderr.count("error:") == 1 and plain.stderr.count("No module named") == 0, plain.stderr
+    assert "sglang 0.5.14's own dependencies are missing" in plain.stderr and "`numpy`" in plain.stderr
+
+
+def test_a_patched_module_that_fails_on_its_own_is_the_overlays_failure(
+    sglang_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    apply(probe_env(sglang_env))
+    broken = "sglang.srt.speculative.ddtree_worker_v2"
+
+    def import_check(python: Path, modules: list[str]) -> dict[str, object]:
+        errors = {name: None for name in modules} | {broken: "ModuleNotFoundError: No module named 'sglang.srt.gone'"}
+        return {"modules": errors, "missing": {broken: "sglang.srt.gone"}, "gpu": None}
+
+    monkeypatch.setattr(verify_module, "run_import_check", import_check)
+    result = verify_module.verify(probe_env(sglang_env), smoke=False)
+    assert (result.status, result.exit_code) == ("failed", ExitCode.VERIFY_FAILED)
+    assert [issue.message for issue in result.issues] == [f"`{broken}`: ModuleNotFoundError: No module named 'sglang.srt.gone'"]
 
 
 def test_smoke_without_a_gpu_says_skipped(sglang_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:

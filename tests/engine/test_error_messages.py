@@ -92,6 +92,11 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "nothing_applied": lambda: errors.nothing_applied(ENV),
     "overlay_not_intact": lambda: errors.overlay_not_intact(ENV, "drifted"),
     "target_script_failed": lambda: errors.target_script_failed(PYTHON, "import check", "ModuleNotFoundError: x"),
+    "sglang_dependencies_missing": lambda: errors.sglang_dependencies_missing(
+        ENV, PYTHON, "0.5.14",
+        {"numpy": ["sglang.srt.server_args", "sglang.srt.speculative.spec_info"], "torch": ["sglang.srt.server_args"]},
+        ["`sglang.srt.speculative.ddtree_tp`: ImportError: cannot import name 'x'"], {},
+    ),
     "too_few_prompts": lambda: errors.too_few_prompts(64, 80, Path("/opt/fixtures/heldout_prompts.json")),
     "run_file_unreadable": lambda: errors.run_file_unreadable(Path("/runs/gsm8k.pt"), "invalid load key, 'x'"),
     "run_file_malformed": lambda: errors.run_file_malformed(Path("/runs/gsm8k.pt"), "no key 'responses'"),

@@ -109,7 +109,7 @@ def test_one_engine_serves_every_cell_in_waves(tmp_path: Path) -> None:
     windows = engine_records["ddtree-b8"]["profile"]
     assert len(windows) >= 2 and all(w["t_first"] >= cells["ddtree-b8/bs1/t0"]["t_start"] - 5 for w in windows)
     tags = [line.split(" ", 1)[0] for line in done.stdout.splitlines()]
-    assert tags == ["CELL", "CELL", "CELL", "ENGINE", "CELL", "CELL", "ENGINE"]
+    assert tags == ["START", "CELL", "CELL", "CELL", "ENGINE", "START", "CELL", "CELL", "ENGINE"]
     assert "SGLANG_DDTREE_PROFILE" not in os.environ
 
 
@@ -173,7 +173,7 @@ def test_a_failed_health_check_fails_the_engine_but_keeps_its_cells(tmp_path: Pa
 def test_plain_arms_keep_their_one_record_format(tmp_path: Path) -> None:
     plan = {"arms": [{"name": "plain", "engine": {}, "sampling": {"max_new_tokens": 3}, "top2": True}]}
     done, records, _ = run_runner(tmp_path, plan)
-    assert done.returncode == 0 and done.stdout.startswith("ARM ")
+    assert done.returncode == 0 and [line.split(" ")[0] for line in done.stdout.splitlines()] == ["START", "ARM"]
     (record,) = records
     assert "kind" not in record and record["arm"] == "plain" and len(record["outputs"]) == 5
     assert record["meta"][0]["completion_tokens"] == 3 and len(record["top2_margins"][0]) == 3
@@ -225,7 +225,8 @@ def test_records_carry_their_engines_repeat(tmp_path: Path) -> None:
     cells = [(r["arm"], r["repeat"]) for r in records if r["kind"] == "cell"]
     assert cells[:2] == [("ddtree-b8/bs1/t0", 1), ("ddtree-b8/bs2/t0", 1)] and len(set(cells)) == 8
     assert all(r["ok"] for r in records)
-    first = json.loads(done.stdout.splitlines()[0].split(" ", 1)[1])
+    started, first = (json.loads(line.split(" ", 1)[1]) for line in done.stdout.splitlines()[:2])
+    assert (started["arm"], started["repeat"]) == ("ddtree-b8", 1)
     assert first["repeat"] == 1 and first["group"] == "ddtree-b8"
 
 

@@ -8,12 +8,13 @@ It also checks that the committed docs/matrix.md says what a fresh run says.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from overlay_helpers import REPO_ROOT, run_cli
+from overlay_helpers import REPO_ROOT
 
 from ddtree_overlay.engine.datadir import bundled_releases
 from ddtree_overlay.engine.errors import ExitCode
@@ -97,14 +98,20 @@ def test_known_unsupported_releases_have_a_reason() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="0.5.22+ wheels need Python >= 3.11")
 def test_matrix_over_every_dflash_v2_release_is_green(tmp_path: Path) -> None:
-    """CI's matrix: every supported release applies, imports on CPU and rolls back to RECORD."""
+    """CI's matrix: every supported release applies, imports on CPU and rolls back to RECORD.
+
+    The run's progress (a line per step of each release) goes to this test's stderr: live with
+    `pytest -s`, and in the report of a failure."""
     out = tmp_path / "matrix"
     versions = ",".join((*DFLASH_V2_RELEASES, "0.5.11"))
-    done = run_cli("matrix", "--versions", versions, "--out", str(out), "--json")
-    envelope = json.loads(done.stdout)
-    cells = {cell["release"]: cell for cell in envelope["data"]["cells"]}
+    done = subprocess.run(
+        [sys.executable, "-m", "ddtree_overlay", "matrix", "--versions", versions, "--out", str(out)],
+        stdout=subprocess.PIPE, text=True, check=False, cwd=REPO_ROOT,
+    )
+    report = json.loads((out / "matrix.json").read_text())
+    cells = {cell["release"]: cell for cell in report["cells"]}
     failing = {r: (c["status"], c["details"][:3]) for r, c in cells.items() if c["status"] in FAILING}
-    assert done.returncode == ExitCode.OK, (failing, done.stderr[-2000:])
+    assert done.returncode == ExitCode.OK, (failing, done.stdout[-2000:])
     supported = set(bundled_releases())
     for release, cell in cells.items():
         expected = {"clean", "offset"} if release in supported else {"unsupported"}

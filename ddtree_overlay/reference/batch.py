@@ -1,0 +1,62 @@
+"""Offline reference results for `ddtree-overlay bench --reference-dir DIR` on the fixture pair:
+DFlash and DDTree at each budget, T = 0, fp32 on the CPU, the sweep's prompts (the first N
+held-out fixture prompts) and length. Made beforehand, they spare the GPU host's cores during a
+sweep.
+
+    python -m ddtree_overlay.reference.batch DIR [--budgets 4,8,...] [--prompts 32] [--max-new-tokens 256]
+
+A sweep of fewer prompts uses the first ones (the fixture sweep's cells decode 16 by default;
+--prompts-per-cell 32 at bs 16 decodes two waves). One process per result, as many at once as
+there are cores, each on one thread; each writes DIR/<key>.json and DIR/<key>.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def jobs(budgets: list[int]) -> dict[str, list[str]]:
+    """The reference CLI's algorithm arguments per result key, as the bench names them."""
+    return {"dflash": ["--algo", "dflash"]} | {
+        f"ddtree-b{b}": ["--algo", "ddtree", "--budget", str(b)] for b in budgets
+    }
+
+
+def run(key: str, algo: list[str], out: Path, prompts: int, max_new_tokens: int) -> bool:
+    command = [
+        sys.executable, "-m", "ddtree_overlay.reference",
+        "--target", str(FIXTURES / "target"), "--draft", str(FIXTURES / "draft"),
+        "--prompts", str(FIXTURES / "heldout_prompts.json"), "--limit", str(prompts),
+        "--max-new-tokens", str(max_new_tokens), "--temperature", "0", "--device", "cpu",
+        "--dtype", "float32", "--no-baseline", *algo, "--json", str(out / f"{key}.json"),
+    ]
+    with (out / f"{key}.log").open("w") as log:
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False,
+                              env=os.environ | {"OMP_NUM_THREADS": "1"})
+    print(f"done {key}" if done.returncode == 0 else f"FAILED {key} (see {out / f'{key}.log'})", flush=True)
+    return done.returncode == 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--budgets", default="4,8,16,32,64,128,256", help="DDTREE budgets, comma-separated")
+    parser.add_argument("--prompts", type=int, default=32, help="the first N held-out fixture prompts")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    todo = jobs([int(b) for b in args.budgets.split(",") if b])
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = pool.map(lambda item: run(*item, args.out, args.prompts, args.max_new_tokens), todo.items())
+        return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
