@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 from overlay_helpers import REPO_ROOT
 
-from ddtree_overlay.matrix.run import (
-    _BaseEnv,
-    _closure_names,
-    _ensure_pins_env,
-    _scratch_venv,
-    _wheel_requirements,
+from ddtree_overlay.matrix.envs import (
+    BaseEnv,
     cache_root,
+    closure_names,
+    ensure_pins_env,
     ensure_wheel,
+    scratch_venv,
+    wheel_requirements,
 )
 
 PROBE = Path(__file__).with_name("hybrid_load_probe.py")
@@ -65,9 +65,9 @@ def fixture_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
 def release_env(release: str, scratch: Path) -> Path:
     cache = cache_root()
     wheel = ensure_wheel(release, cache / "wheels")
-    pins = {n: v for n, v in _wheel_requirements(wheel)["pins"].items() if n in _closure_names()}
-    base = _BaseEnv(cache)
-    return _scratch_venv(release, wheel, [base.ensure(), _ensure_pins_env(pins, base, cache)], scratch)
+    pins = {n: v for n, v in wheel_requirements(wheel)["pins"].items() if n in closure_names()}
+    base = BaseEnv(cache)
+    return scratch_venv(release, wheel, [base.ensure(), ensure_pins_env(pins, base, cache)], scratch)
 
 
 @pytest.mark.parametrize("release", ["0.5.14", "0.5.23"])
