@@ -55,9 +55,9 @@ EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
     ExitCode.RECOVERY_NEEDED: "an interrupted transaction or unreadable state needs `recover`",
     ExitCode.VERIFY_FAILED: "verification of the applied overlay failed",
     ExitCode.BAD_RUN_FILE: "a saved run to compare with is unreadable, malformed, or from other models",
+    ExitCode.SGLANG_DEPENDENCIES_MISSING: "sglang's own dependencies are missing in the env (not the overlay)",
     ExitCode.INTERRUPTED: "interrupted by Ctrl-C (SIGINT); the env was left exactly pristine or applied",
     ExitCode.TERMINATED: "terminated by SIGTERM; the env was left exactly pristine or applied",
-    ExitCode.SGLANG_DEPENDENCIES_MISSING: "sglang's own dependencies are missing in the env (not the overlay)",
 }
 
 

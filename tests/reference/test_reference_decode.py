@@ -7,7 +7,8 @@ step is within float noise (the message prints it).
 Where the acceptance-length numbers come from: these tests only check exactness and shapes.
 The fixture pair's measured acceptance lengths (DFlash tau on held-out prompts, DDTree at
 several budgets) are produced by `python -m ddtree_overlay.reference` and recorded, with the
-command, in ddtree_overlay/fixtures/README.md and docs/BENCHMARKS.md ("Fixture pair (issue 3)").
+command, in ddtree_overlay/fixtures/README.md and docs/BENCHMARKS.md ("Dense pair: acceptance in
+the offline reference").
 """
 
 from __future__ import annotations
