@@ -1,4 +1,5 @@
-"""The package's wings import one way: cli -> commands, matrix -> engine, bench -> in_target.
+"""The package's wings import one way: cli -> commands, matrix -> engine, bench -> in_target;
+compare (offline runs of the reference code against replays) sits on bench and reference.
 
 `in_target/` scripts run in the target env's interpreter, which need not have ddtree_overlay
 installed, so they import none of it; the offline reference decoder stands alone.
@@ -18,9 +19,10 @@ ALLOWED = {
     "in_target": set(),
     "reference": set(),
     "bench": {"engine", "in_target"},
-    "commands": {"engine", "bench", "in_target"},
+    "compare": {"engine", "bench", "reference"},
+    "commands": {"engine", "bench", "compare", "in_target"},
     "matrix": {"engine", "commands", "in_target"},
-    "render": {"engine"},
+    "render": {"engine", "compare"},
     "cli": {"engine", "bench", "commands", "matrix", "render"},
 }
 
@@ -57,4 +59,4 @@ def test_every_wing_imports_only_the_wings_below_it() -> None:
 
 def test_the_wings_are_the_folders() -> None:
     folders = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert folders == {"bench", "commands", "engine", "in_target", "matrix", "reference"}
+    assert folders == {"bench", "commands", "compare", "engine", "in_target", "matrix", "reference"}

@@ -40,7 +40,7 @@ def apply(env: EnvInfo, *, manifest: Path | None = None, check: bool = False) ->
             _refuse_changed(applied, patch_set, overlay)
             if applied.state == "applied":
                 data = {"patch_set": patch_set.id, "already_applied": True, "files": [f.path for f in applied.files]}
-                return Result(("apply",), "noop", data, messages=(*notes, f"{patch_set.id} is already applied"))
+                return Result(("apply",), "noop", data, messages=notes)  # the view says it
         plan = plan_apply(
             patch_set,
             overlay.tree,
