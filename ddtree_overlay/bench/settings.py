@@ -1,5 +1,5 @@
-"""What a bench measures on: the bundled fixture pair (or a custom real-weight pair) or a
-Qwen3-8B-shaped pair with random weights, its prompts, and the rough costs the plan's time
+"""What a bench measures on: a bundled fixture pair (dense or Gated-DeltaNet hybrid), a custom
+real-weight pair, or a Qwen3-8B-shaped pair with random weights, its prompts, and the rough costs the plan's time
 estimates use.
 """
 
@@ -16,7 +16,7 @@ from ddtree_overlay.bench.arms import DFLASH, TARGET_ONLY
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
-SETTINGS = ("fixture", "qwen3-8b-random")
+SETTINGS = ("fixture", "hybrid", "qwen3-8b-random")
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,13 @@ def random_prompts(*, count: int, length: int, vocab: int, seed: int = 0) -> lis
     return [[rng.randrange(vocab) for _ in range(length)] for _ in range(count)]
 
 
+HYBRID_NOTE = (
+    "hybrid fixture pair: byte-level Qwen3.5/3.6-architecture target (8 layers = 2 x (3 Gated "
+    "DeltaNet + 1 gated attention), fp32 recurrent state, MTP head) and its DFlash drafter "
+    "(block 16), trained here; real acceptance"
+)
+
+
 def load_prompts(path: Path) -> list[list[int]]:
     """A JSON list of token-id lists; ValueError says what is wrong."""
     try:
@@ -199,11 +206,12 @@ def make_setting(
             target_only_last=True,
         )
     custom = target is not None
-    ids = load_prompts(prompts or FIXTURES / "heldout_prompts.json")
+    pair = FIXTURES / "hybrid" if name == "hybrid" else FIXTURES
+    ids = load_prompts(prompts or pair / "heldout_prompts.json")
     return Setting(
-        name="custom" if custom else "fixture",
-        target=target or FIXTURES / "target",
-        draft=draft or FIXTURES / "draft",
+        name="custom" if custom else name,
+        target=target or pair / "target",
+        draft=draft or pair / "draft",
         prompts=tuple(map(tuple, ids)),
         engine={},
         real_weights=True,
@@ -215,6 +223,8 @@ def make_setting(
         note=(
             f"custom pair: target `{target}`, drafter `{draft}`"
             if custom
+            else HYBRID_NOTE
+            if name == "hybrid"
             else "fixture pair: byte-level Qwen3 target (6 layers, hidden 256) and its DFlash "
             "drafter (3 layers, block 16), trained here; real acceptance"
         ),
