@@ -719,10 +719,17 @@ def prompt_file_invalid(path: Path, problem: str) -> BadPromptFile:
     return BadPromptFile(f"`{path}` is not a bench prompt file: {problem}", hint=_PROMPT_FILE_HINT)
 
 
+def too_few_prompts_for_batch(path: Path, count: int, widest: int) -> BadPromptFile:
+    return BadPromptFile(
+        f"`{path}` gives {count} prompts, fewer than the widest batch size {widest}",
+        hint=f"add prompts to `{path}`, or keep --batch-sizes at {count} or below",
+    )
+
+
 def no_chat_tokenizer(tokenizer: Path, why: str) -> BadPromptFile:
     return BadPromptFile(
         f"chat prompts need the target's tokenizer and chat template, and `{tokenizer}` {why}",
-        hint="pass --tokenizer DIR: a directory with the tokenizer files and a chat template "
+        hint="pass --tokenizer with a directory that holds the tokenizer files and a chat template "
         "(`chat_template` in tokenizer_config.json, or chat_template.jinja)",
     )
 
