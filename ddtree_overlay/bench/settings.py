@@ -155,17 +155,17 @@ def random_prompts(*, count: int, length: int, vocab: int, seed: int = 0) -> lis
 
 
 def load_prompts(path: Path) -> list[list[int]]:
-    """A JSON list of token-id lists; ValueError says what is wrong."""
+    """A JSON list of token-id lists; ValueError says what is wrong with the file."""
     try:
         prompts = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"cannot read prompts from `{path}`: {error}") from error
+        raise ValueError(f"cannot read it as JSON ({error})") from error
     if not (
         isinstance(prompts, list)
         and prompts
         and all(isinstance(p, list) and p and all(isinstance(t, int) and t >= 0 for t in p) for p in prompts)
     ):
-        raise ValueError(f"`{path}` must hold a non-empty JSON list of non-empty token-id lists")
+        raise ValueError("it must hold a non-empty JSON list of non-empty token-id lists")
     return prompts
 
 
