@@ -248,8 +248,8 @@ def recurrent_state(
     for segment in served:
         algorithm = segment["algorithm"]
         if algorithm == DDTREE and chosen is not None:
-            for width in sorted({verify_width(b) for b in _budgets(chosen.policy)}):
-                widths[f"DDTREE N={width}"] = width
+            for budget in sorted(set(_budgets(chosen.policy))):
+                widths[f"DDTREE B={budget}"] = verify_width(budget)
         elif algorithm == DFLASH:
             widths["DFLASH"] = BLOCK_SIZE
         elif algorithm in (NEXTN, EAGLE3):
@@ -359,8 +359,9 @@ def _config_name(entry: Mapping[str, Any], rec: Mapping[str, Any]) -> str:
 
 
 def _segment_text(segment: Mapping[str, Any], rec: Mapping[str, Any]) -> str:
-    measured = ", ".join(map(str, segment["measured_batch_sizes"]))
-    text = f"{_range(segment)}: serve **{_config_name(segment, rec)}** (measured at batch size {measured})"
+    sizes = segment["measured_batch_sizes"]
+    measured = f"batch size{'s' if len(sizes) > 1 else ''} {', '.join(map(str, sizes))}"
+    text = f"{_range(segment)}: serve **{_config_name(segment, rec)}** (measured at {measured})"
     if segment["algorithm"] != DDTREE and rec["ddtree"]:
         text += "; DDTREE was not faster there"
     return text
@@ -385,12 +386,13 @@ def _speedup_table(rec: Mapping[str, Any]) -> list[str]:
 
 def _state_text(state: Mapping[str, Any]) -> str:
     per = ", ".join(
-        f"{entry['config']} {entry['verify_tokens']} tokens: {entry['bytes'] / GIB:.2f} GiB" for entry in state["per_request"]
+        f"{entry['config']} ({entry['verify_tokens']} verify tokens) {entry['bytes'] / GIB:.2f} GiB"
+        for entry in state["per_request"]
     )
     return (
         f"Recurrent-state snapshots on this hybrid target, per request and TP rank: "
         f"{state['gated_deltanet_layers']} Gated-DeltaNet layers x {state['value_heads']} value heads x "
         f"{state['key_dim']} x {state['value_dim']} x {state['state_bytes']} B / TP {state['tp_size']} = "
         f"{state['bytes_per_verify_token'] / (1 << 20):.1f} MiB per verify token; {per}. A DDTREE engine "
-        "keeps them at its widest width."
+        "keeps them at its widest budget's width, whatever the batch."
     )
