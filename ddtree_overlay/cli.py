@@ -390,6 +390,14 @@ def bench(
             "conversations' last user turns (long-context cells, e.g. 8192)",
         ),
     ] = None,
+    mem_fraction_static: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(
+            "--mem-fraction-static", min=0.05, max=0.95,
+            help="SGLang's share of GPU memory for weights and caches, every arm alike (the bench's "
+            "default 0.45 is too little for a 27B target with long prompts on one GPU)",
+        ),
+    ] = None,
     eagle3_draft: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(
@@ -507,6 +515,7 @@ def bench(
         enable_thinking=enable_thinking,
         min_prompt_tokens=min_prompt_tokens,
         eagle3_draft=eagle3_draft,
+        mem_fraction_static=mem_fraction_static,
     )
     with render.bench_progress(enabled=not (json_out or dry_run)) as on_event:
         _run(("bench",), json_out, lambda: bench_env(_probe(env), request, on_event=on_event))

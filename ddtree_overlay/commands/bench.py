@@ -64,6 +64,7 @@ class BenchRequest:
     enable_thinking: bool = False
     min_prompt_tokens: int | None = None
     eagle3_draft: Path | None = None  # an EAGLE-3 drafter for the target: one more baseline arm
+    mem_fraction_static: float | None = None  # every engine's, instead of the runner's default
 
 
 def default_out(setting: str) -> Path:
@@ -83,6 +84,8 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         prompt_note=prompt_note,
         eagle3_draft=request.eagle3_draft,
     )
+    if request.mem_fraction_static is not None:
+        setting = replace(setting, engine={**setting.engine, "mem_fraction_static": request.mem_fraction_static})
     plan = plan_sweep(setting, request.config)
     if request.dry_run:
         data = {"dry_run": True, "out": str(request.out), "plan": describe_plan(plan), "prompts": prompt_note}

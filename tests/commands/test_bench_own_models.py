@@ -154,3 +154,9 @@ def test_a_hybrid_sweep_runs_nextn_and_ends_with_a_recommendation(tmp_path: Path
     markdown = (out / "bench.md").read_text()
     assert markdown.rstrip().endswith("```") and "## Recommendation" in markdown
     assert "python -m sglang.launch_server" in markdown and "64 chat prompts" in markdown
+
+
+def test_mem_fraction_static_reaches_every_engine() -> None:
+    done, envelope = dry_run(*PAIR, "--budgets", "32", "--mem-fraction-static", "0.85")
+    assert done.returncode == 0, done.stderr
+    assert {g["engine"]["mem_fraction_static"] for g in envelope["data"]["plan"]["groups"]} == {0.85}
