@@ -148,5 +148,8 @@ def describe(chat: ChatPrompts, prompts: Sequence[Sequence[int]]) -> str:
         f"(median {statistics.median(lengths):g})"
     )
     if chat.min_prompt_tokens:
-        text += f", each lengthened to {chat.min_prompt_tokens} tokens or more with the next conversations' last user turns"
+        text += (
+            f", each lengthened to {chat.min_prompt_tokens} tokens or more with the next "
+            "conversations' last user turns"
+        )
     return text

@@ -15,6 +15,7 @@ so they get no recommendation.
 
 from __future__ import annotations
 
+import itertools
 import math
 import shlex
 from collections.abc import Mapping, Sequence
@@ -195,7 +196,7 @@ def serving_segments(per_bs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
             "from_batch_size": column["batch_size"] if segments else 1,
             "measured_batch_sizes": [column["batch_size"]],
         })
-    for segment, following in zip(segments, segments[1:], strict=False):
+    for segment, following in itertools.pairwise(segments):
         segment["to_batch_size"] = following["from_batch_size"] - 1
     if segments:
         segments[-1]["to_batch_size"] = None
@@ -348,7 +349,9 @@ def _range(segment: Mapping[str, Any]) -> str:
     start, end = segment["from_batch_size"], segment["to_batch_size"]
     if end is None:
         return f"{start} and more concurrent requests"
-    return f"{start} concurrent request{'s' if end > 1 else ''}" if start == end else f"{start}-{end} concurrent requests"
+    if start == end:
+        return f"{start} concurrent request{'s' if end > 1 else ''}"
+    return f"{start}-{end} concurrent requests"
 
 
 def _config_name(entry: Mapping[str, Any], rec: Mapping[str, Any]) -> str:

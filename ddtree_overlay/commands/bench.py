@@ -36,11 +36,20 @@ from ddtree_overlay.bench.plan import (
 )
 from ddtree_overlay.bench.recommend import recommend
 from ddtree_overlay.bench.records import read_records
-from ddtree_overlay.bench.settings import CUSTOM_PROMPTS_PER_CELL, FIXTURES, load_prompts, make_setting
+from ddtree_overlay.bench.settings import (
+    CUSTOM_PROMPTS_PER_CELL,
+    FIXTURES,
+    load_prompts,
+    make_setting,
+)
 from ddtree_overlay.bench.supervision import OnEvent, load_references, run_bench, write_report
 from ddtree_overlay.bench.target_config import read_target_config
 from ddtree_overlay.engine.envprobe import EnvInfo
-from ddtree_overlay.engine.errors import VerifyFailed, prompt_file_invalid, too_few_prompts_for_batch
+from ddtree_overlay.engine.errors import (
+    VerifyFailed,
+    prompt_file_invalid,
+    too_few_prompts_for_batch,
+)
 from ddtree_overlay.engine.fingerprint import installed_patch_set
 from ddtree_overlay.engine.result import Issue, Result
 from ddtree_overlay.engine.site import open_overlay, require_sglang

@@ -146,5 +146,5 @@ def test_tokenize_runs_the_template_in_the_target_interpreter(tmp_path: Path, mo
     other.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (other / name).write_text((tmp_path / "tok" / name).read_text())
-    with pytest.raises(BadPromptFile, match="could not be tokenized .*: OSError: Can't load tokenizer"):
+    with pytest.raises(BadPromptFile, match=r"could not be tokenized .*: OSError: Can't load tokenizer"):
         chat_prompts.tokenize(Path(sys.executable), ChatPrompts(path, other), count=2)

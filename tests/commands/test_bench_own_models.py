@@ -51,7 +51,8 @@ def test_a_hybrid_target_with_an_mtp_head_gets_a_nextn_arm() -> None:
     engine = groups["nextn"]["engine"]
     assert engine["speculative_algorithm"] == "NEXTN"
     assert engine["speculative_draft_model_path"] == str(HYBRID / "target")  # SGLang loads the MTP head there
-    assert (engine["speculative_num_steps"], engine["speculative_eagle_topk"], engine["speculative_num_draft_tokens"]) == (3, 1, 4)
+    chain = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    assert [engine[key] for key in chain] == [3, 1, 4]
     assert all(g["engine"]["max_running_requests"] == 64 for g in groups.values())  # past SGLang's 48
 
 
@@ -69,7 +70,10 @@ def test_chat_prompts_without_a_tokenizer_exit_14_and_write_nothing(tmp_path: Pa
     out = tmp_path / "out"
     done = run_cli("bench", "--env", sys.executable, *PAIR, "--prompts", str(prompts), "--out", str(out))
     assert done.returncode == ExitCode.BAD_PROMPT_FILE, done.stderr
-    assert done.stderr.startswith(f"error: chat prompts need the target's tokenizer and chat template, and `{HYBRID / 'target'}` has no tokenizer")
+    assert done.stderr.startswith(
+        f"error: chat prompts need the target's tokenizer and chat template, and `{HYBRID / 'target'}` "
+        "has no tokenizer"
+    )
     assert not out.exists()
 
 
@@ -111,7 +115,10 @@ def test_chat_prompts_are_tokenized_in_the_target_env_and_lengthened(tmp_path: P
     )
     assert done.returncode == 0, done.stderr
     note = envelope["data"]["prompts"]
-    assert note.startswith(f"16 chat prompts from `{FIXTURES / 'chat_prompts.jsonl'}`, chat template of `{BYTE_TOKENIZER}` (enable_thinking=True), 6")
+    assert note.startswith(
+        f"16 chat prompts from `{FIXTURES / 'chat_prompts.jsonl'}`, chat template of `{BYTE_TOKENIZER}` "
+        "(enable_thinking=True), 6"
+    )
     assert "each lengthened to 600 tokens or more" in note
     assert "target-only/bs16/t0" in envelope["data"]["plan"]["groups"][0]["cells"]
 
@@ -148,7 +155,8 @@ def test_a_hybrid_sweep_runs_nextn_and_ends_with_a_recommendation(tmp_path: Path
     result = bench_module._result(report, out)
     rec = result.data["report"]["recommendation"]
     # which arm wins is the stand-in's wall-clock noise; what the recommendation holds is not
-    assert rec["batch_sizes"] == [1, 2] and rec["ddtree"]["policy"] in ("B=8", "B=32", "schedule 1:8,2:32", "schedule 1:32,2:8")
+    policies = ("B=8", "B=32", "schedule 1:8,2:32", "schedule 1:32,2:8")
+    assert rec["batch_sizes"] == [1, 2] and rec["ddtree"]["policy"] in policies
     assert set(rec["per_batch_size"][0]["speedup"]) == {"target-only", "DFLASH", "NEXTN"}
     assert rec["recurrent_state"]["bytes_per_verify_token"] == 6 * 6 * 64 * 64 * 4
     markdown = (out / "bench.md").read_text()
