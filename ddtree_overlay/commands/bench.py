@@ -81,6 +81,7 @@ def default_out(setting: str) -> Path:
 
 
 def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: None) -> Result:
+    sglang = None if request.dry_run else require_sglang(env)  # before chat prompts need the env
     prompt_ids, prompt_note = prompts_of(env.python, request)
     setting = make_setting(
         request.setting,
@@ -100,7 +101,7 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         data = {"dry_run": True, "out": str(request.out), "plan": describe_plan(plan), "prompts": prompt_note}
         return Result(("bench",), "ok", data, messages=(*plan.notes, *([prompt_note] if prompt_note else [])))
 
-    sglang = require_sglang(env)
+    assert sglang is not None
     probe = probe_gpu(env.python)
     if probe["gpu"] is None:
         why = probe["error"] or "torch sees no CUDA device"
