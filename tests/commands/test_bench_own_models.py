@@ -64,11 +64,11 @@ def test_the_dense_fixture_has_no_mtp_head_and_an_eagle3_draft_adds_a_baseline(t
     assert "max_running_requests" not in groups["eagle3"]["engine"]
 
 
-def test_chat_prompts_without_a_tokenizer_exit_14_and_write_nothing(tmp_path: Path) -> None:
+def test_chat_prompts_without_a_tokenizer_exit_14(tmp_path: Path) -> None:
     prompts = tmp_path / "chat.jsonl"
     prompts.write_text('{"turns": ["hello"]}\n')
     out = tmp_path / "out"
-    done = run_cli("bench", "--env", sys.executable, *PAIR, "--prompts", str(prompts), "--out", str(out))
+    done, _ = dry_run(*PAIR, "--prompts", str(prompts), "--out", str(out))
     assert done.returncode == ExitCode.BAD_PROMPT_FILE, done.stderr
     assert done.stderr.startswith(
         f"error: chat prompts need the target's tokenizer and chat template, and `{HYBRID / 'target'}` "
