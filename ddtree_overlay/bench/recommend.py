@@ -329,6 +329,14 @@ def markdown_section(recommendation: Mapping[str, Any] | None) -> list[str]:
     return [*lines, ""]
 
 
+def summary_lines(recommendation: Mapping[str, Any] | None) -> list[str]:
+    """What to serve per concurrency, for the terminal (the full section is in bench.md)."""
+    if not recommendation:
+        return []
+    head = f"recommendation (T = {recommendation['temperature']:g}; launch commands in bench.md):"
+    return [head, *(f"  {_segment_text(s, recommendation)}".replace("**", "") for s in recommendation["serve"])]
+
+
 def _basis(rec: Mapping[str, Any]) -> str:
     ddtree = rec["ddtree"]
     text = (

@@ -34,7 +34,7 @@ from ddtree_overlay.bench.plan import (
     describe_plan,
     plan_sweep,
 )
-from ddtree_overlay.bench.recommend import recommend
+from ddtree_overlay.bench.recommend import recommend, summary_lines
 from ddtree_overlay.bench.records import read_records
 from ddtree_overlay.bench.settings import (
     CUSTOM_PROMPTS_PER_CELL,
@@ -222,6 +222,7 @@ def _result(report: dict[str, Any], out: Path) -> Result:
         "out": str(out),
         "files": sorted(str(p) for p in [out / "bench.json", out / "bench.md", *files]),
         "table": markdown.throughput_table(report),
+        "recommendation": summary_lines(report["recommendation"]),
         "report": report,
     }
     issues = tuple(Issue("bench_check_failed", text) for text in report["issues"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, EAGLE3, NEXTN, TARGET_ONLY, Arm, BudgetPolicy
-from ddtree_overlay.bench.recommend import markdown_section, recommend
+from ddtree_overlay.bench.recommend import markdown_section, recommend, summary_lines
 from ddtree_overlay.bench.target_config import GatedDeltaNet, TargetConfig
 
 PLAIN = TargetConfig(mtp_layers=0, gated_deltanet=None)
@@ -130,3 +130,13 @@ def test_random_weights_or_nothing_measured_get_no_recommendation() -> None:
     assert recommend(random, PLAIN) is None
     assert recommend(report([cell(Arm(DFLASH), 1, 300, status="skipped")]), PLAIN) is None
     assert markdown_section(None) == []
+
+
+def test_the_terminal_gets_one_line_per_served_range() -> None:
+    lines = summary_lines(recommend(report(mixed()), PLAIN))
+    assert lines == [
+        "recommendation (T = 0; launch commands in bench.md):",
+        "  1-15 concurrent requests: serve DDTREE schedule 1:64,4:32 (measured at batch sizes 1, 4)",
+        "  16 and more concurrent requests: serve NEXTN (measured at batch size 16); DDTREE was not faster there",
+    ]
+    assert summary_lines(None) == []
