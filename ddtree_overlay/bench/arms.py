@@ -15,8 +15,8 @@ Labels, as reports print them: ``B=32``, ``schedule 1:256,8:64``, ``adaptive 8/3
 ``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``, ``NEXTN``, ``EAGLE-3``.
 
 NEXTN (the target's own MTP head) and EAGLE-3 (a separate EAGLE-3 drafter) are the baselines
-users serve next to DFLASH: chains of `CHAIN_DRAFT` tokens, SGLang's own choice for these
-targets when no shape is given and the shape Qwen3.5/3.6 model cards serve NEXTN with.
+users serve next to DFLASH: chains of `CHAIN_DRAFT` tokens, the shape SGLang chooses itself for
+these targets when none is given (`_auto_choose_speculative_params`).
 
 The payload parses the same flags on its side (`BudgetPolicy` there); the two halves share the
 flag grammar, not code, since the payload runs inside SGLang.
