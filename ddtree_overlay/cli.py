@@ -147,15 +147,6 @@ def _bench_plan() -> Any:
     return plan
 
 
-def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
-    if path is not None:
-        try:
-            _bench_settings().load_prompts(path)
-        except ValueError as error:
-            raise typer.BadParameter(str(error)) from None
-    return path
-
-
 @app.command()
 def status(
     env: EnvOption,
@@ -370,8 +361,49 @@ def bench(
     ] = None,
     prompts: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--prompts", exists=True, dir_okay=False, callback=_prompts_file,
-                     help="JSON list of token-id lists"),
+        typer.Option(
+            "--prompts", exists=True, dir_okay=False,
+            help="a JSON list of token-id lists, or JSON lines of chat conversations ({\"turns\": [...]} "
+            "as the DDTree reference's datasets, or {\"messages\": [...]}) put through the target's "
+            "chat template",
+        ),
+    ] = None,
+    tokenizer: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--tokenizer", exists=True, file_okay=False,
+            help="chat prompts: the tokenizer and chat template to use (default: the target's directory)",
+        ),
+    ] = None,
+    enable_thinking: Annotated[
+        bool,
+        typer.Option(
+            "--enable-thinking",
+            help="chat prompts: render with enable_thinking=True (default False, as the DDTree reference)",
+        ),
+    ] = False,
+    min_prompt_tokens: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--min-prompt-tokens", min=1,
+            help="chat prompts: lengthen each prompt to at least this many tokens with the next "
+            "conversations' last user turns (long-context cells, e.g. 8192)",
+        ),
+    ] = None,
+    mem_fraction_static: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(
+            "--mem-fraction-static", min=0.05, max=0.95,
+            help="SGLang's share of GPU memory for weights and caches, every arm alike (the bench's "
+            "default 0.45 is too little for a 27B target with long prompts on one GPU)",
+        ),
+    ] = None,
+    eagle3_draft: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--eagle3-draft", exists=True, file_okay=False,
+            help="an EAGLE-3 drafter for the target: one more baseline arm (EAGLE3, a 3-token chain)",
+        ),
     ] = None,
     prompts_per_cell: Annotated[
         Optional[int],  # noqa: UP045
@@ -450,6 +482,10 @@ def bench(
         raise typer.BadParameter("--target and --draft go together")
     if target is not None and setting != "fixture":
         raise typer.BadParameter(f"--target/--draft replace the fixture pair; --setting {setting} has its own")
+    if (tokenizer or enable_thinking or min_prompt_tokens) and prompts is None:
+        raise typer.BadParameter("--tokenizer, --enable-thinking and --min-prompt-tokens go with chat --prompts")
+    if eagle3_draft and setting != "fixture":
+        raise typer.BadParameter(f"--eagle3-draft needs a real pair; --setting {setting} has random weights")
     if ddtree_adaptive and tp_size > 1:
         raise typer.BadParameter("--ddtree-adaptive runs at --tp-size 1 only (the payload refuses it under TP)")
     config = bench_plan.BenchConfig(
@@ -475,6 +511,11 @@ def bench(
         prompts=prompts,
         reference_dir=reference_dir,
         dry_run=dry_run,
+        tokenizer=tokenizer,
+        enable_thinking=enable_thinking,
+        min_prompt_tokens=min_prompt_tokens,
+        eagle3_draft=eagle3_draft,
+        mem_fraction_static=mem_fraction_static,
     )
     with render.bench_progress(enabled=not (json_out or dry_run)) as on_event:
         _run(("bench",), json_out, lambda: bench_env(_probe(env), request, on_event=on_event))

@@ -276,6 +276,8 @@ def _bench_view(data: Mapping[str, Any]) -> None:
         stdout.print(f"bench: {data['bench']}")
         return
     stdout.print(data["table"])
+    for line in data.get("recommendation") or ():
+        stdout.print(line)
     stdout.print(f"\nwrote {', '.join(data['files'])}")
 
 

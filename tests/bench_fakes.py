@@ -46,6 +46,8 @@ class Engine:
     def _tau(self):
         if self.algo is None:
             return 1.0
+        if self.algo in ("NEXTN", "EAGLE3"):  # a chain of 3 drafted tokens
+            return 3.0
         return 4.0 if self.algo == "DFLASH" else 4.0 + math.log2(self.budget) / 4
 
     def generate(self, input_ids, sampling_params, return_logprob=False, top_logprobs_num=0):

@@ -9,9 +9,14 @@ A budget policy is one of
 
 Arm names, as bench groups, check arms and `round_trace` arms spell them:
     target-only (or plain), dflash, ddtree-b32, ddtree-schedule-1x256-8x64,
-    ddtree-adaptive-8-32-256, each with `-no-overlap` when overlap scheduling is off.
+    ddtree-adaptive-8-32-256, nextn, eagle3, each with `-no-overlap` when overlap scheduling
+    is off.
 Labels, as reports print them: ``B=32``, ``schedule 1:256,8:64``, ``adaptive 8/32/256``;
-``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``.
+``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``, ``NEXTN``, ``EAGLE-3``.
+
+NEXTN (the target's own MTP head) and EAGLE-3 (a separate EAGLE-3 drafter) are the baselines
+users serve next to DFLASH: chains of `CHAIN_DRAFT` tokens, the shape SGLang chooses itself for
+these targets when none is given (`_auto_choose_speculative_params`).
 
 The payload parses the same flags on its side (`BudgetPolicy` there); the two halves share the
 flag grammar, not code, since the payload runs inside SGLang.
@@ -26,7 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 TARGET_ONLY, DFLASH, DDTREE = "target-only", "DFLASH", "DDTREE"
-ALGORITHMS = (TARGET_ONLY, DFLASH, DDTREE)
+NEXTN, EAGLE3 = "NEXTN", "EAGLE3"
+ALGORITHMS = (TARGET_ONLY, DFLASH, DDTREE, NEXTN, EAGLE3)
+CHAIN_BASELINES = (NEXTN, EAGLE3)  # chain drafters with their own draft model: not DFlash's
+# A chain of 3 drafted tokens (4 verified): SGLang's auto-chosen EAGLE shape for most targets.
+CHAIN_DRAFT = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
 BLOCK_SIZE = 16  # the DFlash drafter's block: DFLASH verifies this many tokens per request
 Schedule = tuple[tuple[int, int], ...]  # a budget schedule's (smallest batch size, budget) steps
 NO_OVERLAP = "-no-overlap"
@@ -176,7 +185,7 @@ def parse_with_env(text: str) -> tuple[Arm, dict[str, str]]:
 
 
 _NAME = re.compile(
-    r"^(?:(?P<plain>target-only|plain)|(?P<dflash>dflash)|ddtree-(?:"
+    r"^(?:(?P<plain>target-only|plain)|(?P<dflash>dflash)|(?P<chain>nextn|eagle3)|ddtree-(?:"
     r"b(?P<budget>\d+)|adaptive-(?P<adaptive>\d+(?:-\d+)+)|schedule-(?P<schedule>\d+x\d+(?:-\d+x\d+)*)"
     r"))(?P<no_overlap>-no-overlap)?$"
 )
@@ -204,14 +213,16 @@ class Arm:
         found = _NAME.match(name)
         if found is None:
             raise ValueError(
-                f"unknown arm {name!r} (plain, dflash, ddtree-b<B>, ddtree-adaptive-<B1>-<B2>..., "
-                "ddtree-schedule-<bs>x<B>-..., each with -no-overlap)"
+                f"unknown arm {name!r} (plain, dflash, nextn, eagle3, ddtree-b<B>, "
+                "ddtree-adaptive-<B1>-<B2>..., ddtree-schedule-<bs>x<B>-..., each with -no-overlap)"
             )
         overlap = not found["no_overlap"]
         if found["plain"]:
             return cls(TARGET_ONLY, overlap=overlap)
         if found["dflash"]:
             return cls(DFLASH, overlap=overlap)
+        if found["chain"]:
+            return cls(found["chain"].upper(), overlap=overlap)
         if found["budget"]:
             return cls.ddtree(int(found["budget"]), overlap=overlap)
         if found["adaptive"]:
@@ -229,7 +240,10 @@ class Arm:
     def name(self) -> str:
         if self.algorithm == TARGET_ONLY:
             return TARGET_ONLY
-        base = "dflash" if self.algorithm == DFLASH else f"ddtree-{self.policy_or_fail.slug}"
+        if self.algorithm == DDTREE:
+            base = f"ddtree-{self.policy_or_fail.slug}"
+        else:
+            base = self.algorithm.lower()
         return base + ("" if self.overlap else NO_OVERLAP)
 
     @property
@@ -237,7 +251,10 @@ class Arm:
         """``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``."""
         if self.algorithm == TARGET_ONLY:
             return TARGET_ONLY
-        base = "DFLASH" if self.algorithm == DFLASH else f"DDTREE {self.policy_or_fail.label}"
+        if self.algorithm == DDTREE:
+            base = f"DDTREE {self.policy_or_fail.label}"
+        else:
+            base = "EAGLE-3" if self.algorithm == EAGLE3 else self.algorithm
         return base + ("" if self.overlap else " (no overlap)")
 
     @property
@@ -264,6 +281,8 @@ class Arm:
             args["speculative_algorithm"] = self.algorithm
         if self.policy is not None:
             args |= self.policy.engine_args()
+        if self.algorithm in CHAIN_BASELINES:
+            args |= CHAIN_DRAFT
         if not self.overlap:
             args["disable_overlap_schedule"] = True
         return args

@@ -9,6 +9,7 @@ from ddtree_overlay.bench.analysis import STAGES
 from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy, policy_label
 from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
 from ddtree_overlay.bench.plan import capture_batch_sizes
+from ddtree_overlay.bench.recommend import markdown_section
 
 DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md
 
@@ -404,4 +405,5 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         parts += [f"- issue: {text}" for text in report["issues"]]
         parts += [f"- note: {text}" for text in report["notes"]]
         parts.append("")
+    parts += markdown_section(report.get("recommendation"))
     return "\n".join(parts)

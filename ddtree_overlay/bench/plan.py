@@ -4,10 +4,11 @@
 One engine serves every cell of one (algorithm, budget, scheduling) config: an SGLang engine
 start costs ~45 s on an H200 (~130 s for the first, which compiles kernels), far more than a
 cell's decode, so cells are grouped by engine and engines are ordered by how much their numbers
-tell: target-only and DFLASH in both scheduling modes first (every speedup needs them), then
-DDTREE budgets, the known-good one and the B = 32 cliff first. With
-random weights (the Qwen3-8B-shaped setting) only round costs mean something: target-only goes
-last and the budgets run widest-spread first. With `ddtree_no_overlap`, every DDTREE budget also
+tell: target-only and DFLASH in both scheduling modes first (every speedup needs them), the
+NEXTN (a target with an MTP head) and EAGLE-3 (given a drafter) baselines, then DDTREE
+budgets, the known-good one and the B = 32 cliff first. With random weights (the
+Qwen3-8B-shaped setting) only round costs mean something: target-only goes last and the
+budgets run widest-spread first. With `ddtree_no_overlap`, every DDTREE budget also
 runs without overlap scheduling, right after its overlap twin, so each algorithm can be compared
 in its faster mode. With `adaptive_budgets`, one more DDTREE arm (in each of those modes) lets
 every round choose its budget among them (`--speculative-ddtree-adaptive-budgets`); with
@@ -33,6 +34,8 @@ from typing import Any
 from ddtree_overlay.bench.arms import (
     DDTREE,
     DFLASH,
+    EAGLE3,
+    NEXTN,
     TARGET_ONLY,
     Arm,
     BudgetPolicy,
@@ -51,6 +54,9 @@ ATTENTION_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask
 # pads up to the next one), prefill graphs off (prefill is not what is measured). Both cut the
 # engine start, which is most of the sweep's time.
 ENGINE_COMMON: Mapping[str, Any] = {"disable_prefill_cuda_graph": True}
+# SGLang caps a speculative engine at 48 running requests unless told otherwise; a sweep past
+# that asks for its widest batch, so every request of a wave runs at once.
+SPEC_DEFAULT_MAX_RUNNING = 48
 
 
 def capture_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
@@ -245,7 +251,10 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, first: bool, max_
         **ENGINE_COMMON,
         **setting.engine,
         **arm.engine_args(),
+        **baseline_draft(setting, arm),
     }
+    if max(config.batch_sizes) > SPEC_DEFAULT_MAX_RUNNING:
+        engine["max_running_requests"] = max(config.batch_sizes)
     cost = setting.cost
     return EngineGroup(
         arm=arm,
@@ -254,6 +263,22 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, first: bool, max_
         est_start_s=cost.engine_start_s + (cost.first_start_extra_s if first else 0),
         est_overhead_s=cost.engine_overhead_s,
     )
+
+
+def baseline_arms(setting: Setting) -> list[Arm]:
+    """The baselines users serve beside DFLASH that this pair can run: NEXTN with the target's
+    own MTP head, EAGLE-3 with a given drafter."""
+    return [Arm(NEXTN)] * setting.nextn + [Arm(EAGLE3)] * (setting.eagle3_draft is not None)
+
+
+def baseline_draft(setting: Setting, arm: Arm) -> dict[str, Any]:
+    """The draft model of a NEXTN arm (the target's directory: SGLang loads its MTP head from
+    there) or an EAGLE3 arm; DFLASH and DDTREE arms take the pair's drafter (the runner's)."""
+    if arm.algorithm == NEXTN:
+        return {"speculative_draft_model_path": str(setting.target)}
+    if arm.algorithm == EAGLE3:
+        return {"speculative_draft_model_path": str(setting.eagle3_draft)}
+    return {}
 
 
 def plan_runs(groups: Sequence[EngineGroup], repeats: int, cost: CostModel) -> tuple[EngineRun, ...]:
@@ -292,6 +317,7 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     target_only = [Arm(TARGET_ONLY)]
     arms = [] if setting.target_only_last else list(target_only)
     arms += [Arm(DFLASH), Arm(DFLASH, overlap=False)]
+    arms += baseline_arms(setting)
     arms += [Arm.ddtree(policy, overlap=o) for policy in policies for o in modes]
     arms += target_only if setting.target_only_last else []
     groups = tuple(

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.bench.arms import DFLASH, TARGET_ONLY
+from ddtree_overlay.bench.arms import CHAIN_BASELINES, DFLASH, TARGET_ONLY
+from ddtree_overlay.bench.target_config import read_target_config
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
 SETTINGS = ("fixture", "hybrid", "qwen3-8b-random")
+CUSTOM_PROMPTS_PER_CELL = 8
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class CostModel:
 # Acceptance length (tokens per round) used only for estimates: the fixture's reference
 # numbers (docs/BENCHMARKS.md, T = 0); T > 0 accepts about two thirds of that.
 _FIXTURE_TAU = {DFLASH: 4.1, 4: 3.5, 8: 4.3, 16: 5.0, 32: 5.5, 64: 5.8, 128: 6.1, 256: 6.4}
+_CHAIN_TAU = 2.6  # a 3-token chain at the hybrid fixture MTP head's 0.72 top-1 accuracy
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,14 @@ class Setting:
     cost: CostModel
     note: str
     target_only_last: bool = False  # random weights: target-only is the least telling arm
+    nextn: bool = False  # the target carries an MTP head: a NEXTN arm runs
+    eagle3_draft: Path | None = None  # an EAGLE-3 drafter for the target: an EAGLE3 arm runs
 
     def tau(self, algorithm: str, budget: int | None, temperature: float) -> float:
         if not self.real_weights or algorithm == TARGET_ONLY:
             return 1.0
         key: Any = DFLASH if algorithm == DFLASH else budget
-        tau = _FIXTURE_TAU.get(key, 5.0)
+        tau = _CHAIN_TAU if algorithm in CHAIN_BASELINES else _FIXTURE_TAU.get(key, 5.0)
         return tau if temperature == 0 else max(1.0, tau * 2 / 3)
 
 
@@ -157,17 +162,17 @@ HYBRID_NOTE = (
 
 
 def load_prompts(path: Path) -> list[list[int]]:
-    """A JSON list of token-id lists; ValueError says what is wrong."""
+    """A JSON list of token-id lists; ValueError says what is wrong with the file."""
     try:
         prompts = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"cannot read prompts from `{path}`: {error}") from error
+        raise ValueError(f"cannot read it as JSON ({error})") from error
     if not (
         isinstance(prompts, list)
         and prompts
         and all(isinstance(p, list) and p and all(isinstance(t, int) and t >= 0 for t in p) for p in prompts)
     ):
-        raise ValueError(f"`{path}` must hold a non-empty JSON list of non-empty token-id lists")
+        raise ValueError("it must hold a non-empty JSON list of non-empty token-id lists")
     return prompts
 
 
@@ -179,9 +184,16 @@ def make_setting(
     draft: Path | None = None,
     prompts: Path | None = None,
     write: bool = True,
+    prompt_ids: Sequence[Sequence[int]] | None = None,
+    prompt_note: str | None = None,
+    eagle3_draft: Path | None = None,
 ) -> Setting:
     """The fixture pair (or a custom real-weight pair), or the Qwen3-8B-shaped random one
-    (whose config.json files are written under ``scratch`` unless ``write`` is False)."""
+    (whose config.json files are written under ``scratch`` unless ``write`` is False).
+
+    ``prompt_ids`` (chat prompts already tokenized, described by ``prompt_note``) replace the
+    ``prompts`` file. A real-weight target with an MTP head gets a NEXTN arm; ``eagle3_draft``
+    an EAGLE3 arm."""
     if name == "qwen3-8b-random":
         models = scratch / "qwen3-8b-random"
         target_dir, draft_dir = (
@@ -207,7 +219,15 @@ def make_setting(
         )
     custom = target is not None
     pair = FIXTURES / "hybrid" if name == "hybrid" else FIXTURES
-    ids = load_prompts(prompts or pair / "heldout_prompts.json")
+    ids = prompt_ids if prompt_ids is not None else load_prompts(prompts or pair / "heldout_prompts.json")
+    pair_note = (
+        f"custom pair: target `{target}`, drafter `{draft}`"
+        if custom
+        else HYBRID_NOTE
+        if name == "hybrid"
+        else "fixture pair: byte-level Qwen3 target (6 layers, hidden 256) and its DFlash "
+        "drafter (3 layers, block 16), trained here; real acceptance"
+    )
     return Setting(
         name="custom" if custom else name,
         target=target or pair / "target",
@@ -217,15 +237,10 @@ def make_setting(
         real_weights=True,
         reference_parity=not custom,
         max_new_tokens=256,
-        prompts_per_cell=8,
+        prompts_per_cell=CUSTOM_PROMPTS_PER_CELL,
         budget_priority=(16, 32, 64, 8, 128, 4, 256),
         cost=FIXTURE_COST,
-        note=(
-            f"custom pair: target `{target}`, drafter `{draft}`"
-            if custom
-            else HYBRID_NOTE
-            if name == "hybrid"
-            else "fixture pair: byte-level Qwen3 target (6 layers, hidden 256) and its DFlash "
-            "drafter (3 layers, block 16), trained here; real acceptance"
-        ),
+        note=f"{pair_note}; {prompt_note}" if prompt_note else pair_note,
+        nextn=read_target_config(target or pair / "target").mtp_layers > 0,
+        eagle3_draft=eagle3_draft,
     )

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.bench import markdown, plots
+from ddtree_overlay.bench import chat_prompts, markdown, plots
 from ddtree_overlay.bench.analysis import analyse
 from ddtree_overlay.bench.plan import (
     DDTREE,
@@ -34,11 +34,22 @@ from ddtree_overlay.bench.plan import (
     describe_plan,
     plan_sweep,
 )
+from ddtree_overlay.bench.recommend import recommend, summary_lines
 from ddtree_overlay.bench.records import read_records
-from ddtree_overlay.bench.settings import make_setting
+from ddtree_overlay.bench.settings import (
+    CUSTOM_PROMPTS_PER_CELL,
+    FIXTURES,
+    load_prompts,
+    make_setting,
+)
 from ddtree_overlay.bench.supervision import OnEvent, load_references, run_bench, write_report
+from ddtree_overlay.bench.target_config import read_target_config
 from ddtree_overlay.engine.envprobe import EnvInfo
-from ddtree_overlay.engine.errors import VerifyFailed
+from ddtree_overlay.engine.errors import (
+    VerifyFailed,
+    prompt_file_invalid,
+    too_few_prompts_for_batch,
+)
 from ddtree_overlay.engine.fingerprint import installed_patch_set
 from ddtree_overlay.engine.result import Issue, Result
 from ddtree_overlay.engine.site import open_overlay, require_sglang
@@ -46,6 +57,7 @@ from ddtree_overlay.engine.target import run_script
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PROBE_TIMEOUT_S = 300
+PROMPTS_FILE = "prompts.json"  # the chat prompts' token ids, in a run's --out
 
 @dataclass(frozen=True)
 class BenchRequest:
@@ -57,6 +69,11 @@ class BenchRequest:
     prompts: Path | None = None
     reference_dir: Path | None = None  # precomputed reference JSONs instead of runs beside the sweep
     dry_run: bool = False
+    tokenizer: Path | None = None  # chat prompts: the target's directory unless given
+    enable_thinking: bool = False
+    min_prompt_tokens: int | None = None
+    eagle3_draft: Path | None = None  # an EAGLE-3 drafter for the target: one more baseline arm
+    mem_fraction_static: float | None = None  # every engine's, instead of the runner's default
 
 
 def default_out(setting: str) -> Path:
@@ -64,20 +81,27 @@ def default_out(setting: str) -> Path:
 
 
 def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: None) -> Result:
+    sglang = None if request.dry_run else require_sglang(env)  # before chat prompts need the env
+    prompt_ids, prompt_note = prompts_of(env.python, request)
     setting = make_setting(
         request.setting,
         scratch=request.out / "models",
         target=request.target,
         draft=request.draft,
-        prompts=request.prompts,
+        prompts=None if prompt_ids else request.prompts,
         write=not request.dry_run,
+        prompt_ids=prompt_ids,
+        prompt_note=prompt_note,
+        eagle3_draft=request.eagle3_draft,
     )
+    if request.mem_fraction_static is not None:
+        setting = replace(setting, engine={**setting.engine, "mem_fraction_static": request.mem_fraction_static})
     plan = plan_sweep(setting, request.config)
     if request.dry_run:
-        data = {"dry_run": True, "out": str(request.out), "plan": describe_plan(plan)}
-        return Result(("bench",), "ok", data, messages=plan.notes)
+        data = {"dry_run": True, "out": str(request.out), "plan": describe_plan(plan), "prompts": prompt_note}
+        return Result(("bench",), "ok", data, messages=(*plan.notes, *([prompt_note] if prompt_note else [])))
 
-    sglang = require_sglang(env)
+    assert sglang is not None
     probe = probe_gpu(env.python)
     if probe["gpu"] is None:
         why = probe["error"] or "torch sees no CUDA device"
@@ -99,11 +123,61 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         "python": str(env.python),
         "commit": _git_commit(),
     }
+    if prompt_ids:  # what --reanalyse and a later run (`--prompts out/prompts.json`) decode
+        request.out.mkdir(parents=True, exist_ok=True)
+        (request.out / PROMPTS_FILE).write_text(json.dumps(prompt_ids) + "\n")
     report = run_bench(
         env.python, plan, request.out, context=context, on_event=on_event, reference_dir=request.reference_dir
     )
     report["notes"] = notes + report["notes"]
+    report["setting"] |= {"prompts": prompt_note, "eagle3_draft": _text(request.eagle3_draft)}
     return _result(report, request.out)
+
+
+def prompts_of(python: Path, request: BenchRequest) -> tuple[list[list[int]] | None, str | None]:
+    """Chat prompts tokenized in the target env, with their description; (None, None) for a
+    token-id file or none. `BadPromptFile` for a bad file, a missing tokenizer, or fewer
+    prompts than the widest batch size."""
+    chat_options = request.tokenizer or request.enable_thinking or request.min_prompt_tokens
+    if request.prompts is None:
+        return None, None
+    if not chat_prompts.is_chat_file(request.prompts):
+        if chat_options:
+            raise prompt_file_invalid(
+                request.prompts,
+                "it is not JSON lines of conversations, and --tokenizer, --enable-thinking and "
+                "--min-prompt-tokens apply to chat prompts only",
+            )
+        try:
+            count = len(load_prompts(request.prompts))
+        except ValueError as error:
+            raise prompt_file_invalid(request.prompts, str(error)) from None
+        _check_count(request, count)
+        return None, None
+    if request.setting != "fixture":
+        raise prompt_file_invalid(
+            request.prompts, f"chat prompts need a real target's tokenizer; --setting {request.setting} takes token ids"
+        )
+    chat = chat_prompts.ChatPrompts(
+        path=request.prompts,
+        tokenizer=request.tokenizer or request.target or FIXTURES / "target",
+        enable_thinking=request.enable_thinking,
+        min_prompt_tokens=request.min_prompt_tokens,
+    )
+    needed = max(max(request.config.batch_sizes), request.config.prompts_per_cell or CUSTOM_PROMPTS_PER_CELL)
+    ids = chat_prompts.tokenize(python, chat, needed)
+    _check_count(request, len(ids))
+    return ids, chat_prompts.describe(chat, ids)
+
+
+def _check_count(request: BenchRequest, count: int) -> None:
+    widest = max(request.config.batch_sizes)
+    if request.prompts is not None and count < widest:
+        raise too_few_prompts_for_batch(request.prompts, count, widest)
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
 
 
 def reanalyse(run: Path, reference_dir: Path | None = None) -> Result:
@@ -114,22 +188,28 @@ def reanalyse(run: Path, reference_dir: Path | None = None) -> Result:
     old = json.loads((run / "bench.json").read_text())
     recorded = old["setting"]
     custom = recorded["name"] == "custom"
+    chat = run / PROMPTS_FILE
     setting = make_setting(
         recorded["name"],
         scratch=run / "models",
         target=Path(recorded["target"]) if custom else None,
         draft=Path(recorded["draft"]) if custom else None,
+        prompts=chat if chat.exists() else None,
         write=False,
+        prompt_note=recorded.get("prompts"),
+        eagle3_draft=Path(recorded["eagle3_draft"]) if recorded.get("eagle3_draft") else None,
     )
     plan = plan_sweep(setting, config_from_report(old["config"]))
     cells, engines = read_records(run / "records.jsonl")
     references = load_references(plan, reference_dir) if reference_dir else None
     report = analyse(plan, cells, engines, references=references, context=old["context"])
     report["notes"] = [*report["notes"], f"re-analysed from records.jsonl at commit {_git_commit() or 'unknown'}"]
+    report["setting"] |= {"prompts": recorded.get("prompts"), "eagle3_draft": recorded.get("eagle3_draft")}
     return _result(report, run)
 
 
 def _result(report: dict[str, Any], out: Path) -> Result:
+    report["recommendation"] = recommend(report, read_target_config(Path(report["setting"]["target"])))
     write_report(report, out)  # first: a plotting failure must not cost the numbers
     try:
         files, plot_note = plots.write_plots(report, out)
@@ -142,6 +222,7 @@ def _result(report: dict[str, Any], out: Path) -> Result:
         "out": str(out),
         "files": sorted(str(p) for p in [out / "bench.json", out / "bench.md", *files]),
         "table": markdown.throughput_table(report),
+        "recommendation": summary_lines(report["recommendation"]),
         "report": report,
     }
     issues = tuple(Issue("bench_check_failed", text) for text in report["issues"])

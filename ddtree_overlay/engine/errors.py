@@ -35,6 +35,7 @@ class ExitCode(IntEnum):
     VERIFY_FAILED = 11
     BAD_RUN_FILE = 12
     SGLANG_DEPENDENCIES_MISSING = 13
+    BAD_PROMPT_FILE = 14
     INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
     TERMINATED = 143  # 128 + SIGTERM
 
@@ -56,6 +57,8 @@ EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
     ExitCode.VERIFY_FAILED: "verification of the applied overlay failed",
     ExitCode.BAD_RUN_FILE: "a saved run to compare with is unreadable, malformed, or from other models",
     ExitCode.SGLANG_DEPENDENCIES_MISSING: "sglang's own dependencies are missing in the env (not the overlay)",
+    ExitCode.BAD_PROMPT_FILE: "a bench prompt file is unreadable or malformed, or its chat prompts cannot be "
+    "tokenized with the target's tokenizer",
     ExitCode.INTERRUPTED: "interrupted by Ctrl-C (SIGINT); the env was left exactly pristine or applied",
     ExitCode.TERMINATED: "terminated by SIGTERM; the env was left exactly pristine or applied",
 }
@@ -196,6 +199,11 @@ class VerifyFailed(OverlayError):
 class RunFileInvalid(OverlayError):
     exit_code = ExitCode.BAD_RUN_FILE
     code = "run_file_invalid"
+
+
+class BadPromptFile(OverlayError):
+    exit_code = ExitCode.BAD_PROMPT_FILE
+    code = "bad_prompt_file"
 
 
 class Interrupted(OverlayError):
@@ -698,6 +706,41 @@ def run_file_other_models(path: Path, recorded: str, given: Path, why: str) -> R
         f"`{path}` was made with `{recorded}`, which `{given}` is not: {why}",
         hint="pass --target/--draft with the models the run was made with",
     )
+
+# BadPromptFile
+
+_PROMPT_FILE_HINT = (
+    "pass a JSON list of token-id lists, or JSON lines each with `turns` (the user turns, as the "
+    "DDTree reference's datasets) or `messages` (role and content, the last a user's)"
+)
+
+
+def prompt_file_invalid(path: Path, problem: str) -> BadPromptFile:
+    return BadPromptFile(f"`{path}` is not a bench prompt file: {problem}", hint=_PROMPT_FILE_HINT)
+
+
+def too_few_prompts_for_batch(path: Path, count: int, widest: int) -> BadPromptFile:
+    return BadPromptFile(
+        f"`{path}` gives {count} prompts, fewer than the widest batch size {widest}",
+        hint=f"add prompts to `{path}`, or keep --batch-sizes at {count} or below",
+    )
+
+
+def no_chat_tokenizer(tokenizer: Path, why: str) -> BadPromptFile:
+    return BadPromptFile(
+        f"chat prompts need the target's tokenizer and chat template, and `{tokenizer}` {why}",
+        hint="pass --tokenizer with a directory that holds the tokenizer files and a chat template "
+        "(`chat_template` in tokenizer_config.json, or chat_template.jinja)",
+    )
+
+
+def chat_prompts_failed(path: Path, python: Path, why: str) -> BadPromptFile:
+    return BadPromptFile(
+        f"the chat prompts of `{path}` could not be tokenized in `{python}`: {why}",
+        hint="check the tokenizer loads there: "
+        + command(python, "-c", "import transformers; print(transformers.__version__)"),
+    )
+
 
 # Interrupted, Terminated
 

@@ -7,6 +7,8 @@ import pytest
 from ddtree_overlay.bench.arms import (
     DDTREE,
     DFLASH,
+    EAGLE3,
+    NEXTN,
     TARGET_ONLY,
     Arm,
     BudgetPolicy,
@@ -124,3 +126,24 @@ def test_an_arm_with_settings_starts_its_engine_with_them() -> None:
 def test_a_bad_arm_or_setting_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match=r"is not KEY=VALUE|unknown arm"):
         parse_with_env(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "algorithm", "label", "overlap"),
+    [("nextn", NEXTN, "NEXTN", True), ("eagle3-no-overlap", EAGLE3, "EAGLE-3 (no overlap)", False)],
+)
+def test_chain_baselines_run_a_three_token_chain(name: str, algorithm: str, label: str, overlap: bool) -> None:
+    arm = Arm.parse(name)
+    assert arm == Arm(algorithm, overlap=overlap) and arm.name == name and arm.label == label
+    assert arm.reference_key is None and Arm.of_row(arm.row()) == arm
+    assert arm.engine_args() == {
+        "speculative_algorithm": algorithm,
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 4,
+    } | ({} if overlap else {"disable_overlap_schedule": True})
+
+
+def test_only_ddtree_arms_take_a_budget_policy() -> None:
+    with pytest.raises(ValueError, match="only a DDTREE arm"):
+        Arm(NEXTN, BudgetPolicy.fixed(8))

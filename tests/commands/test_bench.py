@@ -64,11 +64,12 @@ def test_target_and_draft_go_together_and_only_with_the_fixture_setting(tmp_path
     assert_usage_error(done, "--setting qwen3-8b-random has its own")
 
 
-def test_a_malformed_prompts_file_is_a_usage_error(tmp_path: Path) -> None:
+def test_a_malformed_prompts_file_exits_14(tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.json"
     prompts.write_text('[["not", "ids"]]')
     done = run_cli("bench", "--env", sys.executable, "--dry-run", "--prompts", str(prompts))
-    assert_usage_error(done, "non-empty token-id lists")
+    assert done.returncode == ExitCode.BAD_PROMPT_FILE, done.stderr
+    assert "is not a bench prompt file: it must hold a non-empty JSON list of non-empty token-id lists" in done.stderr
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:

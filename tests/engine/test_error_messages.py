@@ -103,6 +103,14 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "run_file_other_models": lambda: errors.run_file_other_models(
         Path("/runs/gsm8k.pt"), "Qwen/Qwen3-8B", Path("/models/Qwen3-4B"), "its name is `Qwen3-4B`"
     ),
+    "prompt_file_invalid": lambda: errors.prompt_file_invalid(
+        Path("/data/mt bench.jsonl"), "line 3 has neither `turns` nor `messages`"
+    ),
+    "too_few_prompts_for_batch": lambda: errors.too_few_prompts_for_batch(Path("/data/gsm8k.jsonl"), 48, 64),
+    "no_chat_tokenizer": lambda: errors.no_chat_tokenizer(Path("/models/Qwen3.6-27B"), "has no chat template"),
+    "chat_prompts_failed": lambda: errors.chat_prompts_failed(
+        Path("/data/gsm8k.jsonl"), PYTHON, "OSError: Can't load tokenizer for '/models/Qwen3.6-27B'"
+    ),
     "interrupted": lambda: errors.interrupted("SIGINT", ENV, "`apply` stopped and undid what it had written"),
     "interrupted_also": lambda: errors.interrupted("SIGTERM", ENV, "`rollback` had already finished"),
 }

@@ -1,0 +1,409 @@
+"""The deployment recommendation that ends a bench report: what to serve at each measured
+concurrency, what it is expected to gain there against every baseline measured, the
+recurrent-state memory it costs on a hybrid target, and the `sglang.launch_server` command.
+
+Only measured cells count: those that ran, at the lowest temperature measured (T = 0 when
+there), and, where greedy outputs were judged, passed. The DDTREE policy is one server's: a
+single scheduling mode, and either the schedule made of the fastest fixed budget at each batch
+size (its expected tok/s are those fixed-budget cells'), or an adaptive or schedule arm the sweep
+measured; of these the one with the highest geometric-mean tok/s over the batch sizes the
+schedule covers. At a batch size where that policy is not faster than the best baseline
+(target-only, DFLASH, NEXTN, EAGLE-3, each in its faster mode), the baseline is what to serve
+there: the recommendation never names a slower configuration. Random weights accept nothing,
+so they get no recommendation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddtree_overlay.bench.arms import (
+    BLOCK_SIZE,
+    CHAIN_DRAFT,
+    DDTREE,
+    DFLASH,
+    EAGLE3,
+    NEXTN,
+    TARGET_ONLY,
+    Arm,
+    BudgetPolicy,
+    verify_width,
+)
+from ddtree_overlay.bench.plan import SPEC_DEFAULT_MAX_RUNNING
+from ddtree_overlay.bench.target_config import TargetConfig
+
+BASELINES = (TARGET_ONLY, DFLASH, NEXTN, EAGLE3)
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A DDTREE policy one server could run, with its tok/s row per batch size."""
+
+    policy: BudgetPolicy
+    overlap: bool
+    rows: Mapping[int, Mapping[str, Any]]
+    measured: bool  # False: a schedule assembled from fixed-budget engines
+
+    def score(self, batch_sizes: Sequence[int]) -> float:
+        """Geometric mean tok/s over ``batch_sizes``; 0 when one is missing."""
+        if not all(bs in self.rows for bs in batch_sizes):
+            return 0.0
+        return math.exp(sum(math.log(self.rows[bs]["tok_per_s"]) for bs in batch_sizes) / len(batch_sizes))
+
+
+def recommend(report: Mapping[str, Any], target: TargetConfig) -> dict[str, Any] | None:
+    """The recommendation as JSON-ready data, or None when nothing real was measured."""
+    if not report["setting"].get("real_weights"):
+        return None
+    rows = [r for r in report["cells"] if _servable(r)]
+    if not rows:
+        return None
+    temperature = min(float(r["temperature"]) for r in rows)
+    rows = [r for r in rows if float(r["temperature"]) == temperature]
+    sizes = sorted({int(r["batch_size"]) for r in rows})
+    candidates = ddtree_candidates(rows)
+    chosen = choose(candidates)
+    per_bs = [_column(bs, rows, chosen) for bs in sizes]
+    config = report["config"]
+    served = serving_segments(per_bs)
+    return {
+        "temperature": temperature,
+        "batch_sizes": sizes,
+        "ddtree": _policy_entry(chosen) if chosen else None,
+        "per_batch_size": per_bs,
+        "serve": served,
+        "recurrent_state": recurrent_state(target, chosen, served, int(config.get("tp_size", 1))),
+        "launch": [
+            launch_command(
+                segment,
+                report,
+                ddtree_flags=_policy_flags(chosen.policy) if chosen else [],
+                hybrid=target.gated_deltanet is not None,
+                widest_batch=max(sizes),
+            )
+            for segment in _distinct_configs(served)
+        ],
+    }
+
+
+def _servable(row: Mapping[str, Any]) -> bool:
+    if row.get("status") != "ok" or not row.get("tok_per_s") or row.get("algorithm") not in (*BASELINES, DDTREE):
+        return False
+    lossless = row.get("lossless")
+    return lossless is None or bool(lossless.get("passed"))
+
+
+def _fastest(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    return max(rows, key=lambda r: r["tok_per_s"], default=None)
+
+
+def ddtree_candidates(rows: Sequence[Mapping[str, Any]]) -> list[Candidate]:
+    """Per scheduling mode: the schedule of the fastest fixed budget at each batch size, then
+    every adaptive and schedule arm measured."""
+    candidates = []
+    ddtree = [r for r in rows if r["algorithm"] == DDTREE]
+    for overlap in (True, False):
+        mode = [r for r in ddtree if bool(r["overlap"]) == overlap]
+        fixed = [r for r in mode if BudgetPolicy.of_row(r).budget is not None]
+        best = {
+            bs: row
+            for bs in sorted({int(r["batch_size"]) for r in fixed})
+            if (row := _fastest([r for r in fixed if int(r["batch_size"]) == bs])) is not None
+        }
+        if best:
+            candidates.append(Candidate(_schedule_of(best), overlap, best, measured=False))
+        for policy in sorted({BudgetPolicy.of_row(r) for r in mode if BudgetPolicy.of_row(r).budget is None},
+                             key=lambda p: p.sort_key):
+            own = {int(r["batch_size"]): r for r in mode if BudgetPolicy.of_row(r) == policy}
+            candidates.append(Candidate(policy, overlap, own, measured=True))
+    return candidates
+
+
+def _schedule_of(best: Mapping[int, Mapping[str, Any]]) -> BudgetPolicy:
+    """One budget for every batch size, or a schedule stepping where the fastest budget changes
+    (batch sizes between two measured ones take the smaller one's)."""
+    steps: list[tuple[int, int]] = []
+    for bs, row in sorted(best.items()):
+        budget = int(row["budget"])
+        if not steps or steps[-1][1] != budget:
+            steps.append((bs if steps else 1, budget))
+    return BudgetPolicy.fixed(steps[0][1]) if len(steps) == 1 else BudgetPolicy(schedule=tuple(steps))
+
+
+def choose(candidates: Sequence[Candidate]) -> Candidate | None:
+    """The candidate with the highest geometric-mean tok/s over the batch sizes the fixed
+    budgets were measured at (of equals, the first: overlap before no overlap, fixed budgets
+    before measured policies)."""
+    if not candidates:
+        return None
+    sizes = sorted({bs for c in candidates if not c.measured for bs in c.rows}) or sorted(candidates[0].rows)
+    best = max(candidates, key=lambda c: c.score(sizes))
+    return best if best.score(sizes) > 0 else max(candidates, key=lambda c: len(c.rows))
+
+
+def _column(bs: int, rows: Sequence[Mapping[str, Any]], chosen: Candidate | None) -> dict[str, Any]:
+    here = [r for r in rows if int(r["batch_size"]) == bs]
+    baselines = {
+        algorithm: _brief(row)
+        for algorithm in BASELINES
+        if (row := _fastest([r for r in here if r["algorithm"] == algorithm])) is not None
+    }
+    ddtree_row = chosen.rows.get(bs) if chosen else None
+    ddtree = _brief(ddtree_row) if ddtree_row else None
+    best_baseline = max(baselines.values(), key=lambda b: b["tok_per_s"], default=None)
+    if ddtree and (best_baseline is None or ddtree["tok_per_s"] > best_baseline["tok_per_s"]):
+        serve = dict(ddtree, algorithm=DDTREE)
+    else:
+        serve = best_baseline
+    return {
+        "batch_size": bs,
+        "ddtree": ddtree,
+        "baselines": baselines,
+        "speedup": {
+            algorithm: ddtree["tok_per_s"] / base["tok_per_s"] for algorithm, base in baselines.items()
+        } if ddtree else {},
+        "serve": serve,
+    }
+
+
+def _brief(row: Mapping[str, Any]) -> dict[str, Any]:
+    arm = Arm.of_row(row)
+    return {"algorithm": arm.algorithm, "arm": arm.label, "group": row["group"], "overlap": bool(row["overlap"]),
+            "tok_per_s": row["tok_per_s"]}
+
+
+def serving_segments(per_bs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Consecutive batch sizes served alike, as ranges: from batch size 1 (the first) to the
+    next range's start - 1, the last one open-ended."""
+    segments: list[dict[str, Any]] = []
+    for column in per_bs:
+        serve = column["serve"]
+        if serve is None:
+            continue
+        key = (serve["algorithm"], serve["overlap"])
+        if segments and (segments[-1]["algorithm"], segments[-1]["overlap"]) == key:
+            segments[-1]["measured_batch_sizes"].append(column["batch_size"])
+            continue
+        segments.append({
+            "algorithm": serve["algorithm"],
+            "overlap": serve["overlap"],
+            "from_batch_size": column["batch_size"] if segments else 1,
+            "measured_batch_sizes": [column["batch_size"]],
+        })
+    for segment, following in itertools.pairwise(segments):
+        segment["to_batch_size"] = following["from_batch_size"] - 1
+    if segments:
+        segments[-1]["to_batch_size"] = None
+    return segments
+
+
+def _distinct_configs(segments: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    seen, distinct = set(), []
+    for segment in segments:
+        key = (segment["algorithm"], segment["overlap"])
+        if key not in seen:
+            seen.add(key)
+            distinct.append(segment)
+    return distinct
+
+
+def _policy_entry(candidate: Candidate) -> dict[str, Any]:
+    return {
+        "policy": candidate.policy.label,
+        "flags": _policy_flags(candidate.policy),
+        "overlap": candidate.overlap,
+        "measured": candidate.measured,
+        "widths": sorted({verify_width(b) for b in _budgets(candidate.policy)}),
+    }
+
+
+def _budgets(policy: BudgetPolicy) -> list[int]:
+    return list(policy.adaptive) or [b for _, b in policy.schedule] or [int(policy.budget or 0)]
+
+
+def _policy_flags(policy: BudgetPolicy) -> list[str]:
+    if policy.adaptive:
+        return ["--speculative-ddtree-adaptive-budgets", ",".join(map(str, policy.adaptive))]
+    if policy.schedule:
+        return ["--speculative-ddtree-budget-schedule", policy.schedule_text]
+    return ["--speculative-ddtree-budget", str(policy.budget)]
+
+
+def recurrent_state(
+    target: TargetConfig, chosen: Candidate | None, served: Sequence[Mapping[str, Any]], tp_size: int
+) -> dict[str, Any] | None:
+    """On a Gated-DeltaNet target: snapshot bytes per request at each verify width the served
+    configurations use (GDN layers x value heads x K x V x state bytes per verify token, on one
+    TP rank). A DDTREE engine keeps them at its widest width (its pools' stride)."""
+    gdn = target.gated_deltanet
+    if gdn is None:
+        return None
+    per_token = gdn.snapshot_bytes_per_token(tp_size)
+    widths: dict[str, int] = {}
+    for segment in served:
+        algorithm = segment["algorithm"]
+        if algorithm == DDTREE and chosen is not None:
+            for budget in sorted(set(_budgets(chosen.policy))):
+                widths[f"DDTREE B={budget}"] = verify_width(budget)
+        elif algorithm == DFLASH:
+            widths["DFLASH"] = BLOCK_SIZE
+        elif algorithm in (NEXTN, EAGLE3):
+            widths[Arm(algorithm).label] = CHAIN_DRAFT["speculative_num_draft_tokens"]
+    return {
+        "gated_deltanet_layers": gdn.layers,
+        "value_heads": gdn.value_heads,
+        "key_dim": gdn.key_dim,
+        "value_dim": gdn.value_dim,
+        "state_bytes": gdn.state_bytes,
+        "tp_size": tp_size,
+        "bytes_per_verify_token": per_token,
+        "per_request": [{"config": name, "verify_tokens": n, "bytes": n * per_token} for name, n in widths.items()],
+    }
+
+
+def launch_command(
+    segment: Mapping[str, Any],
+    report: Mapping[str, Any],
+    *,
+    ddtree_flags: Sequence[str],
+    hybrid: bool,
+    widest_batch: int,
+) -> dict[str, Any]:
+    """The `python -m sglang.launch_server` line serving ``segment``'s configuration with the
+    engine settings the bench measured it under (``ddtree_flags``: the DDTREE budget policy's)."""
+    setting, config = report["setting"], report["config"]
+    algorithm = segment["algorithm"]
+    words = ["python", "-m", "sglang.launch_server", "--model-path", setting["target"]]
+    if algorithm == DDTREE:
+        words += ["--speculative-algorithm", DDTREE, "--speculative-draft-model-path", setting["draft"]]
+        words += list(ddtree_flags)
+    elif algorithm == DFLASH:
+        words += ["--speculative-algorithm", DFLASH, "--speculative-draft-model-path", setting["draft"]]
+    elif algorithm in (NEXTN, EAGLE3):
+        draft = setting["target"] if algorithm == NEXTN else setting.get("eagle3_draft")
+        words += ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(draft)]
+        for key, value in CHAIN_DRAFT.items():
+            words += ["--" + key.replace("_", "-"), str(value)]
+    words += ["--attention-backend", config["attention_backend"]]
+    if int(config.get("tp_size", 1)) > 1:
+        words += ["--tp-size", str(config["tp_size"])]
+    if not segment["overlap"]:
+        words.append("--disable-overlap-schedule")
+    elif hybrid:
+        words += ["--mamba-radix-cache-strategy", "extra_buffer"]
+    if algorithm != TARGET_ONLY and widest_batch > SPEC_DEFAULT_MAX_RUNNING:
+        words += ["--max-running-requests", str(widest_batch)]
+    return {"algorithm": algorithm, "overlap": segment["overlap"], "command": _shell(words)}
+
+
+def _shell(words: Sequence[str]) -> str:
+    """One flag and its value per line, continued with backslashes."""
+    lines, i = [" ".join(shlex.quote(w) for w in words[:3])], 3
+    while i < len(words):
+        take = 2 if i + 1 < len(words) and not words[i + 1].startswith("--") else 1
+        lines.append(" ".join(shlex.quote(w) for w in words[i : i + take]))
+        i += take
+    return " \\\n    ".join(lines)
+
+
+def markdown_section(recommendation: Mapping[str, Any] | None) -> list[str]:
+    """The report's last section: what to serve per concurrency, the speedups, the memory, the
+    launch commands."""
+    if not recommendation:
+        return []
+    rec = recommendation
+    lines = ["## Recommendation", "", _basis(rec), ""]
+    lines += [f"- {_segment_text(segment, rec)}" for segment in rec["serve"]]
+    lines += ["", *_speedup_table(rec)]
+    state = rec.get("recurrent_state")
+    if state:
+        lines += ["", _state_text(state)]
+    for launch in rec["launch"]:
+        lines += ["", f"{_config_name(launch, rec)}:", "", "```", launch["command"], "```"]
+    return [*lines, ""]
+
+
+def summary_lines(recommendation: Mapping[str, Any] | None) -> list[str]:
+    """What to serve per concurrency, for the terminal (the full section is in bench.md)."""
+    if not recommendation:
+        return []
+    head = f"recommendation (T = {recommendation['temperature']:g}; launch commands in bench.md):"
+    return [head, *(f"  {_segment_text(s, recommendation)}".replace("**", "") for s in recommendation["serve"])]
+
+
+def _basis(rec: Mapping[str, Any]) -> str:
+    ddtree = rec["ddtree"]
+    text = (
+        f"From the cells measured at T = {rec['temperature']:g} that ran and kept target-only's greedy "
+        f"output (batch sizes {', '.join(map(str, rec['batch_sizes']))}). "
+    )
+    if ddtree is None:
+        return text + "No DDTREE arm was measured: the fastest baseline per batch size."
+    how = (
+        "measured as such" if ddtree["measured"]
+        else "its expected tok/s are the fixed-budget engines' at each batch size"
+    )
+    mode = "overlap scheduling" if ddtree["overlap"] else "without overlap scheduling"
+    return text + f"DDTREE policy: {ddtree['policy']}, {mode} ({how}); a baseline wherever it is not faster."
+
+
+def _range(segment: Mapping[str, Any]) -> str:
+    start, end = segment["from_batch_size"], segment["to_batch_size"]
+    if end is None:
+        return f"{start} and more concurrent requests"
+    if start == end:
+        return f"{start} concurrent request{'s' if end > 1 else ''}"
+    return f"{start}-{end} concurrent requests"
+
+
+def _config_name(entry: Mapping[str, Any], rec: Mapping[str, Any]) -> str:
+    mode = "" if entry["overlap"] else " (no overlap)"
+    if entry["algorithm"] == DDTREE and rec["ddtree"]:
+        return f"DDTREE {rec['ddtree']['policy']}{mode}"
+    return Arm(entry["algorithm"]).label + mode
+
+
+def _segment_text(segment: Mapping[str, Any], rec: Mapping[str, Any]) -> str:
+    sizes = segment["measured_batch_sizes"]
+    measured = f"batch size{'s' if len(sizes) > 1 else ''} {', '.join(map(str, sizes))}"
+    text = f"{_range(segment)}: serve **{_config_name(segment, rec)}** (measured at {measured})"
+    if segment["algorithm"] != DDTREE and rec["ddtree"]:
+        text += "; DDTREE was not faster there"
+    return text
+
+
+def _speedup_table(rec: Mapping[str, Any]) -> list[str]:
+    present = [a for a in BASELINES if any(a in c["baselines"] for c in rec["per_batch_size"])]
+    head = "| batch size | serve | DDTREE tok/s | " + " | ".join(f"x {Arm(a).label}" for a in present) + " |"
+    lines = [head, "|---" * (3 + len(present)) + "|"]
+    for column in rec["per_batch_size"]:
+        ddtree = column["ddtree"]
+        ratios = [
+            f"{column['speedup'][a]:.2f} ({column['baselines'][a]['tok_per_s']:.0f} tok/s)"
+            if a in column["speedup"] else "\u2013"
+            for a in present
+        ]
+        serve = column["serve"]["arm"] if column["serve"] else "\u2013"
+        tok = f"{ddtree['tok_per_s']:.0f} ({ddtree['arm']})" if ddtree else "\u2013"
+        lines.append(f"| {column['batch_size']} | {serve} | {tok} | " + " | ".join(ratios) + " |")
+    return lines
+
+
+def _state_text(state: Mapping[str, Any]) -> str:
+    per = ", ".join(
+        f"{entry['config']} ({entry['verify_tokens']} verify tokens) {entry['bytes'] / GIB:.2f} GiB"
+        for entry in state["per_request"]
+    )
+    return (
+        f"Recurrent-state snapshots on this hybrid target, per request and TP rank: "
+        f"{state['gated_deltanet_layers']} Gated-DeltaNet layers x {state['value_heads']} value heads x "
+        f"{state['key_dim']} x {state['value_dim']} x {state['state_bytes']} B / TP {state['tp_size']} = "
+        f"{state['bytes_per_verify_token'] / (1 << 20):.1f} MiB per verify token; {per}. A DDTREE engine "
+        "keeps them at its widest budget's width, whatever the batch."
+    )

@@ -1,0 +1,142 @@
+"""bench.recommend: what to serve per concurrency, from synthetic report cells."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddtree_overlay.bench.arms import DDTREE, DFLASH, EAGLE3, NEXTN, TARGET_ONLY, Arm, BudgetPolicy
+from ddtree_overlay.bench.recommend import markdown_section, recommend, summary_lines
+from ddtree_overlay.bench.target_config import GatedDeltaNet, TargetConfig
+
+PLAIN = TargetConfig(mtp_layers=0, gated_deltanet=None)
+HYBRID = TargetConfig(mtp_layers=1, gated_deltanet=GatedDeltaNet(48, 48, 128, 128, 4))  # Qwen3.6-27B's
+MIB = 1 << 20
+
+
+def cell(arm: Arm, bs: int, tok_per_s: float, *, temperature: float = 0.0, **extra: Any) -> dict[str, Any]:
+    return {"group": arm.name, **arm.row(), "batch_size": bs, "temperature": temperature, "status": "ok",
+            "tok_per_s": tok_per_s} | extra
+
+
+def report(cells: list[dict[str, Any]], **config: Any) -> dict[str, Any]:
+    return {
+        "setting": {"name": "custom", "target": "/models/qwen", "draft": "/models/dflash", "real_weights": True,
+                    "eagle3_draft": "/models/eagle3"},
+        "config": {"attention_backend": "triton", "tp_size": 1} | config,
+        "cells": cells,
+    }
+
+
+def baselines(bs: int, target: float, dflash: float, nextn: float) -> list[dict[str, Any]]:
+    return [cell(Arm(TARGET_ONLY), bs, target), cell(Arm(DFLASH), bs, dflash), cell(Arm(NEXTN), bs, nextn)]
+
+
+def mixed() -> list[dict[str, Any]]:
+    """DDTREE wins at bs 1 (B=64) and 4 (B=32); at bs 16 NEXTN beats every budget."""
+    return [
+        *baselines(1, 100, 300, 250), *baselines(4, 380, 1000, 900), *baselines(16, 1200, 2500, 2600),
+        cell(Arm.ddtree(64), 1, 420), cell(Arm.ddtree(32), 1, 400),
+        cell(Arm.ddtree(64), 4, 1100), cell(Arm.ddtree(32), 4, 1200),
+        cell(Arm.ddtree(64), 16, 2000), cell(Arm.ddtree(32), 16, 2450),
+    ]
+
+
+def test_ddtree_is_served_where_it_is_faster_and_the_best_baseline_elsewhere() -> None:
+    rec = recommend(report(mixed()), PLAIN)
+    assert rec is not None
+    assert rec["ddtree"]["policy"] == "schedule 1:64,4:32" and not rec["ddtree"]["measured"]
+    assert [(s["algorithm"], s["from_batch_size"], s["to_batch_size"]) for s in rec["serve"]] == [
+        (DDTREE, 1, 15), (NEXTN, 16, None)
+    ]
+    bs1 = rec["per_batch_size"][0]
+    assert bs1["ddtree"]["arm"] == "DDTREE B=64"
+    assert bs1["speedup"] == {TARGET_ONLY: 4.2, DFLASH: 1.4, NEXTN: 1.68}
+    bs16 = rec["per_batch_size"][2]
+    assert bs16["serve"]["algorithm"] == NEXTN and bs16["speedup"][NEXTN] < 1
+    commands = [launch["command"] for launch in rec["launch"]]
+    assert "--speculative-ddtree-budget-schedule 1:64,4:32" in commands[0]
+    assert "--speculative-algorithm DDTREE \\\n    --speculative-draft-model-path /models/dflash" in commands[0]
+    assert commands[1].splitlines()[2:] == [
+        "    --speculative-algorithm NEXTN \\", "    --speculative-draft-model-path /models/qwen \\",
+        "    --speculative-num-steps 3 \\", "    --speculative-eagle-topk 1 \\",
+        "    --speculative-num-draft-tokens 4 \\", "    --attention-backend triton",
+    ]
+
+
+def test_a_ddtree_that_never_beats_a_baseline_is_never_recommended() -> None:
+    cells = [*baselines(1, 100, 300, 250), *baselines(8, 700, 1500, 1400),
+             cell(Arm.ddtree(16), 1, 300), cell(Arm.ddtree(16), 8, 1200)]
+    rec = recommend(report(cells), PLAIN)
+    assert rec is not None
+    assert [(s["algorithm"], s["from_batch_size"]) for s in rec["serve"]] == [(DFLASH, 1)]
+    assert [launch["algorithm"] for launch in rec["launch"]] == [DFLASH]
+    assert "not faster" in "\n".join(markdown_section(rec))
+
+
+def test_a_budget_that_left_target_only_is_not_a_candidate() -> None:
+    cells = [*baselines(1, 100, 300, 250), cell(Arm.ddtree(64), 1, 500, lossless={"passed": False}),
+             cell(Arm.ddtree(16), 1, 350, lossless={"passed": True}), cell(Arm.ddtree(8), 1, 900, status="failed")]
+    rec = recommend(report(cells), PLAIN)
+    assert rec is not None and rec["ddtree"]["policy"] == "B=16"
+    assert "--speculative-ddtree-budget 16" in rec["launch"][0]["command"]
+
+
+def test_a_measured_adaptive_arm_that_beats_the_fixed_budgets_is_served() -> None:
+    adaptive = Arm.ddtree(BudgetPolicy(adaptive=(16, 64)))
+    cells = [*mixed(), cell(adaptive, 1, 430), cell(adaptive, 4, 1250), cell(adaptive, 16, 2700)]
+    rec = recommend(report(cells), PLAIN)
+    assert rec is not None and rec["ddtree"]["policy"] == "adaptive 16/64" and rec["ddtree"]["measured"]
+    assert [s["algorithm"] for s in rec["serve"]] == [DDTREE]
+    assert "--speculative-ddtree-adaptive-budgets 16,64" in rec["launch"][0]["command"]
+
+
+def test_one_scheduling_mode_per_server() -> None:
+    cells = [*baselines(1, 100, 300, 250), *baselines(4, 380, 1000, 900),
+             cell(Arm.ddtree(32), 1, 400), cell(Arm.ddtree(32), 4, 1050),
+             cell(Arm.ddtree(32, overlap=False), 1, 450), cell(Arm.ddtree(32, overlap=False), 4, 1100)]
+    rec = recommend(report(cells, tp_size=2, batch_sizes=[1, 4]), PLAIN)
+    assert rec is not None and rec["ddtree"]["overlap"] is False
+    command = rec["launch"][0]["command"]
+    assert "--tp-size 2" in command and "--disable-overlap-schedule" in command
+
+
+def test_hybrid_targets_get_the_snapshot_memory_of_every_served_width() -> None:
+    cells = [*baselines(1, 100, 300, 250), *baselines(64, 3000, 6000, 6500),
+             cell(Arm.ddtree(256), 1, 500), cell(Arm.ddtree(32), 64, 6000),
+             cell(Arm(EAGLE3), 64, 6100)]
+    rec = recommend(report(cells), HYBRID)
+    assert rec is not None
+    state = rec["recurrent_state"]
+    assert state["bytes_per_verify_token"] == 144 * MIB
+    assert {e["config"]: e["verify_tokens"] for e in state["per_request"]} == {
+        "DDTREE B=32": 33, "DDTREE B=256": 257, "NEXTN": 4
+    }
+    ddtree, nextn = rec["launch"]
+    assert "--mamba-radix-cache-strategy extra_buffer \\\n    --max-running-requests 64" in ddtree["command"]
+    assert nextn["algorithm"] == NEXTN
+    assert "144.0 MiB per verify token" in "\n".join(markdown_section(rec))
+
+
+def test_the_lowest_temperature_measured_is_the_basis() -> None:
+    cells = [cell(Arm(DFLASH), 1, 300, temperature=1.0), cell(Arm.ddtree(16), 1, 200, temperature=1.0),
+             cell(Arm(DFLASH), 1, 250, temperature=0.6), cell(Arm.ddtree(16), 1, 260, temperature=0.6)]
+    rec = recommend(report(cells), PLAIN)
+    assert rec is not None and rec["temperature"] == 0.6 and rec["serve"][0]["algorithm"] == DDTREE
+
+
+def test_random_weights_or_nothing_measured_get_no_recommendation() -> None:
+    random = report(mixed())
+    random["setting"]["real_weights"] = False
+    assert recommend(random, PLAIN) is None
+    assert recommend(report([cell(Arm(DFLASH), 1, 300, status="skipped")]), PLAIN) is None
+    assert markdown_section(None) == []
+
+
+def test_the_terminal_gets_one_line_per_served_range() -> None:
+    lines = summary_lines(recommend(report(mixed()), PLAIN))
+    assert lines == [
+        "recommendation (T = 0; launch commands in bench.md):",
+        "  1-15 concurrent requests: serve DDTREE schedule 1:64,4:32 (measured at batch sizes 1, 4)",
+        "  16 and more concurrent requests: serve NEXTN (measured at batch size 16); DDTREE was not faster there",
+    ]
+    assert summary_lines(None) == []

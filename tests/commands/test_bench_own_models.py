@@ -1,0 +1,170 @@
+"""bench on a user's own pair: chat prompt files, the NEXTN and EAGLE-3 baselines, and the
+recommendation that ends the report (the sweep against the stand-in sglang)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench_fakes import install_fake_sglang
+from overlay_helpers import run_cli
+
+from ddtree_overlay.bench import plan as bp
+from ddtree_overlay.bench import settings, supervision
+from ddtree_overlay.bench.settings import FIXTURES
+from ddtree_overlay.commands import bench as bench_module
+from ddtree_overlay.engine.errors import ExitCode
+
+HYBRID = FIXTURES / "hybrid"
+PAIR = ("--target", str(HYBRID / "target"), "--draft", str(HYBRID / "draft"))
+BYTE_TOKENIZER = FIXTURES / "byte_tokenizer"
+FAKE_TRANSFORMERS = '''
+class _Tokenizer:
+    def apply_chat_template(self, conversation, tokenize, add_generation_prompt, enable_thinking):
+        return "".join(m["content"] for m in conversation) + ("<think>" if enable_thinking else "")
+
+    def __call__(self, text, add_special_tokens):
+        return {"input_ids": list(text.encode())}
+
+
+class AutoTokenizer:
+    @staticmethod
+    def from_pretrained(path):
+        return _Tokenizer()
+'''
+
+
+def dry_run(*args: str, env_vars: dict[str, str] | None = None) -> Any:
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--json", *args, env_vars=env_vars)
+    return done, (json.loads(done.stdout) if done.stdout.strip() else None)
+
+
+def test_a_hybrid_target_with_an_mtp_head_gets_a_nextn_arm() -> None:
+    done, envelope = dry_run(*PAIR, "--budgets", "32", "--batch-sizes", "1,64", "--temperatures", "0")
+    assert done.returncode == 0, done.stderr
+    groups = {g["name"]: g for g in envelope["data"]["plan"]["groups"]}
+    assert list(groups) == ["target-only", "dflash", "dflash-no-overlap", "nextn", "ddtree-b32"]
+    engine = groups["nextn"]["engine"]
+    assert engine["speculative_algorithm"] == "NEXTN"
+    assert engine["speculative_draft_model_path"] == str(HYBRID / "target")  # SGLang loads the MTP head there
+    chain = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    assert [engine[key] for key in chain] == [3, 1, 4]
+    assert all(g["engine"]["max_running_requests"] == 64 for g in groups.values())  # past SGLang's 48
+
+
+def test_the_dense_fixture_has_no_mtp_head_and_an_eagle3_draft_adds_a_baseline(tmp_path: Path) -> None:
+    done, envelope = dry_run("--budgets", "32", "--eagle3-draft", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    groups = {g["name"]: g for g in envelope["data"]["plan"]["groups"]}
+    assert "nextn" not in groups and groups["eagle3"]["engine"]["speculative_draft_model_path"] == str(tmp_path)
+    assert "max_running_requests" not in groups["eagle3"]["engine"]
+
+
+def test_chat_prompts_without_a_tokenizer_exit_14(tmp_path: Path) -> None:
+    prompts = tmp_path / "chat.jsonl"
+    prompts.write_text('{"turns": ["hello"]}\n')
+    out = tmp_path / "out"
+    done, _ = dry_run(*PAIR, "--prompts", str(prompts), "--out", str(out))
+    assert done.returncode == ExitCode.BAD_PROMPT_FILE, done.stderr
+    assert done.stderr.startswith(
+        f"error: chat prompts need the target's tokenizer and chat template, and `{HYBRID / 'target'}` "
+        "has no tokenizer"
+    )
+    assert not out.exists()
+
+
+def test_a_bad_chat_line_exits_14(tmp_path: Path) -> None:
+    prompts = tmp_path / "chat.jsonl"
+    prompts.write_text('{"turns": ["hello"]}\n{"question": "?"}\n')
+    done, _ = dry_run(*PAIR, "--prompts", str(prompts), "--tokenizer", str(BYTE_TOKENIZER))
+    assert done.returncode == ExitCode.BAD_PROMPT_FILE
+    assert "line 2 has neither `turns` nor `messages`" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--min-prompt-tokens", "8192"], "--min-prompt-tokens go with chat --prompts"),
+        (["--setting", "qwen3-8b-random", "--eagle3-draft", "."], "--eagle3-draft needs a real pair"),
+    ],
+)
+def test_chat_options_without_chat_prompts_are_usage_errors(args: list[str], fragment: str) -> None:
+    done, _ = dry_run(*args)
+    assert done.returncode == ExitCode.USAGE and fragment in done.stderr
+
+
+def test_chat_options_with_a_token_id_file_exit_14() -> None:
+    done, _ = dry_run("--prompts", str(FIXTURES / "heldout_prompts.json"), "--enable-thinking")
+    assert done.returncode == ExitCode.BAD_PROMPT_FILE
+    assert "apply to chat prompts only" in done.stderr
+
+
+def test_chat_prompts_are_tokenized_in_the_target_env_and_lengthened(tmp_path: Path) -> None:
+    fake = tmp_path / "site" / "transformers"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(FAKE_TRANSFORMERS)
+    python_path = os.pathsep.join([str(fake.parent), os.environ.get("PYTHONPATH", "")])
+    done, envelope = dry_run(
+        *PAIR, "--prompts", str(FIXTURES / "chat_prompts.jsonl"), "--tokenizer", str(BYTE_TOKENIZER),
+        "--min-prompt-tokens", "600", "--enable-thinking", "--batch-sizes", "1,16",
+        env_vars={"PYTHONPATH": python_path},
+    )
+    assert done.returncode == 0, done.stderr
+    note = envelope["data"]["prompts"]
+    assert note.startswith(
+        f"16 chat prompts from `{FIXTURES / 'chat_prompts.jsonl'}`, chat template of `{BYTE_TOKENIZER}` "
+        "(enable_thinking=True), 6"
+    )
+    assert "each lengthened to 600 tokens or more" in note
+    assert "target-only/bs16/t0" in envelope["data"]["plan"]["groups"][0]["cells"]
+
+
+# --- the sweep against the stand-in sglang --------------------------------------------------
+
+
+@pytest.fixture
+def fake_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = install_fake_sglang(tmp_path / "fake")
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setenv("FAKE_SGLANG_LOG", str(tmp_path / "engines.log"))
+    monkeypatch.setenv("FAKE_SGLANG", "{}")
+
+
+def test_a_hybrid_sweep_runs_nextn_and_ends_with_a_recommendation(tmp_path: Path, fake_sglang: None) -> None:
+    prompts = json.loads((HYBRID / "heldout_prompts.json").read_text())
+    setting = settings.make_setting(
+        "fixture", scratch=tmp_path / "models", target=HYBRID / "target", draft=HYBRID / "draft",
+        prompt_ids=prompts, prompt_note="64 chat prompts",
+    )
+    config = bp.BenchConfig(budgets=(8, 32), batch_sizes=(1, 2), temperatures=(0.0,), max_new_tokens=9,
+                            prompts_per_cell=3)
+    plan = bp.plan_sweep(setting, config)
+    out = tmp_path / "out"
+    report = supervision.run_bench(
+        Path(sys.executable), plan, out, context={"gpu": "fake"},
+        runner_options={"idle_gap_s": 0.01, "health_idle_s": 0.01},
+    )
+    assert {g["name"]: g["status"] for g in report["groups"]}["nextn"] == "ok"
+    engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
+    nextn = next(e for e in engines if e.get("speculative_algorithm") == "NEXTN")
+    assert nextn["speculative_draft_model_path"] == str(HYBRID / "target")
+    result = bench_module._result(report, out)
+    rec = result.data["report"]["recommendation"]
+    # which arm wins is the stand-in's wall-clock noise; what the recommendation holds is not
+    policies = ("B=8", "B=32", "schedule 1:8,2:32", "schedule 1:32,2:8")
+    assert rec["batch_sizes"] == [1, 2] and rec["ddtree"]["policy"] in policies
+    assert set(rec["per_batch_size"][0]["speedup"]) == {"target-only", "DFLASH", "NEXTN"}
+    assert rec["recurrent_state"]["bytes_per_verify_token"] == 6 * 6 * 64 * 64 * 4
+    markdown = (out / "bench.md").read_text()
+    assert markdown.rstrip().endswith("```") and "## Recommendation" in markdown
+    assert "python -m sglang.launch_server" in markdown and "64 chat prompts" in markdown
+
+
+def test_mem_fraction_static_reaches_every_engine() -> None:
+    done, envelope = dry_run(*PAIR, "--budgets", "32", "--mem-fraction-static", "0.85")
+    assert done.returncode == 0, done.stderr
+    assert {g["engine"]["mem_fraction_static"] for g in envelope["data"]["plan"]["groups"]} == {0.85}
