@@ -433,7 +433,8 @@ def _arm_view(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _lossless_view(report: Mapping[str, Any]) -> dict[str, Any]:
-    return {"identical": f"{report['identical']}/{report['prompts']}", "divergences": report["divergences"]}
+    view = {"identical": f"{report['identical']}/{report['prompts']}", "divergences": report["divergences"]}
+    return view | ({"undecoded": report["undecoded"]} if report["undecoded"] else {})
 
 
 def _lossless_problem(name: str, report: Mapping[str, Any]) -> str:

@@ -34,6 +34,7 @@ def lossless_summary(reference: Mapping[str, Any], record: Mapping[str, Any]) ->
         "reference": report["reference"],
         "identical": report["identical"],
         "prompts": report["prompts"],
+        "undecoded": report["undecoded"],
         "unexplained": report["unexplained"],
         "first_divergence": min(divergences, key=lambda d: d["index"]) if divergences else None,
         "worst_divergence": worst,

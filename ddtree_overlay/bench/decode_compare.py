@@ -39,8 +39,11 @@ def first_divergence(expected: list[int], got: list[int]) -> int | None:
 
 
 def lossless_report(reference: dict, arm: dict, *, margin_noise: float = BF16_MARGIN_NOISE) -> dict:
-    """Compare ``arm``'s greedy outputs with ``reference``'s, prompt by prompt."""
+    """Compare ``arm``'s greedy outputs with ``reference``'s, prompt by prompt, over the prompts
+    both decoded (a bench cell may decode fewer prompts than the margins run); ``undecoded``
+    counts the reference's prompts the arm never decoded, and the arm's beyond the reference's."""
     margins = reference.get("top2_margins") or [[] for _ in reference["outputs"]]
+    compared = min(len(reference["outputs"]), len(arm["outputs"]))
     divergences = []
     for prompt, (expected, got) in enumerate(zip(reference["outputs"], arm["outputs"])):
         index = first_divergence(expected, got)
@@ -61,8 +64,9 @@ def lossless_report(reference: dict, arm: dict, *, margin_noise: float = BF16_MA
     return {
         "arm": arm["arm"],
         "reference": reference["arm"],
-        "prompts": len(reference["outputs"]),
-        "identical": len(reference["outputs"]) - len(divergences),
+        "prompts": compared,
+        "identical": compared - len(divergences),
+        "undecoded": abs(len(reference["outputs"]) - len(arm["outputs"])),
         "divergences": [asdict(d) for d in divergences],
         "unexplained": len(unexplained),
         "margin_noise": margin_noise,

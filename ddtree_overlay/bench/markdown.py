@@ -186,6 +186,8 @@ def _lossless_text(row: Mapping[str, Any]) -> str:
     if not lossless:
         return DASH
     text = f"{lossless['identical']}/{lossless['prompts']}"
+    if lossless.get("undecoded"):
+        text += f" ({lossless['undecoded']} of the reference's prompts not decoded here)"
     first = lossless.get("first_divergence")
     if first:
         text += f", first at {first['index']} (margin {_fmt(first['margin'], '.3f')})"
