@@ -1,0 +1,280 @@
+"""DDTREE ÷ DFLASH projected per batch size from a run's measured round costs and an
+acceptance-versus-budget curve measured elsewhere: what a trained pair at this run's shape
+would give, before one runs.
+
+A random-weight run (e.g. the Qwen3-8B shape) accepts nothing, so its rounds cost what a real
+pair's rounds cost at that shape, batch size and verify width, but its speedups say nothing.
+The projection puts a curve's acceptance on those costs. Under continuous batching each
+request gains τ tokens per round, so per batch size
+
+    DDTREE ÷ DFLASH = (τ(B) ÷ τ_chain) ÷ (round(B, bs) ÷ round_chain(bs))
+
+with round = the measured wall ms per batch step of each arm in its faster scheduling mode,
+and the best budget B the run measured and the curve covers. ``ASSUMPTIONS`` are printed with
+every projection.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ddtree_overlay.bench.analysis import STAGES
+from ddtree_overlay.bench.arms import DDTREE, DFLASH
+
+DASH = "\u2013"
+
+
+@dataclass(frozen=True)
+class AcceptanceCurve:
+    """Mean tokens per verify round (bonus included: the paper's τ, SGLang's tokens per round)
+    of DDTREE per budget, and of DFLASH's chain, for one pair on one workload."""
+
+    name: str
+    source: str
+    chain: float  # DFLASH's τ
+    budgets: Mapping[int, float]  # budget B -> DDTREE's τ
+
+    def tau(self, budget: int) -> float | None:
+        """τ at ``budget``: a listed budget's, else linear in log2 B between the two listed
+        budgets around it; None outside the listed range (never extrapolated)."""
+        if budget in self.budgets:
+            return self.budgets[budget]
+        below = [b for b in self.budgets if b < budget]
+        above = [b for b in self.budgets if b > budget]
+        if not below or not above:
+            return None
+        lo, hi = max(below), min(above)
+        weight = (math.log2(budget) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
+        return self.budgets[lo] + weight * (self.budgets[hi] - self.budgets[lo])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source": self.source,
+            "dflash": self.chain,
+            "budgets": {str(b): t for b, t in sorted(self.budgets.items())},
+        }
+
+
+# The DDTree paper's budget sweep (Fig. 3): Qwen3-8B with z-lab/Qwen3-8B-DFlash-b16, MATH-500,
+# T = 0, batch 1, HF Transformers; values read off the plot (±0.05), B = 512 from Table 1.
+# Source: /work/shared/docs/research/ddtree_algorithm_and_peers.md, "Budget sweep".
+PAPER_QWEN3_8B = AcceptanceCurve(
+    name="DDTree paper, Qwen3-8B, MATH-500, T = 0",
+    source="DDTree paper Fig. 3 (values read off the plot, ±0.05; B = 512 and DFlash from Table 1)",
+    chain=7.79,
+    budgets={16: 8.6, 32: 9.27, 64: 9.75, 128: 10.2, 256: 10.42, 512: 10.73, 1024: 10.97},
+)
+
+ASSUMPTIONS = (
+    "round cost = the run's wall ms per batch step, each arm in its faster scheduling mode: "
+    "scheduler gaps and host work included, measured with the run's own acceptance (random "
+    "weights: 1 token per round, so a real round's commit of τ tokens per request is not in it)",
+    "every request of the batch accepts the curve's mean τ, whatever the batch size, and keeps "
+    "its slot between rounds (continuous batching: tokens per second = bs × τ ÷ round cost)",
+    "τ between two budgets of the curve is linear in log2 B; budgets outside the curve are left out",
+    "the curve's pair and workload stand for the deployment's (its name says which they are)",
+)
+
+
+class BadCurve(ValueError):
+    """An acceptance-curve file that cannot be read as one."""
+
+
+def load_curve(path: Path) -> AcceptanceCurve:
+    """A curve from JSON (``{"name": ..., "dflash": τ, "budgets": {"16": τ, ...}}``) or CSV
+    (rows ``budget,acceptance``, one row ``dflash,τ``; a header row is skipped); a bench report
+    (bench.json) gives its own measured tokens per round (`measured_curve`)."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise BadCurve(f"cannot read acceptance curve {path}: {error.strerror}") from None
+    if path.suffix.lower() == ".csv":
+        return _curve_from_csv(text, path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise BadCurve(f"acceptance curve {path} is not JSON (line {error.lineno}): {error.msg}") from None
+    if isinstance(data, dict) and "cells" in data and "setting" in data:
+        return measured_curve(data, source=str(path))
+    if not isinstance(data, dict) or "dflash" not in data or not isinstance(data.get("budgets"), dict):
+        raise BadCurve(f"acceptance curve {path} needs a \"dflash\" τ and a \"budgets\" object of budget: τ")
+    budgets = {_budget(key, path): _tau(value, path) for key, value in data["budgets"].items()}
+    return _checked(AcceptanceCurve(str(data.get("name") or path.name), str(path), _tau(data["dflash"], path), budgets), path)
+
+
+def _curve_from_csv(text: str, path: Path) -> AcceptanceCurve:
+    chain, budgets = None, {}
+    for row in csv.reader(io.StringIO(text)):
+        if not row or not "".join(row).strip():
+            continue
+        if len(row) != 2:
+            raise BadCurve(f"acceptance curve {path}: row {','.join(row)!r} is not budget,acceptance")
+        key, value = (cell.strip() for cell in row)
+        if key.lower() == "dflash":
+            chain = _tau(value, path)
+        elif key.isdigit():
+            budgets[_budget(key, path)] = _tau(value, path)
+        elif budgets or chain is not None:
+            raise BadCurve(f"acceptance curve {path}: {key!r} is neither a budget nor dflash")
+    if chain is None:
+        raise BadCurve(f"acceptance curve {path} has no dflash row (DFLASH's τ)")
+    return _checked(AcceptanceCurve(path.stem, str(path), chain, budgets), path)
+
+
+def _budget(key: Any, path: Path) -> int:
+    try:
+        budget = int(key)
+    except (TypeError, ValueError):
+        raise BadCurve(f"acceptance curve {path}: budget {key!r} is not an integer") from None
+    if budget < 1:
+        raise BadCurve(f"acceptance curve {path}: budget {budget} is below 1")
+    return budget
+
+
+def _tau(value: Any, path: Path) -> float:
+    try:
+        tau = float(value)
+    except (TypeError, ValueError):
+        raise BadCurve(f"acceptance curve {path}: acceptance {value!r} is not a number") from None
+    if not math.isfinite(tau) or tau < 1:
+        raise BadCurve(f"acceptance curve {path}: acceptance {value!r} is below 1 token per round")
+    return tau
+
+
+def _checked(curve: AcceptanceCurve, path: Path) -> AcceptanceCurve:
+    if not curve.budgets:
+        raise BadCurve(f"acceptance curve {path} lists no budget")
+    return curve
+
+
+def measured_curve(report: Mapping[str, Any], *, source: str = "bench report") -> AcceptanceCurve:
+    """The tokens per round a real-weight bench run measured, at T = 0 and its smallest batch
+    size: DFLASH's (the faster mode's) and each fixed DDTREE budget's."""
+    if not report["setting"].get("real_weights"):
+        raise BadCurve(f"{source}: a random-weight run accepts nothing; its tokens per round are no curve")
+    greedy = [r for r in report["cells"] if r["status"] == "ok" and r["temperature"] == 0 and r.get("tokens_per_round")]
+    if not greedy:
+        raise BadCurve(f"{source}: no greedy cell measured tokens per round")
+    smallest = min(r["batch_size"] for r in greedy)
+    here = [r for r in greedy if r["batch_size"] == smallest]
+    chain = [r for r in here if r["algorithm"] == DFLASH]
+    trees = [r for r in here if r["algorithm"] == DDTREE and r.get("budget") and not r.get("adaptive") and not r.get("schedule")]
+    if not chain or not trees:
+        raise BadCurve(f"{source}: needs DFLASH and fixed-budget DDTREE cells at T = 0")
+    fastest_chain = max(chain, key=lambda r: r.get("tok_per_s") or 0)
+    budgets: dict[int, float] = {}
+    for row in sorted(trees, key=lambda r: r.get("tok_per_s") or 0):  # the faster mode's wins
+        budgets[int(row["budget"])] = float(row["tokens_per_round"])
+    name = f"measured: {report['setting']['name']} at bs {smallest}, T = 0"
+    return AcceptanceCurve(name, source, float(fastest_chain["tokens_per_round"]), budgets)
+
+
+def _fastest_step(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    timed = [r for r in rows if r.get("step_ms")]
+    return min(timed, key=lambda r: r["step_ms"]) if timed else None
+
+
+def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any] | None:
+    """Per batch size at T = 0: DFLASH's round cost, each fixed budget's round cost, τ and
+    projected DDTREE ÷ DFLASH, the best of them, and the τ each budget needs to break even.
+    None when the run has no greedy DFLASH and fixed-budget DDTREE cells."""
+    greedy = [r for r in report["cells"] if r["status"] == "ok" and r["temperature"] == 0]
+    columns = []
+    for bs in sorted({r["batch_size"] for r in greedy}):
+        here = [r for r in greedy if r["batch_size"] == bs]
+        chain = _fastest_step([r for r in here if r["algorithm"] == DFLASH])
+        fixed = [r for r in here if r["algorithm"] == DDTREE and r.get("budget") and not r.get("adaptive") and not r.get("schedule")]
+        if chain is None or not fixed:
+            continue
+        budgets = []
+        for budget in sorted({int(r["budget"]) for r in fixed}):
+            row = _fastest_step([r for r in fixed if int(r["budget"]) == budget])
+            if row is None:
+                continue
+            tau = curve.tau(budget)
+            step_ratio = row["step_ms"] / chain["step_ms"]
+            split = (row.get("profile") or {}).get("ms_per_round") or {}
+            budgets.append({
+                "budget": budget,
+                "overlap": row["overlap"],
+                "step_ms": row["step_ms"],
+                "step_ratio": step_ratio,
+                "stages_ms": {stage: split[stage] for stage in (*STAGES, "other") if stage in split},
+                "tau": tau,
+                "break_even_tau": curve.chain * step_ratio,
+                "speedup_vs_dflash": tau / curve.chain / step_ratio if tau is not None else None,
+            })
+        projected = [b for b in budgets if b["speedup_vs_dflash"] is not None]
+        best = max(projected, key=lambda b: b["speedup_vs_dflash"]) if projected else None
+        columns.append({
+            "batch_size": bs,
+            "dflash": {"step_ms": chain["step_ms"], "overlap": chain["overlap"]},
+            "budgets": budgets,
+            "best": best,
+        })
+    if not columns:
+        return None
+    return {
+        "setting": report["setting"]["name"],
+        "curve": curve.as_dict(),
+        "assumptions": list(ASSUMPTIONS),
+        "columns": columns,
+        "confirm": (
+            "a bench of the trained pair at this shape on the same GPU, e.g. `ddtree-overlay bench "
+            "--target TARGET --draft DFLASH_DRAFTER --prompts PROMPTS --budgets "
+            + ",".join(str(b["budget"]) for b in columns[0]["budgets"])
+            + " --batch-sizes " + ",".join(str(c["batch_size"]) for c in columns)
+            + " --temperatures 0 --ddtree-no-overlap --repeats 2`: its acceptance ratio ÷ step ratio per "
+            "batch size is the measured counterpart of this projection"
+        ),
+    }
+
+
+def _mode(overlap: bool) -> str:
+    return "" if overlap else ", no overlap"
+
+
+def projection_markdown(projection: Mapping[str, Any]) -> str:
+    """The projection as a table (one row per batch size and budget) with its curve and
+    assumptions."""
+    curve = projection["curve"]
+    taus = ", ".join(f"B = {b}: {t:.2f}" for b, t in curve["budgets"].items())
+    lines = [
+        f"**A projection, not a measurement.** Acceptance: {curve['name']} ({curve['source']}): "
+        f"DFLASH τ {curve['dflash']:.2f}; DDTREE {taus}. Round costs: this run ({projection['setting']}).",
+        "",
+        "| bs | budget | DDTREE ms / step | DFLASH ms / step | step ratio | DDTREE GPU ms per stage | τ (curve) | τ to break even | projected DDTREE ÷ DFLASH |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for column in projection["columns"]:
+        chain = column["dflash"]
+        for entry in column["budgets"]:
+            stages = ", ".join(f"{stage} {ms:.2f}" for stage, ms in entry["stages_ms"].items() if ms >= 0.05) or DASH
+            speedup = entry["speedup_vs_dflash"]
+            text = DASH if speedup is None else f"{speedup:.2f}×"
+            if column["best"] is entry:
+                text = f"**{text}**"
+            lines.append(
+                f"| {column['batch_size']} | {entry['budget']}{_mode(entry['overlap'])} | {entry['step_ms']:.2f} | "
+                f"{chain['step_ms']:.2f}{_mode(chain['overlap'])} | {entry['step_ratio']:.3f} | {stages} | "
+                f"{DASH if entry['tau'] is None else format(entry['tau'], '.2f')} | {entry['break_even_tau']:.2f} | {text} |"
+            )
+    lines += ["", "Assumptions:", ""]
+    lines += [f"- {text}" for text in projection["assumptions"]]
+    lines += ["", f"What would confirm it: {projection['confirm']}."]
+    return "\n".join(lines)
+
+
+def default_curve(report: Mapping[str, Any]) -> AcceptanceCurve | None:
+    """The curve a run is projected with when none is given: the paper's Qwen3-8B curve for a
+    random-weight run (it accepts nothing of its own), none for a real pair (it measured its
+    own acceptance)."""
+    return None if report["setting"].get("real_weights") else PAPER_QWEN3_8B

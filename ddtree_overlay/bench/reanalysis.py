@@ -1,0 +1,35 @@
+"""A finished bench run's report rebuilt from its raw records with this checkout's analysis, no
+GPU: the plan from bench.json's setting and config, the cells from ``records.jsonl`` (or its
+xz-packed copy, as under docs/bench/). The config and the context (commit, GPU, start time)
+stay the run's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ddtree_overlay.bench.analysis import analyse
+from ddtree_overlay.bench.plan import config_from_report, plan_sweep
+from ddtree_overlay.bench.records import read_records
+from ddtree_overlay.bench.settings import make_setting
+from ddtree_overlay.bench.supervision import load_references
+
+
+def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str, Any]:
+    """The report of the run in ``run`` (a bench ``--out`` dir) from its records; with
+    ``reference_dir``, acceptance parity against the offline reference results there."""
+    old = json.loads((run / "bench.json").read_text())
+    recorded = old["setting"]
+    custom = recorded["name"] == "custom"
+    setting = make_setting(
+        recorded["name"],
+        scratch=run / "models",
+        target=Path(recorded["target"]) if custom else None,
+        draft=Path(recorded["draft"]) if custom else None,
+        write=False,
+    )
+    plan = plan_sweep(setting, config_from_report(old["config"]))
+    cells, engines = read_records(run / "records.jsonl")
+    references = load_references(plan, reference_dir) if reference_dir else None
+    return analyse(plan, cells, engines, references=references, context=old["context"])
