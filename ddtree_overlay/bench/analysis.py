@@ -122,6 +122,7 @@ def cell_metrics(
     if status != "ok" or record is None:
         return row
     row.update(
+        prompts=len(record.get("outputs") or ()) or cell.prompts,  # what it decoded (older plans differ)
         tok_per_s=record.get("tok_per_s"),
         decode_s=record.get("decode_s"),
         tokens=record.get("tokens"),
