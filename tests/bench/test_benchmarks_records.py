@@ -1,0 +1,199 @@
+"""The headline numbers docs/BENCHMARKS.md cites, recomputed from the records committed under
+docs/bench/ (re-analysed with this checkout's analysis) and looked up in the page's text: a
+claim that outgrows its records fails here."""
+
+from __future__ import annotations
+
+import json
+import lzma
+import statistics
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from ddtree_overlay.bench import decode_compare
+from ddtree_overlay.bench.arms import DDTREE, DFLASH
+from ddtree_overlay.bench.projection import PAPER_QWEN3_8B, project
+from ddtree_overlay.bench.reanalysis import reanalysed_report
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+BENCH = DOCS / "bench"
+PINNED = (
+    "2026-11-29-adaptive-gap-fix-0.5.17-flags/bench-fixture-adaptive-gpu0-cpus0-7",
+    "2026-11-29-adaptive-gap-fix-0.5.17-flags/bench-fixture-adaptive-gpu1-cpus16-23",
+)
+SWEEP = "2026-11-29-bs16-schedule-tp2-graphs/bench-fixture-sweep"
+QWEN3_RUNS = {  # the Qwen3-8B-shape runs: the commit each projection is named by in the page
+    "2026-11-29-qwen3-8b-shape-round-cost": "`5904c10`",  # bench.json only: its records were not kept
+    "2026-11-29-stage-graphs-tp2-allgather/bench-qwen3-bs1": "`2df6a6b`",
+    "2026-11-29-adaptive-gap-fix-0.5.17-flags/bench-qwen3-draft-topk": "`81f68f6`",
+    "2026-11-29-adaptive-budgets-triton-topk/bench-qwen3-adaptive": "`e334cdc`",
+}
+
+
+@cache
+def page() -> str:
+    return (DOCS / "BENCHMARKS.md").read_text()
+
+
+@cache
+def summary() -> str:
+    return page().split("## Summary", 1)[1].split("\n## ", 1)[0]
+
+
+@cache
+def report(run: str) -> dict:
+    if not (BENCH / run / "records.jsonl.xz").exists():
+        return json.loads((BENCH / run / "bench.json").read_text())
+    return reanalysed_report(BENCH / run)
+
+
+def arms(run: str) -> dict[str, dict]:
+    text = lzma.decompress((BENCH / run / "arms.jsonl.xz").read_bytes()).decode()
+    return {r["arm"]: r for r in map(json.loads, filter(str.strip, text.splitlines()))}
+
+
+def column(run: str, batch_size: int) -> dict:
+    return next(c for c in report(run)["fastest_modes"] if c["batch_size"] == batch_size and c["temperature"] == 0)
+
+
+def rate(run: str, group: str, batch_size: int) -> float:
+    return next(r["tok_per_s"] for r in report(run)["cells"] if r["name"] == f"{group}/bs{batch_size}/t0")
+
+
+def x(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def span(values) -> str:
+    low, high = f"{min(values):.2f}", f"{max(values):.2f}"
+    return f"{low}×" if low == high else f"{low}–{high}×"
+
+
+def faster_mode_median(group: str, batch_size: int) -> float:
+    """The arm's faster scheduling mode by the median (here: mean) of the two pinned engines."""
+    modes = (group, f"{group}-no-overlap")
+    return max(statistics.median(rate(run, mode, batch_size) for run in PINNED) for mode in modes)
+
+
+def test_fixture_bs1_and_bs16_from_the_two_pinned_engines():
+    adaptive = "ddtree-adaptive-16-64-256"
+    bs1 = faster_mode_median(adaptive, 1) / faster_mode_median("dflash", 1)
+    assert x(bs1) == "1.39×" and "**1.39×**" in summary()
+    waves = faster_mode_median(adaptive, 16) / faster_mode_median("dflash", 16)
+    per_round = [column(run, 16)["best"]["per_round_speedup"] for run in PINNED]
+    assert x(waves) == "1.90×" and span(per_round) == "1.48–1.51×"
+    assert f"**{span(per_round)}** per round" in summary() and "1.90× in fixed waves of 16" in summary()
+
+
+def test_fixture_bs4_in_fixed_waves_and_per_round():
+    best = column(SWEEP, 4)["best"]
+    assert (x(best["speedup_vs_dflash"]), x(best["per_round_speedup"])) == ("1.76×", "1.57×")
+    assert "**1.57×** per round" in summary() and "1.76× in fixed waves of 4" in summary()
+
+
+def test_qwen3_shape_round_costs():
+    bs1 = column("2026-11-29-stage-graphs-tp2-allgather/bench-qwen3-bs1", 1)
+    assert f"{bs1['best']['step_ratio'] - 1:+.1%}".replace("%", " %") == "+3.6 %"
+    topk = column("2026-11-29-adaptive-gap-fix-0.5.17-flags/bench-qwen3-draft-topk", 16)
+    assert x(topk["best"]["speedup_vs_dflash"]) == "0.80×"
+    assert "**+3.6 %**" in summary() and "**0.80×**" in summary()
+
+
+def _bench_margins() -> dict[str, float]:
+    """The largest top1-top2 margin at a greedy divergence from target-only, per algorithm,
+    over every committed bench run with records."""
+    largest = {DDTREE: 0.0, DFLASH: 0.0}
+    for records in BENCH.rglob("records.jsonl.xz"):
+        run = str(records.parent.relative_to(BENCH))
+        if not report(run)["setting"]["real_weights"]:
+            continue
+        for row in report(run)["cells"]:
+            worst = (row.get("lossless") or {}).get("worst_divergence") or {}
+            if row["algorithm"] in largest and worst.get("margin") is not None:
+                largest[row["algorithm"]] = max(largest[row["algorithm"]], worst["margin"])
+    return largest
+
+
+def _algorithm(arm: str) -> str | None:
+    return DFLASH if arm.startswith("dflash") else DDTREE if arm.startswith("ddtree") else None
+
+
+def _check_margins() -> dict[str, float]:
+    """The same over the committed check runs' greedy arms (against their target-only arm), and
+    the verdicts of those whose arms were not kept (their summary.json)."""
+    largest = {DDTREE: 0.0, DFLASH: 0.0}
+    for summary_path in BENCH.rglob("summary.json"):
+        if (summary_path.parent / "arms.jsonl.xz").exists():
+            continue
+        for verdict in json.loads(summary_path.read_text()).get("lossless", ()):
+            algorithm = _algorithm(verdict["arm"])
+            for divergence in verdict["divergences"] if algorithm else ():
+                if divergence["margin"] is not None:
+                    largest[algorithm] = max(largest[algorithm], divergence["margin"])
+    for packed in BENCH.rglob("arms.jsonl.xz"):
+        by_name = arms(str(packed.parent.relative_to(BENCH)))
+        for name, record in by_name.items():
+            baseline = by_name.get("plain-flashinfer" if "flashinfer" in name else "plain")
+            if not record.get("ok") or not baseline or not baseline.get("top2_margins") or "t1" in name:
+                continue
+            algorithm = _algorithm(name)
+            if algorithm is None:
+                continue
+            for divergence in decode_compare.lossless_report(baseline, record)["divergences"]:
+                if divergence["margin"] is not None:
+                    largest[algorithm] = max(largest[algorithm], divergence["margin"])
+    return largest
+
+
+def test_largest_divergence_margins_are_the_ones_cited():
+    bench, check = _bench_margins(), _check_margins()
+    assert round(bench[DDTREE], 4) == 0.25 and round(check[DDTREE], 4) == 0.2187
+    assert round(max(bench[DFLASH], check[DFLASH]), 4) == 0.1875
+    assert "≤ 0.25" in summary() and "DFLASH's ≤ 0.1875" in summary()
+    assert "≤ 0.19" not in summary()
+
+
+def test_triton_tree_stage_against_the_torch_ops():
+    first = json.loads((BENCH / "2026-11-29-kernels-syncs-summary.json").read_text())["arms"]
+    ratios = [first[f"ddtree-b{b}-triton"]["tok_per_s"] / first[f"ddtree-b{b}-torch"]["tok_per_s"] for b in (15, 32)]
+    assert f"{min(ratios):.1f}–{max(ratios):.1f}×" == "1.4–2.3×"
+    later = []
+    for run in ("2026-11-29-adaptive-budgets-triton-topk/triton-topk-check-kernels",
+                "2026-11-29-adaptive-gap-fix-0.5.17-flags/draft-topk-parts-check-kernels"):
+        by_name = arms(run)
+        later += [by_name[f"ddtree-b{b}-triton"]["tok_per_s"] / by_name[f"ddtree-b{b}-torch"]["tok_per_s"] for b in (15, 32)]
+    assert span(later) == "0.85–1.23×"
+    assert "0.85–1.23×" in page()
+
+
+def test_hybrid_fixture_against_target_only():
+    by_name = arms("2026-12-02-hybrid-fixture/lossless-bs32-b32")
+    speedup = by_name["ddtree-b32"]["tok_per_s"] / by_name["plain"]["tok_per_s"]
+    lossless = decode_compare.lossless_report(by_name["plain"], by_name["ddtree-b32"])
+    assert (x(speedup), lossless["identical"], lossless["prompts"]) == ("2.02×", 27, 32)
+    assert "**2.02×**" in summary() and "27 / 32 identical" in summary()
+
+
+def test_adaptive_sampled_arm_against_target_only_sampling():
+    pytest.importorskip("scipy")
+    by_name = arms("2026-11-29-adaptive-budgets-triton-topk/check-adaptive")
+    p = [decode_compare.distribution_test(by_name["plain-t1"], by_name["ddtree-adaptive-t1"], k)["p_value"] for k in (1, 2, 3)]
+    assert " / ".join(f"{v:.2f}" for v in p) == "0.89 / 0.19 / 0.16"
+    assert "p = 0.89 / 0.19 / 0.16" in summary()
+
+
+@pytest.mark.parametrize("run", sorted(QWEN3_RUNS))
+def test_projections_for_the_qwen3_shape_runs_are_the_ones_cited(run):
+    projection = project(report(run), PAPER_QWEN3_8B)
+    assert projection is not None
+    cited = projection_section()
+    for col in projection["columns"]:
+        best = col["best"]
+        row = f"| {QWEN3_RUNS[run]} | {col['batch_size']} | B = {best['budget']} | {x(best['speedup_vs_dflash'])} |"
+        assert row in cited, row
+
+
+def projection_section() -> str:
+    return page().split("### Projection: DDTREE against DFLASH on a trained Qwen3-8B pair", 1)[1].split("\n## ", 1)[0]
