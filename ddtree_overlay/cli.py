@@ -147,16 +147,20 @@ def _bench_plan() -> Any:
     return plan
 
 
-def _acceptance_curve(path: Optional[Path]) -> Any:  # noqa: UP045
+def _acceptance_curve(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
     """The curve read at parse time: a bad file is a usage error before anything is written."""
-    if path is None:
-        return None
-    from ddtree_overlay.bench.projection import BadCurve, load_curve
+    if path is not None:
+        try:
+            _load_curve(path)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+    return path
 
-    try:
-        return load_curve(path)
-    except BadCurve as error:
-        raise typer.BadParameter(str(error)) from None
+
+def _load_curve(path: Optional[Path]) -> Any:  # noqa: UP045
+    from ddtree_overlay.bench.projection import load_curve
+
+    return None if path is None else load_curve(path)
 
 
 def _prompts_file(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
@@ -468,7 +472,7 @@ def bench(
     from ddtree_overlay.commands.bench import reanalyse as reanalyse_run
 
     if reanalyse is not None:
-        _run(("bench",), json_out, lambda: reanalyse_run(reanalyse, reference_dir, acceptance_curve))
+        _run(("bench",), json_out, lambda: reanalyse_run(reanalyse, reference_dir, _load_curve(acceptance_curve)))
     if env is None:
         raise typer.BadParameter("--env is required (unless --reanalyse RUN_DIR)")
     if (target is None) != (draft is None):
@@ -499,7 +503,7 @@ def bench(
         draft=draft,
         prompts=prompts,
         reference_dir=reference_dir,
-        acceptance_curve=acceptance_curve,  # type: ignore[arg-type] - the callback read the file
+        acceptance_curve=_load_curve(acceptance_curve),
         dry_run=dry_run,
     )
     with render.bench_progress(enabled=not (json_out or dry_run)) as on_event:
