@@ -248,8 +248,9 @@ def projection_markdown(projection: Mapping[str, Any]) -> str:
     curve = projection["curve"]
     taus = ", ".join(f"B = {b}: {t:.2f}" for b, t in curve["budgets"].items())
     lines = [
-        f"**A projection, not a measurement.** Acceptance: {curve['name']} ({curve['source']}): "
-        f"DFLASH τ {curve['dflash']:.2f}; DDTREE {taus}. Round costs: this run ({projection['setting']}).",
+        f"**A projection, not a measurement.** Acceptance: {curve['name']}; DFLASH τ "
+        f"{curve['dflash']:.2f}, DDTREE {taus} (source: {curve['source']}). Round costs: this run "
+        f"({projection['setting']}).",
         "",
         "| bs | budget | DDTREE ms / step | DFLASH ms / step | step ratio | DDTREE GPU ms per stage | τ (curve) | τ to break even | projected DDTREE ÷ DFLASH |",
         "|---|---|---|---|---|---|---|---|---|",
