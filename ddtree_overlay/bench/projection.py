@@ -68,7 +68,7 @@ class AcceptanceCurve:
 # Source: /work/shared/docs/research/ddtree_algorithm_and_peers.md, "Budget sweep".
 PAPER_QWEN3_8B = AcceptanceCurve(
     name="DDTree paper, Qwen3-8B, MATH-500, T = 0",
-    source="DDTree paper Fig. 3 (values read off the plot, ±0.05; B = 512 and DFlash from Table 1)",
+    source="DDTree paper Fig. 3, values read off the plot ±0.05; B = 512 and DFlash from Table 1",
     chain=7.79,
     budgets={16: 8.6, 32: 9.27, 64: 9.75, 128: 10.2, 256: 10.42, 512: 10.73, 1024: 10.97},
 )
