@@ -451,7 +451,7 @@ def sampling_verdicts(
         text = (
             f"{record['arm']} against {baseline['arm']} ({draws.label}), position {position}: "
             f"χ² {test['chi2']:.1f}, {test['dof']} dof, p = {test['p_value']:.3g} "
-            f"({'passed' if passed else 'FAILED'} at α = {alpha:.2g}), {prompts} prompts, "
+            f"({'passed' if passed else 'FAILED'} at alpha = {alpha:.2g}), {prompts} prompts, "
             f"{test['draws'][0]} / {test['draws'][1]} draws; "
             + (f"detects TV ≥ {tv:.3f} at every prompt with 80 % power" if tv is not None else "no TV distance detectable")
             + (f" (at one prompt only: TV ≥ {one:.2f})" if one is not None else "")

@@ -78,7 +78,7 @@ ASSUMPTIONS = (
     "scheduler gaps and host work included, measured with the run's own acceptance (random "
     "weights: 1 token per round, so a real round's commit of τ tokens per request is not in it)",
     "every request of the batch accepts the curve's mean τ, whatever the batch size, and keeps "
-    "its slot between rounds (continuous batching: tokens per second = bs × τ ÷ round cost)",
+    "its slot between rounds (continuous batching: tokens per second = bs x τ ÷ round cost)",
     "τ between two budgets of the curve is linear in log2 B; budgets outside the curve are left out",
     "the curve's pair and workload stand for the deployment's (its name says which they are)",
 )
@@ -260,7 +260,7 @@ def projection_markdown(projection: Mapping[str, Any]) -> str:
         for entry in column["budgets"]:
             stages = ", ".join(f"{stage} {ms:.2f}" for stage, ms in entry["stages_ms"].items() if ms >= 0.05) or DASH
             speedup = entry["speedup_vs_dflash"]
-            text = DASH if speedup is None else f"{speedup:.2f}×"
+            text = DASH if speedup is None else f"x{speedup:.2f}"
             if column["best"] is entry:
                 text = f"**{text}**"
             lines.append(

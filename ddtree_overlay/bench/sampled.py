@@ -4,17 +4,17 @@ against target-only's, pooled over prompts, and the power that test has.
 Each arm decodes every prompt ``draws`` times, independently. At output position k (k ≥ 1:
 position 0 is the prefill's token, the same sampler in both arms) the tokens of one prompt's
 draws are a sample of that prompt's marginal law at k, which DDTREE must leave unchanged. Per
-prompt, Pearson's χ² of the 2 × c table (reference draws, arm draws) over the c tokens seen,
+prompt, Pearson's χ² of the 2 x c table (reference draws, arm draws) over the c tokens seen,
 rare tokens (< 5 draws in both arms together) pooled into one category; the prompts' statistics
 and degrees of freedom add (independent draws), so one χ² test per position covers every
 prompt.
 
 Power, analytically (asymptotic): under an alternative the statistic is non-central χ² with the
-test's degrees of freedom and non-centrality λ = Σ_prompts n_eff · Σ_j (p_j − q_j)² / m_j, with
-n_eff = n_ref · n_arm / (n_ref + n_arm) and m the pooled law. By Cauchy–Schwarz,
-Σ_j (p_j − q_j)² / m_j ≥ (Σ_j |p_j − q_j|)² = 4 · TV(p, q)², with equality when the difference
+test's degrees of freedom and non-centrality λ = Σ_prompts n_eff · Σ_j (p_j - q_j)² / m_j, with
+n_eff = n_ref · n_arm / (n_ref + n_arm) and m the pooled law. By Cauchy-Schwarz,
+Σ_j (p_j - q_j)² / m_j ≥ (Σ_j |p_j - q_j|)² = 4 · TV(p, q)², with equality when the difference
 is proportional to m: the hardest alternative at a given total-variation distance. So if every
-prompt's law moves by TV ≥ δ, λ ≥ 4 δ² Σ n_eff, and the test rejects at level α with at least
+prompt's law moves by TV ≥ δ, λ ≥ 4 δ² Σ n_eff, and the test rejects at level alpha with at least
 the power of the non-central χ² at that λ. `detectable_tv` inverts that: the smallest δ
 detected with the given power, whatever the direction of the change. TV is over the test's
 categories (pooling rare tokens can only hide a change among them).
@@ -44,7 +44,7 @@ def _table(reference: Counter, arm: Counter) -> tuple[list[int], list[int]]:
 
 
 def pearson(reference: Sequence[int], arm: Sequence[int]) -> tuple[float, int]:
-    """Pearson's χ² statistic of a 2 × c homogeneity table and its degrees of freedom (c − 1,
+    """Pearson's χ² statistic of a 2 x c homogeneity table and its degrees of freedom (c - 1,
     no continuity correction: the power below assumes the plain statistic)."""
     n_ref, n_arm = sum(reference), sum(arm)
     total = n_ref + n_arm
@@ -103,7 +103,7 @@ def detectable_tv(n_eff: float, dof: int, alpha: float, power: float = POWER) ->
 
 
 def planned_tv(prompts: int, draws: int, categories: int, alpha: float, power: float = POWER) -> float | None:
-    """`detectable_tv` before running: ``prompts`` × ``draws`` per arm, at most ``categories``
+    """`detectable_tv` before running: ``prompts`` x ``draws`` per arm, at most ``categories``
     tokens per prompt (top-k bounds them; more degrees of freedom only lower the power, so this
     is the bound for the worst case)."""
     return detectable_tv(prompts * draws / 2, prompts * (categories - 1), alpha, power)
