@@ -195,7 +195,7 @@ def _lossless_text(row: Mapping[str, Any]) -> str:
         return DASH
     text = f"{lossless['identical']}/{lossless['prompts']}"
     if lossless.get("undecoded"):
-        text += f" ({lossless['undecoded']} of the reference's prompts not decoded here)"
+        text += f" ({lossless['undecoded']} prompts decoded by one side only, not compared)"
     first = lossless.get("first_divergence")
     if first:
         text += f", first at {first['index']} (margin {_fmt(first['margin'], '.3f')})"
