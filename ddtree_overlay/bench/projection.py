@@ -73,6 +73,8 @@ PAPER_QWEN3_8B = AcceptanceCurve(
     budgets={16: 8.6, 32: 9.27, 64: 9.75, 128: 10.2, 256: 10.42, 512: 10.73, 1024: 10.97},
 )
 
+PAPER_SHAPE = "qwen3-8b-random"  # the bench setting whose round costs the paper's curve fits
+
 ASSUMPTIONS = (
     "round cost = the run's wall ms per batch step, each arm in its faster scheduling mode: "
     "scheduler gaps and host work included, measured with the run's own acceptance (random "
@@ -222,10 +224,16 @@ def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any]
         })
     if not columns:
         return None
+    assumptions = list(ASSUMPTIONS)
+    if curve is PAPER_QWEN3_8B and report["setting"]["name"] != PAPER_SHAPE:
+        assumptions.append(
+            f"this run's shape is {report['setting']['name']}, the curve's model Qwen3-8B: a pair of "
+            "this shape accepts differently; give its own curve with --acceptance-curve"
+        )
     return {
         "setting": report["setting"]["name"],
         "curve": curve.as_dict(),
-        "assumptions": list(ASSUMPTIONS),
+        "assumptions": assumptions,
         "columns": columns,
         "confirm": (
             "a bench of the trained pair at this shape on the same GPU, e.g. `ddtree-overlay bench "

@@ -56,6 +56,15 @@ def test_projection_is_the_acceptance_ratio_over_the_step_ratio_per_batch_size()
     assert "--budgets 8,16,64 --batch-sizes 1,16" in text
 
 
+def test_the_paper_curve_on_another_shape_says_so():
+    cells = (cell("DFLASH", 1, 8.0), cell("DDTREE", 1, 8.0, budget=32))
+    assert pj.project(run(*cells), pj.PAPER_QWEN3_8B)["assumptions"] == list(pj.ASSUMPTIONS)
+    other = run(*cells) | {"setting": {"name": "qwen3.6-27b-random", "real_weights": False}}
+    assumptions = pj.project(other, pj.PAPER_QWEN3_8B)["assumptions"]
+    assert assumptions[-1].startswith("this run's shape is qwen3.6-27b-random, the curve's model Qwen3-8B")
+    assert pj.project(other, CURVE)["assumptions"] == list(pj.ASSUMPTIONS)  # a curve given for it
+
+
 def test_no_projection_without_both_algorithms():
     assert pj.project(run(cell("DFLASH", 1, 8.0)), CURVE) is None
     assert pj.default_curve(run(real_weights=True)) is None
