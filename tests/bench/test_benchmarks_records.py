@@ -228,6 +228,20 @@ def test_round_splits_and_parity_as_cited():
     assert f"{min(ratios):.3f}–{max(ratios):.3f} in every cell" in summary()
 
 
+def test_the_stage_graphs_as_cited_in_the_summary_and_serving():
+    traced = json.loads((BENCH / "2026-11-29-stage-graphs-tp2-allgather/trace-fixture-stage-graphs-ab/round_trace.json").read_text())
+    by_arm = {row["arm"]: row for row in traced}  # the repeated DFLASH arm: its launches are the same
+    commit = by_arm["ddtree-b256-no-overlap@SGLANG_DDTREE_COMMIT_GRAPH=1"]
+    launches = (commit["trace"]["steps"]["launches"], by_arm["dflash-no-overlap"]["trace"]["steps"]["launches"])
+    assert f"DDTREE {launches[0]:g} against DFLASH {launches[1]:g}" in summary()
+    steps = [by_arm[arm]["step_ms"] for arm in (
+        "ddtree-b256-no-overlap@SGLANG_DDTREE_TREE_GRAPH=0", "ddtree-b256-no-overlap",
+        "ddtree-b256-no-overlap@SGLANG_DDTREE_COMMIT_GRAPH=1",
+    )]
+    serving = (DOCS / "serving.md").read_text()
+    assert f"from {steps[0]:.2f} to {steps[1]:.2f} ms" in serving and f"{steps[1]:.2f} → {steps[2]:.2f} ms" in serving
+
+
 def test_the_power_of_the_sampled_law_tests_as_cited():
     pytest.importorskip("scipy")
     from ddtree_overlay.bench import checks, sampled
@@ -253,3 +267,11 @@ def test_projections_for_the_qwen3_shape_runs_are_the_ones_cited(run):
 
 def projection_section() -> str:
     return page().split("### Projection: DDTREE against DFLASH on a trained Qwen3-8B pair", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/sglang-ddtree-roadmap.md"])
+def test_the_readme_and_roadmap_quote_the_summarys_numbers(doc):
+    text = (DOCS.parent / doc).read_text()
+    for number in ("1.39×", "1.48–1.51×", "1.90×", "1.04–1.15×", "0.86–0.89×"):
+        assert number in text and number in page(), (doc, number)
+    assert "1.91×" not in text
