@@ -741,3 +741,19 @@ def test_the_host_during_each_cell_and_repeat_is_tabled(tmp_path: Path) -> None:
     assert "## The host during each cell" in md.markdown_report(report)
     plain = analysis.analyse(*repeats_run(tmp_path / "plain", repeats=1), references=references())
     assert md.host_table(plain) is None and "## The host during" not in md.markdown_report(plain)
+
+
+def test_a_parity_row_off_the_reference_or_without_one_is_an_issue() -> None:
+    from ddtree_overlay.bench.correctness import parity_issue
+
+    off = {"group": "ddtree-b32", "status": "off", "repeat": 2, "sglang_tokens_per_round": 4.0,
+           "reference_tokens_per_round": 5.0, "ratio": 0.8}
+    assert parity_issue(off, 2) == (
+        "ddtree-b32 (repeat 2): tokens per round 4.000 against the offline reference's 5.000 (x0.800, tolerance +-10%)"
+    )
+    older = {k: v for k, v in off.items() if k != "repeat"}  # reports before --repeats
+    assert parity_issue(older, 1).startswith("ddtree-b32: tokens per round 4.000")
+    assert parity_issue({"group": "dflash", "status": "missing", "reason": "no file"}, 1) == (
+        "dflash: no offline reference to compare with (no file)"
+    )
+    assert parity_issue({"group": "dflash", "status": "ok"}, 1) is None
