@@ -158,7 +158,7 @@ def _acceptance_curve(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
 
 
 def _load_curve(path: Optional[Path]) -> Any:  # noqa: UP045
-    from ddtree_overlay.bench.projection import load_curve
+    from ddtree_overlay.bench.acceptance_curve import load_curve
 
     return None if path is None else load_curve(path)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench import markdown, plots
+from ddtree_overlay.bench.acceptance_curve import AcceptanceCurve
 from ddtree_overlay.bench.plan import (
     DDTREE,
     BenchConfig,
@@ -33,7 +34,7 @@ from ddtree_overlay.bench.plan import (
     describe_plan,
     plan_sweep,
 )
-from ddtree_overlay.bench.projection import AcceptanceCurve, default_curve, project
+from ddtree_overlay.bench.projection import default_curve, project
 from ddtree_overlay.bench.reanalysis import reanalysed_report
 from ddtree_overlay.bench.settings import make_setting
 from ddtree_overlay.bench.supervision import OnEvent, run_bench, write_report

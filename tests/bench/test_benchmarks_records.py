@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from ddtree_overlay.bench import decode_compare
+from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B
 from ddtree_overlay.bench.analysis import fastest_modes
 from ddtree_overlay.bench.arms import DDTREE, DFLASH
-from ddtree_overlay.bench.projection import PAPER_QWEN3_8B, project
+from ddtree_overlay.bench.projection import project
 from ddtree_overlay.bench.reanalysis import reanalysed_report
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

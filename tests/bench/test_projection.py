@@ -5,10 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from ddtree_overlay.bench import acceptance_curve as ac
 from ddtree_overlay.bench import markdown as md
 from ddtree_overlay.bench import projection as pj
 
-CURVE = pj.AcceptanceCurve("test", "here", chain=4.0, budgets={16: 5.0, 64: 6.0})
+CURVE = ac.AcceptanceCurve("test", "here", chain=4.0, budgets={16: 5.0, 64: 6.0})
 
 
 def cell(algorithm, bs, step_ms, *, budget=None, overlap=True, tokens_per_round=1.0, tok_per_s=100.0, **fields):
@@ -58,9 +59,9 @@ def test_projection_is_the_acceptance_ratio_over_the_step_ratio_per_batch_size()
 
 def test_the_paper_curve_on_another_shape_says_so():
     cells = (cell("DFLASH", 1, 8.0), cell("DDTREE", 1, 8.0, budget=32))
-    assert pj.project(run(*cells), pj.PAPER_QWEN3_8B)["assumptions"] == list(pj.ASSUMPTIONS)
+    assert pj.project(run(*cells), ac.PAPER_QWEN3_8B)["assumptions"] == list(pj.ASSUMPTIONS)
     other = run(*cells) | {"setting": {"name": "qwen3.6-27b-random", "real_weights": False}}
-    assumptions = pj.project(other, pj.PAPER_QWEN3_8B)["assumptions"]
+    assumptions = pj.project(other, ac.PAPER_QWEN3_8B)["assumptions"]
     assert assumptions[-1].startswith("this run's shape is qwen3.6-27b-random, the curve's model Qwen3-8B")
     assert pj.project(other, CURVE)["assumptions"] == list(pj.ASSUMPTIONS)  # a curve given for it
 
@@ -68,22 +69,22 @@ def test_the_paper_curve_on_another_shape_says_so():
 def test_no_projection_without_both_algorithms():
     assert pj.project(run(cell("DFLASH", 1, 8.0)), CURVE) is None
     assert pj.default_curve(run(real_weights=True)) is None
-    assert pj.default_curve(run()) is pj.PAPER_QWEN3_8B
+    assert pj.default_curve(run()) is ac.PAPER_QWEN3_8B
 
 
 def test_curves_load_from_json_csv_and_a_real_pairs_report(tmp_path: Path):
     (tmp_path / "c.json").write_text(json.dumps({"name": "27B", "dflash": 5.1, "budgets": {"16": 5.5, "32": 5.9}}))
-    curve = pj.load_curve(tmp_path / "c.json")
+    curve = ac.load_curve(tmp_path / "c.json")
     assert (curve.name, curve.chain, dict(curve.budgets)) == ("27B", 5.1, {16: 5.5, 32: 5.9})
     (tmp_path / "c.csv").write_text("budget,acceptance\n16,5.5\n32,5.9\ndflash,5.1\n")
-    assert pj.load_curve(tmp_path / "c.csv").budgets == {16: 5.5, 32: 5.9}
+    assert ac.load_curve(tmp_path / "c.csv").budgets == {16: 5.5, 32: 5.9}
     measured = run(
         cell("DFLASH", 1, 3.0, tokens_per_round=4.0, tok_per_s=1000), cell("DFLASH", 1, 2.5, overlap=False, tokens_per_round=4.1, tok_per_s=1200),
         cell("DDTREE", 1, 3.0, budget=32, tokens_per_round=5.4), cell("DDTREE", 4, 3.0, budget=32, tokens_per_round=9.0),
         real_weights=True,
     )
     (tmp_path / "bench.json").write_text(json.dumps(measured))
-    curve = pj.load_curve(tmp_path / "bench.json")
+    curve = ac.load_curve(tmp_path / "bench.json")
     assert (curve.chain, dict(curve.budgets)) == (4.1, {32: 5.4})  # bs 1, DFLASH's faster mode
 
 
@@ -102,8 +103,8 @@ def test_curves_load_from_json_csv_and_a_real_pairs_report(tmp_path: Path):
 )
 def test_a_bad_curve_is_one_line_naming_the_file(tmp_path: Path, name, text, message):
     (tmp_path / name).write_text(text)
-    with pytest.raises(pj.BadCurve, match=message) as error:
-        pj.load_curve(tmp_path / name)
+    with pytest.raises(ac.BadCurve, match=message) as error:
+        ac.load_curve(tmp_path / name)
     assert str(tmp_path / name) in str(error.value) and "\n" not in str(error.value)
 
 
