@@ -147,6 +147,22 @@ def _bench_plan() -> Any:
     return plan
 
 
+def _acceptance_curve(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
+    """The curve read at parse time: a bad file is a usage error before anything is written."""
+    if path is not None:
+        try:
+            _load_curve(path)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+    return path
+
+
+def _load_curve(path: Optional[Path]) -> Any:  # noqa: UP045
+    from ddtree_overlay.bench.acceptance_curve import load_curve
+
+    return None if path is None else load_curve(path)
+
+
 @app.command()
 def status(
     env: EnvOption,
@@ -465,6 +481,19 @@ def bench(
             "offline reference results)",
         ),
     ] = None,
+    acceptance_curve: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--acceptance-curve",
+            exists=True,
+            dir_okay=False,
+            callback=_acceptance_curve,
+            help="project DDTREE ÷ DFLASH per batch size from the measured round costs and this "
+            "acceptance per budget: JSON {\"dflash\": τ, \"budgets\": {\"16\": τ, ...}}, CSV rows "
+            "budget,τ plus dflash,τ, or a real pair's bench.json (default for random weights: the "
+            "DDTree paper's Qwen3-8B curve)",
+        ),
+    ] = None,
     json_out: JsonOption = False,
 ) -> None:
     """Benchmark target-only, DFLASH and DDTREE budgets on ENV's GPU; write JSON, markdown, plots."""
@@ -475,7 +504,7 @@ def bench(
     from ddtree_overlay.commands.bench import reanalyse as reanalyse_run
 
     if reanalyse is not None:
-        _run(("bench",), json_out, lambda: reanalyse_run(reanalyse, reference_dir))
+        _run(("bench",), json_out, lambda: reanalyse_run(reanalyse, reference_dir, _load_curve(acceptance_curve)))
     if env is None:
         raise typer.BadParameter("--env is required (unless --reanalyse RUN_DIR)")
     if (target is None) != (draft is None):
@@ -510,6 +539,7 @@ def bench(
         draft=draft,
         prompts=prompts,
         reference_dir=reference_dir,
+        acceptance_curve=_load_curve(acceptance_curve),
         dry_run=dry_run,
         tokenizer=tokenizer,
         enable_thinking=enable_thinking,

@@ -237,6 +237,8 @@ def _verify_view(data: Mapping[str, Any]) -> None:
                 f"    prompt {d['prompt']} token {d['index']}: {d['got']} for {d['expected']},"
                 f" top1-top2 margin {margin} ({verdict})"
             )
+    for verdict in (data.get("summary") or {}).get("sampling", []):
+        stdout.print(f"  {verdict['text']}")  # the sampled-law tests and their power
 
 
 @contextmanager

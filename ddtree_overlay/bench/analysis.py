@@ -122,6 +122,7 @@ def cell_metrics(
     if status != "ok" or record is None:
         return row
     row.update(
+        prompts=len(record.get("outputs") or ()) or cell.prompts,  # what it decoded (older plans differ)
         tok_per_s=record.get("tok_per_s"),
         decode_s=record.get("decode_s"),
         tokens=record.get("tokens"),
@@ -235,12 +236,19 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 # is per-round overhead.
                 ratio = row["tokens_per_round"] / dflash["tokens_per_round"]
                 entry |= {"acceptance_ratio": ratio, "speedup_per_acceptance": speedup / ratio}
+                if row.get("step_ms") and dflash.get("step_ms"):
+                    # What continuous batching sees: tokens per round over the round's cost. tok/s
+                    # counts fixed waves, each as long as its slowest request, which favours the
+                    # algorithm whose requests finish closer together.
+                    step_ratio = row["step_ms"] / dflash["step_ms"]
+                    entry |= {"step_ratio": step_ratio, "per_round_speedup": ratio / step_ratio}
             budgets.append(entry)
         best = max(range(len(budgets)), key=lambda i: budgets[i]["tok_per_s"])
         column = {
             "temperature": key[0],
             "batch_size": key[1],
-            "dflash": {"group": dflash["group"], "overlap": dflash["overlap"], "tok_per_s": dflash["tok_per_s"]},
+            "dflash": {"group": dflash["group"], "overlap": dflash["overlap"], "tok_per_s": dflash["tok_per_s"],
+                       "step_ms": dflash.get("step_ms")},
             "budgets": budgets,
             "best": budgets[best],
         }

@@ -6,7 +6,9 @@ once, in one runner; DFLASH and DDTREE must match target-only's greedy output up
 near-ties. `verify --smoke --preset NAME[,NAME...]` runs named presets instead (`PRESETS`):
 one runner per arm (a crash stays contained), each arm's greedy output judged against its
 baseline arm, its acceptance against the offline reference (with ``--reference-dir``), a TP=2
-arm against its TP=1 twin, and a T=1 arm's token distribution against target-only's. After
+arm against its TP=1 twin, a T=1 arm's token distribution against target-only's, and (preset
+``sampling``) many prompts' draws at T = 0.6 and 1.0 with top-p and top-k against target-only's,
+judged by a pooled χ² test whose power is reported (`bench.sampled`). After
 every arm, ``--out`` gets ``arms.jsonl`` (the runner's records) and ``summary.json`` (the
 verdicts so far), so a run cut off by its time box keeps what it reached.
 """
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.bench import decode_compare
+from ddtree_overlay.bench import decode_compare, sampled
 from ddtree_overlay.bench.analysis import profile_split
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, Arm, BudgetPolicy
 from ddtree_overlay.bench.plan import capture_batch_sizes
@@ -47,6 +49,35 @@ NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
 SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
 ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
 HYBRID_ADAPTIVE = BudgetPolicy.parse_adaptive("8,16,32")
+# The sampling preset's tests (positions x settings) share this level (Bonferroni).
+SAMPLING_ALPHA = 0.01
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Independent draws at T > 0: each of ``prompts`` prompts decoded ``per_prompt`` times,
+    ``positions`` tokens after the prefill's (so tree depths 1 … ``positions`` in the first
+    round), with top-p and top-k."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    prompts: int = 32
+    per_prompt: int = 256
+    positions: int = 8
+
+    def sampling(self) -> dict[str, Any]:
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_new_tokens": self.positions + 1,
+            "ignore_eos": True,
+        }
+
+    @property
+    def label(self) -> str:
+        return f"T = {self.temperature:g}, top-p {self.top_p:g}, top-k {self.top_k}"
 
 
 @dataclass(frozen=True)
@@ -59,6 +90,7 @@ class CheckArm:
     engine: Mapping[str, Any] = field(default_factory=dict)  # on top of GRAPH and the arm's keywords
     env: Mapping[str, str] = field(default_factory=dict)  # set while its engine lives
     sampled: bool = False  # T = 1: SAMPLED_DRAWS single-prompt draws of 4 tokens, in waves
+    draws: Draws | None = None  # T > 0: many prompts' draws, judged against its baseline's
     top2: bool = False  # record top1-top2 margins (a baseline's outputs judge near-ties)
     baseline: str | None = None  # greedy outputs judged lossless against this arm's
     tp_of: str | None = None  # the TP = 1 twin whose outputs and acceptance it must match
@@ -66,11 +98,14 @@ class CheckArm:
 
     def runner_arm(self, max_new_tokens: int) -> dict[str, Any]:
         """The arm as `in_target/engine_runner.py` reads it."""
-        if self.sampled:
+        if self.draws:
+            sampling = self.draws.sampling()
+        elif self.sampled:
             sampling = {"temperature": 1.0, "max_new_tokens": 4, "ignore_eos": True}
         else:
             sampling = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
-        engine = GRAPH | (WAVES if self.sampled else {}) | self.arm.engine_args() | dict(self.engine)
+        waves = self.sampled or self.draws is not None
+        engine = GRAPH | (WAVES if waves else {}) | self.arm.engine_args() | dict(self.engine)
         runner: dict[str, Any] = {"name": self.name, "engine": engine, "sampling": sampling}
         if self.top2:
             runner["top2"] = True
@@ -78,6 +113,8 @@ class CheckArm:
             runner["env"] = dict(self.env)
         if self.sampled:
             runner |= {"repeat": SAMPLED_DRAWS, "prompts": 1}
+        if self.draws:
+            runner |= {"repeat": self.draws.per_prompt, "prompts": self.draws.prompts}
         return runner
 
 
@@ -93,6 +130,17 @@ def _ddtree(name: str, policy: BudgetPolicy | int, *, overlap: bool = True, **fi
 
 def _dflash(name: str, **fields: Any) -> CheckArm:
     return CheckArm(name, Arm(DFLASH), baseline=PLAIN.name, **fields)
+
+
+def _draws_pair(draws: Draws) -> tuple[CheckArm, CheckArm]:
+    """Target-only and DDTREE B = 32 drawing the same prompts with the same sampling."""
+    tag = f"t{draws.temperature:g}-draws"
+    plain = CheckArm(f"plain-{tag}", Arm(TARGET_ONLY), draws=draws)
+    return plain, _ddtree(f"ddtree-b32-{tag}", 32, draws=draws, baseline=plain.name)
+
+
+# Qwen3's recommended sampling (T 0.6, top-p 0.95, top-k 20) and a wider one.
+SAMPLING = (Draws(0.6, top_p=0.95, top_k=20), Draws(1.0, top_p=0.8, top_k=50))
 
 
 PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
@@ -155,6 +203,10 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         _ddtree("ddtree-adaptive-t1", ADAPTIVE, sampled=True),
         PLAIN_T1,
     ),
+    # DDTREE's sampled tokens against target-only's at T = 0.6 and 1.0 with top-p and top-k:
+    # 32 prompts x 256 draws per arm, positions 1-8, a pooled chi-square test per position
+    # (`bench.sampled`), with the smallest TV distance each test detects reported beside it.
+    "sampling": tuple(arm for draws in SAMPLING for arm in _draws_pair(draws)),
     "flashinfer": (
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),
@@ -333,7 +385,10 @@ def summarize(
     the check fail; the rest is reported."""
     by_name = {record["arm"]: record for record in records}
     known = {arm.name: arm for arm in arms}
-    summary: dict[str, Any] = {"arms": {}, "lossless": [], "distribution": [], "parity": [], "tp": [], "problems": []}
+    summary: dict[str, Any] = {
+        "arms": {}, "lossless": [], "distribution": [], "sampling": [], "parity": [], "tp": [], "problems": [],
+    }
+    tests = sum(arm.draws.positions for arm in arms if arm.draws and arm.arm.algorithm != TARGET_ONLY)
     for name, record in by_name.items():
         arm = known.get(name)
         if not record.get("ok"):
@@ -351,7 +406,11 @@ def summarize(
         if arm is None:
             continue
         baseline = by_name.get(arm.baseline or "")
-        if baseline and baseline.get("ok") and not arm.sampled:
+        if baseline and baseline.get("ok") and arm.draws:
+            verdicts = sampling_verdicts(baseline, record, arm.draws, alpha=SAMPLING_ALPHA / max(tests, 1))
+            summary["sampling"] += verdicts
+            summary["problems"] += [v["text"] for v in verdicts if not v["passed"]]
+        elif baseline and baseline.get("ok") and not arm.sampled:
             report = decode_compare.lossless_report(baseline, record)
             summary["lossless"].append(report)
             if not report["passed"]:
@@ -369,6 +428,40 @@ def summarize(
                 test = decode_compare.distribution_test(plain, record, position)
                 summary["distribution"].append(dict(test, arm=name))
     return summary
+
+
+def sampling_verdicts(
+    baseline: Mapping[str, Any], record: Mapping[str, Any], draws: Draws, *, alpha: float
+) -> list[dict[str, Any]]:
+    """Per output position 1 … ``draws.positions``: the pooled χ² test of the arm's tokens
+    against its target-only baseline's, its verdict at ``alpha``, and the smallest TV distance
+    it detects there with 80 % power (``detectable_tv``; None: none)."""
+    verdicts = []
+    for position in range(1, draws.positions + 1):
+        test = sampled.pooled_test(
+            sampled.by_prompt(baseline, draws.per_prompt, position),
+            sampled.by_prompt(record, draws.per_prompt, position),
+        )
+        tv = sampled.detectable_tv(test["n_eff"], test["dof"], alpha)
+        passed = test["p_value"] >= alpha
+        prompts = len(record["outputs"]) // draws.per_prompt
+        # A change at one prompt only adds its own share of n_eff to the non-centrality.
+        one = None if tv is None or not prompts else tv * prompts**0.5
+        one = one if one is not None and one <= 1 else None
+        text = (
+            f"{record['arm']} against {baseline['arm']} ({draws.label}), position {position}: "
+            f"χ² {test['chi2']:.1f}, {test['dof']} dof, p = {test['p_value']:.3g} "
+            f"({'passed' if passed else 'FAILED'} at alpha = {alpha:.2g}), {prompts} prompts, "
+            f"{test['draws'][0]} / {test['draws'][1]} draws; "
+            + (f"detects TV ≥ {tv:.3f} at every prompt with 80 % power" if tv is not None else "no TV distance detectable")
+            + (f" (at one prompt only: TV ≥ {one:.2f})" if one is not None else "")
+        )
+        verdicts.append(test | {
+            "arm": record["arm"], "baseline": baseline["arm"], "position": position, "alpha": alpha,
+            "passed": passed, "detectable_tv": tv, "detectable_tv_one_prompt": one, "text": text,
+            "temperature": draws.temperature, "top_p": draws.top_p, "top_k": draws.top_k,
+        })
+    return verdicts
 
 
 def arms_view(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -433,7 +526,8 @@ def _arm_view(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _lossless_view(report: Mapping[str, Any]) -> dict[str, Any]:
-    return {"identical": f"{report['identical']}/{report['prompts']}", "divergences": report["divergences"]}
+    view = {"identical": f"{report['identical']}/{report['prompts']}", "divergences": report["divergences"]}
+    return view | ({"undecoded": report["undecoded"]} if report["undecoded"] else {})
 
 
 def _lossless_problem(name: str, report: Mapping[str, Any]) -> str:

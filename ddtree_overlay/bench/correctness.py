@@ -34,6 +34,7 @@ def lossless_summary(reference: Mapping[str, Any], record: Mapping[str, Any]) ->
         "reference": report["reference"],
         "identical": report["identical"],
         "prompts": report["prompts"],
+        "undecoded": report["undecoded"],
         "unexplained": report["unexplained"],
         "first_divergence": min(divergences, key=lambda d: d["index"]) if divergences else None,
         "worst_divergence": worst,
@@ -206,13 +207,21 @@ def judge(
             if row is None:
                 continue
             parity.append(row)
-            if row["status"] == "off":
-                issues.append(
-                    f"{repeat_label(group.name, row['repeat'], repeats)}: tokens per round "
-                    f"{row['sglang_tokens_per_round']:.3f} against the offline reference's "
-                    f"{row['reference_tokens_per_round']:.3f} "
-                    f"(x{row['ratio']:.3f}, tolerance +-{PARITY_TOLERANCE:.0%})"
-                )
-            elif row["status"] == "missing":
-                issues.append(f"{group.name}: no offline reference to compare with ({row['reason']})")
+            issue = parity_issue(row, repeats)
+            if issue:
+                issues.append(issue)
     return parity, issues
+
+
+def parity_issue(row: Mapping[str, Any], repeats: int) -> str | None:
+    """The issue a parity row raises: tokens per round off the reference's, or no reference."""
+    if row["status"] == "off":
+        return (
+            f"{repeat_label(row['group'], row.get('repeat', 1), repeats)}: tokens per round "
+            f"{row['sglang_tokens_per_round']:.3f} against the offline reference's "
+            f"{row['reference_tokens_per_round']:.3f} "
+            f"(x{row['ratio']:.3f}, tolerance +-{PARITY_TOLERANCE:.0%})"
+        )
+    if row["status"] == "missing":
+        return f"{row['group']}: no offline reference to compare with ({row['reason']})"
+    return None

@@ -1,4 +1,5 @@
-"""The bench report as markdown: throughput, fastest modes, cells, parity, engines, host load."""
+"""The bench report as markdown: throughput, fastest modes, cells, parity, the projection,
+engines, host load."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy, po
 from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
 from ddtree_overlay.bench.plan import capture_batch_sizes
 from ddtree_overlay.bench.recommend import markdown_section
+from ddtree_overlay.bench.projection import projection_markdown
 
 DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md
 
@@ -71,6 +73,8 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
     texts["fastest DDTREE"] = {}
     per_acceptance = "fastest DDTREE: speedup ÷ acceptance ratio"
     texts[per_acceptance] = {}
+    per_round = "fastest DDTREE per round: acceptance ratio ÷ step ratio (continuous batching)"
+    texts[per_round] = {}
     worst_label = "fastest DDTREE, worst case: its slowest repeat ÷ DFLASH's fastest"
     if any("worst_case" in c for c in by_column.values()):
         texts[worst_label] = {}
@@ -84,6 +88,10 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
             texts[per_acceptance][key] = (
                 f"{best['speedup_per_acceptance']:.0%} (x{best['speedup_vs_dflash']:.2f} ÷ "
                 f"x{best['acceptance_ratio']:.2f})"
+            )
+        if "per_round_speedup" in best:
+            texts[per_round][key] = (
+                f"x{best['per_round_speedup']:.2f} (x{best['acceptance_ratio']:.2f} ÷ x{best['step_ratio']:.2f})"
             )
         if "worst_case" in column:
             worst = column["worst_case"]
@@ -187,6 +195,8 @@ def _lossless_text(row: Mapping[str, Any]) -> str:
     if not lossless:
         return DASH
     text = f"{lossless['identical']}/{lossless['prompts']}"
+    if lossless.get("undecoded"):
+        text += f" ({lossless['undecoded']} prompts decoded by one side only, not compared)"
     first = lossless.get("first_divergence")
     if first:
         text += f", first at {first['index']} (margin {_fmt(first['margin'], '.3f')})"
@@ -346,7 +356,10 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         "## DDTREE against DFLASH, each in its faster scheduling mode",
         "",
         "Output tokens/s of the faster of overlap scheduling on and off (`no overlap` when off "
-        "won): DFLASH's, DDTREE's per budget with x that DFLASH, and the fastest DDTREE arm."
+        "won): DFLASH's, DDTREE's per budget with x that DFLASH, and the fastest DDTREE arm. "
+        "tok/s counts fixed waves of `bs` requests, each wave as long as its slowest request; "
+        "under continuous batching the ratio is the per-round one (tokens per round ÷ wall ms "
+        "per step, against DFLASH's)."
         + (
             ""
             if config.get("ddtree_no_overlap")
@@ -383,6 +396,13 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             f"T = 0. Status `off` when the ratio leaves 1 +- {PARITY_TOLERANCE:.0%}.",
             "",
             _parity_table(report),
+            "",
+        ]
+    if report.get("projection"):
+        parts += [
+            "## Projection: DDTREE ÷ DFLASH with another pair's acceptance",
+            "",
+            projection_markdown(report["projection"]),
             "",
         ]
     host = host_table(report)

@@ -8,6 +8,8 @@ and writes the report (`bench.analysis`, `bench.markdown`, `bench.plots`) into `
                    acceptance, histogram, round split, losslessness, parity; per engine status
     bench.md       the same as markdown tables
     *.png          speedup and acceptance length vs budget, DDTREE round time by stage
+    (bench.json's ``projection``: DDTREE ÷ DFLASH per batch size from these round costs and an
+    acceptance curve, `bench.projection`)
     records.jsonl  the runner's raw records (outputs included), plan.json, profile.jsonl,
                    runner.log (SGLang's stderr), reference/*.json
 
@@ -25,24 +27,24 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench import chat_prompts, markdown, plots
-from ddtree_overlay.bench.analysis import analyse
+from ddtree_overlay.bench.acceptance_curve import AcceptanceCurve
 from ddtree_overlay.bench.plan import (
     DDTREE,
     BenchConfig,
     SweepPlan,
-    config_from_report,
     describe_plan,
     plan_sweep,
 )
+from ddtree_overlay.bench.projection import default_curve, project
+from ddtree_overlay.bench.reanalysis import PROMPTS_FILE, reanalysed_report
 from ddtree_overlay.bench.recommend import recommend, summary_lines
-from ddtree_overlay.bench.records import read_records
 from ddtree_overlay.bench.settings import (
     CUSTOM_PROMPTS_PER_CELL,
     FIXTURES,
     load_prompts,
     make_setting,
 )
-from ddtree_overlay.bench.supervision import OnEvent, load_references, run_bench, write_report
+from ddtree_overlay.bench.supervision import OnEvent, run_bench, write_report
 from ddtree_overlay.bench.target_config import read_target_config
 from ddtree_overlay.engine.envprobe import EnvInfo
 from ddtree_overlay.engine.errors import (
@@ -57,7 +59,6 @@ from ddtree_overlay.engine.target import run_script
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PROBE_TIMEOUT_S = 300
-PROMPTS_FILE = "prompts.json"  # the chat prompts' token ids, in a run's --out
 
 @dataclass(frozen=True)
 class BenchRequest:
@@ -68,6 +69,7 @@ class BenchRequest:
     draft: Path | None = None
     prompts: Path | None = None
     reference_dir: Path | None = None  # precomputed reference JSONs instead of runs beside the sweep
+    acceptance_curve: AcceptanceCurve | None = None  # the projection's acceptance (default: `default_curve`)
     dry_run: bool = False
     tokenizer: Path | None = None  # chat prompts: the target's directory unless given
     enable_thinking: bool = False
@@ -131,7 +133,7 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
     )
     report["notes"] = notes + report["notes"]
     report["setting"] |= {"prompts": prompt_note, "eagle3_draft": _text(request.eagle3_draft)}
-    return _result(report, request.out)
+    return _result(report, request.out, request.acceptance_curve)
 
 
 def prompts_of(python: Path, request: BenchRequest) -> tuple[list[list[int]] | None, str | None]:
@@ -180,36 +182,21 @@ def _text(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def reanalyse(run: Path, reference_dir: Path | None = None) -> Result:
+def reanalyse(run: Path, reference_dir: Path | None = None, acceptance_curve: AcceptanceCurve | None = None) -> Result:
     """A finished run re-analysed from its raw records with this checkout's analysis (e.g.
     after a fix to the correctness judge): its plan rebuilt from bench.json's setting and
     config, bench.json, bench.md and the plots rewritten. The config and the context (commit,
-    GPU, start time) stay the run's own; a note records the re-analysis."""
-    old = json.loads((run / "bench.json").read_text())
-    recorded = old["setting"]
-    custom = recorded["name"] == "custom"
-    chat = run / PROMPTS_FILE
-    setting = make_setting(
-        recorded["name"],
-        scratch=run / "models",
-        target=Path(recorded["target"]) if custom else None,
-        draft=Path(recorded["draft"]) if custom else None,
-        prompts=chat if chat.exists() else None,
-        write=False,
-        prompt_note=recorded.get("prompts"),
-        eagle3_draft=Path(recorded["eagle3_draft"]) if recorded.get("eagle3_draft") else None,
-    )
-    plan = plan_sweep(setting, config_from_report(old["config"]))
-    cells, engines = read_records(run / "records.jsonl")
-    references = load_references(plan, reference_dir) if reference_dir else None
-    report = analyse(plan, cells, engines, references=references, context=old["context"])
+    GPU, start time) stay the run's own; a note records the re-analysis. ``acceptance_curve``
+    projects DDTREE ÷ DFLASH with that acceptance (`bench.projection`)."""
+    report = reanalysed_report(run, reference_dir)
     report["notes"] = [*report["notes"], f"re-analysed from records.jsonl at commit {_git_commit() or 'unknown'}"]
-    report["setting"] |= {"prompts": recorded.get("prompts"), "eagle3_draft": recorded.get("eagle3_draft")}
-    return _result(report, run)
+    return _result(report, run, acceptance_curve)
 
 
-def _result(report: dict[str, Any], out: Path) -> Result:
+def _result(report: dict[str, Any], out: Path, acceptance_curve: AcceptanceCurve | None = None) -> Result:
     report["recommendation"] = recommend(report, read_target_config(Path(report["setting"]["target"])))
+    curve = acceptance_curve or default_curve(report)
+    report["projection"] = project(report, curve) if curve else None
     write_report(report, out)  # first: a plotting failure must not cost the numbers
     try:
         files, plot_note = plots.write_plots(report, out)

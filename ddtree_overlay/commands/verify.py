@@ -172,5 +172,5 @@ def run_gpu_checks(
         "problems": problems,
         "arms": checks.arms_view(summary),
         "out": str(out),
-        "summary": {key: summary[key] for key in ("lossless", "parity", "tp", "distribution")},
+        "summary": {key: summary[key] for key in ("lossless", "parity", "tp", "distribution", "sampling")},
     }

@@ -33,6 +33,17 @@ def test_divergence_at_a_near_tie_is_explained_and_a_wide_margin_is_not():
     assert not report["passed"]
 
 
+def test_prompts_a_cell_never_decoded_are_not_counted_identical():
+    # The margins run decoded 4 prompts; the cell only its first 2, one of them diverging.
+    margins = arm("plain", [[1, 2], [3, 4], [5, 6], [7, 8]], margins=[[1.0, 1.0]] * 4)
+    cell = arm("ddtree/bs1", [[1, 2], [3, 9]])
+    report = dc.lossless_report(margins, cell)
+    assert (report["prompts"], report["identical"], report["undecoded"]) == (2, 1, 2)
+    assert report["unexplained"] == 1
+    longer = dc.lossless_report(arm("plain", [[1, 2]], margins=[[1.0, 1.0]]), cell)
+    assert (longer["prompts"], longer["identical"], longer["undecoded"]) == (1, 1, 1)
+
+
 def test_acceptance_excludes_the_prefill_token_and_counts_the_bonus():
     rec = arm(
         "ddtree",

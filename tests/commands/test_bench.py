@@ -278,6 +278,30 @@ def test_a_finished_run_is_reanalysed_from_its_records(
     assert json.loads((out / "bench.json").read_text())["notes"] == again["notes"]
 
 
+def test_reanalysis_projects_with_an_acceptance_curve_and_refuses_a_bad_one(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    report = run(tmp_path, small_plan(tmp_path))
+    out = tmp_path / "out"
+    bench_module._result(report, out)
+    assert json.loads((out / "bench.json").read_text())["projection"] is None  # a real pair: no default curve
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"budgets": {"8": 5.0}}))
+    before = (out / "bench.json").read_text()
+    refused = run_cli("bench", "--reanalyse", str(out), "--acceptance-curve", str(bad))
+    assert refused.returncode == ExitCode.USAGE and 'needs a "dflash"' in refused.stderr
+    assert (out / "bench.json").read_text() == before  # nothing written
+    curve = tmp_path / "curve.csv"
+    curve.write_text("8,5.0\n32,6.0\ndflash,4.0\n")
+    done = run_cli("bench", "--reanalyse", str(out), "--acceptance-curve", str(curve), "--json")
+    projection = json.loads((out / "bench.json").read_text())["projection"]
+    assert done.returncode == 0, done.stderr
+    assert projection["curve"]["budgets"] == {"8": 5.0, "32": 6.0}
+    assert [c["batch_size"] for c in projection["columns"]] == [1, 2]
+    assert "## Projection: DDTREE ÷ DFLASH with another pair's acceptance" in (out / "bench.md").read_text()
+
+
 def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
     tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
 ) -> None:

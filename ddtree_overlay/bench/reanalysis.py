@@ -1,0 +1,51 @@
+"""A finished bench run's report rebuilt from its raw records with this checkout's analysis, no
+GPU: the plan from bench.json's setting and config, the cells from ``records.jsonl`` (or its
+xz-packed copy, as under docs/bench/). The config and the context (commit, GPU, start time)
+stay the run's own, and so do its acceptance-parity rows unless reference results are given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ddtree_overlay.bench.analysis import analyse
+from ddtree_overlay.bench.correctness import parity_issue
+from ddtree_overlay.bench.plan import config_from_report, plan_sweep
+from ddtree_overlay.bench.records import read_records
+from ddtree_overlay.bench.settings import make_setting
+from ddtree_overlay.bench.supervision import load_references
+
+PROMPTS_FILE = "prompts.json"  # the chat prompts' token ids, in a run's --out
+
+
+def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str, Any]:
+    """The report of the run in ``run`` (a bench ``--out`` dir) from its records; with
+    ``reference_dir``, acceptance parity against the offline reference results there."""
+    old = json.loads((run / "bench.json").read_text())
+    recorded = old["setting"]
+    custom = recorded["name"] == "custom"
+    chat = run / PROMPTS_FILE
+    setting = make_setting(
+        recorded["name"],
+        scratch=run / "models",
+        target=Path(recorded["target"]) if custom else None,
+        draft=Path(recorded["draft"]) if custom else None,
+        prompts=chat if chat.exists() else None,
+        write=False,
+        prompt_note=recorded.get("prompts"),
+        eagle3_draft=Path(recorded["eagle3_draft"]) if recorded.get("eagle3_draft") else None,
+    )
+    plan = plan_sweep(setting, config_from_report(old["config"]))
+    cells, engines = read_records(run / "records.jsonl")
+    references = load_references(plan, reference_dir) if reference_dir else None
+    report = analyse(plan, cells, engines, references=references, context=old["context"])
+    if references is None and old.get("parity"):
+        # The offline reference results rarely travel with the records: without them the run's
+        # own parity rows (and their issues) stand, rather than vanishing.
+        repeats = plan.config.repeats
+        report["parity"] = old["parity"]
+        report["issues"] += [issue for row in old["parity"] if (issue := parity_issue(row, repeats))]
+        report["notes"].append("acceptance parity as the run itself judged it (no --reference-dir)")
+    report["setting"] |= {"prompts": recorded.get("prompts"), "eagle3_draft": recorded.get("eagle3_draft")}
+    return report

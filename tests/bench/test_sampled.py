@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ddtree_overlay.bench import checks, sampled
+
+scipy_stats = pytest.importorskip("scipy.stats")
+np = pytest.importorskip("numpy")
+
+
+def test_pearson_is_scipys_statistic_without_continuity_correction():
+    reference, arm = [30, 12, 7, 1], [22, 18, 9, 3]
+    stat, dof = sampled.pearson(reference, arm)
+    expected = scipy_stats.chi2_contingency([reference, arm], correction=False)
+    assert stat == pytest.approx(expected[0]) and dof == expected[2] == 3
+
+
+def draws(rng: random.Random, weights, prompts: int, n: int) -> list[list[int]]:
+    return [rng.choices(range(len(weights)), weights, k=n) for _ in range(prompts)]
+
+
+def test_the_pooled_test_adds_the_prompts_and_tells_a_shifted_law():
+    rng = random.Random(1)
+    base = draws(rng, [5, 3, 2, 1], 8, 400)
+    same = sampled.pooled_test(base, draws(rng, [5, 3, 2, 1], 8, 400))
+    shifted = sampled.pooled_test(base, draws(rng, [3, 5, 2, 1], 8, 400))
+    assert same["dof"] == 8 * 3 and same["draws"] == [3200, 3200] and same["n_eff"] == pytest.approx(8 * 200)
+    assert same["p_value"] > 1e-3 and shifted["p_value"] < 1e-12
+    one_token = sampled.pooled_test([[7] * 50], [[7] * 50])  # every draw the same token: no test
+    assert (one_token["dof"], one_token["p_value"], one_token["n_eff"]) == (0, 1.0, 0.0)
+
+
+def test_rare_tokens_are_pooled_into_one_category():
+    reference = [0] * 40 + [1] * 40 + [2, 3]
+    arm = [0] * 40 + [1] * 40 + [4, 5]
+    assert sampled.pooled_test([reference], [arm])["dof"] == 2  # tokens 0, 1 and the rare pool
+
+
+def simulated_power(p, q, n: int, alpha: float, trials: int, seed: int) -> float:
+    """Share of `trials` two-sample tables (n draws from p, n from q) Pearson's test rejects."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.multinomial(n, p, size=trials), rng.multinomial(n, q, size=trials)
+    column = a + b
+    expected = column / 2  # n draws on each side
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(column > 0, ((a - expected) ** 2 + (b - expected) ** 2) / expected, 0.0)
+    stat = terms.sum(axis=1)
+    dof = (column > 0).sum(axis=1) - 1
+    return float(np.mean(scipy_stats.chi2.sf(stat, dof) < alpha))
+
+
+def test_the_detectable_tv_is_detected_with_80_percent_power_in_simulation():
+    """At the TV `detectable_tv` names, the hardest alternative (the difference proportional to
+    the pooled law) is rejected in about 80 % of simulated tables; any other alternative at that
+    TV, more often."""
+    n, alpha, m = 2000, 0.01, np.array([0.4, 0.3, 0.2, 0.1])
+    tv = sampled.detectable_tv(n / 2, 3, alpha)
+    sign = np.array([1, -1, -1, 1])  # halves of equal mass: 0.4 + 0.1 and 0.3 + 0.2
+    hardest_p, hardest_q = m * (1 + tv * sign), m * (1 - tv * sign)
+    assert 0.5 * np.abs(hardest_p - hardest_q).sum() == pytest.approx(tv)
+    assert simulated_power(hardest_p, hardest_q, n, alpha, 4000, seed=0) == pytest.approx(0.8, abs=0.03)
+    lumped_p, lumped_q = m + np.array([tv, 0, 0, -tv]) / 2, m - np.array([tv, 0, 0, -tv]) / 2
+    assert simulated_power(lumped_p, lumped_q, n, alpha, 4000, seed=1) > 0.85
+
+
+def test_power_grows_with_draws_and_shrinks_with_categories_and_a_stricter_level():
+    assert sampled.detectable_tv(4000, 10, 0.01) < sampled.detectable_tv(1000, 10, 0.01)
+    assert sampled.detectable_tv(1000, 10, 0.01) < sampled.detectable_tv(1000, 100, 0.01)
+    assert sampled.detectable_tv(1000, 10, 0.01) < sampled.detectable_tv(1000, 10, 0.001)
+    assert sampled.detectable_tv(0, 0, 0.01) is None
+    assert sampled.detectable_tv(1.0, 50, 1e-6) is None  # not even TV 1 with one draw a side
+    assert sampled.planned_tv(32, 256, 20, 0.01) == pytest.approx(sampled.detectable_tv(32 * 128, 32 * 19, 0.01))
+
+
+def test_draws_are_grouped_by_prompt_as_the_runner_repeats_them():
+    record = {"outputs": [[9, 1, 2], [9, 1, 3], [8, 4], [8, 5, 6]]}
+    assert sampled.by_prompt(record, 2, 1) == [[1, 1], [4, 5]]
+    assert sampled.by_prompt(record, 2, 2) == [[2, 3], [6]]
+
+
+def test_the_sampling_preset_draws_many_prompts_at_two_temperatures_with_top_p_and_top_k():
+    arms = {arm.name: arm for arm in checks.PRESETS["sampling"]}
+    assert set(arms) == {"plain-t0.6-draws", "ddtree-b32-t0.6-draws", "plain-t1-draws", "ddtree-b32-t1-draws"}
+    runner = arms["ddtree-b32-t0.6-draws"].runner_arm(256)
+    assert runner["sampling"] == {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_new_tokens": 9, "ignore_eos": True}
+    assert (runner["repeat"], runner["prompts"], runner["engine"]["max_running_requests"]) == (256, 32, 32)
+    assert runner["engine"]["speculative_ddtree_budget"] == 32
+    assert arms["ddtree-b32-t1-draws"].baseline == "plain-t1-draws"
+
+
+def sampled_record(name: str, weights, draws: checks.Draws, seed: int) -> dict:
+    rng = random.Random(seed)
+    outputs = [[0, *rng.choices(range(len(weights)), weights, k=draws.positions)]
+               for _ in range(draws.prompts) for _ in range(draws.per_prompt)]
+    meta = [{"completion_tokens": len(o), "spec_verify_ct": 3} for o in outputs]
+    return {"arm": name, "ok": True, "outputs": outputs, "meta": meta, "tok_per_s": 100.0}
+
+
+def test_the_summary_tests_every_position_at_the_presets_level_and_fails_a_shifted_law():
+    arms = checks.PRESETS["sampling"]
+    draws = arms[0].draws
+    plain = sampled_record("plain-t0.6-draws", [5, 3, 2, 1], draws, seed=0)
+    same = sampled_record("ddtree-b32-t0.6-draws", [5, 3, 2, 1], draws, seed=1)
+    summary = checks.summarize([plain, same], arms, None)
+    verdicts = summary["sampling"]
+    assert [v["position"] for v in verdicts] == list(range(1, 9))
+    assert all(v["alpha"] == pytest.approx(0.01 / 16) for v in verdicts)  # 8 positions x 2 settings
+    assert all(v["passed"] and v["detectable_tv"] < 0.07 for v in verdicts) and summary["problems"] == []
+    assert verdicts[0]["detectable_tv_one_prompt"] == pytest.approx(verdicts[0]["detectable_tv"] * 32**0.5)
+    assert "detects TV ≥ 0.0" in verdicts[0]["text"] and "32 prompts, 8192 / 8192 draws" in verdicts[0]["text"]
+    shifted = sampled_record("ddtree-b32-t0.6-draws", [3, 5, 2, 1], draws, seed=1)
+    failed = checks.summarize([plain, shifted], arms, None)
+    assert len(failed["problems"]) == 8 and "FAILED" in failed["problems"][0]
+    assert summary["lossless"] == []  # sampled arms are not judged token for token
