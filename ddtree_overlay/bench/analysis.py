@@ -385,6 +385,7 @@ def analyse(
             "target": str(plan.setting.target),
             "draft": str(plan.setting.draft),
             "real_weights": plan.setting.real_weights,
+            "nextn": plan.setting.nextn,
             "note": plan.setting.note,
         },
         "config": {

@@ -6,6 +6,7 @@ stay the run's own, and so do its acceptance-parity rows unless reference result
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str,
         prompt_note=recorded.get("prompts"),
         eagle3_draft=Path(recorded["eagle3_draft"]) if recorded.get("eagle3_draft") else None,
     )
+    # the NEXTN arm as the run had it (runs from before it existed had none)
+    setting = replace(setting, nextn=bool(recorded.get("nextn")))
     plan = plan_sweep(setting, config_from_report(old["config"]))
     cells, engines = read_records(run / "records.jsonl")
     references = load_references(plan, reference_dir) if reference_dir else None
