@@ -15,16 +15,24 @@ every round choose its budget among them (`--speculative-ddtree-adaptive-budgets
 (`--speculative-ddtree-budget-schedule`). Inside an engine, T = 0 cells run before T = 1 and
 batch 1 before the widest batch, so a time box cuts the least informative cells.
 
-With `repeats` N > 1 the whole list of groups runs N times, in rounds, each run a fresh engine
-(`EngineRun`): odd rounds in plan order, even rounds reversed, so no group is always first (on a
-host-bound setting an early engine is often slower). Round 1 runs entirely before round 2, so a
-time box cuts later repeats before it cuts any group's first. Target-only runs in round 1 only
-(with its untimed margins cell).
+With `repeats` N > 1 (engines per arm) the whole list of groups runs N times, in rounds, each
+run a fresh engine (`EngineRun`): by default odd rounds in plan order, even rounds reversed
+(`engine_order` "cycle" keeps plan order, "shuffle" shuffles each round with a seed), so no
+group is always first (on a host-bound setting an early engine is often slower). Round 1 runs
+entirely before round 2, so a time box cuts later repeats before it cuts any group's first.
+Target-only's waves cells run in round 1 only (with its untimed margins cell).
+
+Two kinds of cell: a waves cell sends its prompts in waves of `batch_size` concurrent
+requests, each wave timed until its slowest request finishes (greedy outputs are judged
+against target-only's there); a continuous-batching cell (`concurrencies`) keeps that many
+requests running, a finished one replaced at once, and counts the tokens emitted in a timed
+window after a warm-up (the steady state a server sees).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +52,10 @@ from ddtree_overlay.bench.settings import CostModel, Setting
 DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BATCH_SIZES = (1, 4, 16)
 DEFAULT_TEMPERATURES = (0.0, 1.0)
+# Within a round: plan order, every other round reversed (A B C, C B A); plan order every round
+# (A B C, A B C); or a seeded shuffle per round.
+ENGINE_ORDERS = ("alternate", "cycle", "shuffle")
+CHAIN_BUDGET = 15  # the chain control verifies DFLASH's block: 16 tokens
 ATTENTION_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask is wired for
 
 # Every arm gets the same engine options: decode CUDA graphs captured only for the batch sizes
@@ -72,7 +84,16 @@ class BenchConfig:
     ddtree_no_overlap: bool = False  # every DDTREE budget also without overlap scheduling
     adaptive_budgets: tuple[int, ...] = ()  # one more DDTREE arm: a budget per round among these
     budget_schedule: Schedule = ()  # one more DDTREE arm: (smallest batch size, budget) steps
-    repeats: int = 1  # every group this many times, one engine each, in rounds
+    repeats: int = 1  # engines per arm: every group this many times, one engine each, in rounds
+    engine_order: str = "alternate"  # of the groups within a round (ENGINE_ORDERS)
+    order_seed: int = 0  # the shuffle's, with engine_order "shuffle"
+    # Continuous-batching cells: per concurrency, requests fed as a stream so that this many
+    # are running at once; tok/s over a window of window_s after warmup_s of serving.
+    concurrencies: tuple[int, ...] = ()
+    warmup_s: float = 20.0
+    window_s: float = 60.0
+    chain_control: bool = False  # one more DDTREE arm: B = 15 verifying DFLASH's top-1 chain
+    prompt_tokens: int | None = None  # the random settings' prompt length (their default when None)
 
 
 def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
@@ -95,6 +116,14 @@ class Cell:
     prompts: int
     est_s: float
     top2: bool = False  # the target-only margins cell: logprobs on, not timed
+    # A continuous-batching cell: batch_size requests kept running for warmup_s, then a timed
+    # window of window_s (None: a waves cell)
+    window_s: float | None = None
+    warmup_s: float = 0.0
+
+    @property
+    def stream(self) -> bool:
+        return self.window_s is not None
 
 
 @dataclass(frozen=True)
@@ -160,6 +189,10 @@ def cell_name(group: str, batch_size: int, temperature: float) -> str:
     return f"{group}/bs{batch_size}/t{temperature:g}"
 
 
+def stream_cell_name(group: str, concurrency: int, temperature: float) -> str:
+    return f"{group}/c{concurrency}/t{temperature:g}"
+
+
 def ordered_budgets(budgets: Sequence[int], priority: Sequence[int]) -> list[int]:
     wanted = sorted(set(budgets))
     first = [b for b in priority if b in wanted]
@@ -169,6 +202,8 @@ def ordered_budgets(budgets: Sequence[int], priority: Sequence[int]) -> list[int
 def ordered_cells(batch_sizes: Sequence[int], temperatures: Sequence[float]) -> list[tuple[int, float]]:
     """T = 0 before T > 0; batch 1, then the widest, then the ones between."""
     sizes = sorted(set(batch_sizes))
+    if not sizes:
+        return []
     by_interest = [sizes[0]] + ([sizes[-1]] if len(sizes) > 1 else []) + sizes[1:-1]
     temps = sorted(set(temperatures))
     return [(bs, t) for t in temps for bs in by_interest]
@@ -198,6 +233,27 @@ def estimate_cell_s(
     return decode + waves * setting.cost.wave_overhead_s + setting.cost.cell_overhead_s
 
 
+def estimate_stream_cell_s(
+    setting: Setting,
+    *,
+    algorithm: str,
+    budget: int | None,
+    concurrency: int,
+    temperature: float,
+    max_new_tokens: int,
+    warmup_s: float,
+    window_s: float,
+) -> float:
+    """Warm-up and window, then the requests still running at the window's end finish."""
+    rounds = max_new_tokens / setting.tau(algorithm, budget, temperature)
+    prompt_tokens = max((len(p) for p in setting.prompts), default=0)
+    request_s = (
+        rounds * _round_ms(setting, algorithm, budget, concurrency) / 1000
+        + prompt_tokens * setting.cost.prefill_token_us / 1e6
+    )
+    return warmup_s + window_s + request_s + setting.cost.cell_overhead_s
+
+
 def prompts_for(setting: Setting, config: BenchConfig, batch_size: int) -> int:
     """A cell decodes the first max(batch, prompts per cell) prompts: at least one full wave.
 
@@ -223,7 +279,7 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, first: bool, max_
             max_new_tokens=max_new_tokens,
         )
         cells.append(Cell(cell_name(name, bs, temp), bs, temp, n_prompts, round(est, 1)))
-    if algorithm == TARGET_ONLY and 0.0 in config.temperatures:
+    if algorithm == TARGET_ONLY and 0.0 in config.temperatures and config.batch_sizes:
         widest = max(config.batch_sizes)
         n_prompts = prompts_for(setting, config, widest)
         est = 1.5 * estimate_cell_s(
@@ -238,14 +294,40 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, first: bool, max_
         margins = Cell(f"{name}/margins", widest, 0.0, n_prompts, round(est, 1), top2=True)
         after_t0 = sum(1 for c in cells if c.temperature == 0)
         cells.insert(after_t0, margins)
+    for concurrency, temp in ordered_cells(config.concurrencies, config.temperatures):
+        est = estimate_stream_cell_s(
+            setting,
+            algorithm=algorithm,
+            budget=priced,
+            concurrency=concurrency,
+            temperature=temp,
+            max_new_tokens=max_new_tokens,
+            warmup_s=config.warmup_s,
+            window_s=config.window_s,
+        )
+        cells.append(
+            Cell(
+                stream_cell_name(name, concurrency, temp),
+                concurrency,
+                temp,
+                prompts_for(setting, config, concurrency),
+                round(est, 1),
+                window_s=config.window_s,
+                warmup_s=config.warmup_s,
+            )
+        )
     engine: dict[str, Any] = {
         "attention_backend": config.attention_backend,
         "tp_size": config.tp_size,
-        "cuda_graph_bs_decode": capture_batch_sizes(config.batch_sizes),
+        "cuda_graph_bs_decode": capture_batch_sizes(served_batch_sizes(config)),
         **ENGINE_COMMON,
         **setting.engine,
         **arm.engine_args(),
     }
+    if config.concurrencies:
+        # the widest concurrency must run at once: a hybrid DDTREE engine refuses to start when
+        # its snapshots leave fewer requests, instead of a silently smaller running batch
+        engine["max_running_requests"] = max(served_batch_sizes(config))
     cost = setting.cost
     return EngineGroup(
         arm=arm,
@@ -256,22 +338,44 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, first: bool, max_
     )
 
 
-def plan_runs(groups: Sequence[EngineGroup], repeats: int, cost: CostModel) -> tuple[EngineRun, ...]:
-    """Round k runs every group: odd rounds in plan order, even rounds reversed (A B C, C B A,
-    A B C, ...: over an even number of rounds every group's mean position is the same).
+def served_batch_sizes(config: BenchConfig) -> list[int]:
+    """Every running-batch size a cell asks for: the waves' and the streams' concurrencies."""
+    return sorted(set(config.batch_sizes) | set(config.concurrencies))
 
-    Target-only runs in round 1 only: it is the correctness reference and the x-target-only
-    column, not the DDTREE-against-DFLASH comparison that repeats are for."""
+
+def round_order(groups: Sequence[EngineGroup], repeat: int, order: str, seed: int) -> list[EngineGroup]:
+    """The groups of round ``repeat`` (from 1) in the order they run (`ENGINE_ORDERS`)."""
+    if order == "cycle" or (order == "alternate" and repeat % 2):
+        return list(groups)
+    if order == "alternate":
+        return list(groups[::-1])
+    shuffled = list(groups)
+    random.Random(f"{seed}/{repeat}").shuffle(shuffled)
+    return shuffled
+
+
+def plan_runs(
+    groups: Sequence[EngineGroup], repeats: int, cost: CostModel, *, order: str = "alternate", seed: int = 0
+) -> tuple[EngineRun, ...]:
+    """Round k runs every group, in `round_order` (alternate: A B C, C B A, A B C, ...: over an
+    even number of rounds every group's mean position is the same).
+
+    Target-only's waves cells run in round 1 only: they are the correctness reference and the
+    x-target-only column, not the DDTREE-against-DFLASH comparison that repeats are for. Its
+    continuous-batching cells run in every round, like every other arm's: their ratios are
+    of medians over engines."""
     runs = []
     for repeat in range(1, repeats + 1):
-        for group in (groups if repeat % 2 else groups[::-1]):
-            if repeat > 1 and group.arm.algorithm == TARGET_ONLY:
-                continue
+        for group in round_order(groups, repeat, order, seed):
             if repeat == 1:
                 runs.append(EngineRun(group, repeat, group.cells, group.est_start_s))
+                continue
+            if group.arm.algorithm == TARGET_ONLY:
+                cells = tuple(c for c in group.cells if c.stream)
             else:
-                timed = tuple(c for c in group.cells if not c.top2)
-                runs.append(EngineRun(group, repeat, timed, cost.engine_start_s))
+                cells = tuple(c for c in group.cells if not c.top2)
+            if cells:
+                runs.append(EngineRun(group, repeat, cells, cost.engine_start_s))
     return tuple(runs)
 
 
@@ -279,6 +383,10 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     """Every engine run in the order it runs, with estimates and the time box applied."""
     if config.repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {config.repeats}")
+    if config.engine_order not in ENGINE_ORDERS:
+        raise ValueError(f"engine order must be one of {', '.join(ENGINE_ORDERS)}, got {config.engine_order!r}")
+    if config.concurrencies and (config.warmup_s < 0 or config.window_s <= 0):
+        raise ValueError(f"a window needs window_s > 0 and warmup_s >= 0, got {config.window_s}, {config.warmup_s}")
     max_new = config.max_new_tokens or setting.max_new_tokens
     budgets = ordered_budgets(config.budgets, setting.budget_priority)
     # (algorithm, budget, overlap): both DFLASH modes first, since every speedup is against
@@ -293,11 +401,13 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     arms = [] if setting.target_only_last else list(target_only)
     arms += [Arm(DFLASH), Arm(DFLASH, overlap=False)]
     arms += [Arm.ddtree(policy, overlap=o) for policy in policies for o in modes]
+    if config.chain_control:
+        arms.append(Arm(DDTREE, BudgetPolicy.fixed(CHAIN_BUDGET), chain=True))
     arms += target_only if setting.target_only_last else []
     groups = tuple(
         _group(setting, config, arm=arm, first=i == 0, max_new_tokens=max_new) for i, arm in enumerate(arms)
     )
-    runs = plan_runs(groups, config.repeats, setting.cost)
+    runs = plan_runs(groups, config.repeats, setting.cost, order=config.engine_order, seed=config.order_seed)
     fit, spent = [], 0.0
     limit = None if config.max_minutes is None else config.max_minutes * 60
     for run in runs:
@@ -331,27 +441,28 @@ def runner_plan(
                 "max_new_tokens": plan.max_new_tokens,
                 "ignore_eos": True,
             }
-            cells.append(
-                {
-                    "name": cell.name,
-                    "batch_size": cell.batch_size,
-                    "prompts": cell.prompts,
-                    "sampling": sampling,
-                    "top2": cell.top2,
-                    "est_s": cell.est_s,
-                }
-            )
-        arms.append(
-            {
-                "name": group.name,
-                "repeat": run.repeat,
-                "family": group.arm.algorithm,
-                "engine": dict(group.engine),
-                "est_start_s": run.est_start_s,
-                "profile": group.arm.algorithm == DDTREE,
-                "cells": cells,
+            entry = {
+                "name": cell.name,
+                "batch_size": cell.batch_size,
+                "prompts": cell.prompts,
+                "sampling": sampling,
+                "top2": cell.top2,
+                "est_s": cell.est_s,
             }
-        )
+            if cell.stream:
+                entry["stream"] = {"concurrency": cell.batch_size, "warmup_s": cell.warmup_s, "window_s": cell.window_s}
+            cells.append(entry)
+        arm = {
+            "name": group.name,
+            "repeat": run.repeat,
+            "family": group.arm.algorithm,
+            "engine": dict(group.engine),
+            "est_start_s": run.est_start_s,
+            "profile": group.arm.algorithm == DDTREE,
+            "cells": cells,
+        }
+        env = group.arm.engine_env()
+        arms.append(arm | ({"env": env} if env else {}))
     n_prompts = max((c.prompts for c in plan.cells), default=0)
     return {
         "target": str(plan.setting.target),
