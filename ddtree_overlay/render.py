@@ -260,7 +260,7 @@ def _bench_view(data: Mapping[str, Any]) -> None:
         plan = data["plan"]
         repeats = plan.get("repeats", 1)
         engines = f"{len(plan['engines'])} engines" + (
-            f" ({len(plan['groups'])} groups x {repeats} repeats, target-only once)" if repeats > 1 else ""
+            f" ({len(plan['groups'])} groups x {repeats} engines each, target-only's waves once)" if repeats > 1 else ""
         )
         stdout.print(
             f"bench plan ({plan['setting']}, {plan['max_new_tokens']} new tokens): "
@@ -270,6 +270,7 @@ def _bench_view(data: Mapping[str, Any]) -> None:
             cut = "" if run["expected_to_fit"] else "  (expected to be cut by --max-minutes)"
             repeat = f"repeat {run['repeat']}  " if repeats > 1 else ""
             stdout.print(f"  {i:>2}. {run['group']:<22} {repeat}{run['cells']} cells  ~{run['estimated_s']} s{cut}")
+        _state_memory_lines(plan.get("state_memory"))
         stdout.print(f"results would go to {data['out']}")
         return
     if "bench" in data:
@@ -277,6 +278,21 @@ def _bench_view(data: Mapping[str, Any]) -> None:
         return
     stdout.print(data["table"])
     stdout.print(f"\nwrote {', '.join(data['files'])}")
+
+
+def _state_memory_lines(memory: Mapping[str, Any] | None) -> None:
+    """The hybrid target's recurrent-state snapshots per speculative arm (a dry run's plan)."""
+    if not memory:
+        return
+    gib, mib = 1 << 30, 1 << 20
+    stdout.print("recurrent-state snapshots (per GPU; verify tokens x state per token; + the live states):")
+    for group, entries in memory.items():
+        for e in entries:
+            stdout.print(
+                f"  {group:<22} c={e['concurrency']:<3} {e['verify_width']} x {e['per_verify_token_bytes'] / mib:.0f} MiB"
+                f" = {e['per_request_bytes'] / gib:.2f} GiB per request, {e['total_bytes'] / gib:.1f} GiB in all"
+                f" (+ {e['live_bytes'] / gib:.1f} GiB live)"
+            )
 
 
 def _repeat_text(event: Mapping[str, Any]) -> str:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench.arms import (
+    BLOCK_SIZE,
     DDTREE,
     DFLASH,
     TARGET_ONLY,
@@ -48,6 +49,7 @@ from ddtree_overlay.bench.arms import (
     verify_width,
 )
 from ddtree_overlay.bench.settings import CostModel, Setting
+from ddtree_overlay.bench.state_memory import shape_of, snapshot_memory
 
 DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BATCH_SIZES = (1, 4, 16)
@@ -94,6 +96,7 @@ class BenchConfig:
     window_s: float = 60.0
     chain_control: bool = False  # one more DDTREE arm: B = 15 verifying DFLASH's top-1 chain
     prompt_tokens: int | None = None  # the random settings' prompt length (their default when None)
+    only: tuple[str, ...] = ()  # keep only these groups (arm names); every group when empty
 
 
 def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
@@ -367,8 +370,9 @@ def plan_runs(
     runs = []
     for repeat in range(1, repeats + 1):
         for group in round_order(groups, repeat, order, seed):
-            if repeat == 1:
-                runs.append(EngineRun(group, repeat, group.cells, group.est_start_s))
+            if repeat == 1:  # whichever engine starts first compiles the kernels
+                start = cost.engine_start_s + (0 if runs else cost.first_start_extra_s)
+                runs.append(EngineRun(group, repeat, group.cells, start))
                 continue
             if group.arm.algorithm == TARGET_ONLY:
                 cells = tuple(c for c in group.cells if c.stream)
@@ -377,6 +381,35 @@ def plan_runs(
             if cells:
                 runs.append(EngineRun(group, repeat, cells, cost.engine_start_s))
     return tuple(runs)
+
+
+def sweep_arms(
+    config: BenchConfig, *, budget_priority: Sequence[int] = (), target_only_last: bool = False
+) -> list[Arm]:
+    """The sweep's arms in plan order (`--only` applied); ValueError names an `--only` arm the
+    sweep does not have."""
+    budgets = ordered_budgets(config.budgets, budget_priority)
+    # (algorithm, budget, overlap): both DFLASH modes first, since every speedup is against
+    # DFLASH's faster one; a budget's no-overlap arm, when asked for, right after its overlap one
+    modes = (True, False) if config.ddtree_no_overlap else (True,)
+    policies = [BudgetPolicy.fixed(b) for b in budgets]
+    if config.adaptive_budgets:
+        policies.append(BudgetPolicy(adaptive=tuple(sorted(set(config.adaptive_budgets)))))
+    if config.budget_schedule:
+        policies.append(BudgetPolicy(schedule=tuple(config.budget_schedule)))
+    target_only = [Arm(TARGET_ONLY)]
+    arms = [] if target_only_last else list(target_only)
+    arms += [Arm(DFLASH), Arm(DFLASH, overlap=False)]
+    arms += [Arm.ddtree(policy, overlap=o) for policy in policies for o in modes]
+    if config.chain_control:
+        arms.append(Arm(DDTREE, BudgetPolicy.fixed(CHAIN_BUDGET), chain=True))
+    arms += target_only if target_only_last else []
+    if not config.only:
+        return arms
+    unknown = sorted(set(config.only) - {arm.name for arm in arms})
+    if unknown:
+        raise ValueError(f"no arm {', '.join(unknown)} in this sweep (arms: {', '.join(arm.name for arm in arms)})")
+    return [arm for arm in arms if arm.name in config.only]
 
 
 def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
@@ -388,22 +421,7 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     if config.concurrencies and (config.warmup_s < 0 or config.window_s <= 0):
         raise ValueError(f"a window needs window_s > 0 and warmup_s >= 0, got {config.window_s}, {config.warmup_s}")
     max_new = config.max_new_tokens or setting.max_new_tokens
-    budgets = ordered_budgets(config.budgets, setting.budget_priority)
-    # (algorithm, budget, overlap): both DFLASH modes first, since every speedup is against
-    # DFLASH's faster one; a budget's no-overlap arm, when asked for, right after its overlap one
-    modes = (True, False) if config.ddtree_no_overlap else (True,)
-    policies = [BudgetPolicy.fixed(b) for b in budgets]
-    if config.adaptive_budgets:
-        policies.append(BudgetPolicy(adaptive=tuple(sorted(set(config.adaptive_budgets)))))
-    if config.budget_schedule:
-        policies.append(BudgetPolicy(schedule=tuple(config.budget_schedule)))
-    target_only = [Arm(TARGET_ONLY)]
-    arms = [] if setting.target_only_last else list(target_only)
-    arms += [Arm(DFLASH), Arm(DFLASH, overlap=False)]
-    arms += [Arm.ddtree(policy, overlap=o) for policy in policies for o in modes]
-    if config.chain_control:
-        arms.append(Arm(DDTREE, BudgetPolicy.fixed(CHAIN_BUDGET), chain=True))
-    arms += target_only if setting.target_only_last else []
+    arms = sweep_arms(config, budget_priority=setting.budget_priority, target_only_last=setting.target_only_last)
     groups = tuple(
         _group(setting, config, arm=arm, first=i == 0, max_new_tokens=max_new) for i, arm in enumerate(arms)
     )
@@ -477,8 +495,29 @@ def runner_plan(
     }
 
 
+def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
+    """On a hybrid target: per speculative group, the recurrent-state snapshots its verify width
+    keeps at each concurrency (batch size) its cells run (`state_memory.snapshot_memory`); None
+    for a target without Gated-DeltaNet layers."""
+    shape = shape_of(plan.setting)
+    if shape is None:
+        return None
+    memory = {}
+    for group in plan.groups:
+        arm = group.arm
+        if arm.algorithm == TARGET_ONLY:
+            continue
+        width = BLOCK_SIZE if arm.algorithm == DFLASH else verify_width(arm.policy_or_fail.widest)
+        memory[group.name] = [
+            snapshot_memory(shape, verify_width=width, concurrency=bs, tp_size=plan.config.tp_size)
+            for bs in sorted({c.batch_size for c in group.cells})
+        ]
+    return memory
+
+
 def describe_plan(plan: SweepPlan) -> dict[str, Any]:
-    """JSON-ready summary: the groups, every engine run in order, and the estimates."""
+    """JSON-ready summary: the groups, every engine run in order, the estimates, and on a hybrid
+    target the recurrent-state snapshots per group."""
     fits = list(zip(plan.runs, plan.expected_to_fit, strict=True))
     return {
         "setting": plan.setting.name,
@@ -508,5 +547,6 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
             }
             for r, fit in fits
         ],
+        "state_memory": state_memory(plan),
         "notes": list(plan.notes),
     }

@@ -9,7 +9,7 @@ path costs, per request,
 
     verify width x GDN layers x (value heads x key dim x value dim x 4 B  +  conv dim x (kernel - 1) x 2 B)
 
-at TP = 1 (the heads split over TP ranks). The payload logs the same from the pools it sees
+at TP = 1, divided by the TP size on each GPU (the heads split over the ranks). The payload logs the same from the pools it sees
 (``RecurrentStateCommit.describe`` in ``ddtree_hybrid.py``); this is the plan's view, before an
 engine starts.
 """
@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
+
+from ddtree_overlay.bench.settings import RANDOM_SHAPES, Setting
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 GIB = 1 << 30
@@ -73,26 +74,33 @@ class GdnStateShape:
         return self.ssm_bytes_per_token + self.conv_bytes_per_token
 
 
-def read_shape(target_dir: Path) -> GdnStateShape | None:
-    """The target's GDN state shape; None when it is not a hybrid or its config is unreadable."""
+def shape_of(setting: Setting) -> GdnStateShape | None:
+    """The setting's target's GDN state shape (a random setting's from the config it writes,
+    which a dry run does not); None when it is not a hybrid or its config is unreadable."""
+    shape = RANDOM_SHAPES.get(setting.name)
+    if shape is not None:
+        return GdnStateShape.of_config(shape.configs()[0])
     try:
-        config = json.loads((target_dir / "config.json").read_text())
+        config = json.loads((setting.target / "config.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
     return GdnStateShape.of_config(config)
 
 
-def snapshot_memory(shape: GdnStateShape, *, verify_width: int, concurrency: int) -> dict[str, Any]:
-    """The snapshot path's bytes for one arm at one concurrency (TP = 1): per request, and for
-    ``concurrency`` requests plus the pool's spare slot, beside the live states they also hold."""
-    per_request = verify_width * shape.bytes_per_verify_token
+def snapshot_memory(shape: GdnStateShape, *, verify_width: int, concurrency: int, tp_size: int = 1) -> dict[str, Any]:
+    """The snapshot path's bytes on each GPU for one arm at one concurrency: per request, and for
+    ``concurrency`` requests plus the pool's spare slot; ``live_bytes`` are the requests' own
+    states beside them (one per request, more with the radix cache's extra slots)."""
+    per_token = shape.bytes_per_verify_token // tp_size
+    per_request = verify_width * per_token
     return {
         "verify_width": verify_width,
         "concurrency": concurrency,
-        "per_verify_token_bytes": shape.bytes_per_verify_token,
+        "tp_size": tp_size,
+        "per_verify_token_bytes": per_token,
         "per_request_bytes": per_request,
         "total_bytes": (concurrency + 1) * per_request,
-        "live_bytes": concurrency * shape.bytes_per_verify_token,
+        "live_bytes": concurrency * per_token,
     }
 
 

@@ -70,6 +70,7 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         target=request.target,
         draft=request.draft,
         prompts=request.prompts,
+        prompt_tokens=request.config.prompt_tokens,
         write=not request.dry_run,
     )
     plan = plan_sweep(setting, request.config)
@@ -114,14 +115,16 @@ def reanalyse(run: Path, reference_dir: Path | None = None) -> Result:
     old = json.loads((run / "bench.json").read_text())
     recorded = old["setting"]
     custom = recorded["name"] == "custom"
+    config = config_from_report(old["config"])
     setting = make_setting(
         recorded["name"],
         scratch=run / "models",
         target=Path(recorded["target"]) if custom else None,
         draft=Path(recorded["draft"]) if custom else None,
+        prompt_tokens=config.prompt_tokens,
         write=False,
     )
-    plan = plan_sweep(setting, config_from_report(old["config"]))
+    plan = plan_sweep(setting, config)
     cells, engines = read_records(run / "records.jsonl")
     references = load_references(plan, reference_dir) if reference_dir else None
     report = analyse(plan, cells, engines, references=references, context=old["context"])
