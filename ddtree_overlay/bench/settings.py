@@ -210,6 +210,8 @@ def qwen3_6_27b_configs() -> tuple[dict[str, Any], dict[str, Any]]:
         "max_position_embeddings": 32768,  # 8 K prompts and their decode; less to plan for than 262144
         "mlp_only_layers": [],
         "model_type": "qwen3_5_text",
+        "mtp_num_hidden_layers": 1,  # Qwen3.6-27B ships a one-layer MTP head (NEXTN's draft)
+        "mtp_use_dedicated_embeddings": False,
         "num_attention_heads": 24,
         "num_hidden_layers": QWEN3_6_27B_LAYERS,
         "num_key_value_heads": 4,
