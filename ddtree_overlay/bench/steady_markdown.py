@@ -90,7 +90,7 @@ def steady_section(report: Mapping[str, Any]) -> list[str]:
         "## Steady-state serving: continuous batching",
         "",
         f"Each cell keeps `c` requests running ({report['config']['max_new_tokens']} new tokens each, "
-        "ignore_eos), a finished request replaced at once by the next prompt (its first token varied, "
+        "ignore_eos), a finished request replaced at once by the next prompt (its first two tokens varied, "
         f"so nothing is served from the prefix cache); after {steady['warmup_s']:g} s of serving, "
         f"tok/s = tokens emitted in the next {steady['window_s']:g} s ÷ {steady['window_s']:g} s (a "
         "request's tokens spread evenly over its submit-to-finish time). "

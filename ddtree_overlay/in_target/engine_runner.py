@@ -403,8 +403,8 @@ def run_stream_cell(engine, plan: dict, arm: dict, cell: dict, sent) -> dict:
     Requests go through ``engine.async_generate`` without streaming: a streamed request makes
     the scheduler send its tokens every step, a host cost that grows with steps per token and
     so would favour the arms that take fewer steps. Tokens are counted from each request's
-    submit and finish times instead (`window_tokens`). Each request's first prompt token is
-    replaced from a counter over the prompts' token ids, so no request reuses another's prefix
+    submit and finish times instead (`window_tokens`). Each request's first two prompt tokens
+    are replaced from a counter over the prompts' token ids, so no request reuses another's prefix
     from the radix cache (every request prefills in full, as distinct users' would); ``sent``
     (an ``itertools.count`` per engine) numbers the requests across the engine's cells."""
     record = _cell_base(arm, cell)
@@ -443,12 +443,15 @@ def run_stream_cell(engine, plan: dict, arm: dict, cell: dict, sent) -> dict:
 
 
 def _salted_prompts(prompts: list, sent):
-    """Request k (from ``sent``): prompt k mod n with its first token replaced by one of the
-    prompts' token ids, the next one each time round the prompts."""
+    """Request k (from ``sent``): prompt k mod n with its first two tokens replaced by a pair of
+    the prompts' token ids, the next pair each time round the prompts: n x P^2 requests before
+    one repeats, for P distinct ids."""
     pool = sorted({t for p in prompts for t in p})
     for k in sent:
         prompt = prompts[k % len(prompts)]
-        yield [pool[(k // len(prompts)) % len(pool)], *prompt[1:]]
+        turn = k // len(prompts)
+        salt = [pool[turn % len(pool)], pool[turn // len(pool) % len(pool)]]
+        yield salt[: len(prompt)] + prompt[2:]
 
 
 async def serve_stream(engine, prompts, sampling: dict, concurrency: int, t_open: float, t_close: float,
