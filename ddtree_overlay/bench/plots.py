@@ -137,7 +137,10 @@ def _plot_round_time(plt: Any, report: Mapping[str, Any], path: Path) -> Path | 
 
 
 def write_plots(report: Mapping[str, Any], out: Path) -> tuple[list[Path], str | None]:
-    """speedup.png, acceptance.png and round_time.png; (files, why not) without matplotlib."""
+    """speedup.png, acceptance.png and round_time.png; (files, why not) without matplotlib.
+    They plot the waves cells: a sweep of continuous-batching cells only gets none."""
+    if not report["cells"]:
+        return [], None
     try:
         import matplotlib
 
