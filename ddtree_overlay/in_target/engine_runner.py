@@ -403,10 +403,10 @@ def run_stream_cell(engine, plan: dict, arm: dict, cell: dict, sent) -> dict:
     Requests go through ``engine.async_generate`` without streaming: a streamed request makes
     the scheduler send its tokens every step, a host cost that grows with steps per token and
     so would favour the arms that take fewer steps. Tokens are counted from each request's
-    submit and finish times instead (`window_tokens`). Each request's first two prompt tokens
-    are replaced from a counter over the prompts' token ids, so no request reuses another's prefix
-    from the radix cache (every request prefills in full, as distinct users' would); ``sent``
-    (an ``itertools.count`` per engine) numbers the requests across the engine's cells."""
+    submit and finish times instead (`window_tokens`). No request reuses another's prefix from
+    the radix cache (every request prefills in full, as distinct users' would), and lengths
+    vary around max_new_tokens (`stream_requests`); ``sent`` (an ``itertools.count`` per engine)
+    numbers the requests across the engine's cells."""
     record = _cell_base(arm, cell)
     stream = cell["stream"]
     concurrency = int(stream["concurrency"])
@@ -417,7 +417,7 @@ def run_stream_cell(engine, plan: dict, arm: dict, cell: dict, sent) -> dict:
     t_close = t_open + float(stream["window_s"])
     samples = {}
     requests = engine.loop.run_until_complete(
-        serve_stream(engine, _salted_prompts(prompts, sent), record["sampling"], concurrency, t_open, t_close, samples)
+        serve_stream(engine, stream_requests(prompts, sent, record["sampling"]), concurrency, t_open, t_close, samples)
     )
     wall_s = time.time() - t_begin
     tokens, busy_s = window_tokens(requests, t_open, t_close)
@@ -442,30 +442,38 @@ def run_stream_cell(engine, plan: dict, arm: dict, cell: dict, sent) -> dict:
     return record
 
 
-def _salted_prompts(prompts: list, sent):
-    """Request k (from ``sent``): prompt k mod n with its first two tokens replaced by a pair of
-    the prompts' token ids, the next pair each time round the prompts: n x P^2 requests before
-    one repeats, for P distinct ids."""
+GOLDEN = 0.6180339887498949  # a low-discrepancy sequence of lengths: k x GOLDEN mod 1
+
+
+def stream_requests(prompts: list, sent, sampling: dict):
+    """Request k (from ``sent``): (token ids, sampling params).
+
+    Its prompt is prompt k mod n with the first two tokens replaced by a pair of the prompts'
+    token ids, the next pair each time round the prompts (n x P^2 requests before one repeats,
+    for P distinct ids). Its max_new_tokens spread evenly over 0.5-1.5x the cell's (the same
+    mean): requests that all emit the same length would finish, and prefill, in lockstep waves
+    forever, while a server's requests end at different times."""
     pool = sorted({t for p in prompts for t in p})
     for k in sent:
         prompt = prompts[k % len(prompts)]
         turn = k // len(prompts)
         salt = [pool[turn % len(pool)], pool[turn // len(pool) % len(pool)]]
-        yield salt[: len(prompt)] + prompt[2:]
+        length = max(1, round(sampling["max_new_tokens"] * (0.5 + (k * GOLDEN) % 1.0)))
+        yield salt[: len(prompt)] + prompt[2:], dict(sampling, max_new_tokens=length)
 
 
-async def serve_stream(engine, prompts, sampling: dict, concurrency: int, t_open: float, t_close: float,
-                       samples: dict) -> list:
-    """``concurrency`` clients, each sending its next request as soon as the last one finished,
-    until ``t_close``; every finished request with its submit and finish times and meta. The
-    host is sampled (``samples``: "open", "close") when the window opens and closes."""
+async def serve_stream(engine, requests, concurrency: int, t_open: float, t_close: float, samples: dict) -> list:
+    """``concurrency`` clients, each sending its next request (from ``requests``: ids and
+    sampling params) as soon as its last one finished, until ``t_close``; every finished
+    request with its submit and finish times and meta. The host is sampled (``samples``:
+    "open", "close") when the window opens and closes."""
     finished = []
 
     async def client() -> None:
         while time.time() < t_close:
-            ids = next(prompts)
+            ids, params = next(requests)
             t_submit = time.time()
-            out = await engine.async_generate(input_ids=ids, sampling_params=sampling)
+            out = await engine.async_generate(input_ids=ids, sampling_params=params)
             meta = out["meta_info"]
             finished.append(
                 {"t_submit": t_submit, "t_done": time.time(), "meta": {k: meta.get(k) for k in META_KEYS}}
