@@ -109,6 +109,7 @@ def steady_row(
         "mean_running": median.get("mean_running"),
         "requests": median.get("requests"),
         "profile": median.get("profile"),
+        "host": median.get("host"),
     }
 
 

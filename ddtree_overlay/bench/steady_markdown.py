@@ -55,14 +55,24 @@ def _per_engine(row: Mapping[str, Any]) -> str:
     ) or DASH
 
 
+def _host_text(host: Mapping[str, Any] | None) -> str:
+    """The median engine's window: busy cores of all, and its busiest process (the scheduler,
+    as a rule: a host-bound arm keeps it near 1.0)."""
+    if not host:
+        return DASH
+    busiest = (host.get("processes") or [None])[0]
+    process = f"; {busiest['comm']} {busiest['cpu_per_wall']:.2f}" if busiest else ""
+    return f"{_fmt(host.get('busy_cores'), '.1f')} of {host['cpus']}{process}"
+
+
 def steady_detail_table(steady: Mapping[str, Any]) -> str:
     """A row per continuous-batching cell: each engine's tok/s, the requests the window held,
-    acceptance, and DDTREE's round split (the median engine's)."""
+    acceptance, DDTREE's round split and the host (the median engine's)."""
     head = (
         "| arm | c | T | tok/s median | per engine | running (mean) | requests in window | tok/round "
-        "| DDTREE round ms (draft / verify / other) |"
+        "| DDTREE round ms (draft / verify / other) | busy cores; busiest engine process CPU s/s |"
     )
-    lines = [head, "|---" * 9 + "|"]
+    lines = [head, "|---" * 10 + "|"]
     for row in steady["rows"]:
         split = (row.get("profile") or {}).get("ms_per_round") or {}
         round_text = (
@@ -73,7 +83,7 @@ def steady_detail_table(steady: Mapping[str, Any]) -> str:
             f"| {Arm.of_row(row).label} | {row['concurrency']} | {row['temperature']:g} | "
             f"{_fmt(row.get('tok_per_s'), '.0f') if row['status'] == 'ok' else row['status'] + reason} | "
             f"{_per_engine(row)} | {_fmt(row.get('mean_running'), '.1f')} | {_fmt(row.get('requests'), 'd')} | "
-            f"{_fmt(row.get('tokens_per_round'), '.2f')} | {round_text} |"
+            f"{_fmt(row.get('tokens_per_round'), '.2f')} | {round_text} | {_host_text(row.get('host'))} |"
         )
     return "\n".join(lines)
 
@@ -89,9 +99,10 @@ def steady_section(report: Mapping[str, Any]) -> list[str]:
     return [
         "## Steady-state serving: continuous batching",
         "",
-        f"Each cell keeps `c` requests running ({report['config']['max_new_tokens']} new tokens each, "
-        "ignore_eos), a finished request replaced at once by the next prompt (its first two tokens varied, "
-        f"so nothing is served from the prefix cache); after {steady['warmup_s']:g} s of serving, "
+        f"Each cell keeps `c` requests running ({report['config']['max_new_tokens']} new tokens on average, "
+        "each request's length spread over 0.5–1.5x that so requests end apart, ignore_eos), a finished "
+        "request replaced at once by the next prompt (its first two tokens varied, so nothing is served "
+        f"from the prefix cache); after {steady['warmup_s']:g} s of serving, "
         f"tok/s = tokens emitted in the next {steady['window_s']:g} s ÷ {steady['window_s']:g} s (a "
         "request's tokens spread evenly over its submit-to-finish time). "
         + (

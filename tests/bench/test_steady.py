@@ -39,7 +39,9 @@ def stream_record(cell: bp.Cell, group: bp.EngineGroup, repeat: int, rate: float
         "kind": "cell", "arm": cell.name, "group": group.name, "repeat": repeat, "batch_size": cell.batch_size,
         "ok": True, "t_start": t, "t_end": t + 20.0, "decode_s": 20.0, "wall_s": 27.0, "tokens": rate * 20,
         "tok_per_s": rate, "concurrency": cell.batch_size, "mean_running": running or cell.batch_size * 0.99,
-        "requests_in_window": 10, "requests_total": 14, "requests": [], "meta": metas, "host": None,
+        "requests_in_window": 10, "requests_total": 14, "requests": [], "meta": metas,
+        "host": {"busy_cores": 3.5, "cpus": 16, "load1": [1.0, 1.2], "others": [],
+                 "processes": [{"pid": 7, "comm": "scheduler", "cpu_per_wall": 0.97, "cpus": "0-15", "last_cpu": 3}]},
     }
 
 
@@ -110,7 +112,8 @@ def test_the_markdown_shows_medians_spreads_ratios_and_the_chain_control(tmp_pat
     assert "| arm | T=0 c=1 | T=0 c=16 |" in text
     assert "| DDTREE B=32 | 300 (240\u2013330); x1.50 DFLASH (worst x0.92), x3.00 target (worst x2.18) |" in text
     assert "| DDTREE B=15 chain control | 190 (190\u2013190); x0.95 DFLASH" in text
-    assert "| DDTREE B=32 | 16 | 0 | 2400 | 2400, 1920, 2640 | 15.8 | 10 | 4.00 | 2.00 / 5.00 / 3.00 |" in text
+    assert "| DDTREE B=32 | 16 | 0 | 2400 | 2400, 1920, 2640 | 15.8 | 10 | 4.00 | 2.00 / 5.00 / 3.00 | 3.5 of 16; " \
+        "scheduler 0.97 |" in text
     assert "## Output tokens/s" not in text  # no waves cells: no waves tables
     assert "captured for batch sizes [1, 2, 4, 8, 16]" in text
 
