@@ -260,7 +260,10 @@ def _bench_view(data: Mapping[str, Any]) -> None:
         plan = data["plan"]
         repeats = plan.get("repeats", 1)
         engines = f"{len(plan['engines'])} engines" + (
-            f" ({len(plan['groups'])} groups x {repeats} engines each, target-only's waves once)" if repeats > 1 else ""
+            f" ({len(plan['groups'])} groups x {repeats} engines each"
+            + (", target-only's waves once)" if any(g["name"] == "target-only" for g in plan["groups"]) else ")")
+            if repeats > 1
+            else ""
         )
         stdout.print(
             f"bench plan ({plan['setting']}, {plan['max_new_tokens']} new tokens): "

@@ -337,7 +337,8 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, first: bool, max_
         engine=engine,
         cells=tuple(cells),
         est_start_s=cost.engine_start_s + (cost.first_start_extra_s if first else 0),
-        est_overhead_s=cost.engine_overhead_s,
+        # the waves' warm-up; continuous-batching cells warm up inside their own time
+        est_overhead_s=cost.engine_overhead_s if any(not c.stream for c in cells) else cost.stream_only_overhead_s,
     )
 
 

@@ -35,6 +35,7 @@ class CostModel:
     wave_overhead_s: float = 0.05
     cell_overhead_s: float = 0.6  # the runner's idle gap before a cell, bookkeeping
     prefill_token_us: float = 0.0  # per prompt token (matters for 1 K / 8 K prompts)
+    stream_only_overhead_s: float = 5.0  # health check, shutdown: no waves to warm up
 
 
 # Acceptance length (tokens per round) used only for estimates: the fixture's reference
