@@ -485,7 +485,16 @@ async def serve_stream(engine, requests, concurrency: int, t_open: float, t_clos
         await asyncio.sleep(max(0.0, t_close - time.time()))
         samples["close"] = host_sample()
 
-    await asyncio.gather(sample_host(), *(client() for _ in range(concurrency)))
+    tasks = [asyncio.ensure_future(job) for job in (sample_host(), *(client() for _ in range(concurrency)))]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        # one request failed: stop the other clients too, or they would resume sending on the
+        # engine's loop whenever it next runs (the health check)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     return finished
 
 

@@ -156,3 +156,12 @@ def test_a_custom_hybrid_pair_is_read_from_its_config(tmp_path: Path) -> None:
     config = json.loads((hybrid / "target" / "config.json").read_text())["text_config"]
     assert shape is not None and shape.gdn_layers == config["layer_types"].count("linear_attention")
     assert shape.ssm_bytes_per_token == 6 * 6 * 64 * 64 * 4
+
+
+def test_the_chain_control_is_judged_against_dflashs_offline_reference(tmp_path: Path) -> None:
+    from ddtree_overlay.bench.supervision import reference_jobs
+
+    alone = plan_for(tmp_path, batch_sizes=(1,), chain_control=True, only=("ddtree-b15-chain",))
+    assert reference_jobs(alone) == {"dflash": ["--algo", "dflash"]}
+    both = plan_for(tmp_path, batch_sizes=(1,), budgets=(15,), chain_control=True)
+    assert reference_jobs(both) == {"dflash": ["--algo", "dflash"], "ddtree-b15": ["--algo", "ddtree", "--budget", "15"]}

@@ -126,3 +126,18 @@ def test_request_lengths_spread_around_the_cells_so_requests_do_not_finish_in_lo
     assert sum(lengths) / len(lengths) == pytest.approx(100, abs=1.5)
     assert len(set(lengths[:16])) == 16  # 16 requests started together end apart
     assert sampling["max_new_tokens"] == 100  # the cell's own params untouched
+
+
+def test_a_failed_request_stops_every_client_of_the_stream() -> None:
+    class FailingEngine(StreamEngine):
+        async def async_generate(self, input_ids: list[int], sampling_params: dict[str, Any]) -> dict[str, Any]:
+            if len(self.prompts) == 5:
+                raise RuntimeError("fake scheduler crash")
+            return await super().async_generate(input_ids, sampling_params)
+
+    engine = FailingEngine(request_s=0.01)
+    with pytest.raises(RuntimeError, match="fake scheduler crash"):
+        engine_runner.run_stream_cell(engine, PLAN, {"name": "dflash"}, stream_cell(3, 0.0, 5.0), itertools.count())
+    sent = len(engine.prompts)
+    engine.loop.run_until_complete(asyncio.sleep(0.1))  # the loop runs again (as for a health check)
+    assert len(engine.prompts) == sent  # no client sends any more
