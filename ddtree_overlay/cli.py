@@ -330,8 +330,8 @@ def bench(
         typer.Option(
             "--setting",
             callback=_choice(lambda: _bench_settings().SETTINGS),
-            help="fixture (the bundled pair, real acceptance) or qwen3-8b-random (Qwen3-8B shapes, "
-            "random weights: per-round cost only)",
+            help="fixture or hybrid (the bundled dense or Gated-DeltaNet pair, real acceptance) or "
+            "qwen3-8b-random / qwen3.6-27b-random (those shapes, random weights: per-round cost only)",
         ),
     ] = "fixture",
     target: Annotated[

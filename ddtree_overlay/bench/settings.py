@@ -1,6 +1,6 @@
-"""What a bench measures on: the bundled fixture pair (or a custom real-weight pair), or a
-Qwen3-8B- or Qwen3.6-27B-shaped pair with random weights, its prompts, and the rough costs the
-plan's time estimates use.
+"""What a bench measures on: a bundled fixture pair (dense or Gated-DeltaNet hybrid), a custom
+real-weight pair, or a Qwen3-8B- or Qwen3.6-27B-shaped pair with random weights, its prompts,
+and the rough costs the plan's time estimates use.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ddtree_overlay.bench.arms import DFLASH, TARGET_ONLY
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
-SETTINGS = ("fixture", "qwen3-8b-random", "qwen3.6-27b-random")
+SETTINGS = ("fixture", "hybrid", "qwen3-8b-random", "qwen3.6-27b-random")
 RANDOM_PROMPTS = 64  # distinct random prompts: one full wave at batch 64
 DEFAULT_RANDOM_PROMPT_TOKENS = 128
 
@@ -292,6 +292,13 @@ def random_prompts(*, count: int, length: int, vocab: int, seed: int = 0) -> lis
     return [[rng.randrange(vocab) for _ in range(length)] for _ in range(count)]
 
 
+HYBRID_NOTE = (
+    "hybrid fixture pair: byte-level Qwen3.5/3.6-architecture target (8 layers = 2 x (3 Gated "
+    "DeltaNet + 1 gated attention), fp32 recurrent state, MTP head) and its DFlash drafter "
+    "(block 16), trained here; real acceptance"
+)
+
+
 def load_prompts(path: Path) -> list[list[int]]:
     """A JSON list of token-id lists; ValueError says what is wrong."""
     try:
@@ -317,19 +324,20 @@ def make_setting(
     prompt_tokens: int | None = None,
     write: bool = True,
 ) -> Setting:
-    """The fixture pair (or a custom real-weight pair), or a random-weight one (whose config.json
-    files are written under ``scratch`` unless ``write`` is False; its random prompts are
-    ``prompt_tokens`` long)."""
+    """A fixture pair (dense or hybrid) or a custom real-weight pair, or a random-weight one
+    (whose config.json files are written under ``scratch`` unless ``write`` is False; its random
+    prompts are ``prompt_tokens`` long)."""
     if name in RANDOM_SHAPES:
         return _random_setting(name, scratch=scratch, prompts=prompts, prompt_tokens=prompt_tokens, write=write)
     if prompt_tokens is not None:
         raise ValueError(f"prompt_tokens sets the random prompts of {' and '.join(RANDOM_SHAPES)}, not of {name}")
     custom = target is not None
-    ids = load_prompts(prompts or FIXTURES / "heldout_prompts.json")
+    pair = FIXTURES / "hybrid" if name == "hybrid" else FIXTURES
+    ids = load_prompts(prompts or pair / "heldout_prompts.json")
     return Setting(
-        name="custom" if custom else "fixture",
-        target=target or FIXTURES / "target",
-        draft=draft or FIXTURES / "draft",
+        name="custom" if custom else name,
+        target=target or pair / "target",
+        draft=draft or pair / "draft",
         prompts=tuple(map(tuple, ids)),
         engine={},
         real_weights=True,
@@ -341,6 +349,8 @@ def make_setting(
         note=(
             f"custom pair: target `{target}`, drafter `{draft}`"
             if custom
+            else HYBRID_NOTE
+            if name == "hybrid"
             else "fixture pair: byte-level Qwen3 target (6 layers, hidden 256) and its DFlash "
             "drafter (3 layers, block 16), trained here; real acceptance"
         ),

@@ -1,9 +1,10 @@
-"""Offline reference results for `ddtree-overlay bench --reference-dir DIR` on the fixture pair:
-DFlash and DDTree at each budget, T = 0, fp32 on the CPU, the sweep's prompts (the first N
-held-out fixture prompts) and length. Made beforehand, they spare the GPU host's cores during a
+"""Offline reference results for `ddtree-overlay bench --reference-dir DIR` on a fixture pair
+(`--pair dense` for `bench fixture`, `--pair hybrid` for `bench hybrid`): DFlash and DDTree at
+each budget, T = 0, fp32 on the CPU, the sweep's prompts (the first N held-out prompts of the
+pair) and length. Made beforehand, they spare the GPU host's cores during a
 sweep.
 
-    python -m ddtree_overlay.reference.batch DIR [--budgets 4,8,...] [--prompts 32] [--max-new-tokens 256]
+    python -m ddtree_overlay.reference.batch DIR [--pair hybrid] [--budgets 4,8,...] [--prompts 32] [--max-new-tokens 256]
 
 A sweep of fewer prompts uses the first ones (the fixture sweep's cells decode 16 by default;
 --prompts-per-cell 32 at bs 16 decodes two waves). One process per result, as many at once as
@@ -20,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+PAIRS = {"dense": FIXTURES, "hybrid": FIXTURES / "hybrid"}
 
 
 def jobs(budgets: list[int]) -> dict[str, list[str]]:
@@ -29,11 +31,11 @@ def jobs(budgets: list[int]) -> dict[str, list[str]]:
     }
 
 
-def run(key: str, algo: list[str], out: Path, prompts: int, max_new_tokens: int) -> bool:
+def run(key: str, algo: list[str], out: Path, pair: Path, prompts: int, max_new_tokens: int) -> bool:
     command = [
         sys.executable, "-m", "ddtree_overlay.reference",
-        "--target", str(FIXTURES / "target"), "--draft", str(FIXTURES / "draft"),
-        "--prompts", str(FIXTURES / "heldout_prompts.json"), "--limit", str(prompts),
+        "--target", str(pair / "target"), "--draft", str(pair / "draft"),
+        "--prompts", str(pair / "heldout_prompts.json"), "--limit", str(prompts),
         "--max-new-tokens", str(max_new_tokens), "--temperature", "0", "--device", "cpu",
         "--dtype", "float32", "--no-baseline", *algo, "--json", str(out / f"{key}.json"),
     ]
@@ -47,6 +49,7 @@ def run(key: str, algo: list[str], out: Path, prompts: int, max_new_tokens: int)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
+    parser.add_argument("--pair", choices=sorted(PAIRS), default="dense", help="which fixture pair")
     parser.add_argument("--budgets", default="4,8,16,32,64,128,256", help="DDTREE budgets, comma-separated")
     parser.add_argument("--prompts", type=int, default=32, help="the first N held-out fixture prompts")
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -54,7 +57,9 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     todo = jobs([int(b) for b in args.budgets.split(",") if b])
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        results = pool.map(lambda item: run(*item, args.out, args.prompts, args.max_new_tokens), todo.items())
+        results = pool.map(
+            lambda item: run(*item, args.out, PAIRS[args.pair], args.prompts, args.max_new_tokens), todo.items()
+        )
         return 0 if all(results) else 1
 
 

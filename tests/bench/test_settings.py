@@ -1,4 +1,4 @@
-"""bench.settings: the fixture pair, the Qwen3-8B-shaped random pair, a custom pair, prompts."""
+"""bench.settings: the fixture pairs (dense and hybrid), the Qwen3-8B-shaped random pair, a custom pair, prompts."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench import settings
+from ddtree_overlay.bench.supervision import reference_jobs
 
 
 def test_qwen3_8b_setting_writes_its_configs_and_uses_dummy_weights(tmp_path: Path) -> None:
@@ -51,3 +52,14 @@ def test_bad_prompt_files_are_refused(tmp_path: Path, content: str) -> None:
     path.write_text(content)
     with pytest.raises(ValueError, match="prompts"):
         settings.load_prompts(path)
+
+
+def test_hybrid_setting_is_the_bundled_hybrid_pair_with_reference_parity(tmp_path: Path) -> None:
+    setting = settings.make_setting("hybrid", scratch=tmp_path)
+    target = json.loads((setting.target / "config.json").read_text())
+    assert target["model_type"] == "qwen3_5" and setting.target.parent.name == "hybrid"
+    assert setting.real_weights and setting.reference_parity and setting.name == "hybrid"
+    held_out = json.loads((settings.FIXTURES / "hybrid" / "heldout_prompts.json").read_text())
+    assert [list(p) for p in setting.prompts] == held_out
+    plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(32,), batch_sizes=(1,), temperatures=(0.0,)))
+    assert reference_jobs(plan) == {"dflash": ["--algo", "dflash"], "ddtree-b32": ["--algo", "ddtree", "--budget", "32"]}

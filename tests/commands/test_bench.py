@@ -36,7 +36,7 @@ def assert_usage_error(done: subprocess.CompletedProcess[str], fragment: str) ->
         (["--budgets", "4,many"], "expected comma-separated numbers"),
         (["--batch-sizes", ""], "expected comma-separated numbers >= 1"),
         (["--temperatures", "-1"], "expected comma-separated numbers >= 0"),
-        (["--setting", "llama"], "expected one of fixture, qwen3-8b-random"),
+        (["--setting", "llama"], "expected one of fixture, hybrid, qwen3-8b-random"),
         (["--attention-backend", "fa3"], "expected one of triton, flashinfer"),
         (["--max-minutes", "0"], "--max-minutes"),
         (["--max-new-tokens", "0"], "--max-new-tokens"),
