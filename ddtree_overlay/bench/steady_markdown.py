@@ -36,7 +36,7 @@ def _cell_text(row: Mapping[str, Any]) -> str:
 
 
 def steady_table(steady: Mapping[str, Any]) -> str:
-    """Arms x (T, concurrency): median tok/s (slowest–fastest engine), ratios of medians."""
+    """Arms x (T, concurrency): median tok/s (slowest to fastest engine), ratios of medians."""
     columns = _columns(steady)
     by_arm: dict[str, dict[tuple[float, int], Mapping[str, Any]]] = {}
     for row in steady["rows"]:
@@ -100,14 +100,14 @@ def steady_section(report: Mapping[str, Any]) -> list[str]:
         "## Steady-state serving: continuous batching",
         "",
         f"Each cell keeps `c` requests running ({report['config']['max_new_tokens']} new tokens on average, "
-        "each request's length spread over 0.5–1.5x that so requests end apart, ignore_eos), a finished "
+        "each request's length spread over 0.5 to 1.5x that so requests end apart, ignore_eos), a finished "
         "request replaced at once by the next prompt (its first two tokens varied, so nothing is served "
         f"from the prefix cache); after {steady['warmup_s']:g} s of serving, "
         f"tok/s = tokens emitted in the next {steady['window_s']:g} s ÷ {steady['window_s']:g} s (a "
         "request's tokens spread evenly over its submit-to-finish time). "
         + (
             f"{engines} engines per arm, in rounds ({order}): tok/s is the median over the engines, "
-            "(slowest–fastest) beside it; x DFLASH and x target are ratios of medians (DFLASH in its faster "
+            f"(slowest{DASH}fastest) beside it; x DFLASH and x target are ratios of medians (DFLASH in its faster "
             "scheduling mode), worst = this arm's slowest engine ÷ the other's fastest."
             if engines > 1
             else "One engine per arm: a ratio is one engine against another (`--engines-per-arm 3` "

@@ -17,7 +17,7 @@ TOKEN_IDS = {"bos_token_id", "eos_token_id", "pad_token_id", "image_token_id", "
 def build_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
     """SGLang's rule (speculative/dflash_utils.py, 0.5.14), for checking the drafter's config."""
     span = num_target_layers - 3 - 1
-    return [int(round(1 + i * span / (num_draft_layers - 1))) for i in range(num_draft_layers)]
+    return [round(1 + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
 
 
 def test_the_27b_target_has_the_hybrid_fixtures_keys_and_qwen3_6_27bs_shape(tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 from ddtree_overlay.bench import analysis, settings
 from ddtree_overlay.bench import markdown as md
 from ddtree_overlay.bench import plan as bp
-from ddtree_overlay.commands.bench import reanalyse
 from ddtree_overlay.bench.supervision import write_report
+from ddtree_overlay.commands.bench import reanalyse
 
 # tok/s per engine (repeat 1, 2, 3) at every concurrency
 RATES = {

@@ -27,7 +27,7 @@ def test_concurrency_adds_a_stream_cell_per_concurrency_to_every_arm(tmp_path: P
     for group in plan.groups:
         streams = [c for c in group.cells if c.stream]
         assert [c.batch_size for c in streams] == [1, 16, 4]  # batch 1, then the widest
-        assert [c.name for c in streams][0] == f"{group.name}/c1/t0"
+        assert streams[0].name == f"{group.name}/c1/t0"
         assert all(c.window_s == 30 and c.warmup_s == 5 for c in streams)
         assert all(c.est_s > 35 for c in streams)  # warm-up, window, the last requests' tail
         assert group.engine["cuda_graph_bs_decode"] == [1, 2, 4, 8, 16]

@@ -12,8 +12,8 @@ import pytest
 from bench_fakes import install_fake_sglang
 from overlay_helpers import run_cli
 
-from ddtree_overlay.bench import settings, supervision
 from ddtree_overlay.bench import plan as bp
+from ddtree_overlay.bench import settings, supervision
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.errors import ExitCode
 
