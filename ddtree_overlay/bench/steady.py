@@ -169,6 +169,16 @@ def steady_state(
                     f"{label}: {running:.1f} requests running on average against {row['concurrency']} "
                     "asked for (SGLang capped its running batch, or the host could not keep the stream full)"
                 )
+    short = [
+        f"{row['name']} ({row['measured_engines']} of {len(row['engines'])})"
+        for row in rows
+        if row["status"] != "failed" and row["measured_engines"] < len(row["engines"])
+    ]
+    if short:
+        notes.append(
+            f"{len(short)} continuous-batching cell(s) measured by fewer engines than planned (time box, "
+            f"or their engine failed): {', '.join(short)}"
+        )
     config = plan.config
     return {
         "concurrencies": list(config.concurrencies),

@@ -104,6 +104,20 @@ def test_a_failed_engine_fails_its_cell_and_a_thin_batch_is_named(tmp_path: Path
     assert any("dflash/c16/t0 (repeat 1): 9.5 requests running on average against 16" in n for n in report["notes"])
 
 
+def test_cells_the_time_box_cut_are_named(tmp_path: Path) -> None:
+    plan = steady_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    for name in ("ddtree-b32/c1/t0", "ddtree-b32/c16/t0"):
+        cells[name, 3] = {"kind": "cell", "arm": name, "repeat": 3, "ok": False, "skipped": "time box"}
+    del cells["dflash/c16/t0", 3]
+    report = analysis.analyse(plan, cells, engines)
+    row = rows_by_name(report)["ddtree-b32/c1/t0"]
+    assert row["status"] == "ok" and row["measured_engines"] == 2 and row["tok_per_s"] == 270.0
+    assert row["engines"][2] == {"repeat": 3, "status": "skipped", "reason": "time box"}
+    assert any(n.startswith("3 continuous-batching cell(s) measured by fewer engines than planned") and
+               "ddtree-b32/c16/t0 (2 of 3)" in n and "dflash/c16/t0 (2 of 3)" in n for n in report["notes"])
+
+
 def test_the_markdown_shows_medians_spreads_ratios_and_the_chain_control(tmp_path: Path) -> None:
     plan = steady_plan(tmp_path)
     text = md.markdown_report(analysis.analyse(plan, *synthetic(plan)))
