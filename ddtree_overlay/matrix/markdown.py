@@ -3,7 +3,28 @@
 from __future__ import annotations
 
 import re
+from functools import cache
+from pathlib import Path
 from typing import Any
+
+from ddtree_overlay.engine.compat import tomllib
+
+GPU_RUNS = Path(__file__).with_name("gpu_runs.toml")
+
+
+@cache
+def gpu_runs() -> dict[str, Any]:
+    """The recorded GPU runs per release, and why the others have none (gpu_runs.toml)."""
+    return tomllib.loads(GPU_RUNS.read_text())
+
+
+def gpu_checked(release: str) -> str:
+    runs = gpu_runs()
+    run = runs["gpu_checked"].get(release)
+    if run:
+        return f"yes, {run['date']}: {run['what']}"
+    reason = runs["not_runnable"].get(release)
+    return f"no ({reason})" if reason else "no"
 
 
 def render_markdown(report: dict[str, Any]) -> str:
@@ -17,8 +38,8 @@ def render_markdown(report: dict[str, Any]) -> str:
         "`rollback`, and every file checked against the wheel's RECORD again.",
         "",
         "| release | status | patch set | hunk offsets | apply | import (CPU) | rollback + RECORD | torch pin (used: "
-        f"{base['torch']}) |",
-        "|---|---|---|---|---|---|---|---|",
+        f"{base['torch']}) | GPU-checked |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for cell in report["cells"]:
         lines.append(_markdown_row(cell))
@@ -36,7 +57,7 @@ def _markdown_row(cell: dict[str, Any]) -> str:
     return (
         f"| {cell['release']} | **{cell['status']}** | {cell['patch_set'] or '-'} | "
         f"{', '.join(f'{o:+d}' for o in offsets) or 'none'} | {steps.get('apply', steps.get('setup', '-'))} | "
-        f"{imported} | {rolled} | {cell['torch_pin'] or '-'} |"
+        f"{imported} | {rolled} | {cell['torch_pin'] or '-'} | {gpu_checked(cell['release'])} |"
     )
 
 
@@ -64,7 +85,8 @@ def _markdown_notes(report: dict[str, Any]) -> list[str]:
         "  where the shim builds narrower verify widths (budget schedule, adaptive budgets), the",
         "  width and the release's own capture batch sizes inside and after that scope.",
         "- Not covered on CPU: CUDA kernels (sgl_kernel, flashinfer, JIT), CUDA-graph capture and",
-        "  anything a forward pass does; that is `verify --smoke` on a GPU.",
+        "  anything a forward pass does; that is `verify --smoke` on a GPU. The GPU-checked column",
+        "  comes from the recorded runs in `ddtree_overlay/matrix/gpu_runs.toml`, not from this run.",
     ]
     details = [c for c in report["cells"] if c["details"] or c["checks"].get("registry")]
     if details:

@@ -20,7 +20,7 @@ from ddtree_overlay.engine.datadir import bundled_releases
 from ddtree_overlay.engine.errors import ExitCode
 from ddtree_overlay.engine.releases import why_unsupported
 from ddtree_overlay.matrix.envs import wheel_requirements
-from ddtree_overlay.matrix.markdown import render_markdown, statuses_in_markdown
+from ddtree_overlay.matrix.markdown import gpu_runs, render_markdown, statuses_in_markdown
 from ddtree_overlay.matrix.run import FAILING, STATUS_MEANINGS, Cell, _import_problems, _report
 
 DFLASH_V2_RELEASES = (
@@ -52,6 +52,16 @@ def test_markdown_rows_read_back_as_the_cells_statuses() -> None:
     assert "import x: ModuleNotFoundError" in text
     assert all(f"`{status}`" in text for status in STATUS_MEANINGS)
     assert "torchvision" in text and "nms" in text  # the one shim is named
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| 0.5.")}
+    assert rows["0.5.14"].endswith("| yes, 2026-12-02: smoke, lossless presets, bench sweeps; dense and hybrid pairs (H200) |")
+    assert rows["0.5.15"].endswith("| no |")  # runnable, never run
+    assert "| no (sglang-kernel 0.4.6.post1 needs torch 2.13) |" in rows["0.5.19"]
+
+
+def test_every_release_without_a_gpu_run_is_a_bundled_one() -> None:
+    runs = gpu_runs()
+    assert set(runs["gpu_checked"]).isdisjoint(runs["not_runnable"])
+    assert set(runs["gpu_checked"]) | set(runs["not_runnable"]) <= set(bundled_releases())
 
 
 def test_wheel_requirements_keep_unconditional_exact_pins_only(tmp_path: Path) -> None:
