@@ -287,15 +287,10 @@ def _state_memory_lines(memory: Mapping[str, Any] | None) -> None:
     """The hybrid target's recurrent-state snapshots per speculative arm (a dry run's plan)."""
     if not memory:
         return
-    gib, mib = 1 << 30, 1 << 20
-    stdout.print("recurrent-state snapshots (per GPU; verify tokens x state per token; + the live states):")
+    stdout.print("recurrent-state snapshots per GPU (verify tokens x the state per token), beside the live states:")
     for group, entries in memory.items():
-        for e in entries:
-            stdout.print(
-                f"  {group:<22} c={e['concurrency']:<3} {e['verify_width']} x {e['per_verify_token_bytes'] / mib:.0f} MiB"
-                f" = {e['per_request_bytes'] / gib:.2f} GiB per request, {e['total_bytes'] / gib:.1f} GiB in all"
-                f" (+ {e['live_bytes'] / gib:.1f} GiB live)"
-            )
+        for entry in entries:
+            stdout.print(f"  {group:<22} {entry['text']}")
 
 
 def _repeat_text(event: Mapping[str, Any]) -> str:

@@ -90,10 +90,11 @@ def shape_of(setting: Setting) -> GdnStateShape | None:
 def snapshot_memory(shape: GdnStateShape, *, verify_width: int, concurrency: int, tp_size: int = 1) -> dict[str, Any]:
     """The snapshot path's bytes on each GPU for one arm at one concurrency: per request, and for
     ``concurrency`` requests plus the pool's spare slot; ``live_bytes`` are the requests' own
-    states beside them (one per request, more with the radix cache's extra slots)."""
+    states beside them (one per request, more with the radix cache's extra slots); ``text`` says
+    it in a line."""
     per_token = shape.bytes_per_verify_token // tp_size
     per_request = verify_width * per_token
-    return {
+    entry = {
         "verify_width": verify_width,
         "concurrency": concurrency,
         "tp_size": tp_size,
@@ -102,12 +103,21 @@ def snapshot_memory(shape: GdnStateShape, *, verify_width: int, concurrency: int
         "total_bytes": (concurrency + 1) * per_request,
         "live_bytes": concurrency * per_token,
     }
+    return entry | {"text": describe(entry)}
+
+
+def size_text(nbytes: float) -> str:
+    """``4.7 GiB``, ``147 MiB``, ``0.58 MiB``."""
+    if nbytes >= GIB:
+        return f"{nbytes / GIB:.1f} GiB"
+    return f"{nbytes / MIB:.0f} MiB" if nbytes >= 10 * MIB else f"{nbytes / MIB:.2f} MiB"
 
 
 def describe(entry: Mapping[str, Any]) -> str:
-    """``33 x 147 MiB = 4.7 GiB per request, 80 GiB at concurrency 16``."""
+    """``33 x 147 MiB = 4.7 GiB per request, 80.4 GiB at concurrency 16 (+ 2.3 GiB live)``."""
     return (
-        f"{entry['verify_width']} x {entry['per_verify_token_bytes'] / MIB:.0f} MiB = "
-        f"{entry['per_request_bytes'] / GIB:.1f} GiB per request, "
-        f"{entry['total_bytes'] / GIB:.1f} GiB at concurrency {entry['concurrency']}"
+        f"{entry['verify_width']} x {size_text(entry['per_verify_token_bytes'])} = "
+        f"{size_text(entry['per_request_bytes'])} per request, "
+        f"{size_text(entry['total_bytes'])} at concurrency {entry['concurrency']} "
+        f"(+ {size_text(entry['live_bytes'])} live)"
     )

@@ -133,7 +133,7 @@ def test_the_27b_shape_holds_147_mib_of_state_per_verify_token() -> None:
     entry = state_memory.snapshot_memory(shape, verify_width=33, concurrency=16)
     assert entry["per_request_bytes"] == 33 * shape.bytes_per_verify_token
     assert entry["total_bytes"] == 17 * entry["per_request_bytes"]  # and the pool's spare slot
-    assert state_memory.describe(entry) == "33 x 147 MiB = 4.7 GiB per request, 80.4 GiB at concurrency 16"
+    assert entry["text"] == "33 x 147 MiB = 4.7 GiB per request, 80.4 GiB at concurrency 16 (+ 2.3 GiB live)"
     halved = state_memory.snapshot_memory(shape, verify_width=33, concurrency=16, tp_size=2)
     assert halved["per_request_bytes"] == entry["per_request_bytes"] // 2
 
@@ -156,6 +156,8 @@ def test_a_custom_hybrid_pair_is_read_from_its_config(tmp_path: Path) -> None:
     config = json.loads((hybrid / "target" / "config.json").read_text())["text_config"]
     assert shape is not None and shape.gdn_layers == config["layer_types"].count("linear_attention")
     assert shape.ssm_bytes_per_token == 6 * 6 * 64 * 64 * 4
+    small = state_memory.snapshot_memory(shape, verify_width=16, concurrency=1)
+    assert small["text"] == "16 x 0.58 MiB = 9.35 MiB per request, 19 MiB at concurrency 1 (+ 0.58 MiB live)"
 
 
 def test_the_chain_control_is_judged_against_dflashs_offline_reference(tmp_path: Path) -> None:

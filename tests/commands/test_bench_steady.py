@@ -55,8 +55,8 @@ def test_a_27b_dry_run_plans_streams_only_and_shows_the_snapshot_memory() -> Non
     lines = done.stdout.splitlines()
     assert lines[0].startswith("bench plan (qwen3.6-27b-random, 128 new tokens): 6 engines (3 groups x 2 engines each")
     assert sum(" 2 cells " in line for line in lines) == 6  # c=1 and c=16, no waves, no margins
-    assert "  ddtree-b32             c=16  33 x 147 MiB = 4.73 GiB per request, 80.4 GiB in all (+ 2.3 GiB live)" in lines
-    assert any(line.startswith("  dflash                 c=1   16 x 147 MiB") for line in lines)
+    assert "  ddtree-b32             33 x 147 MiB = 4.7 GiB per request, 80.4 GiB at concurrency 16 (+ 2.3 GiB live)" in lines
+    assert "  dflash                 16 x 147 MiB = 2.3 GiB per request, 4.6 GiB at concurrency 1 (+ 147 MiB live)" in lines
     plan = json.loads(run_cli(*DRY, "--json", "--setting", "qwen3-8b-random", "--concurrency", "4").stdout)
     assert plan["data"]["plan"]["state_memory"] is None  # not a hybrid
 
