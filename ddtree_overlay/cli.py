@@ -338,7 +338,7 @@ def bench(
             "--setting",
             callback=_choice(lambda: _bench_settings().SETTINGS),
             help="fixture or hybrid (the bundled dense or Gated-DeltaNet pair, real acceptance) or "
-            "qwen3-8b-random (Qwen3-8B shapes, random weights: per-round cost only)",
+            "qwen3-8b-random / qwen3.6-27b-random (those shapes, random weights: per-round cost only)",
         ),
     ] = "fixture",
     target: Annotated[
@@ -353,9 +353,32 @@ def bench(
         str, typer.Option("--budgets", callback=_number_list(int, 1), help="DDTREE budgets B")
     ] = "4,8,16,32,64,128,256",
     batch_sizes: Annotated[
-        str,
-        typer.Option("--batch-sizes", callback=_number_list(int, 1), help="concurrent requests per wave"),
-    ] = "1,4,16",
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--batch-sizes",
+            callback=_number_list(int, 1),
+            help="concurrent requests per wave (default 1,4,16; none with --concurrency unless given)",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--concurrency",
+            callback=_number_list(int, 1),
+            help="continuous-batching cells: keep this many requests running (e.g. 1,4,16,32,64), "
+            "tok/s over --window-s after --warmup-s",
+        ),
+    ] = None,
+    warmup_s: Annotated[
+        float, typer.Option("--warmup-s", min=0, help="seconds each continuous-batching cell serves before its window")
+    ] = 20.0,
+    window_s: Annotated[
+        float, typer.Option("--window-s", min=1, help="seconds of a continuous-batching cell's timed window")
+    ] = 60.0,
+    prompt_tokens: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--prompt-tokens", min=1, help="random settings: prompt length in tokens (e.g. 1024, 8192)"),
+    ] = None,
     temperatures: Annotated[
         str, typer.Option("--temperatures", callback=_number_list(float, 0), help="sampling temperatures")
     ] = "0,1",
@@ -463,12 +486,35 @@ def bench(
     repeats: Annotated[
         int,
         typer.Option(
+            "--engines-per-arm",
             "--repeats",
             min=1,
-            help="run every engine group N times (target-only once), in rounds (every other round "
-            "reversed), each a fresh engine; the report gives the median tok/s per cell and each repeat's",
+            help="run every engine group N times (target-only's waves once), in rounds, each a fresh "
+            "engine; the report gives the median tok/s per cell, its spread and each engine's",
         ),
     ] = 1,
+    engine_order: Annotated[
+        str,
+        typer.Option(
+            "--engine-order",
+            callback=_choice(lambda: _bench_plan().ENGINE_ORDERS),
+            help="the groups' order within a round: alternate (every other round reversed), cycle "
+            "(the same every round) or shuffle (seeded, per round)",
+        ),
+    ] = "alternate",
+    order_seed: Annotated[int, typer.Option("--order-seed", help="the seed of --engine-order shuffle")] = 0,
+    chain_control: Annotated[
+        bool,
+        typer.Option(
+            "--chain-control",
+            help="one more DDTREE arm, B = 15 with SGLANG_DDTREE_TREE_SHAPE=chain: every round verifies "
+            "DFLASH's top-1 chain through DDTREE's machinery (patch sets that carry the switch)",
+        ),
+    ] = False,
+    only: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option("--only", help="run only these arms (names as the plan lists them), e.g. dflash,ddtree-b32"),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the plan and estimates; run nothing")] = False,
     reanalyse: Annotated[
         Optional[Path],  # noqa: UP045
@@ -517,6 +563,12 @@ def bench(
         raise typer.BadParameter(f"--eagle3-draft needs a real pair; --setting {setting} has random weights")
     if ddtree_adaptive and tp_size > 1:
         raise typer.BadParameter("--ddtree-adaptive runs at --tp-size 1 only (the payload refuses it under TP)")
+    if prompt_tokens is not None and setting not in _bench_settings().RANDOM_SHAPES:
+        raise typer.BadParameter(f"--prompt-tokens sets the random prompts of {', '.join(_bench_settings().RANDOM_SHAPES)}")
+    if prompt_tokens is not None and prompts is not None:
+        raise typer.BadParameter("--prompt-tokens and --prompts exclude each other")
+    if batch_sizes is None:
+        batch_sizes = () if concurrency else bench_plan.DEFAULT_BATCH_SIZES  # type: ignore[assignment]
     config = bench_plan.BenchConfig(
         budgets=budgets,  # type: ignore[arg-type] - the callbacks made tuples
         batch_sizes=batch_sizes,  # type: ignore[arg-type]
@@ -530,7 +582,20 @@ def bench(
         adaptive_budgets=ddtree_adaptive or (),  # type: ignore[arg-type]
         budget_schedule=ddtree_schedule or (),  # type: ignore[arg-type]
         repeats=repeats,
+        engine_order=engine_order,
+        order_seed=order_seed,
+        concurrencies=concurrency or (),  # type: ignore[arg-type]
+        warmup_s=warmup_s,
+        window_s=window_s,
+        chain_control=chain_control,
+        prompt_tokens=prompt_tokens,
+        only=tuple(name.strip() for name in only.split(",") if name.strip()) if only else (),
     )
+    try:
+        # every baseline a pair could add: the plan checks again with the pair's own
+        bench_plan.sweep_arms(config, baselines=[bench_plan.Arm(bench_plan.NEXTN), bench_plan.Arm(bench_plan.EAGLE3)])
+    except ValueError as error:
+        raise typer.BadParameter(f"--only: {error}") from None
     request = BenchRequest(
         setting=setting,
         config=config,

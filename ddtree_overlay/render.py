@@ -262,7 +262,10 @@ def _bench_view(data: Mapping[str, Any]) -> None:
         plan = data["plan"]
         repeats = plan.get("repeats", 1)
         engines = f"{len(plan['engines'])} engines" + (
-            f" ({len(plan['groups'])} groups x {repeats} repeats, target-only once)" if repeats > 1 else ""
+            f" ({len(plan['groups'])} groups x {repeats} engines each"
+            + (", target-only's waves once)" if any(g["name"] == "target-only" for g in plan["groups"]) else ")")
+            if repeats > 1
+            else ""
         )
         stdout.print(
             f"bench plan ({plan['setting']}, {plan['max_new_tokens']} new tokens): "
@@ -272,6 +275,7 @@ def _bench_view(data: Mapping[str, Any]) -> None:
             cut = "" if run["expected_to_fit"] else "  (expected to be cut by --max-minutes)"
             repeat = f"repeat {run['repeat']}  " if repeats > 1 else ""
             stdout.print(f"  {i:>2}. {run['group']:<22} {repeat}{run['cells']} cells  ~{run['estimated_s']} s{cut}")
+        _state_memory_lines(plan.get("state_memory"))
         stdout.print(f"results would go to {data['out']}")
         return
     if "bench" in data:
@@ -281,6 +285,16 @@ def _bench_view(data: Mapping[str, Any]) -> None:
     for line in data.get("recommendation") or ():
         stdout.print(line)
     stdout.print(f"\nwrote {', '.join(data['files'])}")
+
+
+def _state_memory_lines(memory: Mapping[str, Any] | None) -> None:
+    """The hybrid target's recurrent-state snapshots per speculative arm (a dry run's plan)."""
+    if not memory:
+        return
+    stdout.print("recurrent-state snapshots per GPU (verify tokens x the state per token), beside the live states:")
+    for group, entries in memory.items():
+        for entry in entries:
+            stdout.print(f"  {group:<22} {entry['text']}")
 
 
 def _repeat_text(event: Mapping[str, Any]) -> str:

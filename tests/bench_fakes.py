@@ -11,6 +11,9 @@ Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
   sleep_s:            seconds each generate() takes
   start_sleep_s:      seconds each engine start takes
   fail_health:        the engine raises on the health-check request (max_new_tokens == 4)
+  request_s:          seconds each async_generate() request takes (continuous-batching cells)
+`async_generate` (one request, not streamed) runs on the engine's own event loop, `loop`, as
+SGLang's does.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 FAKE_SGLANG = r'''
-import json, math, os, time
+import asyncio, json, math, os, time
 
 VOCAB = 272
 
@@ -34,6 +37,7 @@ class Engine:
         self.budget = kwargs.get("speculative_ddtree_budget")
         self.b = _behaviour()
         time.sleep(self.b.get("start_sleep_s", 0.0))
+        self.loop = asyncio.new_event_loop()
         if self.algo == "DDTREE" and self.budget in self.b.get("fail_start_budgets", []):
             raise RuntimeError(f"fake start failure at B={self.budget}")
         self.profile = os.environ.get("SGLANG_DDTREE_PROFILE") if self.algo == "DDTREE" else None
@@ -90,8 +94,12 @@ class Engine:
                 f.write(json.dumps(window) + "\n")
         return outs
 
+    async def async_generate(self, input_ids, sampling_params):
+        await asyncio.sleep(self.b.get("request_s", 0.01))
+        return self.generate([input_ids], sampling_params)[0]
+
     def shutdown(self):
-        pass
+        self.loop.close()
 '''
 
 

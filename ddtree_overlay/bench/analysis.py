@@ -19,6 +19,7 @@ from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, BudgetPolicy
 from ddtree_overlay.bench.correctness import judge
 from ddtree_overlay.bench.plan import Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
+from ddtree_overlay.bench.steady import steady_state
 
 REPORT_VERSION = 1
 # Stages of a DDTREE round, as ddtree_profile records them; "other" is the rest of the round.
@@ -213,7 +214,7 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for key in sorted({(r["temperature"], r["batch_size"]) for r in ok}):
         here = [r for r in ok if (r["temperature"], r["batch_size"]) == key]
         dflash = fastest(r for r in here if r["algorithm"] == DFLASH)
-        ddtree = [r for r in here if r["algorithm"] == DDTREE]
+        ddtree = [r for r in here if r["algorithm"] == DDTREE and not r.get("chain")]  # a control, not a budget
         if dflash is None or not ddtree:
             continue
         budgets, arm_rows = [], []
@@ -335,7 +336,7 @@ def analyse(
             status, reason = _status(engine)
             if status == "failed":
                 issues.append(f"{repeat_label(group.name, repeat, repeats)}: the engine failed: {reason}")
-        for cell in group.cells:
+        for cell in (c for c in group.cells if not c.stream):  # the streams: `steady`
             per_repeat = []
             for repeat in planned.get(cell.name, ()):
                 row = cell_metrics(cell, group, records.get((cell.name, repeat)), group_engines.get(repeat))
@@ -378,6 +379,10 @@ def analyse(
     if not plan.setting.real_weights:
         notes.append(plan.setting.note)
     fastest = fastest_modes(rows)
+    steady = steady_state(plan, records, engines, profile_split=profile_split)
+    if steady:
+        issues += steady["issues"]
+        notes += steady["notes"]
     return {
         "bench_report_version": REPORT_VERSION,
         "setting": {
@@ -401,6 +406,14 @@ def analyse(
             "adaptive_budgets": list(plan.config.adaptive_budgets),
             "budget_schedule": _schedule_text(plan.config.budget_schedule),
             "repeats": repeats,
+            "engine_order": plan.config.engine_order,
+            "order_seed": plan.config.order_seed,
+            "concurrencies": list(plan.config.concurrencies),
+            "warmup_s": plan.config.warmup_s,
+            "window_s": plan.config.window_s,
+            "chain_control": plan.config.chain_control,
+            "prompt_tokens": plan.config.prompt_tokens,
+            "prompt_lengths": sorted({len(p) for p in plan.setting.prompts}),
         },
         "context": dict(context or {}),
         "groups": groups,
@@ -408,6 +421,7 @@ def analyse(
         "fastest_modes": fastest,
         # random weights accept nothing, so their fastest budget says nothing about a real pair's
         "recommended_schedule": recommended_schedule(fastest) if plan.setting.real_weights else None,
+        "steady": steady,
         "parity": parity,
         "issues": issues,
         "notes": notes,

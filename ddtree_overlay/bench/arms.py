@@ -18,6 +18,10 @@ NEXTN (the target's own MTP head) and EAGLE-3 (a separate EAGLE-3 drafter) are t
 users serve next to DFLASH: chains of `CHAIN_DRAFT` tokens, the shape SGLang chooses itself for
 these targets when none is given (`_auto_choose_speculative_params`).
 
+The bench's chain control (``--chain-control``) is a DDTREE arm whose rounds verify DFLASH's
+top-1 chain through DDTREE's machinery (``SGLANG_DDTREE_TREE_SHAPE=chain``): ``ddtree-b15-chain``,
+``DDTREE B=15 chain control``.
+
 The payload parses the same flags on its side (`BudgetPolicy` there); the two halves share the
 flag grammar, not code, since the payload runs inside SGLang.
 """
@@ -39,6 +43,8 @@ CHAIN_DRAFT = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "specula
 BLOCK_SIZE = 16  # the DFlash drafter's block: DFLASH verifies this many tokens per request
 Schedule = tuple[tuple[int, int], ...]  # a budget schedule's (smallest batch size, budget) steps
 NO_OVERLAP = "-no-overlap"
+CHAIN = "-chain"
+CHAIN_ENV = {"SGLANG_DDTREE_TREE_SHAPE": "chain"}
 
 
 def verify_width(budget: int, block_size: int = BLOCK_SIZE) -> int:
@@ -193,15 +199,19 @@ _NAME = re.compile(
 
 @dataclass(frozen=True)
 class Arm:
-    """An algorithm, DDTREE's budget policy, and whether overlap scheduling is on."""
+    """An algorithm, DDTREE's budget policy, whether overlap scheduling is on, and whether a
+    DDTREE arm is the chain control (its tree is DFLASH's top-1 chain)."""
 
     algorithm: str
     policy: BudgetPolicy | None = None
     overlap: bool = True
+    chain: bool = False
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS or (self.policy is None) == (self.algorithm == DDTREE):
             raise ValueError(f"a DDTREE arm, and only a DDTREE arm, has a budget policy: {self!r}")
+        if self.chain and self.algorithm != DDTREE:
+            raise ValueError(f"only a DDTREE arm can be the chain control: {self!r}")
 
     @classmethod
     def ddtree(cls, policy: BudgetPolicy | int, *, overlap: bool = True) -> Arm:
@@ -234,7 +244,7 @@ class Arm:
     def of_row(cls, row: Mapping[str, Any]) -> Arm:
         """From a report row (`row`'s keys)."""
         policy = BudgetPolicy.of_row(row) if row["algorithm"] == DDTREE else None
-        return cls(row["algorithm"], policy, bool(row["overlap"]))
+        return cls(row["algorithm"], policy, bool(row["overlap"]), bool(row.get("chain")))
 
     @property
     def name(self) -> str:
@@ -244,18 +254,18 @@ class Arm:
             base = f"ddtree-{self.policy_or_fail.slug}"
         else:
             base = self.algorithm.lower()
-        return base + ("" if self.overlap else NO_OVERLAP)
+        return base + (CHAIN if self.chain else "") + ("" if self.overlap else NO_OVERLAP)
 
     @property
     def label(self) -> str:
-        """``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``."""
+        """``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``, ``DDTREE B=15 chain control``."""
         if self.algorithm == TARGET_ONLY:
             return TARGET_ONLY
         if self.algorithm == DDTREE:
             base = f"DDTREE {self.policy_or_fail.label}"
         else:
             base = "EAGLE-3" if self.algorithm == EAGLE3 else self.algorithm
-        return base + ("" if self.overlap else " (no overlap)")
+        return base + (" chain control" if self.chain else "") + ("" if self.overlap else " (no overlap)")
 
     @property
     def policy_or_fail(self) -> BudgetPolicy:
@@ -267,8 +277,8 @@ class Arm:
         """The offline reference an arm is judged against: one per algorithm and fixed budget,
         whatever the scheduling (overlap changes when the host works, not which tokens are
         accepted). None for target-only, adaptive budgets and schedules: the offline decoder
-        runs one budget throughout."""
-        if self.algorithm == DFLASH:
+        runs one budget throughout. The chain control accepts what DFLASH accepts."""
+        if self.algorithm == DFLASH or self.chain:
             return "dflash"
         if self.policy is not None and self.policy.budget is not None:
             return f"ddtree-b{self.policy.budget}"
@@ -287,6 +297,10 @@ class Arm:
             args["disable_overlap_schedule"] = True
         return args
 
+    def engine_env(self) -> dict[str, str]:
+        """The environment the arm's engine starts with (the payload's switches)."""
+        return dict(CHAIN_ENV) if self.chain else {}
+
     def row(self) -> dict[str, Any]:
         """The arm's fields in a report row or plan description."""
         policy = self.policy
@@ -296,4 +310,5 @@ class Arm:
             "adaptive": list(policy.adaptive) if policy else [],
             "schedule": policy.schedule_text if policy else "",
             "overlap": self.overlap,
+            "chain": self.chain,
         }

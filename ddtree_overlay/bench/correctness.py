@@ -62,7 +62,8 @@ def _lossless_reference(records: Records, plan: SweepPlan, batch_size: int) -> d
             return {"arm": margins["arm"], "repeat": repeat, "outputs": margins["outputs"],
                     "top2_margins": margins["top2_margins"]}
     same_bs = next(
-        (c for c in target.cells if not c.top2 and c.temperature == 0 and c.batch_size == batch_size), None
+        (c for c in target.cells if not (c.top2 or c.stream) and c.temperature == 0 and c.batch_size == batch_size),
+        None
     )
     for repeat in repeats if same_bs else ():
         record = records.get((same_bs.name, repeat))
@@ -157,7 +158,7 @@ def _group_parity(
 ) -> dict[str, Any] | None:
     """Parity on the group's widest greedy cell that ran, checked on every repeat of it; the row
     shown is the repeat furthest from the reference (``ratios`` has each repeat's)."""
-    t0 = sorted((c for c in group.cells if c.temperature == 0 and not c.top2), key=lambda c: -c.prompts)
+    t0 = sorted((c for c in group.cells if c.temperature == 0 and not (c.top2 or c.stream)), key=lambda c: -c.prompts)
     for cell in t0:
         measured = [
             (repeat, records[(cell.name, repeat)])

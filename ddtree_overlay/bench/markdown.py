@@ -12,6 +12,7 @@ from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
 from ddtree_overlay.bench.plan import capture_batch_sizes
 from ddtree_overlay.bench.recommend import markdown_section
 from ddtree_overlay.bench.projection import projection_markdown
+from ddtree_overlay.bench.steady_markdown import steady_section
 
 DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md
 
@@ -326,6 +327,17 @@ def _repeats_bullet(config: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def _captured(config: Mapping[str, Any]) -> list[int]:
+    return capture_batch_sizes([*config["batch_sizes"], *config.get("concurrencies", ())])
+
+
+def _lengths(config: Mapping[str, Any]) -> str:
+    lengths = config.get("prompt_lengths") or []
+    if not lengths:
+        return "the setting's"
+    return str(lengths[0]) if len(lengths) == 1 else f"{lengths[0]}{DASH}{lengths[-1]}"
+
+
 def markdown_report(report: Mapping[str, Any]) -> str:
     setting, config, context = report["setting"], report["config"], report["context"]
     parts = [
@@ -336,7 +348,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         f"sglang {context.get('sglang', '?')}, torch {context.get('torch', '?')}.",
         f"- **Engines**: attention backend `{config['attention_backend']}` and tensor-parallel size "
         f"{config['tp_size']} for every arm, decode CUDA "
-        f"graphs on (captured for batch sizes {capture_batch_sizes(config['batch_sizes'])}), prefill "
+        f"graphs on (captured for batch sizes {_captured(config)}), prefill "
         "graphs off, "
         "one engine per (algorithm, budget, scheduling) serving every cell; "
         + (
@@ -344,11 +356,24 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             if config.get("ddtree_no_overlap")
             else "DDTREE and DFLASH with overlap scheduling, DFLASH also without."
         ),
-        f"- **Cells**: {config['prompts_per_cell']} prompts per cell, sent in waves of `bs` "
-        f"concurrent requests, {config['max_new_tokens']} new tokens each (ignore_eos). tok/s = "
-        "output tokens / decode wall time; wall ms/step = decode time / batch-level decode steps.",
+        f"- **Prompts**: {_lengths(config)} tokens.",
+        *(
+            [
+                f"- **Cells**: {config['prompts_per_cell']} prompts per cell, sent in waves of `bs` "
+                f"concurrent requests, {config['max_new_tokens']} new tokens each (ignore_eos). tok/s = "
+                "output tokens / decode wall time (each wave until its slowest request finishes); wall "
+                "ms/step = decode time / batch-level decode steps.",
+            ]
+            if report["cells"]
+            else []
+        ),
         *_repeats_bullet(config),
         "",
+        *steady_section(report),
+    ]
+    if not report["cells"]:
+        return _closing(report, parts)
+    parts += [
         "## Output tokens/s (x target-only; DDTREE also x DFLASH)",
         "",
         throughput_table(report),
@@ -405,6 +430,11 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             projection_markdown(report["projection"]),
             "",
         ]
+    return _closing(report, parts)
+
+
+def _closing(report: Mapping[str, Any], parts: list[str]) -> str:
+    """The host, engines, issues and notes sections after ``parts``, as one text."""
     host = host_table(report)
     if host:
         parts += [

@@ -16,22 +16,31 @@ every round choose its budget among them (`--speculative-ddtree-adaptive-budgets
 (`--speculative-ddtree-budget-schedule`). Inside an engine, T = 0 cells run before T = 1 and
 batch 1 before the widest batch, so a time box cuts the least informative cells.
 
-With `repeats` N > 1 the whole list of groups runs N times, in rounds, each run a fresh engine
-(`EngineRun`): odd rounds in plan order, even rounds reversed, so no group is always first (on a
-host-bound setting an early engine is often slower). Round 1 runs entirely before round 2, so a
-time box cuts later repeats before it cuts any group's first. Target-only runs in round 1 only
-(with its untimed margins cell).
+With `repeats` N > 1 (engines per arm) the whole list of groups runs N times, in rounds, each
+run a fresh engine (`EngineRun`): by default odd rounds in plan order, even rounds reversed
+(`engine_order` "cycle" keeps plan order, "shuffle" shuffles each round with a seed), so no
+group is always first (on a host-bound setting an early engine is often slower). Round 1 runs
+entirely before round 2, so a time box cuts later repeats before it cuts any group's first.
+Target-only's waves cells run in round 1 only (with its untimed margins cell).
+
+Two kinds of cell: a waves cell sends its prompts in waves of `batch_size` concurrent
+requests, each wave timed until its slowest request finishes (greedy outputs are judged
+against target-only's there); a continuous-batching cell (`concurrencies`) keeps that many
+requests running, a finished one replaced at once, and counts the tokens emitted in a timed
+window after a warm-up (the steady state a server sees).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench.arms import (
+    BLOCK_SIZE,
     DDTREE,
     DFLASH,
     EAGLE3,
@@ -43,10 +52,15 @@ from ddtree_overlay.bench.arms import (
     verify_width,
 )
 from ddtree_overlay.bench.settings import CostModel, Setting
+from ddtree_overlay.bench.state_memory import shape_of, snapshot_memory
 
 DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BATCH_SIZES = (1, 4, 16)
 DEFAULT_TEMPERATURES = (0.0, 1.0)
+# Within a round: plan order, every other round reversed (A B C, C B A); plan order every round
+# (A B C, A B C); or a seeded shuffle per round.
+ENGINE_ORDERS = ("alternate", "cycle", "shuffle")
+CHAIN_BUDGET = 15  # the chain control verifies DFLASH's block: 16 tokens
 ATTENTION_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask is wired for
 
 # Every arm gets the same engine options: decode CUDA graphs captured only for the batch sizes
@@ -78,7 +92,17 @@ class BenchConfig:
     ddtree_no_overlap: bool = False  # every DDTREE budget also without overlap scheduling
     adaptive_budgets: tuple[int, ...] = ()  # one more DDTREE arm: a budget per round among these
     budget_schedule: Schedule = ()  # one more DDTREE arm: (smallest batch size, budget) steps
-    repeats: int = 1  # every group this many times, one engine each, in rounds
+    repeats: int = 1  # engines per arm: every group this many times, one engine each, in rounds
+    engine_order: str = "alternate"  # of the groups within a round (ENGINE_ORDERS)
+    order_seed: int = 0  # the shuffle's, with engine_order "shuffle"
+    # Continuous-batching cells: per concurrency, requests fed as a stream so that this many
+    # are running at once; tok/s over a window of window_s after warmup_s of serving.
+    concurrencies: tuple[int, ...] = ()
+    warmup_s: float = 20.0
+    window_s: float = 60.0
+    chain_control: bool = False  # one more DDTREE arm: B = 15 verifying DFLASH's top-1 chain
+    prompt_tokens: int | None = None  # the random settings' prompt length (their default when None)
+    only: tuple[str, ...] = ()  # keep only these groups (arm names); every group when empty
 
 
 def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
@@ -101,6 +125,14 @@ class Cell:
     prompts: int
     est_s: float
     top2: bool = False  # the target-only margins cell: logprobs on, not timed
+    # A continuous-batching cell: batch_size requests kept running for warmup_s, then a timed
+    # window of window_s (None: a waves cell)
+    window_s: float | None = None
+    warmup_s: float = 0.0
+
+    @property
+    def stream(self) -> bool:
+        return self.window_s is not None
 
 
 @dataclass(frozen=True)
@@ -166,6 +198,10 @@ def cell_name(group: str, batch_size: int, temperature: float) -> str:
     return f"{group}/bs{batch_size}/t{temperature:g}"
 
 
+def stream_cell_name(group: str, concurrency: int, temperature: float) -> str:
+    return f"{group}/c{concurrency}/t{temperature:g}"
+
+
 def ordered_budgets(budgets: Sequence[int], priority: Sequence[int]) -> list[int]:
     wanted = sorted(set(budgets))
     first = [b for b in priority if b in wanted]
@@ -175,6 +211,8 @@ def ordered_budgets(budgets: Sequence[int], priority: Sequence[int]) -> list[int
 def ordered_cells(batch_sizes: Sequence[int], temperatures: Sequence[float]) -> list[tuple[int, float]]:
     """T = 0 before T > 0; batch 1, then the widest, then the ones between."""
     sizes = sorted(set(batch_sizes))
+    if not sizes:
+        return []
     by_interest = [sizes[0]] + ([sizes[-1]] if len(sizes) > 1 else []) + sizes[1:-1]
     temps = sorted(set(temperatures))
     return [(bs, t) for t in temps for bs in by_interest]
@@ -204,6 +242,27 @@ def estimate_cell_s(
     return decode + waves * setting.cost.wave_overhead_s + setting.cost.cell_overhead_s
 
 
+def estimate_stream_cell_s(
+    setting: Setting,
+    *,
+    algorithm: str,
+    budget: int | None,
+    concurrency: int,
+    temperature: float,
+    max_new_tokens: int,
+    warmup_s: float,
+    window_s: float,
+) -> float:
+    """Warm-up and window, then the requests still running at the window's end finish."""
+    rounds = max_new_tokens / setting.tau(algorithm, budget, temperature)
+    prompt_tokens = max((len(p) for p in setting.prompts), default=0)
+    request_s = (
+        rounds * _round_ms(setting, algorithm, budget, concurrency) / 1000
+        + prompt_tokens * setting.cost.prefill_token_us / 1e6
+    )
+    return warmup_s + window_s + request_s + setting.cost.cell_overhead_s
+
+
 def prompts_for(setting: Setting, config: BenchConfig, batch_size: int) -> int:
     """A cell decodes the first max(batch, prompts per cell) prompts: at least one full wave.
 
@@ -229,7 +288,7 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, first: bool, max_
             max_new_tokens=max_new_tokens,
         )
         cells.append(Cell(cell_name(name, bs, temp), bs, temp, n_prompts, round(est, 1)))
-    if algorithm == TARGET_ONLY and 0.0 in config.temperatures:
+    if algorithm == TARGET_ONLY and 0.0 in config.temperatures and config.batch_sizes:
         widest = max(config.batch_sizes)
         n_prompts = prompts_for(setting, config, widest)
         est = 1.5 * estimate_cell_s(
@@ -244,24 +303,50 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, first: bool, max_
         margins = Cell(f"{name}/margins", widest, 0.0, n_prompts, round(est, 1), top2=True)
         after_t0 = sum(1 for c in cells if c.temperature == 0)
         cells.insert(after_t0, margins)
+    for concurrency, temp in ordered_cells(config.concurrencies, config.temperatures):
+        est = estimate_stream_cell_s(
+            setting,
+            algorithm=algorithm,
+            budget=priced,
+            concurrency=concurrency,
+            temperature=temp,
+            max_new_tokens=max_new_tokens,
+            warmup_s=config.warmup_s,
+            window_s=config.window_s,
+        )
+        cells.append(
+            Cell(
+                stream_cell_name(name, concurrency, temp),
+                concurrency,
+                temp,
+                prompts_for(setting, config, concurrency),
+                round(est, 1),
+                window_s=config.window_s,
+                warmup_s=config.warmup_s,
+            )
+        )
     engine: dict[str, Any] = {
         "attention_backend": config.attention_backend,
         "tp_size": config.tp_size,
-        "cuda_graph_bs_decode": capture_batch_sizes(config.batch_sizes),
+        "cuda_graph_bs_decode": capture_batch_sizes(served_batch_sizes(config)),
         **ENGINE_COMMON,
         **setting.engine,
         **arm.engine_args(),
         **baseline_draft(setting, arm),
     }
-    if max(config.batch_sizes) > SPEC_DEFAULT_MAX_RUNNING:
-        engine["max_running_requests"] = max(config.batch_sizes)
+    widest = max(served_batch_sizes(config))
+    if config.concurrencies or widest > SPEC_DEFAULT_MAX_RUNNING:
+        # the widest batch must run at once: a hybrid DDTREE engine refuses to start when its
+        # snapshots leave fewer requests, instead of a silently smaller running batch
+        engine["max_running_requests"] = widest
     cost = setting.cost
     return EngineGroup(
         arm=arm,
         engine=engine,
         cells=tuple(cells),
         est_start_s=cost.engine_start_s + (cost.first_start_extra_s if first else 0),
-        est_overhead_s=cost.engine_overhead_s,
+        # the waves' warm-up; continuous-batching cells warm up inside their own time
+        est_overhead_s=cost.engine_overhead_s if any(not c.stream for c in cells) else cost.stream_only_overhead_s,
     )
 
 
@@ -281,31 +366,58 @@ def baseline_draft(setting: Setting, arm: Arm) -> dict[str, Any]:
     return {}
 
 
-def plan_runs(groups: Sequence[EngineGroup], repeats: int, cost: CostModel) -> tuple[EngineRun, ...]:
-    """Round k runs every group: odd rounds in plan order, even rounds reversed (A B C, C B A,
-    A B C, ...: over an even number of rounds every group's mean position is the same).
+def served_batch_sizes(config: BenchConfig) -> list[int]:
+    """Every running-batch size a cell asks for: the waves' and the streams' concurrencies."""
+    return sorted(set(config.batch_sizes) | set(config.concurrencies))
 
-    Target-only runs in round 1 only: it is the correctness reference and the x-target-only
-    column, not the DDTREE-against-DFLASH comparison that repeats are for."""
+
+def round_order(groups: Sequence[EngineGroup], repeat: int, order: str, seed: int) -> list[EngineGroup]:
+    """The groups of round ``repeat`` (from 1) in the order they run (`ENGINE_ORDERS`)."""
+    if order == "cycle" or (order == "alternate" and repeat % 2):
+        return list(groups)
+    if order == "alternate":
+        return list(groups[::-1])
+    shuffled = list(groups)
+    random.Random(f"{seed}/{repeat}").shuffle(shuffled)
+    return shuffled
+
+
+def plan_runs(
+    groups: Sequence[EngineGroup], repeats: int, cost: CostModel, *, order: str = "alternate", seed: int = 0
+) -> tuple[EngineRun, ...]:
+    """Round k runs every group, in `round_order` (alternate: A B C, C B A, A B C, ...: over an
+    even number of rounds every group's mean position is the same).
+
+    Target-only's waves cells run in round 1 only: they are the correctness reference and the
+    x-target-only column, not the DDTREE-against-DFLASH comparison that repeats are for. Its
+    continuous-batching cells run in every round, like every other arm's: their ratios are
+    of medians over engines."""
     runs = []
     for repeat in range(1, repeats + 1):
-        for group in (groups if repeat % 2 else groups[::-1]):
-            if repeat > 1 and group.arm.algorithm == TARGET_ONLY:
+        for group in round_order(groups, repeat, order, seed):
+            if repeat == 1:  # whichever engine starts first compiles the kernels
+                start = cost.engine_start_s + (0 if runs else cost.first_start_extra_s)
+                runs.append(EngineRun(group, repeat, group.cells, start))
                 continue
-            if repeat == 1:
-                runs.append(EngineRun(group, repeat, group.cells, group.est_start_s))
+            if group.arm.algorithm == TARGET_ONLY:
+                cells = tuple(c for c in group.cells if c.stream)
             else:
-                timed = tuple(c for c in group.cells if not c.top2)
-                runs.append(EngineRun(group, repeat, timed, cost.engine_start_s))
+                cells = tuple(c for c in group.cells if not c.top2)
+            if cells:
+                runs.append(EngineRun(group, repeat, cells, cost.engine_start_s))
     return tuple(runs)
 
 
-def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
-    """Every engine run in the order it runs, with estimates and the time box applied."""
-    if config.repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {config.repeats}")
-    max_new = config.max_new_tokens or setting.max_new_tokens
-    budgets = ordered_budgets(config.budgets, setting.budget_priority)
+def sweep_arms(
+    config: BenchConfig,
+    *,
+    budget_priority: Sequence[int] = (),
+    target_only_last: bool = False,
+    baselines: Sequence[Arm] = (),
+) -> list[Arm]:
+    """The sweep's arms in plan order (`--only` applied); ValueError names an `--only` arm the
+    sweep does not have."""
+    budgets = ordered_budgets(config.budgets, budget_priority)
     # (algorithm, budget, overlap): both DFLASH modes first, since every speedup is against
     # DFLASH's faster one; a budget's no-overlap arm, when asked for, right after its overlap one
     modes = (True, False) if config.ddtree_no_overlap else (True,)
@@ -315,15 +427,40 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     if config.budget_schedule:
         policies.append(BudgetPolicy(schedule=tuple(config.budget_schedule)))
     target_only = [Arm(TARGET_ONLY)]
-    arms = [] if setting.target_only_last else list(target_only)
+    arms = [] if target_only_last else list(target_only)
     arms += [Arm(DFLASH), Arm(DFLASH, overlap=False)]
-    arms += baseline_arms(setting)
+    arms += baselines
     arms += [Arm.ddtree(policy, overlap=o) for policy in policies for o in modes]
-    arms += target_only if setting.target_only_last else []
+    if config.chain_control:
+        arms.append(Arm(DDTREE, BudgetPolicy.fixed(CHAIN_BUDGET), chain=True))
+    arms += target_only if target_only_last else []
+    if not config.only:
+        return arms
+    unknown = sorted(set(config.only) - {arm.name for arm in arms})
+    if unknown:
+        raise ValueError(f"no arm {', '.join(unknown)} in this sweep (arms: {', '.join(arm.name for arm in arms)})")
+    return [arm for arm in arms if arm.name in config.only]
+
+
+def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
+    """Every engine run in the order it runs, with estimates and the time box applied."""
+    if config.repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {config.repeats}")
+    if config.engine_order not in ENGINE_ORDERS:
+        raise ValueError(f"engine order must be one of {', '.join(ENGINE_ORDERS)}, got {config.engine_order!r}")
+    if config.concurrencies and (config.warmup_s < 0 or config.window_s <= 0):
+        raise ValueError(f"a window needs window_s > 0 and warmup_s >= 0, got {config.window_s}, {config.warmup_s}")
+    max_new = config.max_new_tokens or setting.max_new_tokens
+    arms = sweep_arms(
+        config,
+        budget_priority=setting.budget_priority,
+        target_only_last=setting.target_only_last,
+        baselines=baseline_arms(setting),
+    )
     groups = tuple(
         _group(setting, config, arm=arm, first=i == 0, max_new_tokens=max_new) for i, arm in enumerate(arms)
     )
-    runs = plan_runs(groups, config.repeats, setting.cost)
+    runs = plan_runs(groups, config.repeats, setting.cost, order=config.engine_order, seed=config.order_seed)
     fit, spent = [], 0.0
     limit = None if config.max_minutes is None else config.max_minutes * 60
     for run in runs:
@@ -357,27 +494,28 @@ def runner_plan(
                 "max_new_tokens": plan.max_new_tokens,
                 "ignore_eos": True,
             }
-            cells.append(
-                {
-                    "name": cell.name,
-                    "batch_size": cell.batch_size,
-                    "prompts": cell.prompts,
-                    "sampling": sampling,
-                    "top2": cell.top2,
-                    "est_s": cell.est_s,
-                }
-            )
-        arms.append(
-            {
-                "name": group.name,
-                "repeat": run.repeat,
-                "family": group.arm.algorithm,
-                "engine": dict(group.engine),
-                "est_start_s": run.est_start_s,
-                "profile": group.arm.algorithm == DDTREE,
-                "cells": cells,
+            entry = {
+                "name": cell.name,
+                "batch_size": cell.batch_size,
+                "prompts": cell.prompts,
+                "sampling": sampling,
+                "top2": cell.top2,
+                "est_s": cell.est_s,
             }
-        )
+            if cell.stream:
+                entry["stream"] = {"concurrency": cell.batch_size, "warmup_s": cell.warmup_s, "window_s": cell.window_s}
+            cells.append(entry)
+        arm = {
+            "name": group.name,
+            "repeat": run.repeat,
+            "family": group.arm.algorithm,
+            "engine": dict(group.engine),
+            "est_start_s": run.est_start_s,
+            "profile": group.arm.algorithm == DDTREE,
+            "cells": cells,
+        }
+        env = group.arm.engine_env()
+        arms.append(arm | ({"env": env} if env else {}))
     n_prompts = max((c.prompts for c in plan.cells), default=0)
     return {
         "target": str(plan.setting.target),
@@ -392,8 +530,29 @@ def runner_plan(
     }
 
 
+def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
+    """On a hybrid target: per speculative group, the recurrent-state snapshots its verify width
+    keeps at each concurrency (batch size) its cells run (`state_memory.snapshot_memory`); None
+    for a target without Gated-DeltaNet layers."""
+    shape = shape_of(plan.setting)
+    if shape is None:
+        return None
+    memory = {}
+    for group in plan.groups:
+        arm = group.arm
+        if arm.algorithm == TARGET_ONLY:
+            continue
+        width = BLOCK_SIZE if arm.algorithm == DFLASH else verify_width(arm.policy_or_fail.widest)
+        memory[group.name] = [
+            snapshot_memory(shape, verify_width=width, concurrency=bs, tp_size=plan.config.tp_size)
+            for bs in sorted({c.batch_size for c in group.cells})
+        ]
+    return memory
+
+
 def describe_plan(plan: SweepPlan) -> dict[str, Any]:
-    """JSON-ready summary: the groups, every engine run in order, and the estimates."""
+    """JSON-ready summary: the groups, every engine run in order, the estimates, and on a hybrid
+    target the recurrent-state snapshots per group."""
     fits = list(zip(plan.runs, plan.expected_to_fit, strict=True))
     return {
         "setting": plan.setting.name,
@@ -423,5 +582,6 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
             }
             for r, fit in fits
         ],
+        "state_memory": state_memory(plan),
         "notes": list(plan.notes),
     }

@@ -23,7 +23,7 @@ def _series(
     sorted by budget."""
     series: dict[tuple[float, int], list[tuple[int, float]]] = {}
     for row in rows:
-        fixed = row["algorithm"] == DDTREE and not policy_label(row)
+        fixed = row["algorithm"] == DDTREE and not policy_label(row) and not row.get("chain")
         if fixed and row["overlap"] == overlap and row.get(key) is not None:
             series.setdefault((row["temperature"], row["batch_size"]), []).append((row["budget"], row[key]))
     return {k: sorted(v) for k, v in series.items()}
@@ -36,7 +36,7 @@ def _flat(
     return {
         (r["temperature"], r["batch_size"]): r[key]
         for r in rows
-        if r["algorithm"] == algorithm and policy_label(r) == policy
+        if r["algorithm"] == algorithm and policy_label(r) == policy and not r.get("chain")
         and r["overlap"] == overlap and r.get(key) is not None
     }
 
@@ -137,7 +137,10 @@ def _plot_round_time(plt: Any, report: Mapping[str, Any], path: Path) -> Path | 
 
 
 def write_plots(report: Mapping[str, Any], out: Path) -> tuple[list[Path], str | None]:
-    """speedup.png, acceptance.png and round_time.png; (files, why not) without matplotlib."""
+    """speedup.png, acceptance.png and round_time.png; (files, why not) without matplotlib.
+    They plot the waves cells: a sweep of continuous-batching cells only gets none."""
+    if not report["cells"]:
+        return [], None
     try:
         import matplotlib
 

@@ -27,19 +27,21 @@ def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str,
     recorded = old["setting"]
     custom = recorded["name"] == "custom"
     chat = run / PROMPTS_FILE
+    config = config_from_report(old["config"])
     setting = make_setting(
         recorded["name"],
         scratch=run / "models",
         target=Path(recorded["target"]) if custom else None,
         draft=Path(recorded["draft"]) if custom else None,
         prompts=chat if chat.exists() else None,
+        prompt_tokens=config.prompt_tokens,
         write=False,
         prompt_note=recorded.get("prompts"),
         eagle3_draft=Path(recorded["eagle3_draft"]) if recorded.get("eagle3_draft") else None,
     )
     # the NEXTN arm as the run had it (runs from before it existed had none)
     setting = replace(setting, nextn=bool(recorded.get("nextn")))
-    plan = plan_sweep(setting, config_from_report(old["config"]))
+    plan = plan_sweep(setting, config)
     cells, engines = read_records(run / "records.jsonl")
     references = load_references(plan, reference_dir) if reference_dir else None
     report = analyse(plan, cells, engines, references=references, context=old["context"])

@@ -1,13 +1,13 @@
 """What a bench measures on: a bundled fixture pair (dense or Gated-DeltaNet hybrid), a custom
-real-weight pair, or a Qwen3-8B-shaped pair with random weights, its prompts, and the rough costs the plan's time
-estimates use.
+real-weight pair, or a Qwen3-8B- or Qwen3.6-27B-shaped pair with random weights, its prompts,
+and the rough costs the plan's time estimates use.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,9 @@ from ddtree_overlay.bench.target_config import read_target_config
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
-SETTINGS = ("fixture", "hybrid", "qwen3-8b-random")
+SETTINGS = ("fixture", "hybrid", "qwen3-8b-random", "qwen3.6-27b-random")
+RANDOM_PROMPTS = 64  # distinct random prompts: one full wave at batch 64
+DEFAULT_RANDOM_PROMPT_TOKENS = 128
 CUSTOM_PROMPTS_PER_CELL = 8
 
 
@@ -34,6 +36,8 @@ class CostModel:
     per_verify_token_us: float
     wave_overhead_s: float = 0.05
     cell_overhead_s: float = 0.6  # the runner's idle gap before a cell, bookkeeping
+    prefill_token_us: float = 0.0  # per prompt token (matters for 1 K / 8 K prompts)
+    stream_only_overhead_s: float = 5.0  # health check, shutdown: no waves to warm up
 
 
 # Acceptance length (tokens per round) used only for estimates: the fixture's reference
@@ -83,6 +87,20 @@ QWEN3_8B_COST = CostModel(
     plain_step_ms=8.0,
     spec_round_ms=14.0,
     per_verify_token_us=25.0,
+    prefill_token_us=30.0,  # ~2 x 8 G FLOP per token at ~550 TFLOP/s
+)
+# Not measured yet: scaled from the 8B by the weights read per step (54 against 16 GB) and the
+# verify's FLOPs per token (2 x 27 G at ~700 TFLOP/s), plus the recurrent-state snapshot each
+# verify token writes (147 MiB at ~4 TB/s: ~38 us), plus loading 54 GB of dummy weights and
+# capturing the graphs at the start.
+QWEN3_6_27B_COST = CostModel(
+    engine_start_s=150,
+    first_start_extra_s=90,
+    engine_overhead_s=30,
+    plain_step_ms=17.0,
+    spec_round_ms=24.0,
+    per_verify_token_us=115.0,
+    prefill_token_us=100.0,
 )
 
 QWEN3_8B_NOTE = (
@@ -140,13 +158,138 @@ def qwen3_8b_configs() -> tuple[dict[str, Any], dict[str, Any]]:
     return target, draft
 
 
-def write_qwen3_8b_configs(directory: Path) -> tuple[Path, Path]:
-    target_cfg, draft_cfg = qwen3_8b_configs()
+def write_configs(directory: Path, target_cfg: Mapping[str, Any], draft_cfg: Mapping[str, Any]) -> tuple[Path, Path]:
+    """``directory``/target and /draft, each with its config.json."""
     dirs = directory / "target", directory / "draft"
     for path, cfg in zip(dirs, (target_cfg, draft_cfg), strict=True):
         path.mkdir(parents=True, exist_ok=True)
         (path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     return dirs
+
+
+def write_qwen3_8b_configs(directory: Path) -> tuple[Path, Path]:
+    return write_configs(directory, *qwen3_8b_configs())
+
+
+QWEN3_6_27B_VOCAB = 248320
+QWEN3_6_27B_LAYERS = 64
+QWEN3_6_27B_NOTE = (
+    "Qwen3.6-27B-shaped hybrid target (64 layers = 16 x (3 Gated-DeltaNet + 1 gated attention), "
+    "hidden 5120, GDN 48 value / 16 key heads of 128, fp32 recurrent state, vocab 248320) and a "
+    "DFlash-shaped drafter (5 layers of hidden 5120, target_layer_ids [1, 16, 31, 46, 61], block 16) "
+    "with SGLang's dummy (random) weights: acceptance, losslessness and speedups are meaningless "
+    "here; only the per-round cost, recurrent-state snapshots included, against budget and "
+    "concurrency is."
+)
+
+
+def qwen3_6_27b_configs() -> tuple[dict[str, Any], dict[str, Any]]:
+    """config.json of a Qwen3.6-27B-shaped target, as SGLang's ``qwen3_5`` model loads it (the
+    layout of the hybrid fixture's), and of a DFlash drafter for it.
+
+    The text model has Qwen3.6-27B's shape. The vision tower is the fixture's one-block stand-in:
+    prompts are token ids and no decode step runs it, so its real size (about 0.4 B parameters)
+    would only take memory from the KV cache and the recurrent states. The drafter's shape gives
+    z-lab's Qwen3.6-27B-DFlash size ("2B", 3.3 GB of safetensors): five Qwen3 layers of hidden
+    5120 and intermediate 17408 (1.6 B) plus the fc over five target layers; it shares the
+    target's embedding and LM head, and its layers come from SGLang's own rule
+    (``build_target_layer_ids(64, 5)``)."""
+    layer_types = (["linear_attention"] * 3 + ["full_attention"]) * (QWEN3_6_27B_LAYERS // 4)
+    text = {
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "attn_output_gate": True,
+        "dtype": "bfloat16",
+        "full_attention_interval": 4,
+        "head_dim": 256,
+        "hidden_act": "silu",
+        "hidden_size": 5120,
+        "initializer_range": 0.02,
+        "intermediate_size": 17408,
+        "layer_types": layer_types,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 48,
+        "linear_value_head_dim": 128,
+        "mamba_ssm_dtype": "float32",
+        "max_position_embeddings": 32768,  # 8 K prompts and their decode; less to plan for than 262144
+        "mlp_only_layers": [],
+        "model_type": "qwen3_5_text",
+        "mtp_num_hidden_layers": 1,  # Qwen3.6-27B ships a one-layer MTP head (NEXTN's draft)
+        "mtp_use_dedicated_embeddings": False,
+        "num_attention_heads": 24,
+        "num_hidden_layers": QWEN3_6_27B_LAYERS,
+        "num_key_value_heads": 4,
+        "partial_rotary_factor": 0.25,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {
+            "mrope_interleaved": True,
+            "mrope_section": [11, 11, 10],
+            "partial_rotary_factor": 0.25,
+            "rope_theta": 10000000.0,
+            "rope_type": "default",
+        },
+        "tie_word_embeddings": False,
+        "use_cache": True,
+        "vocab_size": QWEN3_6_27B_VOCAB,
+    }
+    target = {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "dtype": "bfloat16",
+        "model_type": "qwen3_5",
+        "text_config": text,
+        "tie_word_embeddings": False,
+        "vision_config": {
+            "deepstack_visual_indexes": [],
+            "depth": 1,
+            "hidden_act": "gelu_pytorch_tanh",
+            "hidden_size": 64,
+            "in_channels": 3,
+            "initializer_range": 0.02,
+            "intermediate_size": 128,
+            "model_type": "qwen3_5",
+            "num_heads": 2,
+            "num_position_embeddings": 64,
+            "out_hidden_size": 5120,
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
+    }
+    draft = {
+        "architectures": ["DFlashDraftModel"],
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "block_size": 16,
+        "dflash_config": {
+            "block_size": 16,
+            "mask_token_id": QWEN3_6_27B_VOCAB - 1,  # random weights: any id serves
+            "target_layer_ids": [1, 16, 31, 46, 61],
+        },
+        "dtype": "bfloat16",
+        "head_dim": 128,
+        "hidden_act": "silu",
+        "hidden_size": 5120,
+        "initializer_range": 0.02,
+        "intermediate_size": 17408,
+        "layer_types": ["full_attention"] * 5,
+        "max_position_embeddings": 32768,
+        "model_type": "qwen3",
+        "num_attention_heads": 32,
+        "num_hidden_layers": 5,
+        "num_key_value_heads": 8,
+        "num_target_layers": QWEN3_6_27B_LAYERS,
+        "rms_norm_eps": 1e-06,
+        "rope_parameters": {"rope_theta": 10000000.0, "rope_type": "default"},
+        "rope_theta": 10000000.0,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "use_sliding_window": False,
+        "vocab_size": QWEN3_6_27B_VOCAB,
+    }
+    return target, draft
 
 
 def random_prompts(*, count: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -183,40 +326,23 @@ def make_setting(
     target: Path | None = None,
     draft: Path | None = None,
     prompts: Path | None = None,
+    prompt_tokens: int | None = None,
     write: bool = True,
     prompt_ids: Sequence[Sequence[int]] | None = None,
     prompt_note: str | None = None,
     eagle3_draft: Path | None = None,
 ) -> Setting:
-    """The fixture pair (or a custom real-weight pair), or the Qwen3-8B-shaped random one
-    (whose config.json files are written under ``scratch`` unless ``write`` is False).
+    """A fixture pair (dense or hybrid) or a custom real-weight pair, or a random-weight one
+    (whose config.json files are written under ``scratch`` unless ``write`` is False; its random
+    prompts are ``prompt_tokens`` long).
 
     ``prompt_ids`` (chat prompts already tokenized, described by ``prompt_note``) replace the
     ``prompts`` file. A real-weight target with an MTP head gets a NEXTN arm; ``eagle3_draft``
     an EAGLE3 arm."""
-    if name == "qwen3-8b-random":
-        models = scratch / "qwen3-8b-random"
-        target_dir, draft_dir = (
-            write_qwen3_8b_configs(models) if write else (models / "target", models / "draft")
-        )
-        ids = load_prompts(prompts) if prompts else random_prompts(count=16, length=128, vocab=151643)
-        return Setting(
-            name=name,
-            target=target_dir,
-            draft=draft_dir,
-            prompts=tuple(map(tuple, ids)),
-            engine={"load_format": "dummy", "speculative_draft_load_format": "dummy"},
-            real_weights=False,
-            reference_parity=False,
-            max_new_tokens=128,
-            prompts_per_cell=4,
-            # B = 32 is the round-time target (docs/BENCHMARKS.md); then the span of verify widths (B <= 15
-            # verifies 16 tokens, as DFLASH does)
-            budget_priority=(32, 256, 64, 128, 16, 8, 4),
-            cost=QWEN3_8B_COST,
-            note=QWEN3_8B_NOTE,
-            target_only_last=True,
-        )
+    if name in RANDOM_SHAPES:
+        return _random_setting(name, scratch=scratch, prompts=prompts, prompt_tokens=prompt_tokens, write=write)
+    if prompt_tokens is not None:
+        raise ValueError(f"prompt_tokens sets the random prompts of {' and '.join(RANDOM_SHAPES)}, not of {name}")
     custom = target is not None
     pair = FIXTURES / "hybrid" if name == "hybrid" else FIXTURES
     ids = prompt_ids if prompt_ids is not None else load_prompts(prompts or pair / "heldout_prompts.json")
@@ -243,4 +369,67 @@ def make_setting(
         note=f"{pair_note}; {prompt_note}" if prompt_note else pair_note,
         nextn=read_target_config(target or pair / "target").mtp_layers > 0,
         eagle3_draft=eagle3_draft,
+    )
+
+
+@dataclass(frozen=True)
+class RandomShape:
+    """A random-weight setting's models and what differs between them."""
+
+    configs: Callable[[], tuple[dict[str, Any], dict[str, Any]]]
+    prompt_vocab: int  # random prompt ids stay below the special tokens
+    engine: Mapping[str, Any]
+    budget_priority: tuple[int, ...]
+    cost: CostModel
+    note: str
+
+
+RANDOM_SHAPES = {
+    "qwen3-8b-random": RandomShape(
+        configs=qwen3_8b_configs,
+        prompt_vocab=151643,
+        engine={},
+        # B = 32 is the round-time target (docs/BENCHMARKS.md); then the span of verify widths
+        # (B <= 15 verifies 16 tokens, as DFLASH does)
+        budget_priority=(32, 256, 64, 128, 16, 8, 4),
+        cost=QWEN3_8B_COST,
+        note=QWEN3_8B_NOTE,
+    ),
+    "qwen3.6-27b-random": RandomShape(
+        configs=qwen3_6_27b_configs,
+        prompt_vocab=248044,
+        # 54 GB of weights, the KV cache and the recurrent states (a snapshot per verify token)
+        # share one H200: SGLang's default static share would leave too little (docs/bench.md)
+        engine={"mem_fraction_static": 0.9},
+        # B = 15 verifies DFLASH's 16 tokens; every wider budget costs a snapshot per verify
+        # token, and from about B = 23 batch 16 no longer fits (docs/bench.md)
+        budget_priority=(15, 8, 16, 4, 32, 64, 128, 256),
+        cost=QWEN3_6_27B_COST,
+        note=QWEN3_6_27B_NOTE,
+    ),
+}
+
+
+def _random_setting(
+    name: str, *, scratch: Path, prompts: Path | None, prompt_tokens: int | None, write: bool
+) -> Setting:
+    shape = RANDOM_SHAPES[name]
+    models = scratch / name
+    target_dir, draft_dir = write_configs(models, *shape.configs()) if write else (models / "target", models / "draft")
+    length = prompt_tokens or DEFAULT_RANDOM_PROMPT_TOKENS
+    ids = load_prompts(prompts) if prompts else random_prompts(count=RANDOM_PROMPTS, length=length, vocab=shape.prompt_vocab)
+    return Setting(
+        name=name,
+        target=target_dir,
+        draft=draft_dir,
+        prompts=tuple(map(tuple, ids)),
+        engine={"load_format": "dummy", "speculative_draft_load_format": "dummy", **shape.engine},
+        real_weights=False,
+        reference_parity=False,
+        max_new_tokens=128,
+        prompts_per_cell=4,
+        budget_priority=shape.budget_priority,
+        cost=shape.cost,
+        note=shape.note,
+        target_only_last=True,
     )

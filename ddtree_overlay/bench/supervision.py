@@ -210,7 +210,8 @@ def reference_jobs(plan: SweepPlan) -> dict[str, list[str]]:
         key = arm.reference_key
         if key is None or key in jobs or not any(c.temperature == 0 for c in group.cells):
             continue
-        algo = ["--algo", "dflash"] if arm.policy is None else ["--algo", "ddtree", "--budget", str(arm.policy.budget)]
+        # the chain control is judged against DFLASH's reference: it verifies DFLASH's chain
+        algo = ["--algo", "dflash"] if key == "dflash" else ["--algo", "ddtree", "--budget", str(arm.policy_or_fail.budget)]
         jobs[key] = algo
     return jobs
 

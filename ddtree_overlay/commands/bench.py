@@ -91,6 +91,7 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         target=request.target,
         draft=request.draft,
         prompts=None if prompt_ids else request.prompts,
+        prompt_tokens=request.config.prompt_tokens,
         write=not request.dry_run,
         prompt_ids=prompt_ids,
         prompt_note=prompt_note,

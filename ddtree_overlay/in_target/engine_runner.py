@@ -31,7 +31,9 @@ again, once per repeat, each a fresh engine) and goes into every record the arm
 writes, so repeats stay apart.
 
 Each cell decodes the first ``prompts`` prompts in waves of ``batch_size``
-concurrent requests and appends a ``{"kind": "cell", ...}`` line (``CELL`` on
+concurrent requests, or, with ``"stream": {"concurrency": C, "warmup_s": W,
+"window_s": S}``, serves them as a continuous stream (see ``run_stream_cell``),
+and appends a ``{"kind": "cell", ...}`` line (``CELL`` on
 stdout), with ``host``: what the machine did meanwhile (Linux ``/proc``: load
 average, busy cores, and the engine processes' CPU time and CPU sets), since
 host-bound arms move far more between engines than between budgets. The engine
@@ -54,6 +56,8 @@ cannot split its host sampling into a sibling module that both ways would find.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import os
 import sys
@@ -391,12 +395,134 @@ def run_cell(engine, plan: dict, arm: dict, cell: dict) -> dict:
     return record
 
 
+def run_stream_cell(engine, plan: dict, arm: dict, cell: dict, sent) -> dict:
+    """Keep ``concurrency`` requests running (a finished one is replaced at once, cycling
+    through the first ``prompts`` prompts), serve ``warmup_s``, then count the tokens emitted
+    during ``window_s``; requests still running at the window's end finish, uncounted beyond it.
+
+    Requests go through ``engine.async_generate`` without streaming: a streamed request makes
+    the scheduler send its tokens every step, a host cost that grows with steps per token and
+    so would favour the arms that take fewer steps. Tokens are counted from each request's
+    submit and finish times instead (`window_tokens`). No request reuses another's prefix from
+    the radix cache (every request prefills in full, as distinct users' would), and lengths
+    vary around max_new_tokens (`stream_requests`); ``sent`` (an ``itertools.count`` per engine)
+    numbers the requests across the engine's cells."""
+    record = _cell_base(arm, cell)
+    stream = cell["stream"]
+    concurrency = int(stream["concurrency"])
+    prompts = plan["prompts"][: int(cell.get("prompts", len(plan["prompts"])))]
+    time.sleep(plan.get("idle_gap_s", IDLE_GAP_S))  # the profile closes the previous cell's window here
+    t_begin = time.time()
+    t_open = t_begin + float(stream["warmup_s"])
+    t_close = t_open + float(stream["window_s"])
+    samples = {}
+    requests = engine.loop.run_until_complete(
+        serve_stream(engine, stream_requests(prompts, sent, record["sampling"]), concurrency, t_open, t_close, samples)
+    )
+    wall_s = time.time() - t_begin
+    tokens, busy_s = window_tokens(requests, t_open, t_close)
+    inside = [r for r in requests if r["t_done"] > t_open and r["t_submit"] < t_close]
+    window_s = t_close - t_open
+    record.update(
+        ok=True,
+        t_start=t_open,
+        t_end=t_close,
+        decode_s=window_s,
+        wall_s=wall_s,  # warm-up, window and the last requests' tail
+        tokens=tokens,
+        tok_per_s=tokens / window_s,
+        concurrency=concurrency,
+        mean_running=busy_s / window_s,
+        requests_in_window=len(inside),
+        requests_total=len(requests),
+        requests=[{k: r[k] for k in ("t_submit", "t_done")} for r in inside],
+        meta=[r["meta"] for r in inside],
+        host=host_during(samples.get("open"), samples.get("close"), window_s),
+    )
+    return record
+
+
+GOLDEN = 0.6180339887498949  # a low-discrepancy sequence of lengths: k x GOLDEN mod 1
+
+
+def stream_requests(prompts: list, sent, sampling: dict):
+    """Request k (from ``sent``): (token ids, sampling params).
+
+    Its prompt is prompt k mod n with the first two tokens replaced by a pair of the prompts'
+    token ids, the next pair each time round the prompts (n x P^2 requests before one repeats,
+    for P distinct ids). Its max_new_tokens spread evenly over 0.5-1.5x the cell's (the same
+    mean): requests that all emit the same length would finish, and prefill, in lockstep waves
+    forever, while a server's requests end at different times."""
+    pool = sorted({t for p in prompts for t in p})
+    for k in sent:
+        prompt = prompts[k % len(prompts)]
+        turn = k // len(prompts)
+        salt = [pool[turn % len(pool)], pool[turn // len(pool) % len(pool)]]
+        length = max(1, round(sampling["max_new_tokens"] * (0.5 + (k * GOLDEN) % 1.0)))
+        yield salt[: len(prompt)] + prompt[2:], dict(sampling, max_new_tokens=length)
+
+
+async def serve_stream(engine, requests, concurrency: int, t_open: float, t_close: float, samples: dict) -> list:
+    """``concurrency`` clients, each sending its next request (from ``requests``: ids and
+    sampling params) as soon as its last one finished, until ``t_close``; every finished
+    request with its submit and finish times and meta. The host is sampled (``samples``:
+    "open", "close") when the window opens and closes."""
+    finished = []
+
+    async def client() -> None:
+        while time.time() < t_close:
+            ids, params = next(requests)
+            t_submit = time.time()
+            out = await engine.async_generate(input_ids=ids, sampling_params=params)
+            meta = out["meta_info"]
+            finished.append(
+                {"t_submit": t_submit, "t_done": time.time(), "meta": {k: meta.get(k) for k in META_KEYS}}
+            )
+
+    async def sample_host() -> None:
+        await asyncio.sleep(max(0.0, t_open - time.time()))
+        samples["open"] = host_sample()
+        await asyncio.sleep(max(0.0, t_close - time.time()))
+        samples["close"] = host_sample()
+
+    tasks = [asyncio.ensure_future(job) for job in (sample_host(), *(client() for _ in range(concurrency)))]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        # one request failed: stop the other clients too, or they would resume sending on the
+        # engine's loop whenever it next runs (the health check)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    return finished
+
+
+def window_tokens(requests: list, t_open: float, t_close: float) -> tuple:
+    """(tokens emitted in [t_open, t_close], request-seconds inside it). A request's tokens are
+    spread evenly over its submit-to-finish time, so one that straddles an edge counts the
+    share of its time inside the window (its prefill counted as decode time: a slight
+    undercount at the window's start, matched by an overcount at its end in the steady state).
+    The request-seconds over the window's length are the mean number of requests running."""
+    tokens = busy = 0.0
+    for request in requests:
+        start, end = request["t_submit"], request["t_done"]
+        overlap = min(end, t_close) - max(start, t_open)
+        if overlap <= 0 or end <= start:
+            continue
+        busy += overlap
+        tokens += int(request["meta"].get("completion_tokens") or 0) * overlap / (end - start)
+    return tokens, busy
+
+
 def _warm_up(engine, plan: dict, arm: dict) -> None:
     """One full-length wave per (temperature, batch size) of the arm's cells, untimed: kernels
     compiled on first use (some per batch-size bucket, some only once sequences grow) and the
     allocator are warm for every cell, so no timed cell pays for a compile."""
     seen = set()
     for cell in arm["cells"]:
+        if "stream" in cell:
+            continue  # a stream warms up on its own (warmup_s)
         sampling = _cell_base(arm, cell)["sampling"]
         key = (sampling["temperature"], int(cell["batch_size"]))
         if key in seen:
@@ -454,13 +580,17 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
         box.start_s = engine_record["start_s"] = time.perf_counter() - t0
         box.starts += 1
         _warm_up(engine, plan, arm)
+        sent = itertools.count()  # stream requests across the engine's cells: none shares a prefix
         while pending:
             cell = pending.pop(0)
             if not box.fits_cell(cell):
                 _skip_cells(out_path, arm, [cell], "time box")
                 continue
             try:
-                record = run_cell(engine, plan, arm, cell)
+                if "stream" in cell:
+                    record = run_stream_cell(engine, plan, arm, cell, sent)
+                else:
+                    record = run_cell(engine, plan, arm, cell)
             except Exception as exc:
                 ok = False
                 record = dict(_cell_base(arm, cell), ok=False, error=f"{type(exc).__name__}: {exc}",
@@ -469,7 +599,7 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
                 _skip_cells(out_path, arm, pending, "an earlier cell of this engine failed")
                 pending = []
                 break
-            box.observe(float(cell.get("est_s", 0)), record["decode_s"])
+            box.observe(float(cell.get("est_s", 0)), record.get("wall_s", record["decode_s"]))
             _emit_cell(out_path, record)
         time.sleep(plan.get("health_idle_s", HEALTH_IDLE_S))  # SGLang's KV-leak check runs when idle
         engine.generate(input_ids=plan["prompts"][:1], sampling_params=HEALTH_CHECK)

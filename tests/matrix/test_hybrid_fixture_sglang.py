@@ -111,3 +111,28 @@ def test_release_parses_the_config_and_places_every_weight(release, fixture_file
         fused = next((v for k, v in expected_shards.items() if param.endswith(k)), ["None"])
         assert sorted(shards) == sorted(fused), (param, shards)
     assert sum(n.startswith("mtp.") for n in names) > 0
+
+
+@pytest.mark.parametrize("release", ["0.5.14", "0.5.23"])
+def test_release_parses_the_qwen3_6_27b_random_config(release, tmp_path) -> None:
+    """The bench's `qwen3.6-27b-random` target (bench.settings), through the same probe with no
+    checkpoint names: its weights are SGLang's dummy ones."""
+    from ddtree_overlay.bench.settings import qwen3_6_27b_configs, write_configs
+
+    target_dir, _ = write_configs(tmp_path / "models", *qwen3_6_27b_configs())
+    (tmp_path / "names.json").write_text("[]")
+    env = release_env(release, tmp_path)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    done = subprocess.run(
+        [str(env / "bin" / "python"), "-I", str(PROBE), str(target_dir / "config.json"), str(tmp_path / "names.json")],
+        capture_output=True, text=True, timeout=900, check=False,
+        env=environ | {"CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    cfg = json.loads(done.stdout.strip().splitlines()[-1])["config"]
+    assert cfg["text_model_type"] == "qwen3_5_text"
+    assert cfg["layers_block_type"] == (["linear_attention"] * 3 + ["attention"]) * 16
+    assert cfg["linear_heads"] == [16, 48, 128, 128, 4]
+    assert cfg["attention"] == [24, 4, 256, True]
+    assert cfg["partial_rotary_factor"] == 0.25 and cfg["rope"]["mrope_section"] == [11, 11, 10]
+    assert "temporal=torch.float32" in cfg["ssm_state_dtype"]
