@@ -423,6 +423,12 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             _parity_table(report),
             "",
         ]
+    return _closing(report, parts)
+
+
+def _closing(report: Mapping[str, Any], parts: list[str]) -> str:
+    """The projection, host, engines, issues, notes and recommendation sections after ``parts``,
+    as one text."""
     if report.get("projection"):
         parts += [
             "## Projection: DDTREE ÷ DFLASH with another pair's acceptance",
@@ -430,11 +436,6 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             projection_markdown(report["projection"]),
             "",
         ]
-    return _closing(report, parts)
-
-
-def _closing(report: Mapping[str, Any], parts: list[str]) -> str:
-    """The host, engines, issues and notes sections after ``parts``, as one text."""
     host = host_table(report)
     if host:
         parts += [

@@ -41,6 +41,7 @@ from typing import Any
 
 from ddtree_overlay.bench.arms import (
     BLOCK_SIZE,
+    CHAIN_DRAFT,
     DDTREE,
     DFLASH,
     EAGLE3,
@@ -542,7 +543,12 @@ def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
         arm = group.arm
         if arm.algorithm == TARGET_ONLY:
             continue
-        width = BLOCK_SIZE if arm.algorithm == DFLASH else verify_width(arm.policy_or_fail.widest)
+        if arm.algorithm == DFLASH:
+            width = BLOCK_SIZE
+        elif arm.algorithm in (NEXTN, EAGLE3):
+            width = CHAIN_DRAFT["speculative_num_draft_tokens"]
+        else:
+            width = verify_width(arm.policy_or_fail.widest)
         memory[group.name] = [
             snapshot_memory(shape, verify_width=width, concurrency=bs, tp_size=plan.config.tp_size)
             for bs in sorted({c.batch_size for c in group.cells})
