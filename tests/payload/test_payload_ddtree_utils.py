@@ -213,13 +213,6 @@ def test_topk_uses_the_full_vocabulary_normaliser():
     assert math.isclose(float(topk.log_probs.exp().sum()), float(expect.values.exp().sum()), rel_tol=1e-6)
 
 
-def test_widths():
-    assert du.num_verify_tokens_for(4, 16) == 16
-    assert du.num_verify_tokens_for(32, 16) == 33
-    assert du.max_accept_width(4, 16) == 5
-    assert du.max_accept_width(64, 16) == 16
-
-
 def test_write_verify_inputs_is_buffers_then_mask():
     logits = torch.randn(2, 15, 40, generator=torch.Generator().manual_seed(3))
     tree = du.build_ddtree_tree(du.compute_draft_topk(logits, 8), 8)
@@ -235,37 +228,23 @@ def test_write_verify_inputs_is_buffers_then_mask():
 
 def test_tree_stage_is_triton_by_default_torch_on_request_and_a_typo_is_refused(monkeypatch):
     kernels = types.ModuleType("sglang.srt.speculative.ddtree_kernels")  # no triton needed here
-    kernels.draft_topk, kernels.build_tree, kernels.write_verify_inputs = object(), object(), object()
+    parts = ("draft_topk", "build_tree", "build_chain", "write_verify_inputs")
+    for name in parts:
+        setattr(kernels, name, object())
     monkeypatch.setitem(sys.modules, kernels.__name__, kernels)
     package = sys.modules.get("sglang.srt.speculative") or types.ModuleType("sglang.srt.speculative")
     monkeypatch.setitem(sys.modules, package.__name__, package)
     monkeypatch.setattr(package, "ddtree_kernels", kernels, raising=False)
-    monkeypatch.delenv(du.TREE_STAGE_ENV, raising=False)
+    monkeypatch.delenv("SGLANG_DDTREE_TREE_KERNEL", raising=False)
+    assert du.select_tree_stage() == ("triton", *(getattr(kernels, name) for name in parts))
+    monkeypatch.setenv("SGLANG_DDTREE_TREE_KERNEL", "torch")
     assert du.select_tree_stage() == (
-        "triton", kernels.draft_topk, kernels.build_tree, kernels.write_verify_inputs
+        "torch", du.compute_draft_topk, du.build_ddtree_tree, du.build_chain_tree,
+        du.write_verify_inputs,
     )
-    monkeypatch.setenv(du.TREE_STAGE_ENV, "torch")
-    assert du.select_tree_stage() == (
-        "torch", du.compute_draft_topk, du.build_ddtree_tree, du.write_verify_inputs
-    )
-    monkeypatch.setenv(du.TREE_STAGE_ENV, "trition")
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be 'torch' or 'triton'"):
+    monkeypatch.setenv("SGLANG_DDTREE_TREE_KERNEL", "trition")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be"):
         du.select_tree_stage()
-
-
-@pytest.mark.parametrize(
-    ("bs", "budget"), [(1, 256), (7, 256), (8, 64), (15, 64), (16, 32), (512, 32)]
-)
-def test_a_budget_schedule_gives_a_batch_the_last_step_at_or_below_it(bs, budget):
-    schedule = du.BudgetSchedule.parse("1:256, 8:64, 16:32")
-    assert schedule.budget_for(bs) == budget
-    assert schedule.budgets == [32, 64, 256]
-
-
-@pytest.mark.parametrize("text", ["", "256", "1:", "1:64,x:8", "1:64,8:-1"])
-def test_a_malformed_budget_schedule_is_refused_naming_the_bad_step(text):
-    with pytest.raises(ValueError, match="is not BATCH_SIZE:BUDGET"):
-        du.BudgetSchedule.parse(text)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -278,23 +257,6 @@ def test_a_narrower_budgets_tree_is_the_first_nodes_of_the_widest(seed):
         narrow = du.build_ddtree_tree(du.compute_draft_topk(logits, budget), budget)
         for field in ("tokens", "parent_indices", "depths", "log_scores"):
             assert torch.equal(getattr(tree, field)[:, :budget], getattr(narrow, field)), field
-
-
-@pytest.mark.parametrize(
-    ("text", "budgets"), [("16,64,256", [16, 64, 256]), (" 64, 8 ,64,32", [8, 32, 64])]
-)
-def test_adaptive_budgets_parse_ascending_without_repeats(text, budgets):
-    assert du.parse_budget_choices(text) == budgets
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [("16;64", "separated by commas"), ("16,x", "separated by commas"), ("0,16", "must be >= 1"),
-     ("64", "at least two budgets"), ("64,64", "at least two budgets")],
-)
-def test_malformed_adaptive_budgets_are_refused(text, message):
-    with pytest.raises(ValueError, match=message):
-        du.parse_budget_choices(text)
 
 
 def test_the_reference_walk_refuses_a_parent_after_its_child():
