@@ -7,7 +7,6 @@ without sglang or a GPU.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import subprocess
