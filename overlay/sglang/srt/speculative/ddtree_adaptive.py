@@ -136,7 +136,8 @@ class AdaptiveBudget:
         """The policy's view, for the profile: per batch size, r(bs, w) and g(bs) in ms and the
         width it would choose now; Φ̄ per width and c."""
         rounds: Dict[str, Dict[str, float]] = {}
-        for (bucket, width), ms in sorted(self.round_ms.items()):
+        by_key = sorted(self.round_ms.items(), key=lambda item: (item[0][0], shape_order(item[0][1])))
+        for (bucket, width), ms in by_key:
             rounds.setdefault(str(bucket), {})[str(width)] = round(ms, 4)
         return {
             "round_ms": rounds,

@@ -1,7 +1,7 @@
 """Every ``SGLANG_DDTREE_*`` switch of the payload, with its default and meaning.
 
 As SGLang declares its own switches (``sglang.srt.environ``): each is a class attribute of
-``DDTreeEnvs``, read where it is used with ``envs.SGLANG_DDTREE_X.get()``, never through
+``DDTreeEnvs``, read where it is used with ``envs.SGLANG_DDTREE_PROFILE.get()``, never through
 ``os.environ`` directly. Unlike SGLang's fields, a malformed value raises a one-line
 ValueError naming the switch and what it takes, instead of warning and using the default: a
 benchmark arm that misspells a switch must not quietly measure the default. The module imports
