@@ -116,7 +116,7 @@ class BudgetPolicy:
                 ) from None
         if steps[0][0] != 1:
             raise ValueError(f"DDTREE budget schedule {text!r} must start at batch size 1.")
-        if any(b <= a for (a, _), (b, _) in zip(steps, steps[1:])):
+        if any(b <= a for (a, _), (b, _) in zip(steps, steps[1:], strict=False)):
             raise ValueError(f"DDTREE budget schedule {text!r}: batch sizes must ascend.")
         return cls(steps=tuple(steps))
 
