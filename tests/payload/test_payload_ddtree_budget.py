@@ -48,16 +48,17 @@ def test_a_schedules_widths_and_trees_follow_its_steps():
     assert policy.top_k(1000) == 64 and policy.top_k(40) == 40
 
 
-@pytest.mark.parametrize("text", ["", "256", "1:", "1:64,x:8", "1:64,8:-1", "1:64,8:0", "1:chains"])
+@pytest.mark.parametrize("text", ["", "256", "1:", "1:64,x:8", "1:64,8:-1", "1:chains"])
 def test_a_malformed_schedule_is_refused_naming_the_bad_step(text):
     with pytest.raises(ValueError, match="is not BATCH_SIZE:BUDGET"):
         Policy.parse_schedule(text)
 
 
 @pytest.mark.parametrize(
-    ("text", "message"), [("4:64", "must start at batch size 1"), ("1:64,8:8,4:2", "must ascend")]
+    ("text", "message"),
+    [("4:64", "must start at batch size 1"), ("1:64,8:8,4:2", "must ascend"), ("1:64,8:0", "must be >= 1")],
 )
-def test_a_schedule_starts_at_one_and_ascends(text, message):
+def test_a_schedule_starts_at_one_ascends_and_has_budgets_of_a_node(text, message):
     with pytest.raises(ValueError, match=message):
         Policy.parse_schedule(text)
 
@@ -83,7 +84,7 @@ def test_adaptive_trees_are_the_widest_tree_and_the_chain_when_chosen_from():
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("16;64", "separated by commas"), ("16,x", "separated by commas"), ("0,16", "separated by commas"),
+    [("16;64", "separated by commas"), ("16,x", "separated by commas"), ("0,16", "must be >= 1"),
      ("64", "at least two budgets"), ("64,64", "at least two budgets"), ("chain,chain", "at least two")],
 )
 def test_malformed_adaptive_budgets_are_refused(text, message):

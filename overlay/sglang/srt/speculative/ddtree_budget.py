@@ -45,14 +45,14 @@ def max_accept_width(budget: int, block_size: int) -> int:
     return min(int(budget), int(block_size) - 1) + 1
 
 
+def is_shape_text(text: str) -> bool:
+    """A budget (digits; >= 1 is checked apart) or ``chain``."""
+    return text.isdigit() or text == CHAIN
+
+
 def parse_shape(text: str) -> Shape:
-    """``"32"`` -> 32, ``"chain"`` -> CHAIN; ValueError (a bare message) otherwise."""
-    text = str(text).strip()
-    if text == CHAIN:
-        return CHAIN
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"{text!r} is neither a budget >= 1 nor {CHAIN!r}")
-    return int(text)
+    """``"32"`` -> 32, ``"chain"`` -> CHAIN (after ``is_shape_text``)."""
+    return CHAIN if text == CHAIN else int(text)
 
 
 def shape_order(shape: Shape) -> Tuple[int, int]:
@@ -104,32 +104,34 @@ class BudgetPolicy:
         """``"1:256,8:64,16:chain"``: B = 256 for 1-7 requests, 64 for 8-15, the chain from 16."""
         steps = []
         for item in str(text).split(","):
-            bs, sep, shape = item.strip().partition(":")
-            try:
-                if not sep or not bs.strip().isdigit():
-                    raise ValueError
-                steps.append((int(bs), parse_shape(shape)))
-            except ValueError:
+            bs, sep, shape = (part.strip() for part in item.partition(":"))
+            if not sep or not bs.isdigit() or not is_shape_text(shape):
                 raise ValueError(
                     f"DDTREE budget schedule {text!r}: {item.strip()!r} is not BATCH_SIZE:BUDGET "
-                    f"(a budget >= 1 or {CHAIN!r})."
-                ) from None
+                    f"(a budget or {CHAIN!r})."
+                )
+            steps.append((int(bs), parse_shape(shape)))
         if steps[0][0] != 1:
             raise ValueError(f"DDTREE budget schedule {text!r} must start at batch size 1.")
         if any(b <= a for (a, _), (b, _) in zip(steps, steps[1:], strict=False)):
             raise ValueError(f"DDTREE budget schedule {text!r}: batch sizes must ascend.")
+        if any(shape != CHAIN and shape < 1 for _, shape in steps):
+            raise ValueError(f"DDTREE budget schedule {text!r}: every budget must be >= 1.")
         return cls(steps=tuple(steps))
 
     @classmethod
     def parse_adaptive(cls, text: str) -> "BudgetPolicy":
-        """``"chain,16,64,256"``: at least two shapes, one of them a tree (each once)."""
-        try:
-            shapes = sorted({parse_shape(item) for item in str(text).split(",")}, key=shape_order)
-        except ValueError:
+        """``"chain,16,64,256"``: at least two shapes (each once), the chain first then budgets
+        ascending."""
+        items = [item.strip() for item in str(text).split(",")]
+        if not all(is_shape_text(item) for item in items):
             raise ValueError(
-                f"DDTREE adaptive budgets {text!r}: expected budgets >= 1 or {CHAIN!r} separated "
-                "by commas, e.g. 'chain,16,64,256'."
-            ) from None
+                f"DDTREE adaptive budgets {text!r}: expected budgets or {CHAIN!r} separated by "
+                "commas, e.g. 'chain,16,64,256'."
+            )
+        shapes = sorted({parse_shape(item) for item in items}, key=shape_order)
+        if any(shape != CHAIN and shape < 1 for shape in shapes):
+            raise ValueError(f"DDTREE adaptive budgets {text!r}: every budget must be >= 1.")
         if len(shapes) < 2:
             raise ValueError(
                 f"DDTREE adaptive budgets {text!r}: give at least two budgets to choose from."
