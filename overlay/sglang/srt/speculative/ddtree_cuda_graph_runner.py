@@ -6,7 +6,8 @@ fixture pair). Stages whose shapes depend only on the batch size replay from
 a graph instead:
 
 - the tree stage: draft hidden states -> lm_head top-K with its fp32
-  normaliser -> best-first tree (~16 launches and ~0.5 ms of host time eager);
+  normaliser -> best-first tree and/or the top-1 chain, as the budget policy
+  asks at that batch size (~16 launches and ~0.5 ms of host time eager);
 - the commit stage: the accepted rows'
   target features -> DFlash's draft-KV writer (projection, then per layer K/V,
   norm, rope and a prefix-valid store; ~10 launches and DFlash's Python).
