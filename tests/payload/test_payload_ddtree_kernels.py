@@ -332,6 +332,9 @@ AOT_SCRIPT = textwrap.dedent(
     for dtype in ("*bf16", "*fp32"):
         built.append(build(dk._row_logsumexp_kernel, dict(lse_sig, logits_ptr=dtype),
                            {{"BLOCK": dk._LSE_BLOCK}}, 8))
+    chain_sig = {{name: kind for name, kind in tree_sig.items() if name not in ("budget", "BUDGET_BLOCK")}}
+    built.append(build(dk._chain_kernel, chain_sig, {{}}, 1))
+    built.append(build(dk._chain_kernel, chain_sig, {{}}, 1, specialise_ones=True))  # top-1 only
     print(json.dumps(built))
     """
 )
@@ -348,7 +351,7 @@ def test_kernels_compile_ahead_of_time_for_sm90():
     )
     assert result.returncode == 0, result.stderr[-4000:]
     built = __import__("json").loads(result.stdout.strip().splitlines()[-1])
-    assert len(built) == 7 and all(size > 0 for _, size in built)
+    assert len(built) == 9 and all(size > 0 for _, size in built)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])

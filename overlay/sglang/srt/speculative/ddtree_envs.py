@@ -28,9 +28,6 @@ class DDTreeEnvField:
         value = os.environ.get(self.name)
         return self.default if value is None else self.parse(value)
 
-    def is_set(self) -> bool:
-        return self.name in os.environ
-
     def parse(self, value: str) -> Any:
         raise NotImplementedError
 
