@@ -18,6 +18,11 @@ def test_widths():
     assert db.max_accept_width(64, 16) == 16
 
 
+def test_a_one_step_schedule_is_the_fixed_shape():
+    assert Policy.parse_schedule("1:chain") == Policy.fixed(CHAIN)
+    assert (Policy.fixed(CHAIN).label, Policy.fixed(32).label) == ("chain", "32")
+
+
 def test_the_chain_verifies_the_block_as_dflash_does():
     # block 16: the root and 15 drafted nodes, every path up to the block's end accepted
     assert db.drafted_nodes(CHAIN, BLOCK) == 15
@@ -126,3 +131,22 @@ def test_resolved_flags_read_the_schedule_or_adaptive_list_over_the_widest_budge
 def test_a_policy_is_steps_or_choices():
     with pytest.raises(ValueError, match="steps or choices"):
         Policy()
+
+
+@pytest.mark.parametrize("text", ["1:64,17:chain", "1:256,8:64,16:32"])
+def test_a_schedule_reads_back_from_its_label_as_the_tool_side_writes_it(text):
+    from ddtree_overlay.bench import arms
+
+    policy = Policy.parse_schedule(text)
+    assert Policy.parse_schedule(policy.label) == policy
+    assert policy.label == arms.BudgetPolicy.parse_schedule(text).schedule_text
+
+
+@pytest.mark.parametrize("text", ["chain,8,32", "32,chain", "16,64,256"])
+def test_adaptive_budgets_parse_and_label_the_same_on_both_sides(text):
+    from ddtree_overlay.bench import arms
+
+    tool = arms.BudgetPolicy.parse_adaptive(text)
+    assert Policy.parse_adaptive(text).choices == tool.adaptive
+    assert Policy.parse_adaptive(text).label == tool.policy_label
+    assert Policy.parse_adaptive(tool.engine_args()["speculative_ddtree_adaptive_budgets"]).choices == tool.adaptive
