@@ -15,9 +15,8 @@ for every shape). The round verifies the shape w that maximises
     θ(w) = (1 + c Φ̄(w)) / t(bs, w),
 
 CaDDTree's stopping rule over a few CUDA-graph widths (a width here is a shape: a budget, or the
-chain). Φ̄ is the mean Φ per request of the
-latest measured round whose statistics reached the host; c rescales it to the acceptance
-measured since (the drafter is not calibrated). t(bs, w) = r(bs, w) + g(bs): r is the GPU time
+chain). Φ̄ is the mean Φ per request of the latest measured round whose statistics reached the
+host; c rescales it to the acceptance measured since (the drafter is not calibrated). t(bs, w) = r(bs, w) + g(bs): r is the GPU time
 from a round's start to its end at that graph batch size and width, g the gap the host leaves
 before the next round starts. The gap is the scheduler's work between rounds (requests
 finishing, new ones joining), the same whatever the width and noisier than a round, so it is
