@@ -96,7 +96,7 @@ class BudgetPolicy:
         try:
             values = [parse_budget(item) for item in text.split(",") if item.strip()]
         except ValueError:
-            raise ValueError(f"expected comma-separated budgets >= 1 or {CHAIN!r}, got {text!r}") from None
+            raise ValueError(f"expected comma-separated numbers >= 1 or {CHAIN!r}, got {text!r}") from None
         policy = cls.of_choices(values)
         if len(policy.adaptive) < 2:
             raise ValueError(f"expected at least two budgets to choose from, got {text!r}")
