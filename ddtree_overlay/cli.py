@@ -470,7 +470,7 @@ def bench(
         typer.Option(
             "--ddtree-adaptive",
             callback=_adaptive_budgets,
-            help="one more DDTREE arm: each round chooses its budget among these, e.g. 8,32,256 "
+            help="one more DDTREE arm: each round chooses its budget among these, e.g. chain,32,256 "
             "(--speculative-ddtree-adaptive-budgets; TP size 1; patch sets that carry the flag)",
         ),
     ] = None,
@@ -479,7 +479,7 @@ def bench(
         typer.Option(
             "--ddtree-schedule",
             callback=_budget_schedule,
-            help="one more DDTREE arm: a budget per batch size, e.g. 1:256,8:64 (the report's recommended "
+            help="one more DDTREE arm: a budget per batch size, e.g. 1:256,8:64,16:chain (the report's recommended "
             "schedule; --speculative-ddtree-budget-schedule; patch sets that carry the flag)",
         ),
     ] = None,

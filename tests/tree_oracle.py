@@ -10,7 +10,9 @@ zero (a -inf log-prob on the path). A tree is a valid best-B tree when
 - it holds min(B, reachable prefixes) nodes whose scores are the B best, in non-increasing
   order (with prefix-closure this makes its first b nodes a best-b tree for every b);
 - a fixed-shape tree pads the rest with token 0, parent -1, depth 0 and score -inf.
-Every walk here is bounded by the node count, so a malformed tree fails instead of hanging.
+`check_chain` holds the other tree a round may verify, the drafter's top-1 chain, to the same
+oracle. Every walk here is bounded by the node count, so a malformed tree fails instead of
+hanging.
 """
 
 from __future__ import annotations
@@ -84,6 +86,30 @@ def check_best_tree(nodes: Nodes, log_probs: torch.Tensor, budget: int, *, padde
     best = sorted(oracle.values(), reverse=True)[:expect]
     assert all(abs(a - b) <= SCORE_TOL for a, b in zip(got, best, strict=True)), (got, best)
     for n in range(real, len(nodes.tokens)):
+        padding = (nodes.tokens[n], nodes.parents[n], nodes.depths[n], nodes.scores[n])
+        assert padding == (0, -1, 0, NEG_INF), f"node {n + 1}: padding {padding}"
+
+
+def check_chain(nodes: Nodes, log_probs: torch.Tensor) -> None:
+    """Assert `nodes` (a fixed-shape tree of L nodes) is the drafter's top-1 path through the
+    block [L, V], what DFLASH verifies: node d + 1 holds a most probable token of position d
+    (any of tied ones), is the child of node d and scores its prefix. The path ends before the
+    first position without mass (every log-prob -inf, as the oracle drops prefixes of
+    probability zero); padding follows, as in a best-B tree."""
+    oracle = reachable_prefix_scores(log_probs)
+    table = log_probs.tolist()
+    depth_limit = len(table)
+    assert len(nodes.tokens) == depth_limit, f"{len(nodes.tokens)} nodes, expected L={depth_limit}"
+    real = next((d for d, row in enumerate(table) if max(row) == NEG_INF), depth_limit)
+    path: tuple[int, ...] = ()
+    for d in range(real):
+        token, parent, depth, score = nodes.tokens[d], nodes.parents[d], nodes.depths[d], nodes.scores[d]
+        assert (parent, depth) == (d, d + 1), f"node {d + 1}: parent {parent}, depth {depth}"
+        assert 0 <= token < len(table[d]), f"node {d + 1}: token {token} outside the vocabulary"
+        assert table[d][token] >= max(table[d]) - SCORE_TOL, f"node {d + 1}: {token} is not a top-1"
+        path = (*path, token)
+        assert path in oracle and abs(score - oracle[path]) <= SCORE_TOL, (d + 1, score, oracle.get(path))
+    for n in range(real, depth_limit):
         padding = (nodes.tokens[n], nodes.parents[n], nodes.depths[n], nodes.scores[n])
         assert padding == (0, -1, 0, NEG_INF), f"node {n + 1}: padding {padding}"
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddtree_overlay.bench import decode_compare
-from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, BudgetPolicy
+from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, BudgetPolicy, budget_order, parse_budget
 from ddtree_overlay.bench.correctness import judge
 from ddtree_overlay.bench.plan import Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
@@ -98,7 +98,7 @@ def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: f
         "cuda_graph_fraction": sum(int(w.get("cuda_graph_rounds") or 0) for w in inside) / rounds,
         "ms_per_round": {k: round(v, 4) for k, v in ms.items()},
         "host_ms_per_round": round(host_ms / host_rounds, 4) if host_rounds else None,
-        "budgets": dict(sorted(budgets.items(), key=lambda item: int(item[0]))),
+        "budgets": dict(sorted(budgets.items(), key=lambda item: budget_order(parse_budget(item[0])))),
         "adaptive": policy[-1] if policy else None,  # the policy's view at the cell's end
     }
 

@@ -6,11 +6,13 @@ A budget policy is one of
     fixed      one tree budget B for every round           --speculative-ddtree-budget 32
     schedule   a budget per batch size (from bs on: B)     --speculative-ddtree-budget-schedule 1:256,8:64
     adaptive   each round picks among several budgets      --speculative-ddtree-adaptive-budgets 8,32,256
+A schedule step or an adaptive choice may be `chain` instead of a budget: DFLASH's verify (the
+drafter's top-1 path through its block) inside DDTREE.
 
 Arm names, as bench groups, check arms and `round_trace` arms spell them:
-    target-only (or plain), dflash, ddtree-b32, ddtree-schedule-1x256-8x64,
-    ddtree-adaptive-8-32-256, nextn, eagle3, each with `-no-overlap` when overlap scheduling
-    is off.
+    target-only (or plain), dflash, ddtree-b32, ddtree-schedule-1x256-8x64 (-16xchain),
+    ddtree-adaptive-8-32-256 (ddtree-adaptive-chain-32), nextn, eagle3, each with `-no-overlap`
+    when overlap scheduling is off.
 Labels, as reports print them: ``B=32``, ``schedule 1:256,8:64``, ``adaptive 8/32/256``;
 ``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``, ``NEXTN``, ``EAGLE-3``.
 
@@ -41,9 +43,11 @@ CHAIN_BASELINES = (NEXTN, EAGLE3)  # chain drafters with their own draft model: 
 # A chain of 3 drafted tokens (4 verified): SGLang's auto-chosen EAGLE shape for most targets.
 CHAIN_DRAFT = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
 BLOCK_SIZE = 16  # the DFlash drafter's block: DFLASH verifies this many tokens per request
-Schedule = tuple[tuple[int, int], ...]  # a budget schedule's (smallest batch size, budget) steps
+CHAIN = "chain"  # a schedule step's or adaptive choice's spelling of DFLASH's chain
+Budget = int | str  # a tree budget, or CHAIN
+Schedule = tuple[tuple[int, Budget], ...]  # a budget schedule's (smallest batch size, budget) steps
 NO_OVERLAP = "-no-overlap"
-CHAIN = "-chain"
+CHAIN_CONTROL = "-chain"  # the chain control arm's name suffix
 CHAIN_ENV = {"SGLANG_DDTREE_TREE_SHAPE": "chain"}
 
 
@@ -64,13 +68,33 @@ def number_list(text: str, kind: type, minimum: float) -> tuple:
     return tuple(sorted(set(values)))
 
 
+def parse_budget(text: str) -> Budget:
+    """"32" -> 32, "chain" -> CHAIN; ValueError otherwise."""
+    text = text.strip()
+    if text == CHAIN:
+        return CHAIN
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{text!r} is neither a budget >= 1 nor {CHAIN!r}")
+    return int(text)
+
+
+def budget_order(budget: Budget) -> int:
+    """Sort key: the chain first (as the payload orders it), then budgets ascending."""
+    return 0 if budget == CHAIN else int(budget)
+
+
+def drafted_nodes(budget: Budget, block_size: int = BLOCK_SIZE) -> int:
+    """Tree nodes a round of this budget verifies: the chain's is the block's, less the root."""
+    return block_size - 1 if budget == CHAIN else int(budget)
+
+
 @dataclass(frozen=True)
 class BudgetPolicy:
     """Exactly one of: a fixed ``budget``, a ``schedule``, or ``adaptive`` budgets."""
 
     budget: int | None = None
     schedule: Schedule = ()
-    adaptive: tuple[int, ...] = ()
+    adaptive: tuple[Budget, ...] = ()
 
     def __post_init__(self) -> None:
         if sum((self.budget is not None, bool(self.schedule), bool(self.adaptive))) != 1:
@@ -82,25 +106,34 @@ class BudgetPolicy:
 
     @classmethod
     def parse_adaptive(cls, text: str) -> BudgetPolicy:
-        """"8,32,256": at least two budgets, each >= 1 (SGLang's flag value)."""
-        values = number_list(text, int, 1)
-        if len(values) < 2:
+        """"chain,8,32,256": at least two budgets, each >= 1 or `chain` (SGLang's flag value)."""
+        try:
+            values = [parse_budget(item) for item in text.split(",") if item.strip()]
+        except ValueError:
+            raise ValueError(f"expected comma-separated numbers >= 1 or {CHAIN!r}, got {text!r}") from None
+        policy = cls.of_choices(values)
+        if len(policy.adaptive) < 2:
             raise ValueError(f"expected at least two budgets to choose from, got {text!r}")
-        return cls(adaptive=values)
+        return policy
+
+    @classmethod
+    def of_choices(cls, choices) -> BudgetPolicy:
+        """Adaptive budgets, each once, the chain first then ascending."""
+        return cls(adaptive=tuple(sorted(set(choices), key=budget_order)))
 
     @classmethod
     def parse_schedule(cls, text: str) -> BudgetPolicy:
-        """"1:256,8:64": from batch size 1, batch sizes ascending, budgets >= 1 (SGLang's flag
-        value)."""
+        """"1:256,8:64,16:chain": from batch size 1, batch sizes ascending, budgets >= 1 or
+        `chain` (SGLang's flag value)."""
         steps = []
         for item in text.split(","):
             bs, sep, budget = item.strip().partition(":")
-            if not (sep and bs.strip().isdigit() and budget.strip().isdigit()):
-                raise ValueError(f"expected BATCH_SIZE:BUDGET steps such as 1:256,8:64, got {text!r}")
-            steps.append((int(bs), int(budget)))
+            if not (sep and bs.strip().isdigit() and (budget.strip().isdigit() or budget.strip() == CHAIN)):
+                raise ValueError(f"expected BATCH_SIZE:BUDGET steps such as 1:256,8:64,16:chain, got {text!r}")
+            steps.append((int(bs), CHAIN if budget.strip() == CHAIN else int(budget)))
         if steps[0][0] != 1 or any(b <= a for (a, _), (b, _) in itertools.pairwise(steps)):
             raise ValueError(f"the schedule's batch sizes must start at 1 and ascend, got {text!r}")
-        if any(budget < 1 for _, budget in steps):
+        if any(budget != CHAIN and budget < 1 for _, budget in steps):
             raise ValueError(f"every budget must be >= 1, got {text!r}")
         return cls(schedule=tuple(steps))
 
@@ -143,16 +176,16 @@ class BudgetPolicy:
 
     @property
     def widest(self) -> int:
-        """The largest budget any round can take."""
-        return max(self.adaptive or [b for _, b in self.schedule] or [self.budget or 0])
+        """The largest budget any round can take (the chain's: the block's nodes)."""
+        return max(map(drafted_nodes, self.adaptive or [b for _, b in self.schedule] or [self.budget or 0]))
 
     @property
     def sort_key(self) -> tuple[int, ...]:
         """Fixed budgets by size, then adaptive budgets, then schedules."""
         if self.adaptive:
-            return (1 << 30, *self.adaptive)
+            return (1 << 30, *map(budget_order, self.adaptive))
         if self.schedule:
-            return (1 << 31, *(v for step in self.schedule for v in step))
+            return (1 << 31, *(v for bs, budget in self.schedule for v in (bs, budget_order(budget))))
         return (int(self.budget or 0),)
 
     def engine_args(self) -> dict[str, Any]:
@@ -191,9 +224,10 @@ def parse_with_env(text: str) -> tuple[Arm, dict[str, str]]:
 
 
 _NAME = re.compile(
-    r"^(?:(?P<plain>target-only|plain)|(?P<dflash>dflash)|(?P<chain>nextn|eagle3)|ddtree-(?:"
-    r"b(?P<budget>\d+)|adaptive-(?P<adaptive>\d+(?:-\d+)+)|schedule-(?P<schedule>\d+x\d+(?:-\d+x\d+)*)"
-    r"))(?P<no_overlap>-no-overlap)?$"
+    r"^(?:(?P<plain>target-only|plain)|(?P<dflash>dflash)|(?P<baseline>nextn|eagle3)|ddtree-(?:"
+    r"b(?P<budget>\d+)|adaptive-(?P<adaptive>(?:\d+|chain)(?:-(?:\d+|chain))+)"
+    r"|schedule-(?P<schedule>\d+x(?:\d+|chain)(?:-\d+x(?:\d+|chain))*)"
+    r")(?P<control>-chain)?)(?P<no_overlap>-no-overlap)?$"
 )
 
 
@@ -224,15 +258,18 @@ class Arm:
         if found is None:
             raise ValueError(
                 f"unknown arm {name!r} (plain, dflash, nextn, eagle3, ddtree-b<B>, "
-                "ddtree-adaptive-<B1>-<B2>..., ddtree-schedule-<bs>x<B>-..., each with -no-overlap)"
+                "ddtree-adaptive-<B1>-<B2>..., ddtree-schedule-<bs>x<B>-..., ddtree-b<B>-chain, each with "
+                "-no-overlap)"
             )
         overlap = not found["no_overlap"]
         if found["plain"]:
             return cls(TARGET_ONLY, overlap=overlap)
         if found["dflash"]:
             return cls(DFLASH, overlap=overlap)
-        if found["chain"]:
-            return cls(found["chain"].upper(), overlap=overlap)
+        if found["baseline"]:
+            return cls(found["baseline"].upper(), overlap=overlap)
+        if found["control"]:
+            return cls(DDTREE, BudgetPolicy.fixed(int(found["budget"])), overlap=overlap, chain=True)
         if found["budget"]:
             return cls.ddtree(int(found["budget"]), overlap=overlap)
         if found["adaptive"]:
@@ -254,7 +291,7 @@ class Arm:
             base = f"ddtree-{self.policy_or_fail.slug}"
         else:
             base = self.algorithm.lower()
-        return base + (CHAIN if self.chain else "") + ("" if self.overlap else NO_OVERLAP)
+        return base + (CHAIN_CONTROL if self.chain else "") + ("" if self.overlap else NO_OVERLAP)
 
     @property
     def label(self) -> str:

@@ -424,7 +424,7 @@ def sweep_arms(
     modes = (True, False) if config.ddtree_no_overlap else (True,)
     policies = [BudgetPolicy.fixed(b) for b in budgets]
     if config.adaptive_budgets:
-        policies.append(BudgetPolicy(adaptive=tuple(sorted(set(config.adaptive_budgets)))))
+        policies.append(BudgetPolicy.of_choices(config.adaptive_budgets))
     if config.budget_schedule:
         policies.append(BudgetPolicy(schedule=tuple(config.budget_schedule)))
     target_only = [Arm(TARGET_ONLY)]

@@ -146,11 +146,14 @@ SCHEDULE_CASES = (
     ({"speculative_ddtree_budget_schedule": "1:64,8:16", "speculative_dflash_block_size": 16}, (65, 16, 64)),
     ({"speculative_ddtree_budget_schedule": "1:64", "speculative_ddtree_budget": 8}, "not several"),
     ({"speculative_ddtree_budget_schedule": "4:64"}, "must start at batch size 1"),
+    ({"speculative_ddtree_budget_schedule": "1:64,8:chain", "speculative_dflash_block_size": 16}, (65, 16, 64)),
 )
 ADAPTIVE_CASES = (
     ({"speculative_ddtree_adaptive_budgets": "8,32,64", "speculative_dflash_block_size": 16}, (65, 16, 64)),
     ({"speculative_ddtree_adaptive_budgets": "8,32", "speculative_ddtree_budget": 8}, "not several"),
     ({"speculative_ddtree_adaptive_budgets": "8,32", "tp_size": 2}, "do not support tensor parallelism"),
+    # the chain's width is the block: root + 15 drafted, what DFLASH verifies
+    ({"speculative_ddtree_adaptive_budgets": "chain,8", "speculative_dflash_block_size": 16}, (16, 16, 15)),
 )
 
 

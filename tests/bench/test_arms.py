@@ -147,3 +147,35 @@ def test_chain_baselines_run_a_three_token_chain(name: str, algorithm: str, labe
 def test_only_ddtree_arms_take_a_budget_policy() -> None:
     with pytest.raises(ValueError, match="only a DDTREE arm"):
         Arm(NEXTN, BudgetPolicy.fixed(8))
+
+
+@pytest.mark.parametrize(
+    ("name", "policy", "label", "flag"),
+    [
+        ("ddtree-adaptive-chain-8-32", BudgetPolicy(adaptive=("chain", 8, 32)), "adaptive chain/8/32",
+         {"speculative_ddtree_adaptive_budgets": "chain,8,32"}),
+        ("ddtree-schedule-1x64-17xchain", BudgetPolicy(schedule=((1, 64), (17, "chain"))), "schedule 1:64,17:chain",
+         {"speculative_ddtree_budget_schedule": "1:64,17:chain"}),
+    ],
+)
+def test_the_chain_reads_back_as_a_width_from_names_flags_and_rows(name, policy, label, flag) -> None:
+    arm = Arm.ddtree(policy)
+    assert Arm.parse(name) == arm and arm.name == name
+    assert policy.label == label and policy.engine_args() == flag
+    assert Arm.of_row(arm.row()) == arm
+    text = next(iter(flag.values()))
+    parse = BudgetPolicy.parse_adaptive if policy.adaptive else BudgetPolicy.parse_schedule
+    assert parse(text) == policy
+    assert policy.widest == (32 if policy.adaptive else 64)
+
+
+def test_the_chain_sorts_first_and_counts_as_the_blocks_nodes() -> None:
+    assert BudgetPolicy.parse_adaptive("32,chain,8,chain").adaptive == ("chain", 8, 32)
+    assert BudgetPolicy.of_choices([32, "chain", 8]) == BudgetPolicy(adaptive=("chain", 8, 32))
+    assert BudgetPolicy.parse_schedule("1:chain").widest == 15  # block 16: the root and 15 drafted
+    policies = [BudgetPolicy.parse_adaptive("8,32"), BudgetPolicy.parse_adaptive("chain,8"), BudgetPolicy.fixed(8)]
+    assert [p.label for p in sorted(policies, key=lambda p: p.sort_key)] == ["B=8", "adaptive chain/8", "adaptive 8/32"]
+    with pytest.raises(ValueError, match="expected comma-separated numbers >= 1 or"):
+        BudgetPolicy.parse_adaptive("chain,chian")
+    with pytest.raises(ValueError, match="expected BATCH_SIZE:BUDGET"):
+        BudgetPolicy.parse_schedule("1:64,8:chian")

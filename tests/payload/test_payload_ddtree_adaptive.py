@@ -159,3 +159,70 @@ def test_widths_are_timed_per_graph_batch_size() -> None:
     policy, gpu = make()
     run_rounds(policy, gpu, 12, bs=1, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)
     assert run_rounds(policy, gpu, 1, bs=3, phi=PHI, round_ms=lambda b: 1.0) == [8]  # bucket 4: untimed
+
+
+# --- the chain among the choices ---------------------------------------------------------------
+
+db = load_payload_module("sglang.srt.speculative.ddtree_budget")
+CHAIN = db.CHAIN
+BLOCK = 16
+
+
+def make_with_chain(budgets=(CHAIN, 32, 128), **kwargs):
+    gpu = FakeGPU()
+    policy = da.AdaptiveBudget(
+        budgets, (1, 2, 4, 8), device=torch.device("cpu"), new_event=gpu.event,
+        new_host_buffer=lambda n: torch.empty(n), **kwargs,
+    )
+    return policy, gpu
+
+
+def chain_scores_with_mass(bs: int, mass: float) -> torch.Tensor:
+    """[bs, block - 1] chain log scores whose q sums to ``mass``."""
+    return torch.full((bs, BLOCK - 1), mass / (BLOCK - 1)).log()
+
+
+def run_chain_rounds(policy, gpu, n, *, phi, round_ms, bs=1):
+    chosen = []
+    tree_phi = {b: v for b, v in phi.items() if b != CHAIN}
+    for _ in range(n):
+        shape = policy.begin_round(bs)
+        chosen.append(shape)
+        gpu.now += round_ms[shape]
+        policy.end_round(
+            scores_with_prefix_mass(bs, tree_phi),
+            torch.full((bs,), round(phi[shape]) + 1),
+            chain_scores_with_mass(bs, phi[CHAIN]),
+        )
+        gpu.now += 0.2
+    return chosen
+
+
+def test_the_chain_is_chosen_when_its_tokens_per_ms_are_best() -> None:
+    # (1 + Φ) / (gap + t): chain 5 / 1.2 = 4.2; B = 32: 6 / 2.2 = 2.7; B = 128: 6.5 / 3.2 = 2.0
+    policy, gpu = make_with_chain()
+    phi = {CHAIN: 4.0, 8: 4.5, 32: 5.0, 128: 5.5}
+    chosen = run_chain_rounds(policy, gpu, 20, phi=phi, round_ms={CHAIN: 1.0, 32: 2.0, 128: 3.0})
+    assert chosen[:6] == [CHAIN, CHAIN, 32, 32, 128, 128]  # the chain is timed first
+    assert set(chosen[6:]) == {CHAIN}
+    assert policy.phi == pytest.approx([4.0, 5.0, 5.5], rel=1e-5)  # the chain's Φ is its own mass
+    view = policy.snapshot()
+    assert view["choice"] == {"1": CHAIN} and set(view["round_ms"]["1"]) == {"chain", "32", "128"}
+    assert gpu.syncs == 0
+
+
+def test_a_tree_whose_gain_pays_for_its_width_wins_over_the_chain() -> None:
+    # chain 3 / 1.2 = 2.5; B = 32: 7 / 1.7 = 4.1
+    policy, gpu = make_with_chain()
+    phi = {CHAIN: 2.0, 8: 4.5, 32: 6.0, 128: 6.5}
+    chosen = run_chain_rounds(policy, gpu, 20, phi=phi, round_ms={CHAIN: 1.0, 32: 1.5, 128: 3.0})
+    assert set(chosen[6:]) == {32}
+
+
+def test_the_chain_is_timed_and_scaled_per_batch_size_like_any_width() -> None:
+    policy, gpu = make_with_chain()
+    phi = {CHAIN: 4.0, 8: 4.5, 32: 5.0, 128: 5.5}
+    # small batches: the verify is cheap, the wide tree pays; large ones: the chain does
+    run_chain_rounds(policy, gpu, 12, bs=1, phi=phi, round_ms={CHAIN: 1.0, 32: 1.05, 128: 1.1})
+    run_chain_rounds(policy, gpu, 12, bs=8, phi=phi, round_ms={CHAIN: 1.0, 32: 2.0, 128: 4.0})
+    assert policy.snapshot()["choice"] == {"1": 128, "8": CHAIN}

@@ -22,6 +22,7 @@ from tree_oracle import (
     DEGENERATE,
     budgets_for,
     check_best_tree,
+    check_chain,
     degenerate_logits,
     draft_log_probs,
     row_nodes,
@@ -331,6 +332,9 @@ AOT_SCRIPT = textwrap.dedent(
     for dtype in ("*bf16", "*fp32"):
         built.append(build(dk._row_logsumexp_kernel, dict(lse_sig, logits_ptr=dtype),
                            {{"BLOCK": dk._LSE_BLOCK}}, 8))
+    chain_sig = {{name: kind for name, kind in tree_sig.items() if name not in ("budget", "BUDGET_BLOCK")}}
+    built.append(build(dk._chain_kernel, chain_sig, {{}}, 1))
+    built.append(build(dk._chain_kernel, chain_sig, {{}}, 1, specialise_ones=True))  # top-1 only
     print(json.dumps(built))
     """
 )
@@ -347,7 +351,7 @@ def test_kernels_compile_ahead_of_time_for_sm90():
     )
     assert result.returncode == 0, result.stderr[-4000:]
     built = __import__("json").loads(result.stdout.strip().splitlines()[-1])
-    assert len(built) == 7 and all(size > 0 for _, size in built)
+    assert len(built) == 9 and all(size > 0 for _, size in built)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
@@ -419,6 +423,40 @@ def test_accepted_paths_match_the_torch_bookkeeping_on_random_paths(interpret):
     for b in range(bs):
         for r in range(int(accept_lens[b])):
             assert moves[int(cache_loc[b, r])] == int(cache_loc.view(-1)[safe[b, r]])
+
+
+# --- the chain (build_chain) ------------------------------------------------------------------
+
+
+def assert_same_chain(got, want):
+    for field in ("tokens", "parent_indices", "depths", "log_scores"):
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_chain_kernel_equals_build_chain_tree_bit_for_bit(interpret, seed):
+    for topk in (random_topk(3, 15, 50, 8, seed), truncated_topk(3, 15, 4, seed), tied_topk(2, 6, 3, seed)):
+        assert_same_chain(interpret.build_chain(topk), du.build_chain_tree(topk))
+
+
+@pytest.mark.parametrize("kind", sorted(DEGENERATE))
+def test_the_triton_stages_chain_is_the_drafters_top1_path(interpret, kind):
+    logits = degenerate_logits(kind, 3, bs=3, depth_limit=4, vocab=5)
+    chain = interpret.build_chain(interpret.draft_topk(logits, 1))
+    for b in range(3):
+        check_chain(row_nodes(chain, b), draft_log_probs(logits[b]))
+
+
+def test_the_chains_verify_inputs_from_the_kernel_equal_the_torch_ones(interpret):
+    topk = truncated_topk(3, 15, 2, 4)
+    topk.log_probs[1, 6:] = NEG_INF  # request 1's chain ends after six nodes
+    chain = interpret.build_chain(topk)
+    roots, prefix_lens = torch.tensor([3, 4, 5]), prefix_lens_for(3, 4)
+    capacity = exact_mask_len(prefix_lens, 16) + 9
+    tensors, mask = interpret.write_verify_inputs(chain, roots, prefix_lens, 16, 15, capacity)
+    assert_verify_inputs_match(tensors, mask, chain, roots, prefix_lens, 16, 15, capacity)
+    assert tensors.retrieve_next_sibling.eq(-1).all()  # a path: no siblings for hybrid targets' walk
+    assert tensors.retrieve_next_token[1].tolist() == [*range(1, 7), *[-1] * 10]
 
 
 # --- the draft top-K (draft_topk) -------------------------------------------------------------

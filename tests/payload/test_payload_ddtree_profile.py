@@ -1,12 +1,12 @@
 """The DDTREE per-round profiler (overlay/.../ddtree_profile.py), with fake CUDA events.
 
-The module is a whole new file we ship into sglang and imports only the standard library at
-module level, so it is loaded here straight from the overlay tree, without sglang or a GPU.
+The module is a whole new file we ship into sglang and imports only the standard library and
+its switches (ddtree_envs) at module level, so it is loaded here straight from the overlay tree,
+without sglang or a GPU.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import subprocess
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fake_cuda_events import FakeGPU
+from payload_modules import load_payload_module
 
 PROFILE_PATH = (
     Path(__file__).resolve().parents[2] / "overlay/sglang/srt/speculative/ddtree_profile.py"
@@ -22,14 +23,7 @@ PROFILE_PATH = (
 STAGES = ("draft", "topk", "tree", "verify", "accept", "commit")
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("ddtree_profile_under_test", PROFILE_PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-dp = _load()
+dp = load_payload_module("sglang.srt.speculative.ddtree_profile")
 
 
 class FakeClock:
@@ -73,7 +67,7 @@ def lines(tmp_path: Path) -> list[dict]:
 def test_disabled_profiler_is_one_shared_no_op_outside_a_trace(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.delenv(dp.PROFILE_ENV, raising=False)
+    monkeypatch.delenv("SGLANG_DDTREE_PROFILE", raising=False)
     monkeypatch.setattr(dp, "_PROFILER", None)
     profiler = dp.get_ddtree_profiler()
     assert not profiler.enabled
@@ -88,23 +82,26 @@ def test_disabled_profiler_is_one_shared_no_op_outside_a_trace(
 
 def test_the_environment_variable_is_read_once(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(dp, "_PROFILER", None)
-    monkeypatch.setenv(dp.PROFILE_ENV, str(tmp_path / "p.jsonl"))
+    monkeypatch.setenv("SGLANG_DDTREE_PROFILE", str(tmp_path / "p.jsonl"))
     profiler = dp.get_ddtree_profiler()
-    monkeypatch.delenv(dp.PROFILE_ENV)
+    monkeypatch.delenv("SGLANG_DDTREE_PROFILE")
     assert profiler.enabled and profiler.path == str(tmp_path / "p.jsonl")
     assert dp.get_ddtree_profiler() is profiler
 
 
-def test_module_import_pulls_in_neither_torch_nor_sglang() -> None:
+def test_module_import_pulls_in_neither_torch_nor_the_rest_of_sglang() -> None:
+    # The overlay's folders as the sglang package: the profile may import only its switches.
     code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('p', {str(PROFILE_PATH)!r})\n"
-        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "import importlib, sys\n"
+        f"sys.path.insert(0, {str(PROFILE_PATH.parents[3])!r})\n"
+        "m = importlib.import_module('sglang.srt.speculative.ddtree_profile')\n"
         "m.get_ddtree_profiler()\n"
         "print(sorted(k for k in sys.modules if k.split('.')[0] in ('torch', 'sglang')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    modules = ["sglang", "sglang.srt", "sglang.srt.speculative"]
+    modules += ["sglang.srt.speculative.ddtree_envs", "sglang.srt.speculative.ddtree_profile"]
+    assert done.stdout.strip() == repr(modules)
 
 
 def test_a_full_window_is_one_json_line_of_stage_sums(tmp_path: Path) -> None:
@@ -214,11 +211,11 @@ def test_the_sync_guard_sets_torch_sync_debug_mode_for_a_round_only(monkeypatch:
         assert calls == ["error"]
         raise RuntimeError("a sync inside the round")
     assert calls == ["error", "default"]  # reset even when the round raised
-    monkeypatch.delenv(dp.SYNC_DEBUG_ENV, raising=False)
+    monkeypatch.delenv("SGLANG_DDTREE_SYNC_DEBUG", raising=False)
     with dp.get_round_sync_guard():  # unset: a no-op that needs no torch
         pass
-    monkeypatch.setenv(dp.SYNC_DEBUG_ENV, "loud")
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_SYNC_DEBUG must be one of"):
+    monkeypatch.setenv("SGLANG_DDTREE_SYNC_DEBUG", "loud")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_SYNC_DEBUG must be"):
         dp.get_round_sync_guard()
 
 
@@ -278,12 +275,12 @@ def test_an_unsampled_round_after_an_idle_gap_writes_the_last_cells_rounds(tmp_p
 
 def test_the_sampling_rate_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(dp, "_PROFILER", None)
-    monkeypatch.setenv(dp.PROFILE_ENV, str(tmp_path / "p.jsonl"))
-    monkeypatch.setenv(dp.PROFILE_EVERY_ENV, "8")
+    monkeypatch.setenv("SGLANG_DDTREE_PROFILE", str(tmp_path / "p.jsonl"))
+    monkeypatch.setenv("SGLANG_DDTREE_PROFILE_EVERY", "8")
     assert dp.get_ddtree_profiler().sample_every == 8
     for bad in ("0", "eight", "-1"):
         monkeypatch.setattr(dp, "_PROFILER", None)
-        monkeypatch.setenv(dp.PROFILE_EVERY_ENV, bad)
+        monkeypatch.setenv("SGLANG_DDTREE_PROFILE_EVERY", bad)
         with pytest.raises(ValueError, match="SGLANG_DDTREE_PROFILE_EVERY"):
             dp.get_ddtree_profiler()
 

@@ -27,6 +27,8 @@ FILES = (
     "sglang/srt/speculative/spec_registry.py",
     "sglang/srt/speculative/ddtree_spec.py",
     "sglang/srt/speculative/ddtree_utils.py",
+    "sglang/srt/speculative/ddtree_budget.py",
+    "sglang/srt/speculative/ddtree_envs.py",
     "sglang/srt/speculative/ddtree_compat.py",
     "sglang/srt/speculative/ddtree_contract.py",
     "sglang/srt/speculative/ddtree_hybrid.py",
@@ -137,8 +139,17 @@ CASES = {
     "hybrid_flashinfer_gdn": {"model_path": HYBRID, "linear_attn_decode_backend": "flashinfer"},
     "hybrid_replayssm": {"model_path": HYBRID, "enable_linear_replayssm_spec": True},
     "hybrid_conv5": {"model_path": os.path.join(MODELS, "hybrid_conv5")},
+    "schedule_chain": {"speculative_ddtree_budget_schedule": "1:64,17:chain"},
+    "schedule_only_chain": {"speculative_ddtree_budget_schedule": "1:chain"},
+    "adaptive_chain": {"speculative_ddtree_adaptive_budgets": "chain,8"},
+    "adaptive_chain_typo": {"speculative_ddtree_adaptive_budgets": "chian,8"},
+    "hybrid_adaptive_chain": {"model_path": HYBRID, "speculative_ddtree_adaptive_budgets": "chain,32"},
+    "chain_switch": {"speculative_ddtree_budget": 64, "env": {"SGLANG_DDTREE_TREE_SHAPE": "chain"}},
+    "chain_switch_typo": {"env": {"SGLANG_DDTREE_TREE_SHAPE": "chains"}},
 }
 for name, changes in CASES.items():
+    env = changes.pop("env", {})
+    os.environ.update(env)
     args = server_args(**changes)
     try:
         algo.handle_server_args(args)
@@ -151,6 +162,8 @@ for name, changes in CASES.items():
         }
     except ValueError as error:
         report["cases"][name] = {"error": str(error)}
+    for key in env:
+        del os.environ[key]
 print(json.dumps(report))
 """
 
@@ -234,6 +247,8 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
         ("schedule_descending", "batch sizes must ascend"),
         ("schedule_malformed", "'1=64' is not BATCH_SIZE:BUDGET"),
         ("schedule_budget0", "every budget must be >= 1"),
+        ("adaptive_chain_typo", "expected budgets or 'chain' separated by commas"),
+        ("chain_switch_typo", "SGLANG_DDTREE_TREE_SHAPE must be 'tree' or 'chain', got 'chains'"),
         ("hybrid_flashinfer_gdn", "--linear-attn-decode-backend flashinfer has none"),
         ("hybrid_replayssm", "does not support --enable-linear-replayssm-spec"),
         ("hybrid_conv5", "got linear_conv_kernel_dim=5"),
@@ -249,3 +264,15 @@ def test_a_gated_deltanet_target_gets_sglangs_tree_paths(ddtree_report: dict) ->
     assert cases["hybrid"] == {"budget": 32, "block": 16, "verify_width": 33, "steps": 1, "topk": 2}
     assert cases["hybrid_adaptive"]["topk"] == 2
     assert cases["hybrid_adaptive"]["verify_width"] == 33
+
+
+def test_the_chain_verifies_the_block_and_only_widens_nothing(ddtree_report: dict) -> None:
+    """The chain's width is the block (root + 15 drafted): a schedule or adaptive list with it
+    keeps its widest tree's width, and the chain alone verifies what DFLASH does."""
+    cases = ddtree_report["cases"]
+    dflash_like = {"budget": 15, "block": 16, "verify_width": 16, "steps": 1, "topk": 1}
+    assert cases["schedule_only_chain"] == cases["adaptive_chain"] == dflash_like
+    assert cases["chain_switch"] == dflash_like  # whatever the budget flag said
+    assert cases["schedule_chain"] == {"budget": 64, "block": 16, "verify_width": 65, "steps": 1, "topk": 1}
+    assert cases["hybrid_adaptive_chain"]["topk"] == 2
+    assert cases["hybrid_adaptive_chain"]["verify_width"] == 33

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 from payload_modules import load_payload_module  # noqa: E402
 
 du = load_payload_module("sglang.srt.speculative.ddtree_utils")
+db = load_payload_module("sglang.srt.speculative.ddtree_budget")
 gr = load_payload_module("sglang.srt.speculative.ddtree_cuda_graph_runner")
 from fake_graphs import FakeGraph, make_graphs  # noqa: E402
 
@@ -154,20 +155,6 @@ def test_capture_sizes_come_from_the_targets_decode_graphs_within_a_byte_budget(
     assert gr.capture_batch_sizes(types.SimpleNamespace(decode_cuda_graph_runner=None)) is None
 
 
-def test_the_environment_switches(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(gr.TREE_GRAPH_ENV, raising=False)
-    monkeypatch.delenv(gr.COMMIT_GRAPH_ENV, raising=False)
-    assert gr.graph_enabled(gr.TREE_GRAPH_ENV, default=True)
-    assert not gr.graph_enabled(gr.COMMIT_GRAPH_ENV, default=False)
-    monkeypatch.setenv(gr.TREE_GRAPH_ENV, "0")
-    monkeypatch.setenv(gr.COMMIT_GRAPH_ENV, "1")
-    assert not gr.graph_enabled(gr.TREE_GRAPH_ENV, default=True)
-    assert gr.graph_enabled(gr.COMMIT_GRAPH_ENV, default=False)
-    monkeypatch.setenv(gr.TREE_GRAPH_ENV, "off")
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_GRAPH must be 0 or 1"):
-        gr.graph_enabled(gr.TREE_GRAPH_ENV, default=True)
-
-
 def target_runner(capture_bs):
     """The target's model runner as VerifyWidths sees it: its backend and decode graphs."""
     graphs = types.SimpleNamespace(name="target-graphs", capture_bs=capture_bs) if capture_bs else None
@@ -182,82 +169,97 @@ def recording_build(calls):
     return build
 
 
-def test_each_narrower_width_is_built_once_for_the_captured_sizes_its_budgets_serve() -> None:
+def test_each_narrower_width_is_built_once_for_the_captured_sizes_its_shapes_serve() -> None:
     calls = []
-    schedule = du.BudgetSchedule.parse("1:256,4:64,8:32,16:8,32:15")
+    policy = db.BudgetPolicy.parse_schedule("1:256,4:64,8:32,16:8,32:15,48:chain")
     widths = gr.VerifyWidths(
-        target_runner([1, 2, 4, 8, 16, 32, 48]),
-        budget=256, block_size=16, schedule=schedule, build=recording_build(calls),
+        target_runner([1, 2, 4, 8, 16, 32, 48]), policy=policy, block_size=16,
+        build=recording_build(calls),
     )
-    # B = 8 and B = 15 both verify 16 tokens (the draft block): one backend, one graph set
+    # B = 8, B = 15 and the chain all verify 16 tokens (the draft block): one backend, one graph set
     assert sorted(calls) == [(16, [16, 32, 48]), (33, [8]), (65, [4])]
-    assert widths.by_budget[8].attn_backend == widths.by_budget[15].attn_backend == "attn-16"
-    assert (widths.by_budget[8].budget, widths.by_budget[15].budget) == (8, 15)
-    assert widths.by_budget[256].graph_runner.name == "target-graphs"  # the target's own
+    same = [widths.by_shape[s] for s in (8, 15, db.CHAIN)]
+    assert {w.attn_backend for w in same} == {"attn-16"}
+    assert [w.shape for w in same] == [8, 15, db.CHAIN]
+    assert widths.by_shape[256].graph_runner.name == "target-graphs"  # the target's own
 
 
 @pytest.mark.parametrize(
-    ("bs", "budget"),
-    # a batch's budget is the schedule's at the graph size it pads to: 3 -> 4, 9 -> 16;
+    ("bs", "shape"),
+    # a batch's shape is the schedule's at the graph size it pads to: 3 -> 4, 9 -> 16;
     # past the largest graph, at its own size
-    [(1, 256), (2, 256), (3, 64), (4, 64), (5, 32), (8, 32), (9, 8), (16, 8), (33, 32), (64, 32)],
+    [(1, 256), (2, 256), (3, 64), (4, 64), (5, 32), (8, 32), (9, 8), (16, 8), (33, 32), (64, "chain")],
 )
-def test_a_batch_takes_the_budget_of_the_graph_size_it_pads_to(bs, budget) -> None:
-    schedule = du.BudgetSchedule.parse("1:256,4:64,5:32,9:8,33:32")
+def test_a_batch_takes_the_shape_of_the_graph_size_it_pads_to(bs, shape) -> None:
+    policy = db.BudgetPolicy.parse_schedule("1:256,4:64,5:32,9:8,33:32,64:chain")
     widths = gr.VerifyWidths(
-        target_runner([1, 2, 4, 8, 16, 32]),
-        budget=256, block_size=16, schedule=schedule, build=recording_build([]),
+        target_runner([1, 2, 4, 8, 16, 32]), policy=policy, block_size=16,
+        build=recording_build([]),
     )
-    assert widths.budget_for(bs) == budget
+    assert widths.shape_for(bs) == shape
+    if shape == db.CHAIN:
+        assert widths.drafts_for(bs) == db.DraftStage(tree_budget=0, chain=True)
+    else:
+        assert widths.drafts_for(bs) == db.DraftStage(tree_budget=shape, chain=False)
 
 
 def test_a_verify_runs_on_its_widths_backend_and_graphs_and_the_target_gets_its_own_back() -> None:
     model_runner = target_runner([1, 2, 4, 8, 16])
     widths = gr.VerifyWidths(
-        model_runner, budget=64, block_size=16,
-        schedule=du.BudgetSchedule.parse("1:64,4:32,8:8,16:15"), build=recording_build([]),
+        model_runner, policy=db.BudgetPolicy.parse_schedule("1:64,4:32,8:8,16:chain"),
+        block_size=16, build=recording_build([]),
     )
     seen = []
     for bs in (1, 4, 8, 16):
         width = widths.width_for(bs)
         with widths.verifying(width):
-            seen.append((width.budget, width.num_verify_tokens, model_runner.attn_backend))
+            seen.append((width.shape, width.num_verify_tokens, model_runner.attn_backend))
             assert model_runner.decode_cuda_graph_runner == width.graph_runner
         assert model_runner.attn_backend == "target-attn"  # prefill and the rest see the target's
         assert model_runner.decode_cuda_graph_runner.name == "target-graphs"
     assert seen == [
-        (64, 65, "target-attn"), (32, 33, "attn-33"), (8, 16, "attn-16"), (15, 16, "attn-16"),
+        (64, 65, "target-attn"), (32, 33, "attn-33"), (8, 16, "attn-16"), ("chain", 16, "attn-16"),
     ]
     with pytest.raises(RuntimeError), widths.verifying(widths.width_for(4)):
         raise RuntimeError("verify failed")
     assert model_runner.attn_backend == "target-attn"
 
 
-def test_without_a_schedule_every_batch_verifies_at_the_targets_own_width() -> None:
+def test_a_fixed_budget_verifies_every_batch_at_the_targets_own_width() -> None:
     model_runner = target_runner([1, 2, 4])
-    widths = gr.VerifyWidths(model_runner, budget=32, block_size=16)
+    widths = gr.VerifyWidths(model_runner, policy=db.BudgetPolicy.fixed(32), block_size=16)
     for bs in (1, 3, 100):
         width = widths.width_for(bs)
-        assert (width.budget, width.num_verify_tokens, width.attn_backend) == (32, 33, "target-attn")
+        assert (width.shape, width.num_verify_tokens, width.attn_backend) == (32, 33, "target-attn")
+
+
+def test_the_fixed_chain_verifies_the_block_on_the_targets_own_width() -> None:
+    model_runner = target_runner([1, 2, 4])
+    widths = gr.VerifyWidths(model_runner, policy=db.BudgetPolicy.fixed(db.CHAIN), block_size=16)
+    width = widths.width_for(3)
+    assert (width.shape, width.num_verify_tokens, width.attn_backend) == ("chain", 16, "target-attn")
+    assert widths.drafts_for(3) == (0, True)
 
 
 def test_without_decode_graphs_the_narrower_widths_get_no_batch_sizes() -> None:
     calls = []
     widths = gr.VerifyWidths(
-        target_runner(None), budget=64, block_size=16,
-        schedule=du.BudgetSchedule.parse("1:64,8:15"), build=recording_build(calls),
+        target_runner(None), policy=db.BudgetPolicy.parse_schedule("1:64,8:15"), block_size=16,
+        build=recording_build(calls),
     )
     assert calls == [(16, [])]
-    assert widths.budget_for(7) == 64 and widths.budget_for(8) == 15
+    assert widths.shape_for(7) == 64 and widths.shape_for(8) == 15
 
 
 def test_adaptive_budgets_get_every_captured_size_at_every_width_and_trees_at_the_widest() -> None:
     calls = []
     widths = gr.VerifyWidths(
-        target_runner([1, 2, 4, 8]), budget=128, block_size=16,
-        choices=(8, 15, 32, 128), build=recording_build(calls),
+        target_runner([1, 2, 4, 8]), policy=db.BudgetPolicy.parse_adaptive("chain,8,15,32,128"),
+        block_size=16, build=recording_build(calls),
     )
     assert sorted(calls) == [(16, [1, 2, 4, 8]), (33, [1, 2, 4, 8])]
-    assert [widths.by_budget[b].num_verify_tokens for b in (8, 15, 32, 128)] == [16, 16, 33, 129]
-    assert widths.by_budget[128].attn_backend == "target-attn"
-    assert {widths.budget_for(bs) for bs in (1, 3, 8, 20)} == {128}  # the tree graphs' budget
+    shapes = (db.CHAIN, 8, 15, 32, 128)
+    assert [widths.by_shape[s].num_verify_tokens for s in shapes] == [16, 16, 16, 33, 129]
+    assert widths.by_shape[128].attn_backend == "target-attn"
+    # the tree graphs build the widest tree and the chain at every batch size
+    assert {widths.drafts_for(bs) for bs in (1, 3, 8, 20)} == {db.DraftStage(128, True)}

@@ -13,6 +13,7 @@ from payload_modules import load_payload_module  # noqa: E402
 from tree_oracle import (  # noqa: E402
     DEGENERATE,
     check_best_tree,
+    check_chain,
     degenerate_logits,
     draft_log_probs,
     row_nodes,
@@ -76,6 +77,28 @@ def _degenerate_rank_main(rank: int, world: int, init_file: str, out: dict) -> N
             tree = du.build_ddtree_tree(got, budget)
             fields = (tree.tokens, tree.parent_indices, tree.depths, tree.log_scores)
             results.append((got.log_probs, got.token_ids, fields))
+        out[rank] = results
+    finally:
+        dist.destroy_process_group()
+
+
+def chain_cases() -> list[torch.Tensor]:
+    """Drafter logits [bs, L, V]: random ones over 9 tokens, every degenerate kind over 5."""
+    random = torch.randn(3, 4, 9, generator=torch.Generator().manual_seed(13)) * 2.0
+    return [random, *(degenerate_logits(kind, 14, bs=2, vocab=5) for kind in sorted(DEGENERATE))]
+
+
+def _chain_rank_main(rank: int, world: int, init_file: str, out: dict) -> None:
+    """The chain as a schedule's chain step builds it under TP: the widest step's pairs sent
+    (pack_k 4), the top-1 combined from them."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        results = []
+        for logits in chain_cases():
+            start, end = shard_bounds(rank, world, logits.shape[-1])
+            got = tp.vocab_parallel_draft_topk(logits[..., start:end], vocab_start=start, k=1, pack_k=4)
+            chain = du.build_chain_tree(got)
+            results.append((chain.tokens, chain.parent_indices, chain.depths, chain.log_scores))
         out[rank] = results
     finally:
         dist.destroy_process_group()
@@ -246,3 +269,17 @@ def test_degenerate_shards_give_in_vocabulary_ids_and_the_best_reachable_tree(tm
             check_best_tree(row_nodes(tree, b), draft_log_probs(logits[b]), budget, padded=True)
     for mine, rank0 in zip(results[1], results[0], strict=True):
         assert all(torch.equal(a, b) for a, b in zip(mine[:2], rank0[:2], strict=True))
+
+
+def test_the_chain_under_tp_is_the_single_rank_chain_on_every_rank(tmp_path):
+    results = run_ranks(tmp_path, _chain_rank_main, world=2, args=())
+    random, *degenerate = chain_cases()
+    expect = du.build_chain_tree(du.compute_draft_topk(random, 1))
+    assert torch.equal(results[0][0][0], expect.tokens)
+    assert torch.allclose(results[0][0][3], expect.log_scores, atol=1e-5)
+    for logits, fields in zip(chain_cases(), results[0], strict=True):
+        chain = du.DDTreeDraftTree(*fields)
+        for b in range(logits.shape[0]):
+            check_chain(row_nodes(chain, b), draft_log_probs(logits[b]))
+    for mine, rank0 in zip(results[1], results[0], strict=True):
+        assert all(torch.equal(a, b) for a, b in zip(mine, rank0, strict=True))

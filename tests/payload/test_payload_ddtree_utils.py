@@ -20,6 +20,7 @@ from tree_oracle import (  # noqa: E402
     ancestors_or_self,
     budgets_for,
     check_best_tree,
+    check_chain,
     degenerate_logits,
     draft_log_probs,
     linked_children,
@@ -27,6 +28,7 @@ from tree_oracle import (  # noqa: E402
 )
 
 du = load_payload_module("sglang.srt.speculative.ddtree_utils")
+db = load_payload_module("sglang.srt.speculative.ddtree_budget")
 
 
 def heap_reference_tree(log_probs, token_ids, budget):
@@ -213,13 +215,6 @@ def test_topk_uses_the_full_vocabulary_normaliser():
     assert math.isclose(float(topk.log_probs.exp().sum()), float(expect.values.exp().sum()), rel_tol=1e-6)
 
 
-def test_widths():
-    assert du.num_verify_tokens_for(4, 16) == 16
-    assert du.num_verify_tokens_for(32, 16) == 33
-    assert du.max_accept_width(4, 16) == 5
-    assert du.max_accept_width(64, 16) == 16
-
-
 def test_write_verify_inputs_is_buffers_then_mask():
     logits = torch.randn(2, 15, 40, generator=torch.Generator().manual_seed(3))
     tree = du.build_ddtree_tree(du.compute_draft_topk(logits, 8), 8)
@@ -235,37 +230,23 @@ def test_write_verify_inputs_is_buffers_then_mask():
 
 def test_tree_stage_is_triton_by_default_torch_on_request_and_a_typo_is_refused(monkeypatch):
     kernels = types.ModuleType("sglang.srt.speculative.ddtree_kernels")  # no triton needed here
-    kernels.draft_topk, kernels.build_tree, kernels.write_verify_inputs = object(), object(), object()
+    parts = ("draft_topk", "build_tree", "build_chain", "write_verify_inputs")
+    for name in parts:
+        setattr(kernels, name, object())
     monkeypatch.setitem(sys.modules, kernels.__name__, kernels)
     package = sys.modules.get("sglang.srt.speculative") or types.ModuleType("sglang.srt.speculative")
     monkeypatch.setitem(sys.modules, package.__name__, package)
     monkeypatch.setattr(package, "ddtree_kernels", kernels, raising=False)
-    monkeypatch.delenv(du.TREE_STAGE_ENV, raising=False)
+    monkeypatch.delenv("SGLANG_DDTREE_TREE_KERNEL", raising=False)
+    assert du.select_tree_stage() == ("triton", *(getattr(kernels, name) for name in parts))
+    monkeypatch.setenv("SGLANG_DDTREE_TREE_KERNEL", "torch")
     assert du.select_tree_stage() == (
-        "triton", kernels.draft_topk, kernels.build_tree, kernels.write_verify_inputs
+        "torch", du.compute_draft_topk, du.build_ddtree_tree, du.build_chain_tree,
+        du.write_verify_inputs,
     )
-    monkeypatch.setenv(du.TREE_STAGE_ENV, "torch")
-    assert du.select_tree_stage() == (
-        "torch", du.compute_draft_topk, du.build_ddtree_tree, du.write_verify_inputs
-    )
-    monkeypatch.setenv(du.TREE_STAGE_ENV, "trition")
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be 'torch' or 'triton'"):
+    monkeypatch.setenv("SGLANG_DDTREE_TREE_KERNEL", "trition")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be"):
         du.select_tree_stage()
-
-
-@pytest.mark.parametrize(
-    ("bs", "budget"), [(1, 256), (7, 256), (8, 64), (15, 64), (16, 32), (512, 32)]
-)
-def test_a_budget_schedule_gives_a_batch_the_last_step_at_or_below_it(bs, budget):
-    schedule = du.BudgetSchedule.parse("1:256, 8:64, 16:32")
-    assert schedule.budget_for(bs) == budget
-    assert schedule.budgets == [32, 64, 256]
-
-
-@pytest.mark.parametrize("text", ["", "256", "1:", "1:64,x:8", "1:64,8:-1"])
-def test_a_malformed_budget_schedule_is_refused_naming_the_bad_step(text):
-    with pytest.raises(ValueError, match="is not BATCH_SIZE:BUDGET"):
-        du.BudgetSchedule.parse(text)
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -280,21 +261,93 @@ def test_a_narrower_budgets_tree_is_the_first_nodes_of_the_widest(seed):
             assert torch.equal(getattr(tree, field)[:, :budget], getattr(narrow, field)), field
 
 
-@pytest.mark.parametrize(
-    ("text", "budgets"), [("16,64,256", [16, 64, 256]), (" 64, 8 ,64,32", [8, 32, 64])]
-)
-def test_adaptive_budgets_parse_ascending_without_repeats(text, budgets):
-    assert du.parse_budget_choices(text) == budgets
+def chain_logits(kind: str, seed: int) -> torch.Tensor:
+    """[3, 4, 5] drafter logits: random, or of one degenerate kind."""
+    if kind == "random":
+        return torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(seed)) * 2.0
+    return degenerate_logits(kind, seed, bs=3, depth_limit=4, vocab=5)
 
 
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [("16;64", "separated by commas"), ("16,x", "separated by commas"), ("0,16", "must be >= 1"),
-     ("64", "at least two budgets"), ("64,64", "at least two budgets")],
-)
-def test_malformed_adaptive_budgets_are_refused(text, message):
-    with pytest.raises(ValueError, match=message):
-        du.parse_budget_choices(text)
+@pytest.mark.parametrize("kind", ["random", *sorted(DEGENERATE)])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_chain_is_the_drafters_top1_path_through_the_block(kind, seed):
+    logits = chain_logits(kind, seed)
+    for k in (1, 3):  # the top-1 alone, or the top-K a wider tree reads as well
+        chain = du.build_chain_tree(du.compute_draft_topk(logits, k))
+        for b in range(3):
+            check_chain(row_nodes(chain, b), draft_log_probs(logits[b]))
+
+
+def prefix_scores(tree, b: int) -> dict:
+    """Request b's nodes of a fixed-shape tree: prefix (tokens from the root) -> fp32 score."""
+    tokens, parents = tree.tokens[b].tolist(), tree.parent_indices[b].tolist()
+    prefixes, scores = [()], {}
+    for node, (token, parent) in enumerate(zip(tokens, parents), start=1):
+        prefixes.append((*prefixes[parent], token) if parent >= 0 else None)
+        if parent >= 0:
+            scores[prefixes[node]] = float(tree.log_scores[b, node - 1])
+    return scores
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_chain_scores_its_prefixes_bit_for_bit_as_the_best_first_tree(seed):
+    logits = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(seed)) * 3.0
+    topk = du.compute_draft_topk(logits, 4)
+    every_prefix = du.build_ddtree_tree(topk, 4 + 16 + 64)
+    chain = du.build_chain_tree(topk)
+    for b in range(2):
+        tree_scores, chain_scores = prefix_scores(every_prefix, b), prefix_scores(chain, b)
+        assert len(chain_scores) == 3
+        assert all(tree_scores[prefix] == score for prefix, score in chain_scores.items())
+
+
+def test_the_best_first_tree_cut_to_the_chains_size_is_not_the_chain():
+    # Position 1: two tokens of near-equal mass; position 2: a sure token. The best three
+    # prefixes are (0), (0, 0), (1): a branch at the root, where the chain goes three deep.
+    log_probs = torch.log(torch.tensor([[[0.5, 0.45, 0.05], [1.0, 0.0, 0.0], [0.5, 0.3, 0.2]]]))
+    topk = du.DDTreeDraftTopK(*torch.sort(log_probs, dim=-1, descending=True))
+    tree, chain = du.build_ddtree_tree(topk, 3), du.build_chain_tree(topk)
+    assert tree.parent_indices.tolist() == [[0, 1, 0]] and tree.depths.tolist() == [[1, 2, 1]]
+    assert chain.parent_indices.tolist() == [[0, 1, 2]] and chain.tokens.tolist() == [[0, 0, 0]]
+
+
+def test_the_chains_verify_inputs_link_one_path_and_stop_where_the_draft_has_no_mass():
+    logits = torch.randn(2, 5, 7, generator=torch.Generator().manual_seed(1))
+    logits[1, 2] = float("-inf")  # request 1's chain ends after two nodes
+    chain = du.build_chain_tree(du.compute_draft_topk(logits, 1))
+    prefix = torch.tensor([4, 9])
+    n = 6  # the chain's verify width: the block
+    buf = du.tree_to_verify_buffers(chain, torch.tensor([1, 2]), prefix, n, max_depth=5)
+    for b, real in ((0, 5), (1, 2)):
+        first_child, next_sibling = buf.retrieve_next_token[b].tolist(), buf.retrieve_next_sibling[b].tolist()
+        assert first_child == [*range(1, real + 1), -1, *[-1] * (n - 1 - real)]
+        assert next_sibling == [-1] * n  # one path: no node has a sibling
+        depths = [*range(real + 1), *[0] * (n - 1 - real)]
+        assert buf.positions[b].tolist() == [int(prefix[b]) + d for d in depths]
+        for i in range(n):
+            visible = set(buf.ancestor_mask[b, i].nonzero().flatten().tolist())
+            assert visible == (set(range(i + 1)) if i <= real else {i})
+
+
+def test_a_tree_stage_builds_what_its_draft_stage_asks_and_a_shape_picks_its_tree():
+    logits = torch.randn(3, 6, 30, generator=torch.Generator().manual_seed(5))
+    topk = du.compute_draft_topk(logits, 8)
+    stage = du.select_tree_stage("torch")
+    both = stage.build_drafts(topk, db.DraftStage(tree_budget=8, chain=True))
+    assert_same(both.tree, du.build_ddtree_tree(topk, 8))
+    assert_same(both.chain, du.build_chain_tree(topk))
+    assert both.verified(db.CHAIN) is both.chain
+    assert_same(both.verified(5), du.build_ddtree_tree(topk, 5))
+    assert stage.build_drafts(topk, db.DraftStage(0, True)).tree is None
+    assert stage.build_drafts(topk, db.DraftStage(8, False)).chain is None
+    rows = both.first_rows(2)
+    assert_same(rows.chain, du.build_chain_tree(du.compute_draft_topk(logits[:2], 8)))
+    assert rows.tree.tokens.shape == (2, 8)
+
+
+def assert_same(got, want):
+    for field in ("tokens", "parent_indices", "depths", "log_scores"):
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
 
 
 def test_the_reference_walk_refuses_a_parent_after_its_child():

@@ -1,16 +1,22 @@
-"""DDTREE: a budget chosen per round (``--speculative-ddtree-adaptive-budgets``), without a
+"""DDTREE: a shape chosen per round (``--speculative-ddtree-adaptive-budgets``), without a
 host sync.
 
 Each round builds its tree at the widest budget. If the target accepted a drafted node with the
 drafter's own path probability q (the exp of its log score), the first w nodes of that tree
 (best-first order, so q never grows along it) would yield 1 + Φ(w) tokens per request, Φ(w) being
-the sum of their q. The round verifies the first w nodes for the w that maximises
+the sum of their q. With the chain among the choices the round also builds the chain (the
+drafter's top-1 path through the block, what DFLASH verifies): its Φ is the sum of its nodes' q,
+its width the block. It is no prefix of the tree, and the tree's first block - 1 nodes hold at
+least its mass (they are the most probable prefix-closed set of that size) at the same verify
+width: the chain wins where the choices' trees are wider than the block, or narrower than
+block - 1 nodes, or where the drafter's q misjudges how deep paths are accepted (c is one scale
+for every shape). The round verifies the shape w that maximises
 
     θ(w) = (1 + c Φ̄(w)) / t(bs, w),
 
-CaDDTree's stopping rule over a few CUDA-graph widths. Φ̄ is the mean Φ per request of the
-latest measured round whose statistics reached the host; c rescales it to the acceptance
-measured since (the drafter is not calibrated). t(bs, w) = r(bs, w) + g(bs): r is the GPU time
+CaDDTree's stopping rule over a few CUDA-graph widths (a width here is a shape: a budget, or the
+chain). Φ̄ is the mean Φ per request of the latest measured round whose statistics reached the
+host; c rescales it to the acceptance measured since (the drafter is not calibrated). t(bs, w) = r(bs, w) + g(bs): r is the GPU time
 from a round's start to its end at that graph batch size and width, g the gap the host leaves
 before the next round starts. The gap is the scheduler's work between rounds (requests
 finishing, new ones joining), the same whatever the width and noisier than a round, so it is
@@ -36,6 +42,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tu
 
 import torch
 
+from sglang.srt.speculative.ddtree_budget import CHAIN, Shape, shape_order
+
 SAMPLE_EVERY = 8
 EXPLORE_EVERY = 64
 MIN_SAMPLES = 2  # timings of a width at a batch size before its cost is trusted (the lower one)
@@ -50,7 +58,7 @@ STATS_SLOTS = 8  # measured rounds whose statistics may be in flight at once
 
 @dataclass
 class _Round:
-    key: Tuple[int, int]  # (batch-size bucket, budget)
+    key: Tuple[int, Shape]  # (batch-size bucket, shape)
     start: Any  # CUDA event at the round's first launch
     batch_size: int
     done: Any = None  # CUDA event after the round's last launch (``end_round``)
@@ -60,23 +68,24 @@ class _Round:
 
 
 class AdaptiveBudget:
-    """The per-round budget policy; one per worker.
+    """The per-round shape policy; one per worker.
 
     Args:
-        budgets: the widths a round chooses from (each has its verify graphs).
+        budgets: the shapes a round chooses from, tree budgets and maybe ``CHAIN`` (each has its
+            verify graphs).
         batch_sizes: the captured graph batch sizes; a batch is timed under the one it pads to.
         device: where the tree's log scores live.
         new_event / new_host_buffer: ``torch.cuda.Event(enable_timing=True)`` and a pinned
             float32 host tensor of a given length; injectable for CPU tests.
 
-    Use per decode round: ``budget = begin_round(bs)`` before the first launch, then
-    ``end_round(log_scores, accept_lens)`` after the last; ``interrupt()`` before another batch
-    (a prefill) runs.
+    Use per decode round: ``shape = begin_round(bs)`` before the first launch, then
+    ``end_round(log_scores, accept_lens, chain_log_scores)`` after the last; ``interrupt()``
+    before another batch (a prefill) runs.
     """
 
     def __init__(
         self,
-        budgets: Sequence[int],
+        budgets: Sequence[Shape],
         batch_sizes: Sequence[int],
         *,
         device: torch.device,
@@ -85,14 +94,16 @@ class AdaptiveBudget:
         sample_every: int = SAMPLE_EVERY,
         explore_every: int = EXPLORE_EVERY,
     ):
-        self.budgets = sorted({int(b) for b in budgets})
-        self.widest = self.budgets[-1]
+        self.budgets: List[Shape] = sorted(set(budgets), key=shape_order)  # the chain first
+        self.widest = self.budgets[-1]  # a tree: a choice of only the chain is no choice
+        self._has_chain = CHAIN in self.budgets
+        trees = self.budgets[1:] if self._has_chain else self.budgets
         self.batch_sizes = sorted({int(b) for b in batch_sizes})
         self.sample_every = int(sample_every)
         self.explore_every = int(explore_every)
-        # Φ(w) for every width at once: [widest] summed q @ [widest, widths] prefix indicator.
+        # Φ(w) for every tree width at once: [widest] summed q @ [widest, widths] prefix indicator.
         nodes = torch.arange(self.widest, device=device)
-        self._prefix = (nodes[:, None] < torch.tensor(self.budgets, device=device)).float()
+        self._prefix = (nodes[:, None] < torch.tensor(trees, device=device)).float()
         self._new_event = new_event or (lambda: torch.cuda.Event(enable_timing=True))
         new_host_buffer = new_host_buffer or (
             lambda n: torch.empty(n, dtype=torch.float32, pin_memory=True)
@@ -100,15 +111,15 @@ class AdaptiveBudget:
         self._free_slots = [new_host_buffer(len(self.budgets) + 1) for _ in range(STATS_SLOTS)]
         self._pending: Deque[_Round] = deque()
         self._open: Optional[_Round] = None  # the measured round awaiting its end event
-        self.round_ms: Dict[Tuple[int, int], float] = {}  # r(bs, w)
+        self.round_ms: Dict[Tuple[int, Shape], float] = {}  # r(bs, w)
         self.gap_ms: Dict[int, float] = {}  # g(bs), per bucket
-        self._samples: Dict[Tuple[int, int], int] = {}
-        self._timed_at: Dict[Tuple[int, int], int] = {}  # round count when last timed
-        self._best: Dict[int, int] = {}  # per bucket, until the next fold brings news
+        self._samples: Dict[Tuple[int, Shape], int] = {}
+        self._timed_at: Dict[Tuple[int, Shape], int] = {}  # round count when last timed
+        self._best: Dict[int, Shape] = {}  # per bucket, until the next fold brings news
         self._rounds: Dict[int, int] = {}  # per bucket
         self._timed_buckets: Set[int] = set()  # every width has MIN_SAMPLES timings there
         self._round_count = 0
-        self.phi: Optional[List[float]] = None  # Φ̄ per width, per request
+        self.phi: Optional[List[float]] = None  # Φ̄ per shape (``budgets`` order), per request
         self._accepted = 0.0  # EMAs of accepted drafts and of Φ at the widths used, per request
         self._predicted = 0.0
 
@@ -124,7 +135,8 @@ class AdaptiveBudget:
         """The policy's view, for the profile: per batch size, r(bs, w) and g(bs) in ms and the
         width it would choose now; Φ̄ per width and c."""
         rounds: Dict[str, Dict[str, float]] = {}
-        for (bucket, width), ms in sorted(self.round_ms.items()):
+        by_key = sorted(self.round_ms.items(), key=lambda item: (item[0][0], shape_order(item[0][1])))
+        for (bucket, width), ms in by_key:
             rounds.setdefault(str(bucket), {})[str(width)] = round(ms, 4)
         return {
             "round_ms": rounds,
@@ -141,8 +153,8 @@ class AdaptiveBudget:
             return self.batch_sizes[i]
         return 1 << (int(bs) - 1).bit_length()
 
-    def begin_round(self, bs: int) -> int:
-        """This round's budget; on a measured round (or right after one) marks its start on the
+    def begin_round(self, bs: int) -> Shape:
+        """This round's shape; on a measured round (or right after one) marks its start on the
         current stream."""
         start = None
         if self._open is not None:
@@ -156,12 +168,18 @@ class AdaptiveBudget:
             self._open = _Round((bucket, budget), start or self._record(), batch_size=bs)
         return budget
 
-    def end_round(self, log_scores: torch.Tensor, accept_lens: torch.Tensor) -> None:
+    def end_round(
+        self,
+        log_scores: torch.Tensor,
+        accept_lens: torch.Tensor,
+        chain_log_scores: Optional[torch.Tensor] = None,
+    ) -> None:
         """After the round's last launch: a measured round's end marked and its statistics on
         their way to the host.
 
         ``log_scores``: the widest tree's node log scores, [bs, widest] (-inf: unreachable);
-        ``accept_lens``: accepted tokens per request, bonus included, [bs]."""
+        ``accept_lens``: accepted tokens per request, bonus included, [bs];
+        ``chain_log_scores``: the chain's, [bs, block - 1], when the chain is a choice."""
         rnd = self._open
         if rnd is None:
             return
@@ -170,7 +188,10 @@ class AdaptiveBudget:
             stats = torch.empty(
                 len(self.budgets) + 1, dtype=torch.float32, device=log_scores.device
             )
-            torch.mv(self._prefix.T, log_scores.float().exp().sum(0), out=stats[:-1])
+            first_tree = int(self._has_chain)  # stats: [chain?, trees..., accepted drafts]
+            torch.mv(self._prefix.T, log_scores.float().exp().sum(0), out=stats[first_tree:-1])
+            if self._has_chain:
+                stats[:1].copy_(chain_log_scores.float().exp().sum().reshape(1))
             stats[-1:].copy_(accept_lens.sum() - bs)
             rnd.slot = self._free_slots.pop()
             rnd.slot.copy_(stats, non_blocking=True)  # complete once ``done`` is
@@ -191,8 +212,8 @@ class AdaptiveBudget:
         rnd.end, rnd.timed = end, timed
         self._pending.append(rnd)
 
-    def _choose(self, bucket: int) -> Tuple[int, bool]:
-        """The budget, and whether it is chosen to be timed rather than for its θ."""
+    def _choose(self, bucket: int) -> Tuple[Shape, bool]:
+        """The shape, and whether it is chosen to be timed rather than for its θ."""
         count = self._rounds[bucket] = self._rounds.get(bucket, 0) + 1
         if bucket not in self._timed_buckets:  # samples only grow: once timed, always timed
             untimed = [b for b in self.budgets if self._samples.get((bucket, b), 0) < MIN_SAMPLES]
@@ -206,7 +227,7 @@ class AdaptiveBudget:
             best = self._best[bucket] = self._most_tokens_per_ms(bucket)
         return best, False
 
-    def _most_tokens_per_ms(self, bucket: int) -> int:
+    def _most_tokens_per_ms(self, bucket: int) -> Shape:
         if self.phi is None:
             return self.widest
         scale = self.scale
@@ -233,7 +254,7 @@ class AdaptiveBudget:
         if folded:
             self._best.clear()
 
-    def _time(self, key: Tuple[int, int], ms: float) -> None:
+    def _time(self, key: Tuple[int, Shape], ms: float) -> None:
         old = self.round_ms.get(key)
         if old is not None and ms > old + MAX_EXCESS_MS:
             return

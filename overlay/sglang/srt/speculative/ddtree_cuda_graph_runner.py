@@ -6,7 +6,8 @@ fixture pair). Stages whose shapes depend only on the batch size replay from
 a graph instead:
 
 - the tree stage: draft hidden states -> lm_head top-K with its fp32
-  normaliser -> best-first tree (~16 launches and ~0.5 ms of host time eager);
+  normaliser -> best-first tree and/or the top-1 chain, as the budget policy
+  asks at that batch size (~16 launches and ~0.5 ms of host time eager);
 - the commit stage: the accepted rows'
   target features -> DFlash's draft-KV writer (projection, then per layer K/V,
   norm, rope and a prefix-valid store; ~10 launches and DFlash's Python).
@@ -23,39 +24,35 @@ them on the same stream before then.
 
 With a budget schedule (``--speculative-ddtree-budget-schedule``) or adaptive
 budgets (``--speculative-ddtree-adaptive-budgets``) the target's verify also
-comes in several widths: ``VerifyWidths`` keeps, per budget, the target
-attention backend and TARGET_VERIFY graphs of that width, and the round swaps
-them into the target's model runner for its verify only.
+comes in several widths: ``VerifyWidths`` keeps, per shape of the budget
+policy (ddtree_budget), the target attention backend and TARGET_VERIFY graphs
+of its width, and the round swaps them into the target's model runner for its
+verify only. ``SGLANG_DDTREE_TREE_GRAPH`` / ``SGLANG_DDTREE_COMMIT_GRAPH``
+(ddtree_envs) = 0 run a stage eagerly.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import logging
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
-from sglang.srt.speculative.ddtree_utils import BudgetSchedule, num_verify_tokens_for
+from sglang.srt.speculative.ddtree_budget import (
+    BudgetPolicy,
+    DraftStage,
+    Shape,
+    shape_verify_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
-TREE_GRAPH_ENV = "SGLANG_DDTREE_TREE_GRAPH"  # default 1; 0 runs the top-K and tree build eagerly
-COMMIT_GRAPH_ENV = "SGLANG_DDTREE_COMMIT_GRAPH"  # default 1; 0 runs the draft-KV commit eagerly
 # The tree graphs' pool holds the largest batch's draft logits (model dtype plus an fp32 copy);
 # above this, batches run eagerly, where the GPU work outweighs the launches anyway.
 MAX_GRAPH_LOGITS_BYTES = 256 << 20
-
-
-def graph_enabled(env: str, default: bool) -> bool:
-    value = os.environ.get(env, "1" if default else "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"{env} must be 0 or 1, got {value!r}.")
-    return value == "1"
 
 
 @dataclass(frozen=True)
@@ -158,69 +155,68 @@ def capture_batch_sizes(model_runner, bytes_per_request: int = 0, budget: int = 
 
 @dataclass(frozen=True)
 class VerifyWidth:
-    """What a round with this budget verifies on: the width, and the target's attention backend
+    """What a round of this shape verifies on: the width, and the target's attention backend
     and decode-graph runner built for it."""
 
-    budget: int
+    shape: Shape
     num_verify_tokens: int
     attn_backend: Any
     graph_runner: Any
 
 
 class VerifyWidths:
-    """The target's verify resources per budget; one entry without a schedule.
+    """The target's verify resources per shape of the budget policy.
 
-    The target's own backend and decode graphs, made at startup for every captured batch size,
-    serve the widest budget. Each narrower width gets its own, from ``build(num_verify_tokens,
-    batch_sizes)`` -> (attn_backend, graph_runner), with graphs for the captured batch sizes the
-    schedule gives it, or for all of them when a round may pick any of ``choices`` (adaptive
-    budgets). Under a schedule a batch's budget is the schedule's at the graph batch size it
-    pads to, so the verify graph, the tree graph and the budget always agree.
+    The target's own backend and decode graphs, made at startup for every captured batch size at
+    the policy's widest verify width, serve the shapes of that width. Each narrower width gets
+    its own, from ``build(num_verify_tokens, batch_sizes)`` -> (attn_backend, graph_runner), with
+    graphs for the captured batch sizes a schedule gives it, or for all of them when a round may
+    pick any shape (adaptive). Shapes of one width share them (the chain's is the block, as a
+    budget below the block's). A batch's shape and tree stage are the policy's at the graph
+    batch size it pads to, so the verify graph, the tree graph and the shape always agree.
     """
 
     def __init__(
         self,
         model_runner,
         *,
-        budget: int,
+        policy: BudgetPolicy,
         block_size: int,
-        schedule: Optional[BudgetSchedule] = None,
-        choices: Sequence[int] = (),  # adaptive budgets; never together with a schedule
         build: Optional[Callable[[int, list], Tuple[Any, Any]]] = None,
     ):
         self.model_runner = model_runner
-        self.schedule = schedule
+        self.policy = policy
         self.capture_bs = capture_batch_sizes(model_runner) or []
-        widest = VerifyWidth(
-            budget,
-            num_verify_tokens_for(budget, block_size),
-            model_runner.attn_backend,
-            model_runner.decode_cuda_graph_runner,
-        )
-        self.by_budget: Dict[int, VerifyWidth] = {budget: widest}
-        by_width = {widest.num_verify_tokens: widest}
-        for other in schedule.budgets if schedule is not None else choices:
-            width = num_verify_tokens_for(other, block_size)
+        widest = policy.widest_verify_tokens(block_size)
+        by_width = {widest: (model_runner.attn_backend, model_runner.decode_cuda_graph_runner)}
+        self.by_shape: Dict[Shape, VerifyWidth] = {}
+        for shape in policy.shapes:
+            width = shape_verify_tokens(shape, block_size)
             if width not in by_width:
                 sizes = [  # a schedule's width serves its batch sizes; a choice serves them all
                     bs
                     for bs in self.capture_bs
-                    if schedule is None
-                    or num_verify_tokens_for(schedule.budget_for(bs), block_size) == width
+                    if policy.is_adaptive
+                    or shape_verify_tokens(policy.shape_at(bs), block_size) == width
                 ]
-                attn_backend, graph_runner = build(width, sizes)
-                by_width[width] = VerifyWidth(other, width, attn_backend, graph_runner)
-            self.by_budget[other] = dataclasses.replace(by_width[width], budget=other)
-        self.widest = widest
+                by_width[width] = build(width, sizes)
+            self.by_shape[shape] = VerifyWidth(shape, width, *by_width[width])
 
-    def budget_for(self, bs: int) -> int:
-        if self.schedule is None:
-            return self.widest.budget
+    def graph_bs(self, bs: int) -> int:
+        """The captured batch size ``bs`` pads to (itself past the largest)."""
         i = bisect.bisect_left(self.capture_bs, bs)
-        return self.schedule.budget_for(self.capture_bs[i] if i < len(self.capture_bs) else bs)
+        return self.capture_bs[i] if i < len(self.capture_bs) else bs
+
+    def shape_for(self, bs: int) -> Shape:
+        """A fixed policy's or schedule's shape for a batch of ``bs`` requests."""
+        return self.policy.shape_at(self.graph_bs(bs))
+
+    def drafts_for(self, bs: int) -> DraftStage:
+        """What the tree stage builds for a batch of ``bs`` requests."""
+        return self.policy.drafts_at(self.graph_bs(bs))
 
     def width_for(self, bs: int) -> VerifyWidth:
-        return self.by_budget[self.budget_for(bs)]
+        return self.by_shape[self.shape_for(bs)]
 
     @contextmanager
     def verifying(self, width: VerifyWidth):

@@ -12,6 +12,8 @@ tree stage is bound by CPU launch time, not by GPU work.
   token ids and positions and the verify block's KV slots;
 - ``_best_first_tree_kernel`` (one program per request) pops the paper's
   best-first heap B times, ties broken as ``build_ddtree_tree`` orders nodes;
+- ``_chain_kernel`` (one program per request) writes the drafter's top-1 path
+  (``build_chain_tree``);
 - ``_verify_inputs_kernel`` (one program per request and tile of verify rows)
   writes the [bs, N] verify tensors and the FULL custom mask.
 
@@ -432,6 +434,51 @@ def build_tree(topk: DDTreeDraftTopK, budget: int) -> DDTreeDraftTree:
             depth_limit, topk_width, budget,
             BUDGET_BLOCK=block,
             num_warps=1 if block <= 256 else 4,  # the pop loop is latency-bound: one warp, no barriers
+        )
+    return DDTreeDraftTree(tokens=tokens, parent_indices=parents, depths=depths, log_scores=scores)
+
+
+@triton.jit
+def _chain_kernel(
+    log_probs_ptr,  # [bs, L, K] fp32, contiguous, sorted desc along K
+    token_ids_ptr,  # [bs, L, K] int64, contiguous
+    tokens_ptr,  # [bs, L] int64 out
+    parents_ptr,  # [bs, L] int64 out
+    depths_ptr,  # [bs, L] int64 out
+    scores_ptr,  # [bs, L] fp32 out
+    depth_limit,
+    topk_width,
+):
+    """The top-1 path of one request, summed one position after another as the best-first
+    kernel sums a path, so the chain's scores are bit-identical to that tree's nodes'."""
+    req = tl.program_id(0).to(tl.int64)
+    entry = req * depth_limit * topk_width
+    score = tl.zeros([], tl.float32)
+    for d in range(depth_limit):
+        score += tl.load(log_probs_ptr + entry + d * topk_width)
+        reachable = score > float("-inf")
+        token = tl.load(token_ids_ptr + entry + d * topk_width)
+        out = req * depth_limit + d
+        tl.store(tokens_ptr + out, tl.where(reachable, token, 0).to(tl.int64))
+        tl.store(parents_ptr + out, tl.where(reachable, d, -1).to(tl.int64))
+        tl.store(depths_ptr + out, tl.where(reachable, d + 1, 0).to(tl.int64))
+        tl.store(scores_ptr + out, score)
+
+
+def build_chain(topk: DDTreeDraftTopK) -> DDTreeDraftTree:
+    """``build_chain_tree`` as one Triton launch (one program per request): the drafter's
+    top-1 path through the block, padding from the first position without mass."""
+    log_probs = topk.log_probs.float().contiguous()
+    token_ids = topk.token_ids.contiguous()
+    bs, depth_limit, topk_width = log_probs.shape
+    device = log_probs.device
+    columns = torch.empty((3, bs, depth_limit), dtype=torch.int64, device=device)
+    tokens, parents, depths = columns.unbind(0)
+    scores = torch.empty((bs, depth_limit), dtype=torch.float32, device=device)
+    if bs > 0 and depth_limit > 0:
+        _chain_kernel[(bs,)](
+            log_probs, token_ids, tokens, parents, depths, scores, depth_limit, topk_width,
+            num_warps=1,
         )
     return DDTreeDraftTree(tokens=tokens, parent_indices=parents, depths=depths, log_scores=scores)
 

@@ -56,12 +56,15 @@ import os
 import time
 from collections import Counter, deque
 from contextlib import nullcontext
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple
+
+from sglang.srt.speculative.ddtree_envs import envs
+
+if TYPE_CHECKING:
+    from sglang.srt.speculative.ddtree_budget import Shape
 
 logger = logging.getLogger(__name__)
 
-PROFILE_ENV = "SGLANG_DDTREE_PROFILE"
-PROFILE_EVERY_ENV = "SGLANG_DDTREE_PROFILE_EVERY"  # time one round in N (default 1)
 PROFILE_VERSION = 1
 WINDOW_ROUNDS = 64
 IDLE_GAP_S = 0.2
@@ -78,7 +81,7 @@ class DDTreeNullProfiler:
         return _record_function("ddtree." + name)
 
     def round_done(
-        self, batch_size: int, cuda_graph: Optional[bool] = None, budget: Optional[int] = None
+        self, batch_size: int, cuda_graph: Optional[bool] = None, budget: Optional["Shape"] = None
     ) -> None:
         return None
 
@@ -175,7 +178,7 @@ class _Window:
         self.cuda_graph_rounds += 1 if rnd.cuda_graph else 0
         self.batch_sizes[str(int(rnd.batch_size))] += 1
         if rnd.budget is not None:
-            self.budgets[str(int(rnd.budget))] += 1
+            self.budgets[str(rnd.budget)] += 1  # a budget, or "chain"
         for name, ms in [*stage_ms, ("round", round_ms)]:
             self.ms_sum[name] = self.ms_sum.get(name, 0.0) + ms
             self.ms_max[name] = max(self.ms_max.get(name, 0.0), ms)
@@ -228,7 +231,7 @@ class DDTreeProfiler:
         if window_rounds < 1:
             raise ValueError(f"window_rounds must be >= 1, got {window_rounds}.")
         if sample_every < 1:
-            raise ValueError(f"{PROFILE_EVERY_ENV} must be >= 1, got {sample_every}.")
+            raise ValueError(f"SGLANG_DDTREE_PROFILE_EVERY must be >= 1, got {sample_every}.")
         self.sample_every = int(sample_every)
         self._rounds_seen = 0
         self.path = path
@@ -263,7 +266,7 @@ class DDTreeProfiler:
         return _Stage(self, name)
 
     def round_done(
-        self, batch_size: int, cuda_graph: Optional[bool] = None, budget: Optional[int] = None
+        self, batch_size: int, cuda_graph: Optional[bool] = None, budget: Optional["Shape"] = None
     ) -> None:
         self._rounds_seen += 1
         if self._first is None:
@@ -335,7 +338,6 @@ class DDTreeProfiler:
                 self._write_failed = True
 
 
-SYNC_DEBUG_ENV = "SGLANG_DDTREE_SYNC_DEBUG"
 SYNC_DEBUG_MODES = ("warn", "error")
 
 
@@ -346,7 +348,9 @@ class RoundSyncGuard:
 
     def __init__(self, mode: str, set_mode: Optional[Callable[[str], None]] = None):
         if mode not in SYNC_DEBUG_MODES:
-            raise ValueError(f"{SYNC_DEBUG_ENV} must be one of {SYNC_DEBUG_MODES}, got {mode!r}.")
+            raise ValueError(
+                f"SGLANG_DDTREE_SYNC_DEBUG must be one of {SYNC_DEBUG_MODES}, got {mode!r}."
+            )
         self.mode = mode
         self._set_mode = set_mode or _set_cuda_sync_debug_mode
 
@@ -367,7 +371,7 @@ def _set_cuda_sync_debug_mode(mode: str) -> None:
 
 def get_round_sync_guard():
     """The guard the worker wraps each round in; reads ``SGLANG_DDTREE_SYNC_DEBUG``."""
-    mode = os.environ.get(SYNC_DEBUG_ENV, "")
+    mode = envs.SGLANG_DDTREE_SYNC_DEBUG.get()
     return RoundSyncGuard(mode) if mode else _NULL_STAGE
 
 
@@ -378,12 +382,10 @@ def get_ddtree_profiler():
     """The process's profiler; ``SGLANG_DDTREE_PROFILE`` is read on the first call."""
     global _PROFILER
     if _PROFILER is None:
-        path = os.environ.get(PROFILE_ENV, "")
+        path = envs.SGLANG_DDTREE_PROFILE.get()
         if path:
-            every = os.environ.get(PROFILE_EVERY_ENV, "1")
-            if not every.isdigit():
-                raise ValueError(f"{PROFILE_EVERY_ENV} must be a whole number >= 1, got {every!r}.")
-            _PROFILER = DDTreeProfiler(path, sample_every=int(every))
+            every = envs.SGLANG_DDTREE_PROFILE_EVERY.get()
+            _PROFILER = DDTreeProfiler(path, sample_every=every)
             logger.info(
                 "DDTREE profile: per-stage GPU ms of one round in %d, %d rounds per line, "
                 "appended to %s",

@@ -72,52 +72,35 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
 def _handle_ddtree(server_args: "ServerArgs") -> None:
     """Validate DDTREE flags and set the verify width.
 
-    Afterwards ``speculative_dflash_block_size`` is the drafter's block and
+    Afterwards ``speculative_dflash_block_size`` is the drafter's block,
     ``speculative_num_draft_tokens`` the verify width N (tree nodes incl. the
     root, padded up to the block): the target runner, its CUDA graphs and
-    DFlash's KV over-allocation all read the latter. With a budget schedule or
-    adaptive budgets it is the widest budget's; the worker adds narrower verify
+    DFlash's KV over-allocation all read the latter, and
+    ``speculative_ddtree_budget`` the drafted nodes of the widest round. With a
+    budget schedule or adaptive budgets these are the widest shape's
+    (ddtree_budget; the chain's: the block); the worker adds narrower verify
     graphs. Reads and writes go through
     the release's ``ddtree_compat`` (plain attributes up to 0.5.18, declared
     resolutions from 0.5.19).
     """
     from sglang.srt.arg_groups.speculative_hook import _handle_dflash
+    from sglang.srt.speculative.ddtree_budget import BudgetPolicy
     from sglang.srt.speculative.ddtree_compat import declare, server_args_view
+    from sglang.srt.speculative.ddtree_envs import envs
     from sglang.srt.speculative.ddtree_hybrid import HYBRID_TREE_TOPK, gated_deltanet_layers
-    from sglang.srt.speculative.ddtree_utils import (
-        BudgetSchedule,
-        num_verify_tokens_for,
-        parse_budget_choices,
-    )
 
     cfg = server_args_view(server_args)
-    budget = cfg.speculative_ddtree_budget
-    # Only the releases whose patch set declares these flags have them.
-    schedule = getattr(cfg, "speculative_ddtree_budget_schedule", None)
-    adaptive = getattr(cfg, "speculative_ddtree_adaptive_budgets", None)
-    given = [
-        flag
-        for flag, value in (
-            ("--speculative-ddtree-budget", budget),
-            ("--speculative-ddtree-budget-schedule", schedule),
-            ("--speculative-ddtree-adaptive-budgets", adaptive),
-        )
-        if value is not None
-    ]
-    if len(given) > 1:
-        raise ValueError(f"DDTREE takes one of {' / '.join(given)}, not several.")
-    if schedule is not None:
-        budget = max(BudgetSchedule.parse(schedule).budgets)  # sets the widest verify
-    if adaptive is not None:
-        if int(cfg.tp_size) > 1:
-            # Each rank would time its own rounds; the ranks' verify widths must match.
-            raise ValueError("DDTREE adaptive budgets do not support tensor parallelism yet.")
-        budget = max(parse_budget_choices(adaptive))
-    if budget is None:
-        budget = DDTREE_DEFAULT_BUDGET
-    if int(budget) < 1:
-        raise ValueError(f"DDTREE requires --speculative-ddtree-budget >= 1, got {budget}.")
-    declare(server_args, speculative_ddtree_budget=int(budget))
+    policy = BudgetPolicy.from_flags(
+        budget=cfg.speculative_ddtree_budget,
+        # Only the releases whose patch set declares these flags have them.
+        schedule=getattr(cfg, "speculative_ddtree_budget_schedule", None),
+        adaptive=getattr(cfg, "speculative_ddtree_adaptive_budgets", None),
+        default_budget=DDTREE_DEFAULT_BUDGET,
+        tree_shape=envs.SGLANG_DDTREE_TREE_SHAPE.get(),
+    )
+    if policy.is_adaptive and int(cfg.tp_size) > 1:
+        # Each rank would time its own rounds; the ranks' verify widths must match.
+        raise ValueError("DDTREE adaptive budgets do not support tensor parallelism yet.")
 
     problem = next(_unsupported_ddtree_settings(cfg), None)
     if problem is not None:
@@ -144,12 +127,13 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
     block_size = int(cfg.speculative_num_draft_tokens)
     declare(
         server_args,
+        speculative_ddtree_budget=policy.widest_nodes(block_size),
         speculative_dflash_block_size=block_size,
-        speculative_num_draft_tokens=num_verify_tokens_for(budget, block_size),
+        speculative_num_draft_tokens=policy.widest_verify_tokens(block_size),
     )
     logger.info(
-        "DDTREE budget=%d, block_size=%d, verify width=%d",
-        budget,
+        "DDTREE budget=%s, block_size=%d, verify width=%d",
+        policy.label,
         block_size,
         cfg.speculative_num_draft_tokens,
     )

@@ -17,6 +17,9 @@ Vocabulary (used the same way in every DDTREE file):
   log-prob on its path); a tree holds min(B, reachable) real nodes and pads
   the rest as unreachable (``DDTreeDraftTree``);
 - ``depth`` of node i is its distance from the root; position = prefix + depth;
+- the chain (``build_chain_tree``) is the other tree a round may verify: the
+  drafter's top-1 token at every draft position, one path of L nodes, as
+  DFLASH verifies (ddtree_budget: a round's shape);
 - ``num_correct_drafts`` counts accepted drafts; ``accept_lens`` includes the
   bonus token (SGLang's convention).
 
@@ -26,16 +29,14 @@ scheduling; it also runs on CPU, where the tests compare it with a heap oracle.
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, List, NamedTuple
+from typing import Callable, List, NamedTuple, Optional
 
 import torch
 
-# Which implementation runs a round's tree stage: "triton" (ddtree_kernels, the default: two
-# launches instead of ~150) or "torch" (these functions).
-TREE_STAGE_ENV = "SGLANG_DDTREE_TREE_KERNEL"
+from sglang.srt.speculative.ddtree_budget import CHAIN, DraftStage, Shape
+from sglang.srt.speculative.ddtree_envs import envs
 
 
 @contextmanager
@@ -48,77 +49,6 @@ def replaced_attribute(obj, name: str, value):
         yield
     finally:
         setattr(obj, name, saved)
-
-
-def num_verify_tokens_for(budget: int, block_size: int) -> int:
-    """Verify width for a budget.
-
-    The DFlash draft block occupies ``block_size`` KV slots after the prefix and
-    DFlash's over-allocation reserves ``2 * speculative_num_draft_tokens`` slots,
-    so the width never goes below the block size.
-    """
-    return max(int(budget) + 1, int(block_size))
-
-
-def max_accept_width(budget: int, block_size: int) -> int:
-    """Longest accepted path, root included: depth is capped by the block."""
-    return min(int(budget), int(block_size) - 1) + 1
-
-
-@dataclass(frozen=True)
-class BudgetSchedule:
-    """The budget per batch size: ``steps`` are (smallest batch size, budget) pairs,
-    ascending, the first from batch size 1. A batch uses the last step at or below it.
-
-    Written ``"1:256,8:64,16:32"``: B = 256 for 1-7 requests, 64 for 8-15, 32 from 16.
-    """
-
-    steps: tuple
-
-    @classmethod
-    def parse(cls, text: str) -> "BudgetSchedule":
-        steps = []
-        for item in str(text).split(","):
-            bs, sep, budget = item.strip().partition(":")
-            if not sep or not bs.strip().isdigit() or not budget.strip().isdigit():
-                raise ValueError(
-                    f"DDTREE budget schedule {text!r}: {item.strip()!r} is not BATCH_SIZE:BUDGET."
-                )
-            steps.append((int(bs), int(budget)))
-        if steps[0][0] != 1:
-            raise ValueError(f"DDTREE budget schedule {text!r} must start at batch size 1.")
-        if any(b <= a for (a, _), (b, _) in zip(steps, steps[1:], strict=False)):
-            raise ValueError(f"DDTREE budget schedule {text!r}: batch sizes must ascend.")
-        if any(budget < 1 for _, budget in steps):
-            raise ValueError(f"DDTREE budget schedule {text!r}: every budget must be >= 1.")
-        return cls(tuple(steps))
-
-    def budget_for(self, batch_size: int) -> int:
-        budget = self.steps[0][1]
-        for smallest, step_budget in self.steps:
-            if batch_size >= smallest:
-                budget = step_budget
-        return budget
-
-    @property
-    def budgets(self) -> List[int]:
-        return sorted({budget for _, budget in self.steps})
-
-
-def parse_budget_choices(text: str) -> List[int]:
-    """``--speculative-ddtree-adaptive-budgets``: the budgets a round may choose from,
-    written ``"16,32,64,128,256"``; returned ascending, without repeats."""
-    items = [item.strip() for item in str(text).split(",")]
-    if not all(item.isdigit() for item in items):
-        raise ValueError(
-            f"DDTREE adaptive budgets {text!r}: expected budgets separated by commas, e.g. '16,64,256'."
-        )
-    budgets = sorted({int(item) for item in items})
-    if budgets[0] < 1:
-        raise ValueError(f"DDTREE adaptive budgets {text!r}: every budget must be >= 1.")
-    if len(budgets) < 2:
-        raise ValueError(f"DDTREE adaptive budgets {text!r}: give at least two budgets to choose from.")
-    return budgets
 
 
 @dataclass(frozen=True)
@@ -157,6 +87,39 @@ class DDTreeDraftTree:
     @property
     def budget(self) -> int:
         return int(self.tokens.shape[1])
+
+    def first_nodes(self, budget: int) -> "DDTreeDraftTree":
+        """The tree of ``budget`` nodes inside this one: its first nodes in pop order (the
+        best-first rule pops the same nodes first whatever the budget)."""
+        if self.budget == budget:
+            return self
+        return DDTreeDraftTree(*(field[:, :budget] for field in self._fields()))
+
+    def first_rows(self, bs: int) -> "DDTreeDraftTree":
+        """The trees of the first ``bs`` requests (a graph's padded batch cut to the round's)."""
+        if int(self.tokens.shape[0]) == bs:
+            return self
+        return DDTreeDraftTree(*(field[:bs] for field in self._fields()))
+
+    def _fields(self):
+        return self.tokens, self.parent_indices, self.depths, self.log_scores
+
+
+class DDTreeDrafts(NamedTuple):
+    """What a round's tree stage built (``DraftStage``): the best-first tree, and the chain;
+    None for the one it did not build."""
+
+    tree: Optional[DDTreeDraftTree]
+    chain: Optional[DDTreeDraftTree]
+
+    def verified(self, shape: Shape) -> DDTreeDraftTree:
+        """The tree a round of this shape verifies."""
+        if shape == CHAIN:
+            return self.chain
+        return self.tree.first_nodes(int(shape))
+
+    def first_rows(self, bs: int) -> "DDTreeDrafts":
+        return DDTreeDrafts(*(None if t is None else t.first_rows(bs) for t in self))
 
 
 @dataclass(frozen=True)
@@ -286,6 +249,36 @@ def build_ddtree_tree(topk: DDTreeDraftTopK, budget: int) -> DDTreeDraftTree:
         tokens=torch.where(reachable, cand_tokens.gather(1, chosen), 0),
         parent_indices=torch.where(reachable, parents, -1),
         depths=torch.where(reachable, cand_depths.gather(1, chosen), 0),
+        log_scores=log_scores,
+    )
+
+
+def build_chain_tree(topk: DDTreeDraftTopK) -> DDTreeDraftTree:
+    """The drafter's top-1 path through the block as a tree of L nodes: node d (1..L) is the
+    top-1 token of draft position d, child of node d - 1, scored by the summed top-1 log-probs
+    (summed in the order ``build_ddtree_tree`` sums a path). This is what DFLASH verifies.
+
+    The path ends before the first position without mass (a top-1 log-prob of -inf): the
+    nodes from there are ``DDTreeDraftTree``'s padding, as the best-first tree pads
+    unreachable prefixes.
+    """
+    log_probs, token_ids = topk.log_probs, topk.token_ids
+    bs, depth_limit, _ = log_probs.shape
+    device = log_probs.device
+    if depth_limit == 0:
+        empty = torch.empty((bs, 0), dtype=torch.int64, device=device)
+        return DDTreeDraftTree(empty, empty, empty, empty.float())
+    top1 = log_probs[:, :, 0].float()
+    summed = [top1[:, 0]]
+    for d in range(1, depth_limit):
+        summed.append(summed[-1] + top1[:, d])
+    log_scores = torch.stack(summed, dim=1)
+    depth = torch.arange(1, depth_limit + 1, device=device).expand(bs, -1)
+    reachable = torch.isfinite(log_scores)
+    return DDTreeDraftTree(
+        tokens=torch.where(reachable, token_ids[:, :, 0].long(), 0),
+        parent_indices=torch.where(reachable, depth - 1, -1),
+        depths=torch.where(reachable, depth, 0),
         log_scores=log_scores,
     )
 
@@ -432,20 +425,30 @@ def write_verify_inputs(
 
 
 class TreeStage(NamedTuple):
-    """A round's tree stage: ``draft_topk(logits, k)``, ``build_tree(topk, budget)``, then
+    """A round's tree stage: ``draft_topk(logits, k)``, ``build_tree(topk, budget)`` and
+    ``build_chain(topk)`` (``build_drafts`` runs what a ``DraftStage`` asks), then
     ``write_verify_inputs(tree, root_tokens, prefix_lens, N, max_depth, mask_capacity)``."""
 
     name: str
     draft_topk: Callable[[torch.Tensor, int], DDTreeDraftTopK]
     build_tree: Callable[[DDTreeDraftTopK, int], DDTreeDraftTree]
+    build_chain: Callable[[DDTreeDraftTopK], DDTreeDraftTree]
     write_verify_inputs: Callable[..., tuple]
 
+    def build_drafts(self, topk: DDTreeDraftTopK, stage: DraftStage) -> DDTreeDrafts:
+        return DDTreeDrafts(
+            tree=self.build_tree(topk, stage.tree_budget) if stage.tree_budget else None,
+            chain=self.build_chain(topk) if stage.chain else None,
+        )
 
-def select_tree_stage(choice: str | None = None) -> TreeStage:
+
+def select_tree_stage(choice: Optional[str] = None) -> TreeStage:
     """The tree stage ``SGLANG_DDTREE_TREE_KERNEL`` names: triton (default) or torch."""
-    choice = os.environ.get(TREE_STAGE_ENV, "triton") if choice is None else choice
+    choice = envs.SGLANG_DDTREE_TREE_KERNEL.get() if choice is None else choice
     if choice == "torch":
-        return TreeStage("torch", compute_draft_topk, build_ddtree_tree, write_verify_inputs)
+        return TreeStage(
+            "torch", compute_draft_topk, build_ddtree_tree, build_chain_tree, write_verify_inputs
+        )
     if choice == "triton":
         from sglang.srt.speculative import ddtree_kernels
 
@@ -453,9 +456,10 @@ def select_tree_stage(choice: str | None = None) -> TreeStage:
             "triton",
             ddtree_kernels.draft_topk,
             ddtree_kernels.build_tree,
+            ddtree_kernels.build_chain,
             ddtree_kernels.write_verify_inputs,
         )
-    raise ValueError(f"{TREE_STAGE_ENV} must be 'torch' or 'triton', got {choice!r}.")
+    raise ValueError(f"SGLANG_DDTREE_TREE_KERNEL must be 'triton' or 'torch', got {choice!r}.")
 
 
 def follow_verified_tree_cpu(

@@ -4,12 +4,13 @@ One decode round, as the paper defines it:
   draft     DFlash block [bonus, MASK x (L)] through the drafter (slot 0 = bonus)
   topk      per-position top-K log-probs, fp32, full-vocabulary normaliser
             (under TP: vocab-parallel, one all-gather; see ddtree_tp), and
-            the best B prefixes (best-first rule), nodes in pop order; one
+            the best B prefixes (best-first rule), nodes in pop order, and/or
+            the top-1 chain, as the budget policy asks (ddtree_budget); one
             CUDA-graph replay per round (ddtree_cuda_graph_runner), two around
             the all-gather under TP
-  tree      verify tensors and the FULL-layout tree mask (with adaptive budgets:
-            of the first nodes of the widest tree, as many as the round's
-            budget; see ddtree_adaptive)
+  tree      verify tensors and the FULL-layout tree mask of the round's shape:
+            the chain, or the first nodes of the tree, as many as the round's
+            budget (with adaptive budgets chosen per round; see ddtree_adaptive)
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
             depth, ancestor-only mask
   accept    SGLang's tree kernels: verify_tree_greedy at T=0, target-only tree
@@ -31,6 +32,7 @@ from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
 from sglang.srt.speculative.ddtree_adaptive import AdaptiveBudget
+from sglang.srt.speculative.ddtree_budget import BudgetPolicy
 from sglang.srt.speculative.ddtree_compat import (
     draft_commit_loc,
     draft_forward_batch,
@@ -47,15 +49,13 @@ from sglang.srt.speculative.ddtree_compat import (
     verify_input_extras,
 )
 from sglang.srt.speculative.ddtree_cuda_graph_runner import (
-    COMMIT_GRAPH_ENV,
     MAX_GRAPH_LOGITS_BYTES,
-    TREE_GRAPH_ENV,
     DDTreeStageCudaGraphs,
     StaticInput,
     VerifyWidths,
     capture_batch_sizes,
-    graph_enabled,
 )
+from sglang.srt.speculative.ddtree_envs import envs
 from sglang.srt.speculative.ddtree_hybrid import (
     RecurrentStateCommit,
     commit_steps,
@@ -75,11 +75,8 @@ from sglang.srt.speculative.ddtree_tp import (
     lm_head_topk_pieces,
 )
 from sglang.srt.speculative.ddtree_utils import (
-    BudgetSchedule,
+    DDTreeDrafts,
     DDTreeDraftTopK,
-    DDTreeDraftTree,
-    max_accept_width,
-    parse_budget_choices,
     select_tree_stage,
 )
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
@@ -102,38 +99,36 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         with draft_width_during_init(server_args, block_size) as dflash_server_args:
             super().__init__(dflash_server_args, *args, **kwargs)
 
-        self.budget = int(spec_arg(server_args, "speculative_ddtree_budget"))  # the widest
-        # Only the releases whose patch set declares the flag have it.
-        schedule = getattr(server_args, "speculative_ddtree_budget_schedule", None)
-        self.budget_schedule = BudgetSchedule.parse(schedule) if schedule else None
-        adaptive = getattr(server_args, "speculative_ddtree_adaptive_budgets", None)
-        self.budget_choices = parse_budget_choices(adaptive) if adaptive else []
-        self.adaptive_budget = None  # set by init_cuda_graphs when budget_choices
-        self.accept_width = max_accept_width(self.budget, self.block_size)
+        self.budget_policy = BudgetPolicy.of_resolved_flags(
+            budget=int(spec_arg(server_args, "speculative_ddtree_budget")),
+            # Only the releases whose patch set declares these flags have them.
+            schedule=getattr(server_args, "speculative_ddtree_budget_schedule", None),
+            adaptive=getattr(server_args, "speculative_ddtree_adaptive_budgets", None),
+            tree_shape=envs.SGLANG_DDTREE_TREE_SHAPE.get(),
+        )
+        self.adaptive_budget = None  # set by init_cuda_graphs for an adaptive policy
+        self.accept_width = self.budget_policy.accept_width(self.block_size)
         self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
         self.recurrent_state = None  # set by init_attention_backends on hybrid targets
         tp_group = get_tp_group()
         # Under TP the target lm_head holds one vocabulary shard per rank.
         self._vocab_parallel_group = tp_group.device_group if tp_group.world_size > 1 else None
         self._tp_world = int(tp_group.world_size)
-        # Pairs each rank sends per position under TP: the widest budget's, every round, so
-        # the ranks' all-gathers match whatever budget a round (or a rank's fallback) has.
-        self._tp_pack_k = min(self.budget, self.vocab_size)
-        # SGLANG_DDTREE_TREE_KERNEL=triton (default)|torch: who builds the tree, verify tensors and mask.
-        self.tree_stage = select_tree_stage()
+        # Pairs each rank sends per position under TP: the widest top-K's, every round, so
+        # the ranks' all-gathers match whatever shape a round (or a rank's fallback) has.
+        self._tp_pack_k = self.budget_policy.top_k(self.vocab_size)
+        self.tree_stage = select_tree_stage()  # SGLANG_DDTREE_TREE_KERNEL
         self.tree_graphs = None  # set by init_cuda_graphs
         self.tp_tree_graphs = None  # (top-K pieces, combine + tree) under TP
         self.commit_graphs = None
         self.verify_widths = None
-        # SGLANG_DDTREE_PROFILE=path: per-stage GPU ms per round (a no-op when unset).
-        self.profiler = get_ddtree_profiler()
-        # SGLANG_DDTREE_SYNC_DEBUG=warn|error: a host sync inside a round warns or raises.
-        self.round_sync_guard = get_round_sync_guard()
+        self.profiler = get_ddtree_profiler()  # SGLANG_DDTREE_PROFILE: a no-op when unset
+        self.round_sync_guard = get_round_sync_guard()  # SGLANG_DDTREE_SYNC_DEBUG
         if getattr(self, "tp_rank", 0) == 0:
             logger.info(
                 "DDTREE worker ready: budget=%s, block_size=%d, verify width=%d, "
                 "accept width=%d, tree stage=%s",
-                schedule or adaptive or self.budget,
+                self.budget_policy.label,
                 self.block_size,
                 num_verify_tokens,
                 self.accept_width,
@@ -172,15 +167,15 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             super().init_cuda_graphs()
         self.verify_widths = VerifyWidths(
             self.target_worker.model_runner,
-            budget=self.budget,
+            policy=self.budget_policy,
             block_size=self.block_size,
-            schedule=self.budget_schedule,
-            choices=self.budget_choices,
             build=self._build_verify_width,
         )
-        if self.budget_choices:
+        if self.budget_policy.is_adaptive:
             self.adaptive_budget = AdaptiveBudget(
-                self.budget_choices, self.verify_widths.capture_bs, device=torch.device(self.device)
+                self.budget_policy.choices,
+                self.verify_widths.capture_bs,
+                device=torch.device(self.device),
             )
             self.profiler.attach("adaptive", self.adaptive_budget.snapshot)
         self._capture_stage_graphs()
@@ -223,7 +218,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         model_runner = self.target_worker.model_runner
         device = torch.device(self.device)
         dtype = model_runner.model.lm_head.weight.dtype  # the target's hidden states, too
-        if graph_enabled(TREE_GRAPH_ENV, default=True):
+        if envs.SGLANG_DDTREE_TREE_GRAPH.get():
             logits_bytes = (self.block_size - 1) * self.vocab_size * (dtype.itemsize + 4)
             sizes = capture_batch_sizes(model_runner, logits_bytes, MAX_GRAPH_LOGITS_BYTES)
             if sizes is not None:
@@ -231,14 +226,14 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 inputs = {"hidden": StaticInput(hidden, dtype)}
                 if self._vocab_parallel_group is None:
                     self.tree_graphs = self._capture_stage(
-                        self._scheduled_tree, sizes, inputs, device
+                        self._build_drafts, sizes, inputs, device
                     )
                 else:
                     self.tp_tree_graphs = self._capture_tp_tree(sizes, inputs, device)
         if self._vocab_parallel_group is not None:
             return
         fc = getattr(self.draft_model, "fc", None)
-        if graph_enabled(COMMIT_GRAPH_ENV, default=True) and fc is not None:
+        if envs.SGLANG_DDTREE_COMMIT_GRAPH.get() and fc is not None:
             sizes = capture_batch_sizes(model_runner)
             if sizes is not None:
                 width = self.accept_width
@@ -315,10 +310,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         if adaptive is None:
             width = self.verify_widths.width_for(bs)
         else:
-            width = self.verify_widths.by_budget[adaptive.begin_round(bs)]
-        # The budget the tree graphs were captured with: the schedule's, else the widest (every
-        # adaptive width's expected gain comes from the widest tree).
-        tree_budget = self.verify_widths.budget_for(bs)
+            width = self.verify_widths.by_shape[adaptive.begin_round(bs)]
         n = width.num_verify_tokens
         seq_lens_cpu, seq_lens_sum = planning_seq_lens(batch, draft_input, n)
         profiler = self.profiler
@@ -338,8 +330,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 batch, block_ids, block_positions, cache_loc_2d, seq_lens_cpu, seq_lens_sum, window
             )
         with profiler.stage("topk"):
-            widest_tree = self._draft_tree(draft_hidden[:, 1:, :], tree_budget)
-            tree = _first_nodes(widest_tree, width.budget)
+            drafts = self._draft_trees(draft_hidden[:, 1:, :])
+            tree = drafts.verified(width.shape)
         with profiler.stage("tree"):
             verify_tensors, custom_mask = self.tree_stage.write_verify_inputs(
                 tree,
@@ -388,8 +380,11 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 self, bonus=accepted.bonus, new_seq_lens=new_seq_lens, draft_input=draft_input
             )
         if adaptive is not None:
-            adaptive.end_round(widest_tree.log_scores, accept_lens)
-        profiler.round_done(bs, cuda_graph=can_run_cuda_graph, budget=width.budget)
+            chain = drafts.chain
+            adaptive.end_round(
+                drafts.tree.log_scores, accept_lens, None if chain is None else chain.log_scores
+            )
+        profiler.round_done(bs, cuda_graph=can_run_cuda_graph, budget=width.shape)
         return GenerationBatchResult(
             logits_output=logits_output,
             next_token_ids=accepted.tokens.reshape(-1),
@@ -432,46 +427,45 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             raise RuntimeError("DDTREE draft model returned no hidden states.")
         return out.hidden_states.view(bs, block_size, -1)
 
-    def _draft_tree(self, draft_hidden: torch.Tensor, budget: int) -> DDTreeDraftTree:
-        """The round's tree of ``budget`` nodes from the hidden states of draft slots 1..L,
-        [bs, L, H]."""
+    def _draft_trees(self, draft_hidden: torch.Tensor) -> DDTreeDrafts:
+        """The round's trees, as the budget policy asks at its batch size, from the hidden
+        states of draft slots 1..L, [bs, L, H]."""
         if self._vocab_parallel_group is not None:
-            return self._tp_draft_tree(draft_hidden, budget)
+            return self._tp_draft_trees(draft_hidden)
         bs = int(draft_hidden.shape[0])
         graphs = self.tree_graphs
         if graphs is None or not graphs.can_run(bs):
-            return self._eager_tree(draft_hidden, budget)
+            return self._build_drafts(draft_hidden)
         graphs.inputs_for(bs)["hidden"].copy_(draft_hidden)
-        return _first_rows(graphs.replay(bs), bs)
+        return graphs.replay(bs).first_rows(bs)
 
-    def _tp_draft_tree(self, draft_hidden: torch.Tensor, budget: int) -> DDTreeDraftTree:
+    def _tp_draft_trees(self, draft_hidden: torch.Tensor) -> DDTreeDrafts:
         bs = int(draft_hidden.shape[0])
         graphs = self.tp_tree_graphs
         if graphs is None or not graphs[0].can_run(bs):
-            return self._eager_tree(draft_hidden, budget)
+            return self._build_drafts(draft_hidden)
         local, combine = graphs
         local.inputs_for(bs)["hidden"].copy_(draft_hidden)
         every = gather_topk_pieces(local.replay(bs)[:bs], self._vocab_parallel_group)
         combine.inputs_for(bs)["every"].copy_(every)
-        return _first_rows(combine.replay(bs), bs)
-
-    def _scheduled_tree(self, hidden: torch.Tensor) -> DDTreeDraftTree:
-        """The tree stage captured per graph batch size, with that batch size's budget."""
-        return self._eager_tree(hidden, self.verify_widths.budget_for(int(hidden.shape[0])))
+        return combine.replay(bs).first_rows(bs)
 
     def _tp_topk_pieces(self, hidden: torch.Tensor) -> torch.Tensor:
         lm_head = self.target_worker.model_runner.model.lm_head
         return lm_head_topk_pieces(lm_head, hidden, k=self._tp_pack_k)
 
-    def _tp_scheduled_combine(self, every: torch.Tensor) -> DDTreeDraftTree:
-        """Under TP: combine + tree build captured per graph batch size, with its budget."""
-        budget = self.verify_widths.budget_for(int(every.shape[0]))
-        topk = combine_topk_pieces(every, min(budget, self.vocab_size))
-        return self.tree_stage.build_tree(topk, budget)
+    def _tp_scheduled_combine(self, every: torch.Tensor) -> DDTreeDrafts:
+        """Under TP: combine + tree build, captured per graph batch size with its trees."""
+        stage = self.verify_widths.drafts_for(int(every.shape[0]))
+        topk = combine_topk_pieces(every, stage.top_k(self.vocab_size))
+        return self.tree_stage.build_drafts(topk, stage)
 
-    def _eager_tree(self, hidden: torch.Tensor, budget: int) -> DDTreeDraftTree:
-        topk = self._draft_topk(hidden, min(budget, self.vocab_size))
-        return self.tree_stage.build_tree(topk, budget)
+    def _build_drafts(self, hidden: torch.Tensor) -> DDTreeDrafts:
+        """The tree stage with the trees of the graph batch size ``hidden``'s pads to: run
+        eagerly, or captured per graph batch size."""
+        stage = self.verify_widths.drafts_for(int(hidden.shape[0]))
+        topk = self._draft_topk(hidden, stage.top_k(self.vocab_size))
+        return self.tree_stage.build_drafts(topk, stage)
 
     def _draft_topk(self, draft_hidden: torch.Tensor, k: int) -> DDTreeDraftTopK:
         """Top-K of the target lm_head over the draft slots' hidden states [bs, L, H]."""
@@ -577,27 +571,3 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             commit_lens=commit_lens,
         )
 
-
-def _first_rows(tree: DDTreeDraftTree, bs: int) -> DDTreeDraftTree:
-    """A graph's tree for its padded batch, cut to the round's ``bs`` requests."""
-    if int(tree.tokens.shape[0]) == bs:
-        return tree
-    return DDTreeDraftTree(
-        tokens=tree.tokens[:bs],
-        parent_indices=tree.parent_indices[:bs],
-        depths=tree.depths[:bs],
-        log_scores=tree.log_scores[:bs],
-    )
-
-
-def _first_nodes(tree: DDTreeDraftTree, budget: int) -> DDTreeDraftTree:
-    """The tree of ``budget`` nodes inside a wider one: its first nodes in pop order (the
-    best-first rule pops the same nodes first whatever the budget)."""
-    if int(tree.tokens.shape[1]) == budget:
-        return tree
-    return DDTreeDraftTree(
-        tokens=tree.tokens[:, :budget],
-        parent_indices=tree.parent_indices[:, :budget],
-        depths=tree.depths[:, :budget],
-        log_scores=tree.log_scores[:, :budget],
-    )
