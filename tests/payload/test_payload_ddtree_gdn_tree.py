@@ -1,0 +1,295 @@
+"""DDTREE's flat GDN tree verify and replay commit (overlay/.../ddtree_gdn_tree.py).
+
+The oracle is the tool's plain-torch GDN (ddtree_overlay/reference/gdn.py), run as a chain over
+one node's root-to-node path alone: every verify node's output must be what the sequential gated
+delta rule gives on that path, and the replayed commit state the sequential state at the accepted
+node. All in fp32; the kernels run in Triton's CPU interpreter (see test_payload_ddtree_kernels
+for why the variable is set only around the import). Tolerance: 2e-5 absolute + 2e-5 relative,
+a few fp32 ulps of O(1) values after at most 16 steps (the kernels and the oracle sum in
+different orders).
+"""
+
+from __future__ import annotations
+
+import pytest
+from payload_modules import load_payload_module, triton_interpreter
+
+torch = pytest.importorskip("torch")
+with triton_interpreter():
+    triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
+    flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+from ddtree_overlay.reference import gdn  # noqa: E402
+
+if not isinstance(triton.language.zeros, InterpretedFunction):
+    pytest.skip(
+        "triton was imported before this module could turn its interpreter on; "
+        "run this file in a process of its own",
+        allow_module_level=True,
+    )
+
+ATOL = RTOL = 2e-5
+BLOCK = 16  # the drafter's block: paths of at most 16 nodes
+MAX_PATH = flat.max_path_len(BLOCK)
+
+
+class Layer:
+    """One GDN layer's verify inputs for bs requests of n nodes, SGLang's layouts."""
+
+    def __init__(self, bs, n, *, heads=1, value_heads=2, k_dim=24, v_dim=40, slots=6, seed=0):
+        gen = torch.Generator().manual_seed(seed)
+
+        def rand(*shape, std=1.0):
+            return torch.randn(*shape, generator=gen) * std
+
+        t = bs * n
+        self.bs, self.n = bs, n
+        self.q = rand(1, t, heads, k_dim)
+        self.k = rand(1, t, heads, k_dim)
+        self.v = rand(1, t, value_heads, v_dim)
+        self.a = rand(t, value_heads)
+        self.b = rand(t, value_heads)
+        self.A_log = rand(value_heads, std=0.5)
+        self.dt_bias = rand(value_heads, std=0.5)
+        self.state = rand(slots, value_heads, v_dim, k_dim, std=0.3)  # [slots, HV, V, K]
+        self.slots = torch.randperm(slots, generator=gen)[:bs].to(torch.int32)
+
+    def stash(self, rows, width, layers=1, layer_dtype=torch.float32):
+        return flat.GDNInputStash.allocate(
+            layers=layers,
+            rows=rows,
+            width=width,
+            key_heads=self.k.shape[2],
+            value_heads=self.v.shape[2],
+            k_dim=self.k.shape[3],
+            v_dim=self.v.shape[3],
+            dtype=layer_dtype,
+            device="cpu",
+        )
+
+    def verify(self, parents, stash=None, layer=0):
+        with triton_interpreter():
+            return flat.tree_verify(
+                q=self.q,
+                k=self.k,
+                v=self.v,
+                a=self.a,
+                b=self.b,
+                A_log=self.A_log,
+                dt_bias=self.dt_bias,
+                ssm_states=self.state,
+                cache_indices=self.slots,
+                num_verify_tokens=self.n,
+                retrieve_parent_token=parents,
+                stash=stash,
+                layer=layer,
+                max_path=MAX_PATH,
+            )[0]
+
+    def sequential(self, i, path):
+        """The oracle on request i's root-first node path alone: (last output, final state)."""
+        rows = [i * self.n + node for node in path]
+        hv = self.v.shape[2]
+        q = gdn.expand_heads(gdn.l2norm(self.q[0, rows]), hv) * self.k.shape[-1] ** -0.5
+        k = gdn.expand_heads(gdn.l2norm(self.k[0, rows]), hv)
+        g, beta = gdn.gates(self.a[rows], self.b[rows], self.A_log, self.dt_bias)
+        state0 = self.state[int(self.slots[i])].transpose(-1, -2)  # [HV, K, V]
+        o, h = gdn.recurrent_tree(
+            q[None], k[None], self.v[0, rows][None], g[None], beta[None], state0[None], None
+        )
+        return o[0, -1], h[0].transpose(-1, -2)  # state back to SGLang's [HV, V, K]
+
+
+def random_parents(bs, n, depth_cap, seed):
+    """[bs, n] int32 trees in pop order: node 0 the root, parents before children, depth <=
+    depth_cap; entry 0 is 0, as the conv kernel leaves it."""
+    gen = torch.Generator().manual_seed(seed)
+    parents = torch.zeros(bs, n, dtype=torch.int32)
+    for i in range(bs):
+        depth = [0]
+        for node in range(1, n):
+            candidates = [p for p in range(node) if depth[p] < depth_cap]
+            p = candidates[int(torch.randint(len(candidates), (1,), generator=gen))]
+            parents[i, node] = p
+            depth.append(depth[p] + 1)
+    return parents
+
+
+def chain(bs, n):
+    return torch.clamp(torch.arange(n, dtype=torch.int32) - 1, min=0).expand(bs, n).contiguous()
+
+
+def star(bs, n):
+    return torch.zeros(bs, n, dtype=torch.int32)
+
+
+TREES = {
+    "random-shallow": lambda bs, n: random_parents(bs, n, depth_cap=3, seed=1),
+    "random-deep": lambda bs, n: random_parents(bs, n, depth_cap=BLOCK - 1, seed=2),
+    "chain": chain,
+    "star": star,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(TREES))
+def test_every_node_is_the_sequential_rule_on_its_own_path(shape):
+    bs, n = 2, (BLOCK if shape == "chain" else 7)
+    layer = Layer(bs, n, seed=len(shape))
+    parents = TREES[shape](bs, n)
+    o = layer.verify(parents).view(bs, n, *layer.v.shape[2:])
+    for i in range(bs):
+        for node in range(n):
+            want, _ = layer.sequential(i, flat.path_to(parents[i], node))
+            torch.testing.assert_close(o[i, node], want, atol=ATOL, rtol=RTOL)
+
+
+def test_the_kernel_matches_its_torch_path_walk_and_leaves_the_committed_state_alone():
+    layer = Layer(2, 7, seed=5)
+    parents = random_parents(2, 7, depth_cap=4, seed=5)
+    before = layer.state.clone()
+    o = layer.verify(parents)
+    want = flat.tree_verify_torch(
+        layer.q[0], layer.k[0], layer.v[0], layer.a, layer.b, layer.A_log, layer.dt_bias,
+        layer.state, layer.slots, parents, layer.k.shape[-1] ** -0.5,
+    )
+    torch.testing.assert_close(o, want, atol=ATOL, rtol=RTOL)
+    assert torch.equal(layer.state, before)
+
+
+def test_no_parent_links_verify_a_chain():
+    layer = Layer(2, 5, seed=7)
+    torch.testing.assert_close(layer.verify(None), layer.verify(chain(2, 5)), atol=0, rtol=0)
+
+
+def test_a_padded_request_reads_a_zero_state():
+    layer = Layer(2, 4, seed=8)
+    layer.slots[1] = -1
+    parents = chain(2, 4)
+    o = layer.verify(parents).view(2, 4, *layer.v.shape[2:])
+    layer.state.zero_()
+    zero_state = layer.verify(parents).view(2, 4, *layer.v.shape[2:])
+    torch.testing.assert_close(o[1], zero_state[1], atol=0, rtol=0)
+
+
+def accepted(parents, i, leaf):
+    return flat.path_to(parents[i], leaf)
+
+
+@pytest.mark.parametrize("stash_dtype", [torch.float32, torch.bfloat16])
+def test_replay_commit_is_the_sequential_state_at_the_accepted_node(stash_dtype):
+    bs, n, width, layers = 3, 6, 8, 2  # stash rows at the widest width, wider than this round
+    trees = random_parents(bs, n, depth_cap=5, seed=3)
+    layer_inputs = [Layer(bs, n, seed=10 + l) for l in range(layers)]
+    for inputs in layer_inputs[1:]:  # one request, one slot per layer row of the pool
+        inputs.slots = layer_inputs[0].slots
+    stash = layer_inputs[0].stash(rows=4, width=width, layers=layers, layer_dtype=stash_dtype)
+    for l, inputs in enumerate(layer_inputs):
+        if stash_dtype != torch.float32:  # the activations carry the stash's dtype
+            inputs.k, inputs.v = inputs.k.to(stash_dtype), inputs.v.to(stash_dtype)
+        inputs.verify(trees, stash=stash, layer=l)
+    leaves = [5, 0, 4]
+    paths = [accepted(trees, i, leaf) for i, leaf in enumerate(leaves)]
+    accept_index = torch.full((bs, BLOCK), -1, dtype=torch.int64)
+    for i, path in enumerate(paths):
+        accept_index[i, : len(path)] = torch.tensor(path) + i * n
+    accept_lens = torch.tensor([len(p) for p in paths], dtype=torch.int32)
+    pool = torch.stack([inputs.state for inputs in layer_inputs])  # [L, slots, HV, V, K]
+    for inputs in layer_inputs:
+        inputs.k, inputs.v = inputs.k.float(), inputs.v.float()  # the oracle's view of them
+    want = [[inputs.sequential(i, paths[i])[1] for i in range(bs)] for inputs in layer_inputs]
+    with triton_interpreter():
+        flat.replay_commit(
+            ssm_states=pool,
+            stash=stash,
+            cache_indices=layer_inputs[0].slots,
+            accept_index=accept_index,
+            accept_lens=accept_lens,
+            num_verify_tokens=n,
+            max_path=MAX_PATH,
+        )
+    for l in range(layers):
+        for i in range(bs):
+            torch.testing.assert_close(
+                pool[l, int(layer_inputs[0].slots[i])], want[l][i], atol=ATOL, rtol=RTOL
+            )
+
+
+def test_replay_commit_writes_the_tracking_slot_at_its_path_position():
+    bs, n = 2, 6
+    parents = chain(bs, n)
+    inputs = Layer(bs, n, slots=8, seed=20)
+    inputs.slots = torch.tensor([1, 4], dtype=torch.int32)
+    stash = inputs.stash(rows=bs, width=n)
+    inputs.verify(parents, stash=stash)
+    accept_index = torch.tensor([[0, 1, 2, 3], [6, 7, -1, -1]])
+    accept_lens = torch.tensor([4, 2], dtype=torch.int32)
+    track_slots = torch.tensor([6, 7], dtype=torch.int32)
+    track_positions = torch.tensor([1, -1])
+    want_track = inputs.sequential(0, [0, 1])[1]
+    want_live = [inputs.sequential(0, [0, 1, 2, 3])[1], inputs.sequential(1, [0, 1])[1]]
+    untouched = inputs.state[7].clone()
+    pool = inputs.state[None]
+    with triton_interpreter():
+        flat.replay_commit(
+            ssm_states=pool,
+            stash=stash,
+            cache_indices=inputs.slots,
+            accept_index=accept_index,
+            accept_lens=accept_lens,
+            num_verify_tokens=n,
+            max_path=MAX_PATH,
+            track_indices=track_slots,
+            track_positions=track_positions,
+        )
+    torch.testing.assert_close(pool[0, 6], want_track, atol=ATOL, rtol=RTOL)
+    assert torch.equal(pool[0, 7], untouched)
+    torch.testing.assert_close(pool[0, 1], want_live[0], atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(pool[0, 4], want_live[1], atol=ATOL, rtol=RTOL)
+
+
+def test_replay_commit_torch_agrees_with_the_kernel():
+    bs, n = 2, 5
+    parents = random_parents(bs, n, depth_cap=3, seed=30)
+    inputs = Layer(bs, n, seed=30)
+    stash = inputs.stash(rows=bs, width=n)
+    inputs.verify(parents, stash=stash)
+    path = accepted(parents, 1, 4)
+    by_torch = inputs.state.clone()
+    flat.replay_commit_torch(by_torch, stash, 0, int(inputs.slots[1]), [n + t for t in path])
+    accept_index = torch.tensor([[0] + [-1] * 4, [n + t for t in path] + [-1] * (5 - len(path))])
+    pool = inputs.state[None].clone()
+    with triton_interpreter():
+        flat.replay_commit(
+            ssm_states=pool,
+            stash=stash,
+            cache_indices=inputs.slots,
+            accept_index=accept_index,
+            accept_lens=torch.tensor([1, len(path)], dtype=torch.int32),
+            num_verify_tokens=n,
+            max_path=MAX_PATH,
+        )
+    torch.testing.assert_close(pool[0, int(inputs.slots[1])], by_torch[int(inputs.slots[1])], atol=ATOL, rtol=RTOL)
+
+
+def test_stash_bytes_are_what_the_layout_holds():
+    stash = flat.GDNInputStash.allocate(
+        layers=3, rows=2, width=5, key_heads=2, value_heads=4, k_dim=8, v_dim=16,
+        dtype=torch.bfloat16, device="cpu",
+    )
+    per_node = flat.stash_bytes_per_node(
+        layers=3, key_heads=2, value_heads=4, k_dim=8, v_dim=16, activation_itemsize=2
+    )
+    assert stash.bytes_per_node == per_node == 3 * ((2 * 8 + 4 * 16) * 2 + 2 * 4 * 4)
+    assert stash.rows == 2
+
+
+def test_the_mode_switch(monkeypatch):
+    monkeypatch.delenv(flat.HYBRID_STATE_ENV, raising=False)
+    assert flat.hybrid_state_mode() == "flat"
+    assert flat.hybrid_state_mode(default="snapshot") == "snapshot"
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "Snapshot")
+    assert flat.hybrid_state_mode() == "snapshot"
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "dense")
+    with pytest.raises(ValueError, match="flat, snapshot"):
+        flat.hybrid_state_mode()
