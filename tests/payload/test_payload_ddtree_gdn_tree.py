@@ -37,7 +37,7 @@ MAX_PATH = flat.max_path_len(BLOCK)
 class Layer:
     """One GDN layer's verify inputs for bs requests of n nodes, SGLang's layouts."""
 
-    def __init__(self, bs, n, *, heads=1, value_heads=2, k_dim=24, v_dim=40, slots=6, seed=0):
+    def __init__(self, bs, n, *, heads=1, value_heads=2, k_dim=24, v_dim=20, slots=6, seed=0):
         gen = torch.Generator().manual_seed(seed)
 
         def rand(*shape, std=1.0):
@@ -286,10 +286,9 @@ def test_stash_bytes_are_what_the_layout_holds():
 
 def test_the_mode_switch(monkeypatch):
     monkeypatch.delenv(flat.HYBRID_STATE_ENV, raising=False)
-    assert flat.hybrid_state_mode() == "flat"
-    assert flat.hybrid_state_mode(default="snapshot") == "snapshot"
-    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "Snapshot")
     assert flat.hybrid_state_mode() == "snapshot"
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "Flat")
+    assert flat.hybrid_state_mode() == "flat"
     monkeypatch.setenv(flat.HYBRID_STATE_ENV, "dense")
     with pytest.raises(ValueError, match="flat, snapshot"):
         flat.hybrid_state_mode()

@@ -46,8 +46,11 @@ L2NORM_EPS = 1e-6
 _BV = 32  # V block per program, as SGLang's recurrent kernel
 
 
-def hybrid_state_mode(default: str = "flat") -> str:
-    """``flat`` or ``snapshot``: how a DDTREE tree verify keeps the GDN recurrent state."""
+def hybrid_state_mode(default: str = "snapshot") -> str:
+    """``flat`` or ``snapshot``: how a DDTREE tree verify keeps the GDN recurrent state.
+
+    Snapshot (SGLang's own tree path) stays the default until the flat path has been checked
+    on a GPU against it (``ddtree_overlay/bench/checks.py`` preset ``hybrid-flat``)."""
     mode = os.environ.get(HYBRID_STATE_ENV, "").strip().lower() or default
     if mode not in HYBRID_STATE_MODES:
         raise ValueError(
