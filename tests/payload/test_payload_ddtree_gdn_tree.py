@@ -11,6 +11,9 @@ different orders).
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 from payload_modules import load_payload_module, triton_interpreter
 
@@ -292,3 +295,52 @@ def test_the_mode_switch(monkeypatch):
     monkeypatch.setenv(flat.HYBRID_STATE_ENV, "dense")
     with pytest.raises(ValueError, match="flat, snapshot"):
         flat.hybrid_state_mode()
+
+
+def qwen36_cache_params(layers=48):
+    """Qwen3.6-27B's GDN state at TP1 as SGLang's Mamba2CacheParams describe it: conv channels
+    [q | k | v] = 2 * 16 * 128 + 48 * 128, kernel 4 (window 3), bf16; SSM [48, 128, 128] fp32."""
+    shape = types.SimpleNamespace(conv=[(2 * 16 * 128 + 48 * 128, 3)], temporal=(48, 128, 128))
+    dtype = types.SimpleNamespace(conv=torch.bfloat16, temporal=torch.float32)
+    per_req = ((2 * 16 * 128 + 48 * 128) * 3 * 2 + 48 * 128 * 128 * 4) * layers
+    return types.SimpleNamespace(shape=shape, dtype=dtype, layers=list(range(layers)), mamba_cache_per_req=per_req)
+
+
+def ddtree_args(algorithm="DDTREE", topk=2, width=33):
+    return types.SimpleNamespace(
+        speculative_algorithm=algorithm, speculative_eagle_topk=topk, speculative_num_draft_tokens=width
+    )
+
+
+def test_flat_mode_applies_to_ddtree_on_a_gdn_target_only(monkeypatch):
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "flat")
+    assert flat.flat_state_requested(ddtree_args())
+    assert not flat.flat_state_requested(ddtree_args(algorithm="EAGLE"))
+    assert not flat.flat_state_requested(ddtree_args(topk=1))  # a dense target: no tree top-k
+    assert not flat.flat_state_requested(None)
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "snapshot")
+    assert not flat.flat_state_requested(ddtree_args())
+
+
+def test_the_memory_split_reserves_conv_windows_and_stash_per_flat_node(monkeypatch):
+    params = qwen36_cache_params()
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "snapshot")
+    assert flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16) == 33
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "flat")
+    tokens = flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16)
+    per_node = 48 * ((2 * 16 * 128 + 48 * 128) * 3 * 2 + (16 * 128 + 48 * 128) * 2 + 2 * 48 * 4)
+    assert tokens * params.mamba_cache_per_req == pytest.approx(33 * per_node)
+    # At this shape a flat node holds 3.58 MiB (conv window 2.81 + stash 0.77), a snapshot
+    # node 146.8 MiB: 41x less per verify token.
+    assert per_node / 2**20 == pytest.approx(3.58, abs=0.01)
+    assert params.mamba_cache_per_req / per_node == pytest.approx(41.0, abs=0.1)
+
+
+def test_the_pool_keeps_no_ssm_snapshots_in_flat_mode(monkeypatch):
+    server_args = types.ModuleType("sglang.srt.server_args")
+    server_args.get_global_server_args = ddtree_args
+    monkeypatch.setitem(sys.modules, "sglang.srt.server_args", server_args)
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "flat")
+    assert flat.ssm_snapshot_tokens(33) == 0
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "snapshot")
+    assert flat.ssm_snapshot_tokens(33) == 33
