@@ -344,3 +344,99 @@ def test_the_pool_keeps_no_ssm_snapshots_in_flat_mode(monkeypatch):
     assert flat.ssm_snapshot_tokens(33) == 0
     monkeypatch.setenv(flat.HYBRID_STATE_ENV, "snapshot")
     assert flat.ssm_snapshot_tokens(33) == 33
+
+
+def fake_model_runner(*, draft=False, block_size=16):
+    """A hybrid target's model runner after _init_pools: a GDN-shaped pool of 2 layers."""
+    layers, rows, width, hv, v_dim, k_dim, heads = 2, 3, 5, 2, 8, 8, 1
+    spec_state = types.SimpleNamespace(
+        temporal=torch.zeros(layers, 4, hv, v_dim, k_dim),
+        intermediate_conv_window=[torch.zeros(layers, rows, width, 2 * heads * k_dim + hv * v_dim, 3)],
+    )
+    pool = types.SimpleNamespace(
+        get_speculative_mamba2_params_all_layers=lambda: spec_state, mamba_map={0: 0, 2: 1}
+    )
+    args = ddtree_args()
+    args.speculative_dflash_block_size = block_size
+    return types.SimpleNamespace(
+        server_args=args, req_to_token_pool=pool, is_draft_worker=draft, dtype=torch.bfloat16
+    )
+
+
+def test_install_gives_the_target_a_stash_before_its_graphs(monkeypatch):
+    monkeypatch.setattr(flat, "_flat_tree_verify", None)
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "flat")
+    flat.install_flat_state(fake_model_runner(draft=True))
+    assert flat.flat_tree_verify() is None  # the drafter shares the pool, not the verify
+    flat.install_flat_state(fake_model_runner(block_size=10))
+    verify = flat.flat_tree_verify()
+    assert verify.layer_index == {0: 0, 2: 1} and verify.max_path == 16
+    stash = verify.stash
+    assert (stash.rows, stash.width, stash.k.dtype) == (3, 5, torch.bfloat16)
+    assert tuple(stash.k.shape) == (2, 15, 1, 8) and tuple(stash.v.shape) == (2, 15, 2, 8)
+
+
+def test_install_leaves_snapshot_mode_alone(monkeypatch):
+    monkeypatch.setattr(flat, "_flat_tree_verify", None)
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "snapshot")
+    flat.install_flat_state(fake_model_runner())
+    assert flat.flat_tree_verify() is None
+
+
+AOT_SCRIPT = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from payload_modules import load_payload_module
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
+gdn = dict(H=16, HV=48, K=128, V=128, BK=128, BV=32, MAX_PATH=16, L2NORM_EPS=flat.L2NORM_EPS)
+verify = {{
+    "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "a_ptr": "*bf16", "b_ptr": "*bf16",
+    "A_log_ptr": "*fp32", "dt_bias_ptr": "*fp32", "o_ptr": "*bf16", "state_ptr": "*fp32",
+    "slot_ptr": "*i32", "parent_ptr": "*i32", "stash_k_ptr": "*bf16", "stash_v_ptr": "*bf16",
+    "stash_g_ptr": "*fp32", "stash_beta_ptr": "*fp32", "n_tokens": "i32", "stash_rows": "i32",
+    "stash_width": "i32", "stride_q_tok": "i64", "stride_q_head": "i64", "stride_k_tok": "i64",
+    "stride_k_head": "i64", "stride_v_tok": "i64", "stride_v_head": "i64", "stride_a_tok": "i64",
+    "stride_b_tok": "i64", "stride_state_slot": "i64", "stride_parent_req": "i64", "scale": "fp32",
+}}
+replay = {{
+    "state_ptr": "*fp32", "stash_k_ptr": "*bf16", "stash_v_ptr": "*bf16", "stash_g_ptr": "*fp32",
+    "stash_beta_ptr": "*fp32", "slot_ptr": "*i32", "track_slot_ptr": "*i32", "track_pos_ptr": "*i64",
+    "accept_index_ptr": "*i64", "accept_len_ptr": "*i32", "n_tokens": "i32", "stash_width": "i32",
+    "stride_state_layer": "i64", "stride_state_slot": "i64", "stride_stash_k_layer": "i64",
+    "stride_stash_v_layer": "i64", "stride_stash_gb_layer": "i64", "stride_accept_req": "i64",
+}}
+built = []
+for kernel, signature, constants in (
+    (flat._tree_verify_kernel, verify, dict(gdn, HAS_PARENTS=True, STASH=True, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
+    (flat._tree_verify_kernel, verify, dict(gdn, HAS_PARENTS=False, STASH=False, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
+    (flat._replay_commit_kernel, replay, dict(gdn, HAS_TRACK=True)),
+):
+    signature = dict(signature, **{{name: "constexpr" for name in constants}})
+    k = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
+    assert ".target sm_90a" in k.asm["ptx"]
+    built.append(len(k.asm["cubin"]))
+print(json.dumps(built))
+"""
+
+
+@pytest.mark.slow
+def test_the_kernels_compile_ahead_of_time_for_sm90():
+    """ptxas ships inside the triton wheel, so the cubins build without a GPU or a driver: the
+    interpreter accepts code the compiler would not."""
+    import json
+    import os
+    import subprocess
+
+    from payload_modules import OVERLAY
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", AOT_SCRIPT.format(tests=str(OVERLAY.parent / "tests"))],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    built = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(built) == 3 and all(size > 0 for size in built)

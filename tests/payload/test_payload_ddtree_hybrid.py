@@ -162,7 +162,8 @@ def fake_gdn_pool():
 
 
 def flat_commit(pool, dtype=torch.float32):
-    return hybrid.RecurrentStateCommit.flat(pool, activation_dtype=dtype, block_size=16)
+    stash = gdn_tree.GDNInputStash.for_pool(pool, dtype)
+    return hybrid.RecurrentStateCommit.flat(pool, stash, gdn_tree.max_path_len(16))
 
 
 def test_flat_memory_figures_are_conv_windows_and_stashed_inputs():
@@ -178,9 +179,8 @@ def test_flat_memory_figures_are_conv_windows_and_stashed_inputs():
 
 
 def test_flat_state_is_refused_on_a_pool_that_is_not_gdn_shaped():
-    pool = fake_pool()
     with pytest.raises(ValueError, match="conv channels"):
-        flat_commit(pool)
+        gdn_tree.GDNInputStash.for_pool(fake_pool(), torch.float32)
 
 
 def test_a_flat_round_copies_conv_windows_and_replays_the_ssm_state():

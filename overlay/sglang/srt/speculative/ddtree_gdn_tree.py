@@ -159,6 +159,32 @@ class GDNInputStash:
             width=int(width),
         )
 
+    @classmethod
+    def for_pool(cls, spec_state, activation_dtype: torch.dtype) -> "GDNInputStash":
+        """A stash beside a recurrent-state pool: as many request rows and nodes per row as its
+        per-node conv windows, key heads read off its conv channels [q | k | v]."""
+        windows = spec_state.intermediate_conv_window[0]  # [L, spec slots, max width, C, W - 1]
+        layers, rows, width, channels = (int(d) for d in windows.shape[:4])
+        temporal = spec_state.temporal  # [L, slots, HV, V, K]
+        value_heads, v_dim, k_dim = (int(d) for d in temporal.shape[2:])
+        key_heads, rest = divmod(channels - value_heads * v_dim, 2 * k_dim)
+        if rest or key_heads < 1:
+            raise ValueError(
+                f"DDTREE's flat recurrent state expects Gated-DeltaNet conv channels [q | k | v], "
+                f"got {channels} channels for {value_heads} value heads of {v_dim} x {k_dim}."
+            )
+        return cls.allocate(
+            layers=layers,
+            rows=rows,
+            width=width,
+            key_heads=key_heads,
+            value_heads=value_heads,
+            k_dim=k_dim,
+            v_dim=v_dim,
+            dtype=activation_dtype,
+            device=temporal.device,
+        )
+
     @property
     def rows(self) -> int:
         return int(self.k.shape[1]) // self.width
@@ -569,7 +595,7 @@ class FlatTreeVerify:
 
     def __init__(self, stash: GDNInputStash, layer_index: dict, max_path: int):
         self.stash = stash
-        self.layer_index = dict(layer_index)  # model layer id -> GDN layer row
+        self.layer_index = dict(layer_index)  # model layer id -> GDN layer row of the pool
         self.max_path = int(max_path)
 
     def __call__(self, layer_id: int, **inputs) -> torch.Tensor:
@@ -581,10 +607,22 @@ class FlatTreeVerify:
 _flat_tree_verify: Optional[FlatTreeVerify] = None
 
 
-def install_flat_tree_verify(verify: Optional[FlatTreeVerify]) -> None:
-    """Set by the DDTREE worker once its stash exists (one target per process)."""
+def install_flat_state(model_runner) -> None:
+    """After a model runner made its pools: under DDTREE's flat recurrent state, the target's
+    input stash and the tree verify its GDN layers call from then on (one target per process).
+    Before any CUDA graph is captured, so the captured verify is this one."""
     global _flat_tree_verify
-    _flat_tree_verify = verify
+    server_args = model_runner.server_args
+    pool = model_runner.req_to_token_pool
+    if (
+        model_runner.is_draft_worker
+        or not flat_state_requested(server_args)
+        or not hasattr(pool, "get_speculative_mamba2_params_all_layers")
+    ):
+        return
+    stash = GDNInputStash.for_pool(pool.get_speculative_mamba2_params_all_layers(), model_runner.dtype)
+    block_size = int(server_args.speculative_dflash_block_size)
+    _flat_tree_verify = FlatTreeVerify(stash, pool.mamba_map, max_path_len(block_size))
 
 
 def flat_tree_verify() -> Optional[FlatTreeVerify]:

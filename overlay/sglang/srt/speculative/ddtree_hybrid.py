@@ -28,12 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sglang.srt.speculative.ddtree_gdn_tree import (
-    FlatTreeVerify,
-    GDNInputStash,
-    max_path_len,
-    replay_commit,
-)
+from sglang.srt.speculative.ddtree_gdn_tree import GDNInputStash, replay_commit
 
 logger = logging.getLogger(__name__)
 
@@ -186,30 +181,11 @@ class RecurrentStateCommit:
         )
 
     @classmethod
-    def flat(cls, spec_state, *, activation_dtype: torch.dtype, block_size: int) -> "RecurrentStateCommit":
-        """Flat mode: the pool's conv windows and live state, and a new per-node input stash
-        (as many request rows and nodes per row as the per-node conv windows)."""
-        windows = spec_state.intermediate_conv_window[0]  # [L, spec slots, max width, C, W - 1]
-        layers, spec_slots, width, channels = (int(d) for d in windows.shape[:4])
-        temporal = spec_state.temporal  # [L, slots, HV, V, K]
-        value_heads, v_dim, k_dim = (int(d) for d in temporal.shape[2:])
-        key_heads, rest = divmod(channels - value_heads * v_dim, 2 * k_dim)
-        if rest or key_heads < 1:
-            raise ValueError(
-                f"DDTREE's flat recurrent state expects Gated-DeltaNet conv channels [q | k | v], "
-                f"got {channels} channels for {value_heads} value heads of {v_dim} x {k_dim}."
-            )
-        stash = GDNInputStash.allocate(
-            layers=layers,
-            rows=spec_slots,
-            width=width,
-            key_heads=key_heads,
-            value_heads=value_heads,
-            k_dim=k_dim,
-            v_dim=v_dim,
-            dtype=activation_dtype,
-            device=temporal.device,
-        )
+    def flat(cls, spec_state, stash: GDNInputStash, max_path: int) -> "RecurrentStateCommit":
+        """Flat mode: the pool's conv windows and live state, and the verify's input stash."""
+        windows = spec_state.intermediate_conv_window[0]  # [L, spec slots, max width, ...]
+        spec_slots, width = int(windows.shape[1]), int(windows.shape[2])
+        temporal = spec_state.temporal
         return cls(
             ssm=_rows(temporal, int(temporal.shape[1])),
             ssm_nodes=None,
@@ -218,7 +194,7 @@ class RecurrentStateCommit:
             spec_slots=spec_slots,
             ssm_pool=temporal,
             stash=stash,
-            max_path=max_path_len(block_size),
+            max_path=int(max_path),
         )
 
     @property
@@ -259,11 +235,6 @@ class RecurrentStateCommit:
             f"{self.max_verify_tokens}, {self.verify_bytes / (1 << 30):.2f} GiB for "
             f"{self.spec_slots} request slots"
         )
-
-    def flat_tree_verify(self, layer_ids: List[int]) -> FlatTreeVerify:
-        """The GDN backend's target_verify over this stash; layer_ids are the pool's GDN layers
-        in row order (``req_to_token_pool.mamba_map``)."""
-        return FlatTreeVerify(self.stash, {lid: row for row, lid in enumerate(layer_ids)}, self.max_path)
 
     def commit(
         self,

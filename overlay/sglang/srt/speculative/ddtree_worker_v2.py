@@ -59,7 +59,7 @@ from sglang.srt.speculative.ddtree_cuda_graph_runner import (
 from sglang.srt.speculative.ddtree_gdn_tree import (
     HYBRID_STATE_ENV,
     flat_state_requested,
-    install_flat_tree_verify,
+    flat_tree_verify,
 )
 from sglang.srt.speculative.ddtree_hybrid import RecurrentStateCommit, concurrency_problem
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
@@ -173,22 +173,17 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         return commit
 
     def _flat_recurrent_state(self, model_runner, spec_state) -> RecurrentStateCommit:
-        """SGLANG_DDTREE_HYBRID_STATE=flat: the input stash, and the GDN backend's tree verify
-        over it. The release's patch set must have kept the pool from allocating snapshots."""
-        if spec_state.intermediate_ssm is not None and int(spec_state.intermediate_ssm.shape[2]) > 0:
+        """SGLANG_DDTREE_HYBRID_STATE=flat: the commit over the stash the target's pools got
+        (ddtree_gdn_tree.install_flat_state, from the release's patch set)."""
+        verify = flat_tree_verify()
+        if verify is None:
             import sglang
 
             raise ValueError(
                 f"{HYBRID_STATE_ENV}=flat is wired for sglang 0.5.14 only, not "
                 f"{getattr(sglang, '__version__', 'this release')}: unset it or set snapshot."
             )
-        commit = RecurrentStateCommit.flat(
-            spec_state, activation_dtype=model_runner.dtype, block_size=int(self.block_size)
-        )
-        pool = model_runner.req_to_token_pool
-        layer_ids = sorted(pool.mamba_map, key=pool.mamba_map.__getitem__)
-        install_flat_tree_verify(commit.flat_tree_verify(layer_ids))
-        return commit
+        return RecurrentStateCommit.flat(spec_state, verify.stash, verify.max_path)
 
     def init_cuda_graphs(self):
         with draft_width_scope(self):
