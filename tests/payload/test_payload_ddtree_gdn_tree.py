@@ -440,3 +440,60 @@ def test_the_kernels_compile_ahead_of_time_for_sm90():
     assert result.returncode == 0, result.stderr[-4000:]
     built = json.loads(result.stdout.strip().splitlines()[-1])
     assert len(built) == 3 and all(size > 0 for size in built)
+
+
+SGLANG_TREE_KERNEL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"
+
+
+@pytest.fixture(scope="module")
+def sglang_tree_kernel(sglang_wheel, tmp_path_factory):
+    """SGLang 0.5.14's own recurrent kernel (a torch + triton file), read from the wheel and
+    loaded under the interpreter."""
+    import importlib.util
+    import zipfile
+
+    path = tmp_path_factory.mktemp("sglang") / "fused_sigmoid_gating_recurrent.py"
+    with zipfile.ZipFile(sglang_wheel) as wheel:
+        path.write_bytes(wheel.read(SGLANG_TREE_KERNEL))
+    spec = importlib.util.spec_from_file_location("sglang_fused_sigmoid_gating_recurrent", path)
+    module = importlib.util.module_from_spec(spec)
+    with triton_interpreter():
+        spec.loader.exec_module(module)
+    return module
+
+
+def test_outputs_and_committed_state_match_sglangs_snapshot_tree_verify(sglang_tree_kernel):
+    """SGLang's tree verify as target_verify calls it: per-node snapshots, each node from its
+    parent's; the flat path's outputs and replayed state at the accepted leaf must agree."""
+    bs, n = 2, 7
+    parents = random_parents(bs, n, depth_cap=4, seed=40)
+    layer = Layer(bs, n, seed=40)
+    snapshots = torch.zeros(bs + 1, n, *layer.state.shape[1:])
+    with triton_interpreter():
+        o_sglang = sglang_tree_kernel.fused_sigmoid_gating_delta_rule_update(
+            A_log=layer.A_log, a=layer.a, dt_bias=layer.dt_bias, softplus_beta=1.0,
+            softplus_threshold=20.0, q=layer.q, k=layer.k, v=layer.v, b=layer.b,
+            initial_state_source=layer.state, initial_state_indices=layer.slots,
+            cu_seqlens=torch.arange(0, bs * n + 1, n, dtype=torch.int32),
+            use_qk_l2norm_in_kernel=True, disable_state_update=True,
+            intermediate_states_buffer=snapshots,
+            intermediate_state_indices=torch.arange(bs, dtype=torch.int32),
+            cache_steps=n, retrieve_parent_token=parents,
+        )
+    stash = layer.stash(rows=bs, width=n)
+    o_flat = layer.verify(parents, stash=stash)
+    torch.testing.assert_close(o_flat, o_sglang[0], atol=ATOL, rtol=RTOL)
+    leaves = [6, 3]
+    paths = [accepted(parents, i, leaf) for i, leaf in enumerate(leaves)]
+    accept_index = torch.full((bs, BLOCK), -1, dtype=torch.int64)
+    for i, path in enumerate(paths):
+        accept_index[i, : len(path)] = torch.tensor(path) + i * n
+    pool = layer.state[None].clone()
+    with triton_interpreter():
+        flat.replay_commit(
+            ssm_states=pool, stash=stash, cache_indices=layer.slots, accept_index=accept_index,
+            accept_lens=torch.tensor([len(p) for p in paths], dtype=torch.int32),
+            num_verify_tokens=n, max_path=MAX_PATH,
+        )
+    for i, leaf in enumerate(leaves):
+        torch.testing.assert_close(pool[0, int(layer.slots[i])], snapshots[i, leaf], atol=ATOL, rtol=RTOL)
