@@ -237,6 +237,12 @@ def _unsupported_hybrid_settings(cfg, target_config):
                 "DDTREE on a Gated-DeltaNet target verifies through the Triton GDN kernel "
                 f"(its tree path); --{flag.replace('_', '-')} flashinfer has none."
             )
+    from sglang.srt.speculative.ddtree_gdn_tree import hybrid_state_mode
+
+    try:
+        hybrid_state_mode()  # SGLANG_DDTREE_HYBRID_STATE: read again by the pool and the worker
+    except ValueError as bad_value:
+        yield str(bad_value)
     if getattr(cfg, "enable_linear_replayssm_spec", False):
         yield (
             "DDTREE does not support --enable-linear-replayssm-spec: ReplaySSM verifies "
