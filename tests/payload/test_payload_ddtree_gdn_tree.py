@@ -184,14 +184,14 @@ def accepted(parents, i, leaf):
 def test_replay_commit_is_the_sequential_state_at_the_accepted_node(stash_dtype):
     bs, n, width, layers = 3, 6, 8, 2  # stash rows at the widest width, wider than this round
     trees = random_parents(bs, n, depth_cap=5, seed=3)
-    layer_inputs = [Layer(bs, n, seed=10 + l) for l in range(layers)]
+    layer_inputs = [Layer(bs, n, seed=10 + row) for row in range(layers)]
     for inputs in layer_inputs[1:]:  # one request, one slot per layer row of the pool
         inputs.slots = layer_inputs[0].slots
     stash = layer_inputs[0].stash(rows=4, width=width, layers=layers, layer_dtype=stash_dtype)
-    for l, inputs in enumerate(layer_inputs):
+    for row, inputs in enumerate(layer_inputs):
         if stash_dtype != torch.float32:  # the activations carry the stash's dtype
             inputs.k, inputs.v = inputs.k.to(stash_dtype), inputs.v.to(stash_dtype)
-        inputs.verify(trees, stash=stash, layer=l)
+        inputs.verify(trees, stash=stash, layer=row)
     leaves = [5, 0, 4]
     paths = [accepted(trees, i, leaf) for i, leaf in enumerate(leaves)]
     accept_index = torch.full((bs, BLOCK), -1, dtype=torch.int64)
@@ -212,10 +212,10 @@ def test_replay_commit_is_the_sequential_state_at_the_accepted_node(stash_dtype)
             num_verify_tokens=n,
             max_path=MAX_PATH,
         )
-    for l in range(layers):
+    for row in range(layers):
         for i in range(bs):
             torch.testing.assert_close(
-                pool[l, int(layer_inputs[0].slots[i])], want[l][i], atol=ATOL, rtol=RTOL
+                pool[row, int(layer_inputs[0].slots[i])], want[row][i], atol=ATOL, rtol=RTOL
             )
 
 
@@ -344,6 +344,13 @@ def test_the_pool_keeps_no_ssm_snapshots_in_flat_mode(monkeypatch):
     monkeypatch.setenv(flat.HYBRID_STATE_ENV, "flat")
     assert flat.ssm_snapshot_tokens(33) == 0
     monkeypatch.setenv(flat.HYBRID_STATE_ENV, "snapshot")
+    assert flat.ssm_snapshot_tokens(33) == 33
+
+    def unset():
+        raise ValueError("Global server args is not set yet!")
+
+    monkeypatch.setenv(flat.HYBRID_STATE_ENV, "flat")
+    server_args.get_global_server_args = unset  # a pool made outside a server
     assert flat.ssm_snapshot_tokens(33) == 33
 
 

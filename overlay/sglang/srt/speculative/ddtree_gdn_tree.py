@@ -13,13 +13,21 @@ none of that:
   written, the committed slot is only read.
 - stash: the same kernel writes each node's per-token inputs - k [H, K] and v [HV, V] as the
   layer's activations hold them, g and beta [HV] in fp32 as the kernel computes them - per layer
-  into a buffer of (request rows x widest verify width) nodes: about 0.6 % of a snapshot.
+  into a buffer of (request rows x widest verify width) nodes: about 0.5 % of a snapshot.
 - commit: after acceptance one kernel replays the accepted path's stashed inputs from h0, per
   layer, and writes the request's committed slot (and the prefix-cache tracking slot at the
   tracking step). The replay runs the verify's own arithmetic on the same inputs, so the
   committed state is the state the accepted node's output was computed from.
 
 The conv1d windows stay SGLang's per-node windows (see ``ddtree_hybrid.RecurrentStateCommit``).
+Work: a node costs its depth + 1 steps (the tree's total depth, against SGLang's one step per
+node and a state store + reload per node), every node in parallel.
+
+Wiring (0.5.14's patch set): the pool allocates no SSM snapshots (``ssm_snapshot_tokens``), the
+hybrid memory split reserves a flat node's bytes (``verify_memory_tokens``), the target's model
+runner installs the stash and this verify right after its pools (``install_flat_state``, before
+any CUDA graph is captured), the GDN backend's target verify calls ``flat_tree_verify()`` when
+one is installed, and the DDTREE worker's commit replays (``ddtree_hybrid``).
 
 Switch: ``SGLANG_DDTREE_HYBRID_STATE=flat|snapshot`` (read by ``hybrid_state_mode``).
 Layouts are SGLang 0.5.14's: q, k [1, T, H, K], v [1, T, HV, V], a, b [T, HV] (token-major,
@@ -31,7 +39,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 import triton
@@ -562,9 +570,11 @@ def ssm_snapshot_tokens(speculative_num_draft_tokens: int) -> int:
     """Verify tokens the recurrent-state pool keeps SSM snapshots for: none in flat mode."""
     from sglang.srt.server_args import get_global_server_args
 
-    if flat_state_requested(get_global_server_args()):
-        return 0
-    return speculative_num_draft_tokens
+    try:
+        server_args = get_global_server_args()
+    except ValueError:  # a pool made outside a server (SGLang's own tests, tools): not DDTREE
+        return speculative_num_draft_tokens
+    return 0 if flat_state_requested(server_args) else speculative_num_draft_tokens
 
 
 def verify_memory_tokens(server_args, cache_params, activation_dtype: torch.dtype) -> float:
