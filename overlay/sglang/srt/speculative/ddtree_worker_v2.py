@@ -58,8 +58,8 @@ from sglang.srt.speculative.ddtree_cuda_graph_runner import (
 )
 from sglang.srt.speculative.ddtree_gdn_tree import (
     HYBRID_STATE_ENV,
-    flat_state_requested,
     flat_tree_verify,
+    hybrid_state_mode,
 )
 from sglang.srt.speculative.ddtree_hybrid import RecurrentStateCommit, concurrency_problem
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
@@ -161,8 +161,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             )
         pool = model_runner.req_to_token_pool
         spec_state = pool.get_speculative_mamba2_params_all_layers()
-        if flat_state_requested(model_runner.server_args):
-            commit = self._flat_recurrent_state(model_runner, spec_state)
+        if hybrid_state_mode() == "flat":
+            commit = self._flat_recurrent_state(spec_state)
         else:
             commit = RecurrentStateCommit.from_pool(spec_state)
         problem = concurrency_problem(model_runner, commit, block_size=int(self.block_size))
@@ -172,7 +172,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             logger.info("DDTREE on a hybrid target, %s mode: %s", commit.mode, commit.describe())
         return commit
 
-    def _flat_recurrent_state(self, model_runner, spec_state) -> RecurrentStateCommit:
+    def _flat_recurrent_state(self, spec_state) -> RecurrentStateCommit:
         """SGLANG_DDTREE_HYBRID_STATE=flat: the commit over the stash the target's pools got
         (ddtree_gdn_tree.install_flat_state, from the release's patch set)."""
         verify = flat_tree_verify()
