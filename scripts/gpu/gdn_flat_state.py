@@ -118,7 +118,7 @@ def main() -> int:
     flat_bytes = LAYERS * CONV * 2 + flat.stash_bytes_per_node(
         layers=LAYERS, key_heads=H, value_heads=HV, k_dim=K, v_dim=V, activation_itemsize=2
     )
-    print(f"bs {bs}, verify width {n}, block {opts.block}, deepest path {max(map(len, paths))}")
+    print(f"bs {bs}, verify width {n}, block {opts.block}, longest accepted path {max(map(len, paths))}")
     print(f"max |o_flat - o_snapshot| = {out_diff:.3g}; max |state_flat - state_snapshot| at the accepted leaf = {state_diff:.3g}")
     print(f"verify ms per layer: snapshot {timed(snapshot_verify):.3f}, flat {timed(flat_verify):.3f}")
     print(
