@@ -45,6 +45,8 @@ WAVES = {"max_running_requests": 32}
 SAMPLED_DRAWS = 512
 TORCH_TREE = {"SGLANG_DDTREE_TREE_KERNEL": "torch"}  # the default is the Triton kernels
 NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
+FLAT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "flat"}  # the GDN verify's state (ddtree_gdn_tree)
+SNAPSHOT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}
 # B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
 SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
 ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
@@ -223,6 +225,22 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         _ddtree("ddtree-adaptive", HYBRID_ADAPTIVE, env=NO_SYNC),
         PLAIN_T1,
         _ddtree("ddtree-b32-t1", 32, sampled=True),
+    ),
+    # The hybrid's flat GDN recurrent state (SGLANG_DDTREE_HYBRID_STATE=flat: no per-node SSM
+    # snapshots, path-walk verify, replay commit) against the snapshot path and target-only, at
+    # one width and adaptive widths (narrower rounds read the stash at the pool's pitch); T = 1.
+    "hybrid-flat": (
+        PLAIN,
+        _ddtree("ddtree-b32-snapshot", 32, env=SNAPSHOT_STATE),
+        _ddtree(
+            "ddtree-b32-flat",
+            32,
+            env=FLAT_STATE,
+            on_fail=_ddtree("ddtree-b32-flat-eager", 32, env=FLAT_STATE, engine={"disable_cuda_graph": True}),
+        ),
+        _ddtree("ddtree-adaptive-flat", HYBRID_ADAPTIVE, env=FLAT_STATE | NO_SYNC),
+        PLAIN_T1,
+        _ddtree("ddtree-b32-flat-t1", 32, env=FLAT_STATE, sampled=True),
     ),
     # The hybrid's other serving settings: paged KV (the mamba track interval then follows the
     # page), no overlap, a budget schedule switching widths mid-run, flashinfer attention.

@@ -52,6 +52,17 @@ def test_the_adaptive_preset_checks_lossless_overlap_sync_and_sampling() -> None
     assert sampled["engine"]["max_running_requests"] == 32
 
 
+def test_the_hybrid_flat_preset_sets_the_state_switch_per_arm() -> None:
+    arms = {arm.name: arm.runner_arm(128) for arm in checks.PRESETS["hybrid-flat"]}
+    assert arms["ddtree-b32-snapshot"]["env"] == {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}
+    assert arms["ddtree-b32-flat"]["env"] == {"SGLANG_DDTREE_HYBRID_STATE": "flat"}
+    assert arms["ddtree-adaptive-flat"]["env"] == {
+        "SGLANG_DDTREE_HYBRID_STATE": "flat", "SGLANG_DDTREE_SYNC_DEBUG": "error"
+    }
+    assert arms["ddtree-b32-flat-t1"]["sampling"]["temperature"] == 1.0
+    assert "env" not in arms["plain"]
+
+
 def test_the_arms_the_gpu_scripts_name_are_in_their_presets() -> None:
     """scripts/gpu/evidence.sh's default arms, and every preset's arm names, are stable."""
     lossless = {arm.name for arm in checks.PRESETS["lossless"]}

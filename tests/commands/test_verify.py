@@ -18,6 +18,9 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.spec_info",
     "sglang.srt.server_args",
     "sglang.srt.model_executor.runner.decode_cuda_graph_runner",
+    "sglang.srt.layers.attention.linear.gdn_backend",
+    "sglang.srt.mem_cache.memory_pool",
+    "sglang.srt.model_executor.model_runner_kv_cache_mixin",
     "sglang.srt.speculative.ddtree_spec",
     "sglang.srt.speculative.ddtree_utils",
     "sglang.srt.speculative.ddtree_kernels",
@@ -29,6 +32,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_tp",
     "sglang.srt.speculative.ddtree_adaptive",
     "sglang.srt.speculative.ddtree_hybrid",
+    "sglang.srt.speculative.ddtree_gdn_tree",
     "sglang.srt.speculative.ddtree_cuda_graph_runner",
 ]
 

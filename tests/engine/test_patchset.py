@@ -17,6 +17,9 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/speculative/spec_info.py",
         "sglang/srt/server_args.py",
         "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
+        "sglang/srt/layers/attention/linear/gdn_backend.py",
+        "sglang/srt/mem_cache/memory_pool.py",
+        "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
         "sglang/srt/speculative/ddtree_spec.py",
         "sglang/srt/speculative/ddtree_utils.py",
         "sglang/srt/speculative/ddtree_kernels.py",
@@ -27,6 +30,7 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/speculative/ddtree_profile.py",
         "sglang/srt/speculative/ddtree_tp.py",
         "sglang/srt/speculative/ddtree_hybrid.py",
+        "sglang/srt/speculative/ddtree_gdn_tree.py",
         "sglang/srt/speculative/ddtree_adaptive.py",
         "sglang/srt/speculative/ddtree_cuda_graph_runner.py",
     )

@@ -1,10 +1,11 @@
 """The hybrid-target commit (overlay/.../ddtree_hybrid.py) on fake recurrent-state pools.
 
-A tree verify leaves one recurrent-state snapshot per verify node: the SSM snapshot of request
-i's node s at flat row i * N + s for the round's verify width N, the conv window at the pool's
-own stride (the widest width). The commit must copy the last accepted node's snapshot into the
-request's live slot, and the tracking node's into the prefix-cache slot where a tracking
-boundary was crossed. The copy kernel runs in Triton's CPU interpreter (see
+A snapshot-mode tree verify leaves one recurrent-state snapshot and conv window per verify node:
+request i's node s at flat row i * W + s for the pool's width W (the widest verify width),
+whatever the round's width. The commit must copy the last accepted node's into the request's
+live slot, and the tracking node's into the prefix-cache slot where a tracking boundary was
+crossed. In flat mode only the conv windows are copied and the SSM state is replayed from the
+stashed inputs (its kernels are tested in test_payload_ddtree_gdn_tree). The copy kernel runs in Triton's CPU interpreter (see
 test_payload_ddtree_kernels for why the variable is set only around the import).
 """
 
@@ -22,6 +23,7 @@ from payload_modules import OVERLAY, load_payload_module, triton_interpreter
 torch = pytest.importorskip("torch")
 with triton_interpreter():
     triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
+    gdn_tree = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
     hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
 from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
@@ -51,27 +53,26 @@ def fake_pool():
     )
 
 
-def expected_after(pool, slots, nodes, width):
+def expected_after(pool, slots, nodes):
     """What the commit must leave: torch indexing over the same snapshots, per request."""
     ssm, conv = pool.temporal.clone(), pool.conv[0].clone()
-    flat_ssm = pool.intermediate_ssm.reshape(LAYERS, SPEC_SLOTS * MAX_WIDTH, *SSM_ROW)
     for i, (slot, node) in enumerate(zip(slots.tolist(), nodes.tolist(), strict=True)):
         if node < 0:
             continue
-        ssm[:, slot] = flat_ssm[:, i * width + node]
+        ssm[:, slot] = pool.intermediate_ssm[:, i, node]
         conv[:, slot] = pool.intermediate_conv_window[0][:, i, node]
     return ssm, conv
 
 
-@pytest.mark.parametrize("width", [MAX_WIDTH, 5])
-def test_commit_copies_each_requests_accepted_node_at_the_rounds_stride(width):
+@pytest.mark.parametrize("last_node", [MAX_WIDTH - 1, 4])
+def test_commit_copies_each_requests_accepted_node_at_the_pools_pitch(last_node):
     pool = fake_pool()
     slots = torch.tensor([7, 2, 5], dtype=torch.int32)
-    nodes = torch.tensor([3, 0, width - 1])
-    want_ssm, want_conv = expected_after(pool, slots, nodes, width)
+    nodes = torch.tensor([3, 0, last_node])
+    want_ssm, want_conv = expected_after(pool, slots, nodes)
     commit = hybrid.RecurrentStateCommit.from_pool(pool)
     with triton_interpreter():
-        commit.commit(slots, nodes, width)
+        commit.copy_nodes(slots, nodes)
     assert torch.equal(pool.temporal, want_ssm)
     assert torch.equal(pool.conv[0], want_conv)
 
@@ -82,36 +83,53 @@ def test_tracking_copies_only_where_a_boundary_was_crossed():
     track = torch.tensor([6, 8], dtype=torch.int32)
     last = torch.tensor([2, 4])
     track_steps = torch.tensor([-1, 1])
-    want_ssm, want_conv = expected_after(pool, live, last, MAX_WIDTH)
-    flat_ssm = pool.intermediate_ssm.reshape(LAYERS, SPEC_SLOTS * MAX_WIDTH, *SSM_ROW)
-    want_ssm[:, 8] = flat_ssm[:, 1 * MAX_WIDTH + 1]
+    want_ssm, want_conv = expected_after(pool, live, last)
+    want_ssm[:, 8] = pool.intermediate_ssm[:, 1, 1]
     want_conv[:, 8] = pool.intermediate_conv_window[0][:, 1, 1]
     with triton_interpreter():
-        hybrid.RecurrentStateCommit.from_pool(pool).commit(
-            live, last, MAX_WIDTH, track_indices=track, track_steps=track_steps
+        hybrid.RecurrentStateCommit.from_pool(pool).copy_nodes(
+            live, last, track_indices=track, track_steps=track_steps
         )
     assert torch.equal(pool.temporal, want_ssm)  # slot 6 (no crossing) untouched
     assert torch.equal(pool.conv[0], want_conv)
 
 
-def test_commit_steps_follow_the_accepted_path_and_the_tracking_boundary():
-    n = 6
-    # Request 0 accepts root -> node 2 -> node 4; request 1 only its root.
-    accept_index = torch.tensor([[0, 2, 4, -1], [6, -1, -1, -1]])
+def test_commit_positions_follow_the_accepted_path_and_the_tracking_boundary():
     accept_lens = torch.tensor([3, 1], dtype=torch.int32)
     prefix = torch.tensor([14, 30])
-    last, track = hybrid.commit_steps(accept_index, accept_lens, n, prefix, track_interval=16)
-    assert last.tolist() == [4, 0]
-    # Request 0 goes 14 -> 17 and crosses 16 at its second token (path index 1 = node 2).
-    assert track.tolist() == [2, -1]
-    assert hybrid.commit_steps(accept_index, accept_lens, n, prefix, None)[1] is None
+    last, track = hybrid.commit_positions(accept_lens, prefix, track_interval=16)
+    assert last.tolist() == [2, 0]
+    # Request 0 goes 14 -> 17 and crosses 16 at its second token (path position 1).
+    assert track.tolist() == [1, -1]
+    assert hybrid.commit_positions(accept_lens, prefix, None)[1] is None
+
+
+def test_a_snapshot_round_commits_the_last_accepted_node_and_the_tracking_node():
+    pool = fake_pool()
+    n = 6  # a narrower round than the pool's width: rows stay at the pool's pitch
+    # Request 0 accepts root -> node 2 -> node 4 and crosses a tracking boundary at node 2;
+    # request 1 only its root.
+    accept_index = torch.tensor([[0, 2, 4, -1], [6, -1, -1, -1]])
+    accept_lens = torch.tensor([3, 1], dtype=torch.int32)
+    live, track = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([6, 8], dtype=torch.int32)
+    want_ssm, want_conv = expected_after(pool, live, torch.tensor([4, 0]))
+    want_ssm[:, 6] = pool.intermediate_ssm[:, 0, 2]
+    want_conv[:, 6] = pool.intermediate_conv_window[0][:, 0, 2]
+    with triton_interpreter():
+        hybrid.RecurrentStateCommit.from_pool(pool).commit(
+            live, accept_index, accept_lens, n, torch.tensor([14, 30]),
+            track_indices=track, track_interval=16,
+        )
+    assert torch.equal(pool.temporal, want_ssm)
+    assert torch.equal(pool.conv[0], want_conv)
 
 
 def test_memory_figures_come_from_the_pool():
     commit = hybrid.RecurrentStateCommit.from_pool(fake_pool())
     per_token = LAYERS * (2 * 3 * 5 + 6 * 3) * 4
     assert commit.bytes_per_verify_token == per_token
-    assert commit.snapshot_bytes == per_token * SPEC_SLOTS * MAX_WIDTH
+    assert commit.verify_bytes == per_token * SPEC_SLOTS * MAX_WIDTH
+    assert commit.mode == "snapshot"
     assert commit.live_bytes_per_request == per_token
     assert "MiB per request per verify token" in commit.describe()
 
@@ -121,6 +139,75 @@ def test_a_pool_without_snapshots_is_refused():
     pool.intermediate_ssm = None
     with pytest.raises(ValueError, match="replayssm"):
         hybrid.RecurrentStateCommit.from_pool(pool)
+
+
+# A Gated-DeltaNet-shaped pool: conv channels [q | k | v] = 2 * H * K + HV * V.
+GDN_HEADS, GDN_VALUE_HEADS, GDN_K, GDN_V, GDN_CONV_WIDTH = 1, 2, 4, 4, 3
+GDN_CHANNELS = 2 * GDN_HEADS * GDN_K + GDN_VALUE_HEADS * GDN_V
+
+
+def fake_gdn_pool():
+    """A flat-mode pool: live states and per-node conv windows, no SSM snapshots."""
+    gen = torch.Generator().manual_seed(1)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    return types.SimpleNamespace(
+        temporal=rand(LAYERS, LIVE_SLOTS, GDN_VALUE_HEADS, GDN_V, GDN_K),
+        intermediate_ssm=torch.zeros(LAYERS, SPEC_SLOTS, 0, GDN_VALUE_HEADS, GDN_V, GDN_K),
+        conv=[rand(LAYERS, LIVE_SLOTS, GDN_CHANNELS, GDN_CONV_WIDTH)],
+        intermediate_conv_window=[rand(LAYERS, SPEC_SLOTS, MAX_WIDTH, GDN_CHANNELS, GDN_CONV_WIDTH)],
+    )
+
+
+def flat_commit(pool, dtype=torch.float32):
+    stash = gdn_tree.GDNInputStash.for_pool(pool, dtype)
+    return hybrid.RecurrentStateCommit.flat(pool, stash, gdn_tree.max_path_len(16))
+
+
+def test_flat_memory_figures_are_conv_windows_and_stashed_inputs():
+    commit = flat_commit(fake_gdn_pool(), torch.bfloat16)
+    conv_per_node = LAYERS * GDN_CHANNELS * GDN_CONV_WIDTH * 4
+    stash_per_node = LAYERS * ((GDN_HEADS * GDN_K + GDN_VALUE_HEADS * GDN_V) * 2 + 2 * GDN_VALUE_HEADS * 4)
+    assert commit.mode == "flat"
+    assert commit.stash.bytes_per_node == stash_per_node
+    assert commit.bytes_per_verify_token == conv_per_node + stash_per_node
+    assert commit.verify_bytes == (conv_per_node + stash_per_node) * SPEC_SLOTS * MAX_WIDTH
+    assert (commit.stash.rows, commit.stash.width) == (SPEC_SLOTS, MAX_WIDTH)
+    assert "flat recurrent state (conv windows + stashed inputs, no SSM snapshots)" in commit.describe()
+
+
+def test_flat_state_is_refused_on_a_pool_that_is_not_gdn_shaped():
+    with pytest.raises(ValueError, match="conv channels"):
+        gdn_tree.GDNInputStash.for_pool(fake_pool(), torch.float32)
+
+
+def test_a_flat_round_copies_conv_windows_and_replays_the_ssm_state():
+    pool = fake_gdn_pool()
+    commit = flat_commit(pool)
+    gen = torch.Generator().manual_seed(2)
+    for stashed in (commit.stash.k, commit.stash.v, commit.stash.g, commit.stash.beta):
+        stashed.copy_(torch.randn(stashed.shape, generator=gen) * 0.5)
+    n = 6
+    accept_index = torch.tensor([[0, 2, 4, -1], [6, -1, -1, -1]])
+    accept_lens = torch.tensor([3, 1], dtype=torch.int32)
+    live, track = torch.tensor([0, 1], dtype=torch.int32), torch.tensor([6, 8], dtype=torch.int32)
+    want_ssm, want_conv = pool.temporal.clone(), pool.conv[0].clone()
+    for layer in range(LAYERS):  # stash rows at the pool's pitch: request i's node s at i * W + s
+        gdn_tree.replay_commit_torch(
+            want_ssm[layer], commit.stash, layer, 0, [0, 2, 4], track_slot=6, track_pos=1
+        )
+        gdn_tree.replay_commit_torch(want_ssm[layer], commit.stash, layer, 1, [MAX_WIDTH])
+    for slot, (req, node) in {0: (0, 4), 1: (1, 0), 6: (0, 2)}.items():
+        want_conv[:, slot] = pool.intermediate_conv_window[0][:, req, node]
+    with triton_interpreter():
+        commit.commit(
+            live, accept_index, accept_lens, n, torch.tensor([14, 30]),
+            track_indices=track, track_interval=16,
+        )
+    torch.testing.assert_close(pool.temporal, want_ssm, atol=1e-5, rtol=1e-5)
+    assert torch.equal(pool.conv[0], want_conv)
 
 
 def fake_model_runner(requested, fitted, ratio):
@@ -136,7 +223,7 @@ def test_concurrency_problem_names_what_fits():
     # 9 live slots at ratio 3 hold 3 requests; 8 were asked for.
     problem = hybrid.concurrency_problem(fake_model_runner(8, 3, 3), commit, block_size=2)
     per_request = commit.live_bytes_per_request
-    budget = LIVE_SLOTS * per_request + commit.snapshot_bytes
+    budget = LIVE_SLOTS * per_request + commit.verify_bytes
     widest = int((budget / 8 - 3 * per_request) // commit.bytes_per_verify_token)
     assert "only 3 of the requested 8 concurrent requests fit" in problem
     assert f"largest budget that fits 8 requests is {widest - 1}" in problem
@@ -172,6 +259,7 @@ from payload_modules import load_payload_module
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
 hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
 built = []
 for state, index in (("*fp32", "*i64"), ("*bf16", "*i32")):

@@ -84,6 +84,13 @@ class DDTreeEnvs:
         "at the block's width (DFLASH's verify through DDTREE's machinery), whatever the flags",
     )
 
+    # Gated-DeltaNet hybrid targets
+    SGLANG_DDTREE_HYBRID_STATE = DDTreeEnvChoice(
+        ("snapshot", "flat"),
+        "how a tree verify keeps the GDN recurrent state: SGLang's per-node snapshots, or flat "
+        "(path-walk verify from the committed state, replay commit; ddtree_gdn_tree)",
+    )
+
     # CUDA graphs of the round's fixed-shape stages
     SGLANG_DDTREE_TREE_GRAPH = DDTreeEnvSwitch(
         True, "replay the draft top-K and tree build from a CUDA graph per batch size; 0: eager"

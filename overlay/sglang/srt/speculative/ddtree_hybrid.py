@@ -8,11 +8,14 @@ recurrent kernel starts each node from its parent's snapshot. DDTREE's verify
 input carries those links (node 0 the root, parents before children, siblings
 in index order), so the tree verify is SGLang's own.
 
-What differs is the commit. SGLang's commit reads the snapshots at the pool's
-stride (the widest verify width), while a narrower verify width (budget
-schedule, adaptive budgets) writes them at its own; this module copies the
-last accepted node's state (and the prefix-cache tracking state) into the
-persistent slots with the stride each snapshot was written at.
+What differs is the commit, and what a node keeps (``SGLANG_DDTREE_HYBRID_STATE``):
+- ``snapshot``: SGLang's per-node recurrent-state snapshots; the commit copies the last
+  accepted node's snapshot (and the prefix-cache tracking node's) into the persistent slots.
+- ``flat`` (ddtree_gdn_tree): no snapshots; the GDN verify walks each node's path from the
+  committed state and stashes the nodes' inputs, and the commit replays the accepted path.
+SGLang's kernels write a node's snapshot and conv window at the pool's pitch (the widest
+verify width) whatever the round's width (budget schedule, adaptive budgets); the commit
+reads them there.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from typing import List, Optional, Tuple
 import torch
 import triton
 import triton.language as tl
+
+from sglang.srt.speculative.ddtree_gdn_tree import GDNInputStash, replay_commit
 
 logger = logging.getLogger(__name__)
 
@@ -114,46 +119,52 @@ def _rows(state: torch.Tensor, leading: int) -> torch.Tensor:
     return state.view(state.shape[0], leading, -1)
 
 
-def commit_steps(
-    accept_index: torch.Tensor,
-    accept_lens: torch.Tensor,
-    num_verify_tokens: int,
-    prefix_lens: torch.Tensor,
-    track_interval: Optional[int],
+def commit_positions(
+    accept_lens: torch.Tensor, prefix_lens: torch.Tensor, track_interval: Optional[int]
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Verify-block node of each request whose state to commit, and of the prefix-cache
-    tracking point (-1: no interval boundary crossed this round; None: no tracking).
-
-    accept_index [bs, W] holds the accepted path's global verify rows (root first), accept_lens
-    [bs] its length; SGLang's commit_mamba_states_after_verify computes the same."""
-    bs = int(accept_lens.shape[0])
-    req = torch.arange(bs, dtype=torch.int64, device=accept_lens.device)
-    base = req * int(num_verify_tokens)
+    """Accepted-path position of each request's state to commit, and of the prefix-cache
+    tracking point (-1: no interval boundary crossed this round; None: no tracking)."""
     accept_lens = accept_lens.to(torch.int64)
-    last = accept_index[req, accept_lens - 1].to(torch.int64) - base
+    last = accept_lens - 1
     if track_interval is None:
         return last, None
     pre = prefix_lens.to(torch.int64)
     post = pre + accept_lens
     crossed = pre // track_interval != post // track_interval
     ith = torch.clamp(post // track_interval * track_interval - pre - 1, min=0)
-    tracked = accept_index[req, ith].to(torch.int64) - base
-    return last, torch.where(crossed, tracked, torch.full_like(tracked, -1))
+    return last, torch.where(crossed, ith, torch.full_like(ith, -1))
+
+
+def _nodes_at(accept_index, positions, num_verify_tokens) -> torch.Tensor:
+    """Verify-block node at each request's path position (-1 where the position is < 0)."""
+    req = torch.arange(int(positions.shape[0]), dtype=torch.int64, device=positions.device)
+    rows = accept_index[req, positions.clamp(min=0)].to(torch.int64) - req * int(num_verify_tokens)
+    return torch.where(positions >= 0, rows, torch.full_like(rows, -1))
 
 
 @dataclass
 class RecurrentStateCommit:
-    """The target's recurrent-state pools as row views, and the tree commit over them."""
+    """The target's recurrent-state pools as row views, and the tree commit over them.
+
+    Two ways to keep a verify's SSM state (``SGLANG_DDTREE_HYBRID_STATE``, see
+    ddtree_gdn_tree): ``snapshot`` - SGLang's per-node snapshots, the commit copies the last
+    accepted node's; ``flat`` - no snapshots, the verify stashes each node's inputs and the
+    commit replays the accepted path. Either way each node keeps SGLang's conv window, which the
+    commit copies: a window is (kernel width - 1) raw inputs per channel, 2 % of a snapshot at
+    Qwen3.6-27B shape, and SGLang's conv kernel already writes them for every node."""
 
     ssm: torch.Tensor  # [L, slots, R] persistent state
-    ssm_nodes: torch.Tensor  # [L, spec slots * max width, R] per-node snapshots, flat
+    ssm_nodes: Optional[torch.Tensor]  # snapshot: [L, spec slots * max width, R]; flat: None
     conv: List[Tuple[torch.Tensor, torch.Tensor]]  # (persistent, per-node) row views
     max_verify_tokens: int
     spec_slots: int
+    ssm_pool: Optional[torch.Tensor] = None  # flat: [L, slots, HV, V, K]
+    stash: Optional[GDNInputStash] = None  # flat: the verify's per-node inputs
+    max_path: int = 0  # flat: the longest accepted path (the drafter's block)
 
     @classmethod
     def from_pool(cls, spec_state) -> "RecurrentStateCommit":
-        """From ``req_to_token_pool.get_speculative_mamba2_params_all_layers()``."""
+        """Snapshot mode, from ``req_to_token_pool.get_speculative_mamba2_params_all_layers()``."""
         if spec_state.intermediate_ssm is None:
             raise ValueError(
                 "DDTREE needs the per-node recurrent-state snapshots of a tree verify; "
@@ -161,25 +172,44 @@ class RecurrentStateCommit:
             )
         nodes = spec_state.intermediate_ssm  # [L, spec slots, max width, ...]
         spec_slots, width = int(nodes.shape[1]), int(nodes.shape[2])
-        ssm = spec_state.temporal
-        conv = [
-            (_rows(state, int(state.shape[1])), _rows(window, spec_slots * width))
-            for state, window in zip(spec_state.conv, spec_state.intermediate_conv_window, strict=True)
-        ]
         return cls(
-            ssm=_rows(ssm, int(ssm.shape[1])),
+            ssm=_rows(spec_state.temporal, int(spec_state.temporal.shape[1])),
             ssm_nodes=_rows(nodes, spec_slots * width),
-            conv=conv,
+            conv=_conv_rows(spec_state, spec_slots, width),
             max_verify_tokens=width,
             spec_slots=spec_slots,
         )
 
+    @classmethod
+    def flat(cls, spec_state, stash: GDNInputStash, max_path: int) -> "RecurrentStateCommit":
+        """Flat mode: the pool's conv windows and live state, and the verify's input stash."""
+        windows = spec_state.intermediate_conv_window[0]  # [L, spec slots, max width, ...]
+        spec_slots, width = int(windows.shape[1]), int(windows.shape[2])
+        temporal = spec_state.temporal
+        return cls(
+            ssm=_rows(temporal, int(temporal.shape[1])),
+            ssm_nodes=None,
+            conv=_conv_rows(spec_state, spec_slots, width),
+            max_verify_tokens=width,
+            spec_slots=spec_slots,
+            ssm_pool=temporal,
+            stash=stash,
+            max_path=int(max_path),
+        )
+
+    @property
+    def mode(self) -> str:
+        return "snapshot" if self.stash is None else "flat"
+
     @property
     def bytes_per_verify_token(self) -> int:
-        """Snapshot bytes one request holds per verify token, all layers (this rank)."""
-        total = self.ssm_nodes.numel() * self.ssm_nodes.element_size()
-        total += sum(window.numel() * window.element_size() for _, window in self.conv)
-        return total // (self.spec_slots * self.max_verify_tokens)
+        """Verify-state bytes one request holds per verify token, all layers (this rank):
+        its conv window and its SSM snapshot (snapshot) or stashed inputs (flat)."""
+        nodes = self.spec_slots * self.max_verify_tokens
+        total = sum(window.numel() * window.element_size() for _, window in self.conv) // nodes
+        if self.stash is not None:
+            return total + self.stash.bytes_per_node
+        return total + self.ssm_nodes.numel() * self.ssm_nodes.element_size() // nodes
 
     @property
     def live_bytes_per_request(self) -> int:
@@ -188,51 +218,94 @@ class RecurrentStateCommit:
         return sum(int(r.shape[0]) * int(r.shape[2]) * r.element_size() for r in rows)
 
     @property
-    def snapshot_bytes(self) -> int:
+    def verify_bytes(self) -> int:
+        """Verify-state bytes of every request slot at the widest verify width."""
         return self.bytes_per_verify_token * self.spec_slots * self.max_verify_tokens
 
     def describe(self) -> str:
         per_token = self.bytes_per_verify_token
+        kept = (
+            "recurrent-state snapshots"
+            if self.stash is None
+            else "flat recurrent state (conv windows + stashed inputs, no SSM snapshots)"
+        )
         return (
-            f"recurrent-state snapshots {per_token / _MIB:.2f} MiB per request per verify token, "
+            f"{kept}: {per_token / _MIB:.2f} MiB per request per verify token, "
             f"{per_token * self.max_verify_tokens / _MIB:.1f} MiB per request at verify width "
-            f"{self.max_verify_tokens}, {self.snapshot_bytes / (1 << 30):.2f} GiB for "
+            f"{self.max_verify_tokens}, {self.verify_bytes / (1 << 30):.2f} GiB for "
             f"{self.spec_slots} request slots"
         )
 
     def commit(
         self,
         cache_indices: torch.Tensor,
-        steps: torch.Tensor,
+        accept_index: torch.Tensor,
+        accept_lens: torch.Tensor,
         num_verify_tokens: int,
+        prefix_lens: torch.Tensor,
+        track_indices: Optional[torch.Tensor] = None,
+        track_interval: Optional[int] = None,
+    ) -> None:
+        """Each request's recurrent state := its state after the accepted path (and the
+        prefix-cache tracking slot's, where the round crossed a tracking boundary)."""
+        tracking = track_indices is not None and track_interval is not None
+        last_pos, track_pos = commit_positions(accept_lens, prefix_lens, track_interval if tracking else None)
+        last = _nodes_at(accept_index, last_pos, num_verify_tokens)
+        track = None if track_pos is None else _nodes_at(accept_index, track_pos, num_verify_tokens)
+        self.copy_nodes(cache_indices, last, track_indices=track_indices, track_steps=track)
+        if self.stash is not None:
+            replay_commit(
+                ssm_states=self.ssm_pool,
+                stash=self.stash,
+                cache_indices=cache_indices,
+                accept_index=accept_index,
+                accept_lens=accept_lens,
+                num_verify_tokens=num_verify_tokens,
+                max_path=self.max_path,
+                track_indices=track_indices if tracking else None,
+                track_positions=track_pos,
+            )
+
+    def copy_nodes(
+        self,
+        cache_indices: torch.Tensor,
+        steps: torch.Tensor,
         track_indices: Optional[torch.Tensor] = None,
         track_steps: Optional[torch.Tensor] = None,
     ) -> None:
-        """Persistent state of request i := its snapshot at verify node ``steps[i]``.
+        """Persistent conv window (and, with snapshots, SSM state) of request i := its
+        verify node ``steps[i]``'s.
 
-        The recurrent kernel writes request i's node s at flat row i * N + s for the round's
-        verify width N; the conv kernel writes at the pool's own stride (the widest width)."""
+        SGLang's kernels write request i's node s at row i * W + s for the pool's width W
+        (the widest verify width), whatever the round's width."""
         bs = int(steps.shape[0])
         req = torch.arange(bs, dtype=torch.int64, device=steps.device)
         targets = [(cache_indices[:bs], steps)]
         if track_indices is not None and track_steps is not None:
             targets.append((track_indices[:bs], track_steps))
         for slots, node in targets:
-            valid = node >= 0
+            rows = torch.where(node >= 0, req * self.max_verify_tokens + node, -1)
             slots = slots.to(torch.int64)
-            ssm_rows = torch.where(valid, req * int(num_verify_tokens) + node, -1)
-            copy_state_rows(self.ssm, slots, self.ssm_nodes, ssm_rows)
-            conv_rows = torch.where(valid, req * self.max_verify_tokens + node, -1)
+            if self.ssm_nodes is not None:
+                copy_state_rows(self.ssm, slots, self.ssm_nodes, rows)
             for state, window in self.conv:
-                copy_state_rows(state, slots, window, conv_rows)
+                copy_state_rows(state, slots, window, rows)
+
+
+def _conv_rows(spec_state, spec_slots: int, width: int):
+    return [
+        (_rows(state, int(state.shape[1])), _rows(window, spec_slots * width))
+        for state, window in zip(spec_state.conv, spec_state.intermediate_conv_window, strict=True)
+    ]
 
 
 def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_size: int) -> Optional[str]:
-    """Why this verify width's snapshots leave fewer concurrent requests than requested, with
+    """Why this verify width's per-node state leaves fewer concurrent requests than requested, with
     the largest budget and the --max-running-requests that do fit; None when they fit.
 
-    SGLang sizes the live recurrent states (``ratio`` slots per request) and the snapshots
-    (one per verify token per request) from one budget, then caps the concurrency to what
+    SGLang sizes the live recurrent states (``ratio`` slots per request) and the per-node
+    verify state (snapshots, or in flat mode conv windows + stashed inputs; one per verify token
+    per request) from one budget, then caps the concurrency to what
     that budget holds; DDTREE refuses to start with fewer requests than were asked for."""
     requested = getattr(model_runner.server_args, "max_running_requests", None)
     fitted = int(model_runner.max_running_requests)
@@ -245,7 +318,7 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
         return None  # the cap came from the KV cache, not from the recurrent state
     per_request = commit.live_bytes_per_request
     per_token = commit.bytes_per_verify_token
-    budget_bytes = live_slots * per_request + commit.snapshot_bytes
+    budget_bytes = live_slots * per_request + commit.verify_bytes
     widest = int((budget_bytes / int(requested) - ratio * per_request) // per_token)
     if widest >= block_size:
         fits = f"the largest budget that fits {requested} requests is {widest - 1}"

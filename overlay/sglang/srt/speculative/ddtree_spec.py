@@ -12,6 +12,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+from sglang.srt.speculative.ddtree_envs import envs
 from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from sglang.srt.speculative.spec_registry import CustomSpecAlgo
 
@@ -221,6 +222,10 @@ def _unsupported_hybrid_settings(cfg, target_config):
                 "DDTREE on a Gated-DeltaNet target verifies through the Triton GDN kernel "
                 f"(its tree path); --{flag.replace('_', '-')} flashinfer has none."
             )
+    try:
+        envs.SGLANG_DDTREE_HYBRID_STATE.get()  # read again by the pool and the worker
+    except ValueError as bad_value:
+        yield str(bad_value)
     if getattr(cfg, "enable_linear_replayssm_spec", False):
         yield (
             "DDTREE does not support --enable-linear-replayssm-spec: ReplaySSM verifies "

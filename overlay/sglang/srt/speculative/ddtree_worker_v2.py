@@ -56,11 +56,8 @@ from sglang.srt.speculative.ddtree_cuda_graph_runner import (
     capture_batch_sizes,
 )
 from sglang.srt.speculative.ddtree_envs import envs
-from sglang.srt.speculative.ddtree_hybrid import (
-    RecurrentStateCommit,
-    commit_steps,
-    concurrency_problem,
-)
+from sglang.srt.speculative.ddtree_gdn_tree import flat_tree_verify
+from sglang.srt.speculative.ddtree_hybrid import RecurrentStateCommit, concurrency_problem
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
 from sglang.srt.speculative.ddtree_kernels import (
     DDTreeAccepted,
@@ -154,13 +151,30 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 "linear-attention or Mamba layers, whose tree verify DDTREE does not wire."
             )
         pool = model_runner.req_to_token_pool
-        commit = RecurrentStateCommit.from_pool(pool.get_speculative_mamba2_params_all_layers())
+        spec_state = pool.get_speculative_mamba2_params_all_layers()
+        if envs.SGLANG_DDTREE_HYBRID_STATE.get() == "flat":
+            commit = self._flat_recurrent_state(spec_state)
+        else:
+            commit = RecurrentStateCommit.from_pool(spec_state)
         problem = concurrency_problem(model_runner, commit, block_size=int(self.block_size))
         if problem is not None:
             raise ValueError(problem)
         if getattr(self, "tp_rank", 0) == 0:
-            logger.info("DDTREE on a hybrid target: %s", commit.describe())
+            logger.info("DDTREE on a hybrid target, %s mode: %s", commit.mode, commit.describe())
         return commit
+
+    def _flat_recurrent_state(self, spec_state) -> RecurrentStateCommit:
+        """SGLANG_DDTREE_HYBRID_STATE=flat: the commit over the stash the target's pools got
+        (ddtree_gdn_tree.install_flat_state, from the release's patch set)."""
+        verify = flat_tree_verify()
+        if verify is None:
+            import sglang
+
+            raise ValueError(
+                f"SGLANG_DDTREE_HYBRID_STATE=flat is wired for sglang 0.5.14 only, not "
+                f"{getattr(sglang, '__version__', 'this release')}: unset it or set snapshot."
+            )
+        return RecurrentStateCommit.flat(spec_state, verify.stash, verify.max_path)
 
     def init_cuda_graphs(self):
         with draft_width_scope(self):
@@ -542,23 +556,19 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         graphs.replay(bs)
 
     def _commit_recurrent_state(self, batch, accept_index, accept_lens, prefix_lens, n) -> None:
-        """Each request's recurrent state := its last accepted node's snapshot (and the
-        prefix-cache tracking slot's, where the round crossed a tracking boundary)."""
+        """Each request's recurrent state := its state after the accepted path (and the
+        prefix-cache tracking slot's, where the round crossed a tracking boundary): the last
+        accepted node's snapshot, or in flat mode the path replayed from the stashed inputs."""
         track_indices = getattr(batch, "mamba_track_indices", None)
-        last, track_steps = commit_steps(
+        pool = self.target_worker.model_runner.req_to_token_pool
+        self.recurrent_state.commit(
+            pool.get_mamba_indices(batch.req_pool_indices),
             accept_index,
             accept_lens,
             n,
             prefix_lens,
-            mamba_track_interval(self, batch) if track_indices is not None else None,
-        )
-        pool = self.target_worker.model_runner.req_to_token_pool
-        self.recurrent_state.commit(
-            pool.get_mamba_indices(batch.req_pool_indices),
-            last,
-            n,
             track_indices=track_indices,
-            track_steps=track_steps,
+            track_interval=mamba_track_interval(self, batch) if track_indices is not None else None,
         )
 
     def _eager_commit_draft_kv(self, hidden, cache_loc, positions, commit_lens) -> None:

@@ -1,0 +1,628 @@
+"""DDTREE's tree verify through Gated-DeltaNet layers without per-node state snapshots.
+
+SGLang's tree verify (``fused_sigmoid_gating_recurrent`` with ``retrieve_parent_token``) writes
+every verify node's recurrent state [HV, V, K] to memory so that its children can start from it,
+and the commit copies the last accepted node's snapshot: at Qwen3.6-27B shape (48 GDN layers,
+HV 48, K = V 128, fp32) 144 MiB per request per verify token. The "flat" recurrent state keeps
+none of that:
+
+- verify: node n's output is computed from the request's committed state h0 by applying the
+  gated delta rule along n's root-to-n ancestor path (at most the drafter's block size of
+  steps; every ancestor's k, v, a, b are inputs of the same forward). One Triton program per
+  (verify token, value head, V block) keeps its [K, BV] state block in registers; no state is
+  written, the committed slot is only read.
+- stash: the same kernel writes each node's per-token inputs - k [H, K] and v [HV, V] as the
+  layer's activations hold them, g and beta [HV] in fp32 as the kernel computes them - per layer
+  into a buffer of (request rows x widest verify width) nodes: about 0.5 % of a snapshot.
+- commit: after acceptance one kernel replays the accepted path's stashed inputs from h0, per
+  layer, and writes the request's committed slot (and the prefix-cache tracking slot at the
+  tracking step). The replay runs the verify's own arithmetic on the same inputs, so the
+  committed state is the state the accepted node's output was computed from.
+
+The conv1d windows stay SGLang's per-node windows (see ``ddtree_hybrid.RecurrentStateCommit``).
+Work: a node costs its depth + 1 steps (the tree's total depth, against SGLang's one step per
+node and a state store + reload per node), every node in parallel.
+
+Wiring (0.5.14's patch set): the pool allocates no SSM snapshots (``ssm_snapshot_tokens``), the
+hybrid memory split reserves a flat node's bytes (``verify_memory_tokens``), the target's model
+runner installs the stash and this verify right after its pools (``install_flat_state``, before
+any CUDA graph is captured), the GDN backend's target verify calls ``flat_tree_verify()`` when
+one is installed, and the DDTREE worker's commit replays (``ddtree_hybrid``).
+
+Switch: ``SGLANG_DDTREE_HYBRID_STATE=flat|snapshot`` (``ddtree_envs``; snapshot, SGLang's own
+tree path, stays the default until the flat path has been checked on a GPU against it:
+``ddtree_overlay/bench/checks.py`` preset ``hybrid-flat``).
+Layouts are SGLang 0.5.14's: q, k [1, T, H, K], v [1, T, HV, V], a, b [T, HV] (token-major,
+heads packed), recurrent state [slots, HV, V, K] with K contiguous, ``retrieve_parent_token``
+[bs, N] as the conv kernel fills it (node 0 is the root; parents before children).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from sglang.srt.speculative.ddtree_envs import envs
+
+
+# The GDN kernels' numerics (fused_sigmoid_gating_recurrent.py, as target_verify calls it).
+SOFTPLUS_THRESHOLD = 20.0
+L2NORM_EPS = 1e-6
+_BV = 32  # V block per program, as SGLang's recurrent kernel
+
+
+def max_path_len(block_size: int) -> int:
+    """Root-to-node path length bound of a DDTREE tree: its deepest node is block_size - 1."""
+    return triton.next_power_of_2(max(int(block_size), 1))
+
+
+# ----------------------------------------------------------------------------------------------
+# Plain torch: the kernels' specification (path walk, replay)
+
+
+def _gates_torch(a, b, A_log, dt_bias):
+    x = a.float() + dt_bias.float()
+    softplus = torch.where(x <= SOFTPLUS_THRESHOLD, torch.log(1.0 + torch.exp(x)), x)
+    return -torch.exp(A_log.float()) * softplus, torch.sigmoid(b.float())
+
+
+def _l2norm_torch(x):
+    x = x.float()
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + L2NORM_EPS)
+
+
+def _delta_step_torch(h, k, v, g, beta):
+    """h [HV, V, K] fp32; k [HV, K] normalised; v [HV, V]; g, beta [HV]."""
+    h = h * torch.exp(g)[:, None, None]
+    u = (v.float() - (h * k[:, None, :]).sum(-1)) * beta[:, None]
+    return h + u[:, :, None] * k[:, None, :]
+
+
+def tree_verify_torch(q, k, v, a, b, A_log, dt_bias, state, slots, parents, scale):
+    """Every verify node's output by walking its path from the committed state.
+
+    q, k [bs*N, H, K]; v [bs*N, HV, V]; a, b [bs*N, HV]; state [slots, HV, V, K];
+    slots [bs] (< 0: zero state); parents [bs, N] (entry 0 unused). Returns o [bs*N, HV, V]
+    fp32."""
+    bs, n = parents.shape
+    hv = v.shape[1]
+    group = hv // k.shape[1]
+    kn = _l2norm_torch(k).repeat_interleave(group, dim=1)
+    qn = _l2norm_torch(q).repeat_interleave(group, dim=1) * scale
+    g, beta = _gates_torch(a, b, A_log, dt_bias)
+    o = torch.empty(v.shape, dtype=torch.float32, device=v.device)
+    for i in range(bs):
+        slot = int(slots[i])
+        h0 = state[slot].float() if slot >= 0 else state.new_zeros(state.shape[1:], dtype=torch.float32)
+        for node in range(n):
+            h = h0
+            for t in path_to(parents[i], node):
+                r = i * n + t
+                h = _delta_step_torch(h, kn[r], v[r], g[r], beta[r])
+            o[i * n + node] = (h * qn[i * n + node][:, None, :]).sum(-1)
+    return o
+
+
+def path_to(parents_row: torch.Tensor, node: int) -> list:
+    """Root-first path of verify nodes from node 0 to ``node``."""
+    path = [node]
+    while path[-1] != 0:
+        path.append(int(parents_row[path[-1]]))
+    return path[::-1]
+
+
+def replay_commit_torch(state, stash, layer, slot, path_rows, track_slot=-1, track_pos=-1):
+    """State after replaying stash rows ``path_rows`` (root first) from ``state[slot]``; writes
+    it to ``state[slot]``, and the state after ``track_pos`` steps to ``state[track_slot]``."""
+    hv = stash.v.shape[2]
+    h = state[slot].float()
+    for pos, r in enumerate(path_rows):
+        k = _l2norm_torch(stash.k[layer, r]).repeat_interleave(hv // stash.k.shape[2], dim=0)
+        h = _delta_step_torch(h, k, stash.v[layer, r], stash.g[layer, r], stash.beta[layer, r])
+        if pos == track_pos and track_slot >= 0:
+            state[track_slot] = h.to(state.dtype)
+    state[slot] = h.to(state.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# The per-node input stash
+
+
+@dataclass
+class GDNInputStash:
+    """Per-node inputs of the last tree verify, every GDN layer: row ``i * width + node`` holds
+    batch request i's verify node. k, v keep the activations' dtype (the replay normalises k
+    as the verify did), g and beta are the fp32 gates the verify applied."""
+
+    k: torch.Tensor  # [L, rows * width, H, K]
+    v: torch.Tensor  # [L, rows * width, HV, V]
+    g: torch.Tensor  # [L, rows * width, HV] fp32
+    beta: torch.Tensor  # [L, rows * width, HV] fp32
+    width: int  # nodes per request row: the widest verify width
+
+    @classmethod
+    def allocate(cls, *, layers, rows, width, key_heads, value_heads, k_dim, v_dim, dtype, device):
+        nodes = int(rows) * int(width)
+        return cls(
+            k=torch.zeros((layers, nodes, key_heads, k_dim), dtype=dtype, device=device),
+            v=torch.zeros((layers, nodes, value_heads, v_dim), dtype=dtype, device=device),
+            g=torch.zeros((layers, nodes, value_heads), dtype=torch.float32, device=device),
+            beta=torch.zeros((layers, nodes, value_heads), dtype=torch.float32, device=device),
+            width=int(width),
+        )
+
+    @classmethod
+    def for_pool(cls, spec_state, activation_dtype: torch.dtype) -> "GDNInputStash":
+        """A stash beside a recurrent-state pool: as many request rows and nodes per row as its
+        per-node conv windows, key heads read off its conv channels [q | k | v]."""
+        windows = spec_state.intermediate_conv_window[0]  # [L, spec slots, max width, C, W - 1]
+        layers, rows, width, channels = (int(d) for d in windows.shape[:4])
+        temporal = spec_state.temporal  # [L, slots, HV, V, K]
+        value_heads, v_dim, k_dim = (int(d) for d in temporal.shape[2:])
+        key_heads, rest = divmod(channels - value_heads * v_dim, 2 * k_dim)
+        if rest or key_heads < 1:
+            raise ValueError(
+                f"DDTREE's flat recurrent state expects Gated-DeltaNet conv channels [q | k | v], "
+                f"got {channels} channels for {value_heads} value heads of {v_dim} x {k_dim}."
+            )
+        return cls.allocate(
+            layers=layers,
+            rows=rows,
+            width=width,
+            key_heads=key_heads,
+            value_heads=value_heads,
+            k_dim=k_dim,
+            v_dim=v_dim,
+            dtype=activation_dtype,
+            device=temporal.device,
+        )
+
+    @property
+    def rows(self) -> int:
+        return int(self.k.shape[1]) // self.width
+
+    @property
+    def bytes_per_node(self) -> int:
+        """Bytes one verify node stashes, all layers."""
+        tensors = (self.k, self.v, self.g, self.beta)
+        return sum(t[:, 0].numel() * t.element_size() for t in tensors)
+
+
+def stash_bytes_per_node(*, layers, key_heads, value_heads, k_dim, v_dim, activation_itemsize) -> int:
+    """What ``GDNInputStash.bytes_per_node`` will be, before it is allocated."""
+    per_layer = (key_heads * k_dim + value_heads * v_dim) * activation_itemsize + 2 * value_heads * 4
+    return int(layers) * per_layer
+
+
+# ----------------------------------------------------------------------------------------------
+# Triton
+
+
+@triton.jit
+def _gates(a, b, A_log, dt_bias, SOFTPLUS_THRESHOLD: tl.constexpr):
+    x = a + dt_bias
+    softplus = tl.where(x <= SOFTPLUS_THRESHOLD, tl.log(1.0 + tl.exp(x)), x)
+    return -tl.exp(A_log) * softplus, 1.0 / (1.0 + tl.exp(-b))
+
+
+@triton.jit
+def _tree_verify_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    a_ptr,
+    b_ptr,
+    A_log_ptr,
+    dt_bias_ptr,
+    o_ptr,  # [T, HV, V]
+    state_ptr,  # [slots, HV, V, K] committed states, read only
+    slot_ptr,  # [bs] state slot per request, < 0: zero state
+    parent_ptr,  # [bs, >= N] parent node per verify node (HAS_PARENTS)
+    stash_k_ptr,  # [rows * width, H, K] this layer's stash
+    stash_v_ptr,  # [rows * width, HV, V]
+    stash_g_ptr,  # [rows * width, HV]
+    stash_beta_ptr,
+    n_tokens,  # verify nodes per request this round
+    stash_rows,
+    stash_width,
+    stride_q_tok,
+    stride_q_head,
+    stride_k_tok,
+    stride_k_head,
+    stride_v_tok,
+    stride_v_head,
+    stride_a_tok,
+    stride_b_tok,
+    stride_state_slot,
+    stride_parent_req,
+    scale,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    MAX_PATH: tl.constexpr,
+    HAS_PARENTS: tl.constexpr,
+    STASH: tl.constexpr,
+    SOFTPLUS_THRESHOLD: tl.constexpr,
+    L2NORM_EPS: tl.constexpr,
+):
+    tok = tl.program_id(0).to(tl.int64)
+    i_v = tl.program_id(1)
+    i_hv = tl.program_id(2)
+    i_h = i_hv // (HV // H)
+    req = tok // n_tokens
+    node = (tok % n_tokens).to(tl.int32)
+
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_k = o_k < K
+    mask_v = o_v < V
+    mask_h = mask_k[:, None] & mask_v[None, :]
+
+    # path[j]: node's j-th ancestor (path[0] = node, the root 0 last), -1 past the root.
+    steps = tl.arange(0, MAX_PATH)
+    path = tl.full([MAX_PATH], -1, tl.int32)
+    cur = node
+    alive = node >= 0
+    for j in tl.static_range(MAX_PATH):
+        path = tl.where(alive & (steps == j), cur, path)
+        alive = alive & (cur != 0)
+        if HAS_PARENTS:
+            nxt = tl.load(parent_ptr + req * stride_parent_req + cur, mask=alive, other=0)
+        else:
+            nxt = cur - 1  # a chain
+        cur = tl.where(alive, nxt, 0).to(tl.int32)
+
+    slot = tl.load(slot_ptr + req).to(tl.int64)
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if slot >= 0:
+        p_h0 = state_ptr + slot * stride_state_slot + i_hv * V * K + o_v[None, :] * K + o_k[:, None]
+        b_h += tl.load(p_h0, mask=mask_h, other=0).to(tl.float32)
+    b_A_log = tl.load(A_log_ptr + i_hv).to(tl.float32)
+    b_dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
+
+    base = req * n_tokens
+    length = tl.sum((path >= 0).to(tl.int32))
+    for i in range(length):  # root first
+        row = base + tl.max(tl.where(steps == length - 1 - i, path, -1))
+        b_k = tl.load(k_ptr + row * stride_k_tok + i_h * stride_k_head + o_k, mask=mask_k, other=0).to(tl.float32)
+        b_v = tl.load(v_ptr + row * stride_v_tok + i_hv * stride_v_head + o_v, mask=mask_v, other=0).to(tl.float32)
+        b_a = tl.load(a_ptr + row * stride_a_tok + i_hv).to(tl.float32)
+        b_b = tl.load(b_ptr + row * stride_b_tok + i_hv).to(tl.float32)
+        b_g, b_beta = _gates(b_a, b_b, b_A_log, b_dt_bias, SOFTPLUS_THRESHOLD)
+        b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + L2NORM_EPS)
+        b_h *= tl.exp(b_g)
+        b_v -= tl.sum(b_h * b_k[:, None], 0)
+        b_v *= b_beta
+        b_h += b_k[:, None] * b_v[None, :]
+
+    row = base + node
+    b_q = tl.load(q_ptr + row * stride_q_tok + i_h * stride_q_head + o_k, mask=mask_k, other=0).to(tl.float32)
+    b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + L2NORM_EPS) * scale
+    b_o = tl.sum(b_h * b_q[:, None], 0)
+    tl.store(o_ptr + (row * HV + i_hv) * V + o_v, b_o.to(o_ptr.dtype.element_ty), mask=mask_v)
+
+    if STASH:
+        if req < stash_rows:
+            srow = req * stash_width + node
+            v_raw = tl.load(v_ptr + row * stride_v_tok + i_hv * stride_v_head + o_v, mask=mask_v, other=0)
+            tl.store(stash_v_ptr + (srow * HV + i_hv) * V + o_v, v_raw, mask=mask_v)
+            if i_v == 0:
+                if i_hv % (HV // H) == 0:  # one writer per key head
+                    p_k = k_ptr + row * stride_k_tok + i_h * stride_k_head + o_k
+                    tl.store(stash_k_ptr + (srow * H + i_h) * K + o_k, tl.load(p_k, mask=mask_k, other=0), mask=mask_k)
+                b_a = tl.load(a_ptr + row * stride_a_tok + i_hv).to(tl.float32)
+                b_b = tl.load(b_ptr + row * stride_b_tok + i_hv).to(tl.float32)
+                b_g, b_beta = _gates(b_a, b_b, b_A_log, b_dt_bias, SOFTPLUS_THRESHOLD)
+                tl.store(stash_g_ptr + srow * HV + i_hv, b_g)
+                tl.store(stash_beta_ptr + srow * HV + i_hv, b_beta)
+
+
+def tree_verify(
+    *,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    A_log: torch.Tensor,
+    dt_bias: torch.Tensor,
+    ssm_states: torch.Tensor,
+    cache_indices: torch.Tensor,
+    num_verify_tokens: int,
+    retrieve_parent_token: Optional[torch.Tensor],
+    stash: Optional[GDNInputStash],
+    layer: int,
+    max_path: int,
+    scale: Optional[float] = None,
+) -> torch.Tensor:
+    """One GDN layer's tree verify: o [1, T, HV, V] in q's dtype, as SGLang's target_verify.
+
+    q, k [1, T, H, K] or [T, H, K]; v [1, T, HV, V]; a, b [T, HV]; T = bs * num_verify_tokens.
+    ``retrieve_parent_token`` None verifies chains. ``stash`` None keeps no inputs."""
+    h, kd = k.shape[-2], k.shape[-1]
+    hv, vd = v.shape[-2], v.shape[-1]
+    q3, k3, v3 = q.reshape(-1, h, kd), k.reshape(-1, h, kd), v.reshape(-1, hv, vd)
+    a2, b2 = (x.reshape(-1, hv) for x in (a, b))
+    a2, b2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (a2, b2))
+    if q3.stride(-1) != 1 or k3.stride(-1) != 1 or v3.stride(-1) != 1:
+        raise RuntimeError("DDTREE's GDN tree verify expects head-contiguous q, k, v.")
+    tokens = int(q3.shape[0])
+    o = q.new_empty((1, tokens, hv, vd))
+    if tokens == 0:
+        return o
+    parents = retrieve_parent_token
+    layer_stash = None
+    if stash is not None:
+        layer_stash = (stash.k[layer], stash.v[layer], stash.g[layer], stash.beta[layer])
+    bv = min(triton.next_power_of_2(vd), _BV)
+    grid = (tokens, triton.cdiv(vd, bv), hv)
+    _tree_verify_kernel[grid](
+        q3,
+        k3,
+        v3,
+        a2,
+        b2,
+        A_log,
+        dt_bias,
+        o,
+        ssm_states,
+        cache_indices,
+        parents if parents is not None else cache_indices,
+        *(layer_stash if layer_stash is not None else (o, o, o, o)),
+        int(num_verify_tokens),
+        stash.rows if stash is not None else 0,
+        stash.width if stash is not None else 0,
+        q3.stride(0),
+        q3.stride(1),
+        k3.stride(0),
+        k3.stride(1),
+        v3.stride(0),
+        v3.stride(1),
+        a2.stride(0),
+        b2.stride(0),
+        ssm_states.stride(0),
+        parents.stride(0) if parents is not None else 0,
+        float(kd**-0.5 if scale is None else scale),
+        H=h,
+        HV=hv,
+        K=kd,
+        V=vd,
+        BK=triton.next_power_of_2(kd),
+        BV=bv,
+        MAX_PATH=int(max_path),
+        HAS_PARENTS=parents is not None,
+        STASH=stash is not None,
+        SOFTPLUS_THRESHOLD=SOFTPLUS_THRESHOLD,
+        L2NORM_EPS=L2NORM_EPS,
+        num_warps=1,
+    )
+    return o
+
+
+@triton.jit
+def _replay_commit_kernel(
+    state_ptr,  # [L, slots, HV, V, K]
+    stash_k_ptr,  # [L, rows * width, H, K]
+    stash_v_ptr,  # [L, rows * width, HV, V]
+    stash_g_ptr,  # [L, rows * width, HV]
+    stash_beta_ptr,
+    slot_ptr,  # [bs] committed slot, < 0: skip
+    track_slot_ptr,  # [bs] prefix-cache tracking slot (HAS_TRACK)
+    track_pos_ptr,  # [bs] path position whose state it takes, < 0: none
+    accept_index_ptr,  # [bs, W] accepted global verify rows, root first
+    accept_len_ptr,  # [bs]
+    n_tokens,
+    stash_width,
+    stride_state_layer,
+    stride_state_slot,
+    stride_stash_k_layer,
+    stride_stash_v_layer,
+    stride_stash_gb_layer,
+    stride_accept_req,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    MAX_PATH: tl.constexpr,
+    HAS_TRACK: tl.constexpr,
+    L2NORM_EPS: tl.constexpr,
+):
+    req = tl.program_id(0).to(tl.int64)
+    i_v = tl.program_id(1)
+    layer = (tl.program_id(2) // HV).to(tl.int64)
+    i_hv = tl.program_id(2) % HV
+    i_h = i_hv // (HV // H)
+
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    mask_k = o_k < K
+    mask_v = o_v < V
+    mask_h = mask_k[:, None] & mask_v[None, :]
+    head = i_hv * V * K + o_v[None, :] * K + o_k[:, None]
+
+    slot = tl.load(slot_ptr + req).to(tl.int64)
+    length = tl.minimum(tl.where(slot >= 0, tl.load(accept_len_ptr + req), 0), MAX_PATH)
+    state_layer = state_ptr + layer * stride_state_layer
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if slot >= 0:
+        b_h += tl.load(state_layer + slot * stride_state_slot + head, mask=mask_h, other=0).to(tl.float32)
+    if HAS_TRACK:
+        track_slot = tl.load(track_slot_ptr + req).to(tl.int64)
+        track_pos = tl.where(track_slot >= 0, tl.load(track_pos_ptr + req), -1)
+    k_layer = stash_k_ptr + layer * stride_stash_k_layer
+    v_layer = stash_v_ptr + layer * stride_stash_v_layer
+    gb_offset = layer * stride_stash_gb_layer
+    for pos in range(length):
+        node = tl.load(accept_index_ptr + req * stride_accept_req + pos) - req * n_tokens
+        srow = req * stash_width + node
+        b_k = tl.load(k_layer + (srow * H + i_h) * K + o_k, mask=mask_k, other=0).to(tl.float32)
+        b_v = tl.load(v_layer + (srow * HV + i_hv) * V + o_v, mask=mask_v, other=0).to(tl.float32)
+        b_g = tl.load(stash_g_ptr + gb_offset + srow * HV + i_hv)
+        b_beta = tl.load(stash_beta_ptr + gb_offset + srow * HV + i_hv)
+        b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + L2NORM_EPS)
+        b_h *= tl.exp(b_g)
+        b_v -= tl.sum(b_h * b_k[:, None], 0)
+        b_v *= b_beta
+        b_h += b_k[:, None] * b_v[None, :]
+        if HAS_TRACK:
+            if pos == track_pos:
+                p_track = state_layer + track_slot * stride_state_slot + head
+                tl.store(p_track, b_h.to(p_track.dtype.element_ty), mask=mask_h)
+    if length > 0:
+        p_live = state_layer + slot * stride_state_slot + head
+        tl.store(p_live, b_h.to(p_live.dtype.element_ty), mask=mask_h)
+
+
+def replay_commit(
+    *,
+    ssm_states: torch.Tensor,
+    stash: GDNInputStash,
+    cache_indices: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_lens: torch.Tensor,
+    num_verify_tokens: int,
+    max_path: int,
+    track_indices: Optional[torch.Tensor] = None,
+    track_positions: Optional[torch.Tensor] = None,
+) -> None:
+    """Committed state of batch request i := its state after its accepted path, every layer.
+
+    ssm_states [L, slots, HV, V, K]; accept_index [bs, W] the accepted global verify rows
+    (root first, as eagle_sample returns them), accept_lens [bs]; track_positions [bs] the path
+    position whose state goes to track_indices[i] (< 0: none). No host sync."""
+    bs = int(accept_lens.shape[0])
+    if bs == 0:
+        return
+    layers, _, hv, vd, kd = ssm_states.shape
+    h = int(stash.k.shape[2])
+    has_track = track_indices is not None and track_positions is not None
+    slots = cache_indices[:bs]
+    bv = min(triton.next_power_of_2(vd), _BV)
+    grid = (bs, triton.cdiv(vd, bv), layers * hv)
+    _replay_commit_kernel[grid](
+        ssm_states,
+        stash.k,
+        stash.v,
+        stash.g,
+        stash.beta,
+        slots,
+        track_indices[:bs] if has_track else slots,
+        track_positions if has_track else slots,
+        accept_index,
+        accept_lens,
+        int(num_verify_tokens),
+        stash.width,
+        ssm_states.stride(0),
+        ssm_states.stride(1),
+        stash.k.stride(0),
+        stash.v.stride(0),
+        stash.g.stride(0),
+        accept_index.stride(0),
+        H=h,
+        HV=hv,
+        K=kd,
+        V=vd,
+        BK=triton.next_power_of_2(kd),
+        BV=bv,
+        MAX_PATH=int(max_path),
+        HAS_TRACK=has_track,
+        L2NORM_EPS=L2NORM_EPS,
+        num_warps=1,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Wiring: what the pool, the memory split and the GDN backend ask
+
+
+def flat_state_requested(server_args) -> bool:
+    """Whether these server args run DDTREE's flat GDN tree verify: DDTREE on a Gated-DeltaNet
+    target (its hook set a tree top-k) and the switch at ``flat``."""
+    if server_args is None or str(getattr(server_args, "speculative_algorithm", None)) != "DDTREE":
+        return False
+    if int(getattr(server_args, "speculative_eagle_topk", None) or 1) <= 1:
+        return False
+    return envs.SGLANG_DDTREE_HYBRID_STATE.get() == "flat"
+
+
+def ssm_snapshot_tokens(speculative_num_draft_tokens: int) -> int:
+    """Verify tokens the recurrent-state pool keeps SSM snapshots for: none in flat mode."""
+    from sglang.srt.server_args import get_global_server_args
+
+    try:
+        server_args = get_global_server_args()
+    except ValueError:  # a pool made outside a server (SGLang's own tests, tools): not DDTREE
+        return speculative_num_draft_tokens
+    return 0 if flat_state_requested(server_args) else speculative_num_draft_tokens
+
+
+def verify_memory_tokens(server_args, cache_params, activation_dtype: torch.dtype) -> float:
+    """The verify-token count SGLang's hybrid memory split multiplies one request's recurrent
+    state (conv + SSM, every layer) by to reserve verify memory: the verify width, or in flat
+    mode the width scaled to what a flat node holds (its conv window and stashed inputs)."""
+    tokens = server_args.speculative_num_draft_tokens
+    if not flat_state_requested(server_args):
+        return tokens
+    value_heads, v_dim, k_dim = cache_params.shape.temporal
+    conv_numel = sum(int(rows) * int(cols) for rows, cols in cache_params.shape.conv)
+    conv_channels = int(cache_params.shape.conv[0][0])
+    layers = len(cache_params.layers)
+    per_node = conv_numel * cache_params.dtype.conv.itemsize * layers + stash_bytes_per_node(
+        layers=layers,
+        key_heads=(conv_channels - value_heads * v_dim) // (2 * k_dim),
+        value_heads=value_heads,
+        k_dim=k_dim,
+        v_dim=v_dim,
+        activation_itemsize=activation_dtype.itemsize,
+    )
+    return tokens * per_node / cache_params.mamba_cache_per_req
+
+
+class FlatTreeVerify:
+    """The GDN backend's target_verify under DDTREE's flat recurrent state: ``tree_verify``
+    with the stash and this layer's row of it."""
+
+    def __init__(self, stash: GDNInputStash, layer_index: dict, max_path: int):
+        self.stash = stash
+        self.layer_index = dict(layer_index)  # model layer id -> GDN layer row of the pool
+        self.max_path = int(max_path)
+
+    def __call__(self, layer_id: int, **inputs) -> torch.Tensor:
+        return tree_verify(
+            **inputs, stash=self.stash, layer=self.layer_index[layer_id], max_path=self.max_path
+        )
+
+
+_flat_tree_verify: Optional[FlatTreeVerify] = None
+
+
+def install_flat_state(model_runner) -> None:
+    """After a model runner made its pools: under DDTREE's flat recurrent state, the target's
+    input stash and the tree verify its GDN layers call from then on (one target per process).
+    Before any CUDA graph is captured, so the captured verify is this one."""
+    global _flat_tree_verify
+    server_args = model_runner.server_args
+    pool = model_runner.req_to_token_pool
+    if (
+        model_runner.is_draft_worker
+        or not flat_state_requested(server_args)
+        or not hasattr(pool, "get_speculative_mamba2_params_all_layers")
+    ):
+        return
+    stash = GDNInputStash.for_pool(pool.get_speculative_mamba2_params_all_layers(), model_runner.dtype)
+    block_size = int(server_args.speculative_dflash_block_size)
+    _flat_tree_verify = FlatTreeVerify(stash, pool.mamba_map, max_path_len(block_size))
+
+
+def flat_tree_verify() -> Optional[FlatTreeVerify]:
+    """What the GDN backend's target_verify calls instead of SGLang's kernel; None: SGLang's."""
+    return _flat_tree_verify

@@ -1,0 +1,510 @@
+"""DDTREE's flat GDN tree verify and replay commit (overlay/.../ddtree_gdn_tree.py).
+
+The oracle is the tool's plain-torch GDN (ddtree_overlay/reference/gdn.py), run as a chain over
+one node's root-to-node path alone: every verify node's output must be what the sequential gated
+delta rule gives on that path, and the replayed commit state the sequential state at the accepted
+node. All in fp32; the kernels run in Triton's CPU interpreter (see test_payload_ddtree_kernels
+for why the variable is set only around the import). Tolerance: 2e-5 absolute + 2e-5 relative,
+a few fp32 ulps of O(1) values after at most 16 steps (the kernels and the oracle sum in
+different orders).
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from payload_modules import load_payload_module, triton_interpreter
+
+torch = pytest.importorskip("torch")
+with triton_interpreter():
+    triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
+    flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+from ddtree_overlay.reference import gdn  # noqa: E402
+
+if not isinstance(triton.language.zeros, InterpretedFunction):
+    pytest.skip(
+        "triton was imported before this module could turn its interpreter on; "
+        "run this file in a process of its own",
+        allow_module_level=True,
+    )
+
+ATOL = RTOL = 2e-5
+BLOCK = 16  # the drafter's block: paths of at most 16 nodes
+MAX_PATH = flat.max_path_len(BLOCK)
+
+
+class Layer:
+    """One GDN layer's verify inputs for bs requests of n nodes, SGLang's layouts."""
+
+    def __init__(self, bs, n, *, heads=1, value_heads=2, k_dim=24, v_dim=20, slots=6, seed=0):
+        gen = torch.Generator().manual_seed(seed)
+
+        def rand(*shape, std=1.0):
+            return torch.randn(*shape, generator=gen) * std
+
+        t = bs * n
+        self.bs, self.n = bs, n
+        self.q = rand(1, t, heads, k_dim)
+        self.k = rand(1, t, heads, k_dim)
+        self.v = rand(1, t, value_heads, v_dim)
+        self.a = rand(t, value_heads)
+        self.b = rand(t, value_heads)
+        self.A_log = rand(value_heads, std=0.5)
+        self.dt_bias = rand(value_heads, std=0.5)
+        self.state = rand(slots, value_heads, v_dim, k_dim, std=0.3)  # [slots, HV, V, K]
+        self.slots = torch.randperm(slots, generator=gen)[:bs].to(torch.int32)
+
+    def stash(self, rows, width, layers=1, layer_dtype=torch.float32):
+        return flat.GDNInputStash.allocate(
+            layers=layers,
+            rows=rows,
+            width=width,
+            key_heads=self.k.shape[2],
+            value_heads=self.v.shape[2],
+            k_dim=self.k.shape[3],
+            v_dim=self.v.shape[3],
+            dtype=layer_dtype,
+            device="cpu",
+        )
+
+    def verify(self, parents, stash=None, layer=0):
+        with triton_interpreter():
+            return flat.tree_verify(
+                q=self.q,
+                k=self.k,
+                v=self.v,
+                a=self.a,
+                b=self.b,
+                A_log=self.A_log,
+                dt_bias=self.dt_bias,
+                ssm_states=self.state,
+                cache_indices=self.slots,
+                num_verify_tokens=self.n,
+                retrieve_parent_token=parents,
+                stash=stash,
+                layer=layer,
+                max_path=MAX_PATH,
+            )[0]
+
+    def sequential(self, i, path):
+        """The oracle on request i's root-first node path alone: (last output, final state)."""
+        rows = [i * self.n + node for node in path]
+        hv = self.v.shape[2]
+        q = gdn.expand_heads(gdn.l2norm(self.q[0, rows]), hv) * self.k.shape[-1] ** -0.5
+        k = gdn.expand_heads(gdn.l2norm(self.k[0, rows]), hv)
+        g, beta = gdn.gates(self.a[rows], self.b[rows], self.A_log, self.dt_bias)
+        state0 = self.state[int(self.slots[i])].transpose(-1, -2)  # [HV, K, V]
+        o, h = gdn.recurrent_tree(
+            q[None], k[None], self.v[0, rows][None], g[None], beta[None], state0[None], None
+        )
+        return o[0, -1], h[0].transpose(-1, -2)  # state back to SGLang's [HV, V, K]
+
+
+def random_parents(bs, n, depth_cap, seed):
+    """[bs, n] int32 trees in pop order: node 0 the root, parents before children, depth <=
+    depth_cap; entry 0 is 0, as the conv kernel leaves it."""
+    gen = torch.Generator().manual_seed(seed)
+    parents = torch.zeros(bs, n, dtype=torch.int32)
+    for i in range(bs):
+        depth = [0]
+        for node in range(1, n):
+            candidates = [p for p in range(node) if depth[p] < depth_cap]
+            p = candidates[int(torch.randint(len(candidates), (1,), generator=gen))]
+            parents[i, node] = p
+            depth.append(depth[p] + 1)
+    return parents
+
+
+def chain(bs, n):
+    return torch.clamp(torch.arange(n, dtype=torch.int32) - 1, min=0).expand(bs, n).contiguous()
+
+
+def star(bs, n):
+    return torch.zeros(bs, n, dtype=torch.int32)
+
+
+TREES = {
+    "random-shallow": lambda bs, n: random_parents(bs, n, depth_cap=3, seed=1),
+    "random-deep": lambda bs, n: random_parents(bs, n, depth_cap=BLOCK - 1, seed=2),
+    "chain": chain,
+    "star": star,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(TREES))
+def test_every_node_is_the_sequential_rule_on_its_own_path(shape):
+    if shape == "chain":  # the deepest path a block allows (16 nodes); one request, one head: fast
+        bs, n, layer = 1, BLOCK, Layer(1, BLOCK, value_heads=1, seed=0)
+    else:
+        bs, n = 2, 7
+        layer = Layer(bs, n, seed=len(shape))
+    parents = TREES[shape](bs, n)
+    o = layer.verify(parents).view(bs, n, *layer.v.shape[2:])
+    for i in range(bs):
+        for node in range(n):
+            want, _ = layer.sequential(i, flat.path_to(parents[i], node))
+            torch.testing.assert_close(o[i, node], want, atol=ATOL, rtol=RTOL)
+
+
+def test_the_kernel_matches_its_torch_path_walk_and_leaves_the_committed_state_alone():
+    layer = Layer(2, 7, seed=5)
+    parents = random_parents(2, 7, depth_cap=4, seed=5)
+    before = layer.state.clone()
+    o = layer.verify(parents)
+    want = flat.tree_verify_torch(
+        layer.q[0], layer.k[0], layer.v[0], layer.a, layer.b, layer.A_log, layer.dt_bias,
+        layer.state, layer.slots, parents, layer.k.shape[-1] ** -0.5,
+    )
+    torch.testing.assert_close(o, want, atol=ATOL, rtol=RTOL)
+    assert torch.equal(layer.state, before)
+
+
+def test_no_parent_links_verify_a_chain():
+    layer = Layer(2, 5, seed=7)
+    torch.testing.assert_close(layer.verify(None), layer.verify(chain(2, 5)), atol=0, rtol=0)
+
+
+def test_a_padded_request_reads_a_zero_state():
+    layer = Layer(2, 4, seed=8)
+    layer.slots[1] = -1
+    parents = chain(2, 4)
+    o = layer.verify(parents).view(2, 4, *layer.v.shape[2:])
+    layer.state.zero_()
+    zero_state = layer.verify(parents).view(2, 4, *layer.v.shape[2:])
+    torch.testing.assert_close(o[1], zero_state[1], atol=0, rtol=0)
+
+
+def accepted(parents, i, leaf):
+    return flat.path_to(parents[i], leaf)
+
+
+@pytest.mark.parametrize("stash_dtype", [torch.float32, torch.bfloat16])
+def test_replay_commit_is_the_sequential_state_at_the_accepted_node(stash_dtype):
+    bs, n, width, layers = 3, 6, 8, 2  # stash rows at the widest width, wider than this round
+    trees = random_parents(bs, n, depth_cap=5, seed=3)
+    layer_inputs = [Layer(bs, n, seed=10 + row) for row in range(layers)]
+    for inputs in layer_inputs[1:]:  # one request, one slot per layer row of the pool
+        inputs.slots = layer_inputs[0].slots
+    stash = layer_inputs[0].stash(rows=4, width=width, layers=layers, layer_dtype=stash_dtype)
+    for row, inputs in enumerate(layer_inputs):
+        if stash_dtype != torch.float32:  # the activations carry the stash's dtype
+            inputs.k, inputs.v = inputs.k.to(stash_dtype), inputs.v.to(stash_dtype)
+        inputs.verify(trees, stash=stash, layer=row)
+    leaves = [5, 0, 4]
+    paths = [accepted(trees, i, leaf) for i, leaf in enumerate(leaves)]
+    accept_index = torch.full((bs, BLOCK), -1, dtype=torch.int64)
+    for i, path in enumerate(paths):
+        accept_index[i, : len(path)] = torch.tensor(path) + i * n
+    accept_lens = torch.tensor([len(p) for p in paths], dtype=torch.int32)
+    pool = torch.stack([inputs.state for inputs in layer_inputs])  # [L, slots, HV, V, K]
+    for inputs in layer_inputs:
+        inputs.k, inputs.v = inputs.k.float(), inputs.v.float()  # the oracle's view of them
+    want = [[inputs.sequential(i, paths[i])[1] for i in range(bs)] for inputs in layer_inputs]
+    with triton_interpreter():
+        flat.replay_commit(
+            ssm_states=pool,
+            stash=stash,
+            cache_indices=layer_inputs[0].slots,
+            accept_index=accept_index,
+            accept_lens=accept_lens,
+            num_verify_tokens=n,
+            max_path=MAX_PATH,
+        )
+    for row in range(layers):
+        for i in range(bs):
+            torch.testing.assert_close(
+                pool[row, int(layer_inputs[0].slots[i])], want[row][i], atol=ATOL, rtol=RTOL
+            )
+
+
+def test_replay_commit_writes_the_tracking_slot_at_its_path_position():
+    bs, n = 2, 6
+    parents = chain(bs, n)
+    inputs = Layer(bs, n, slots=8, seed=20)
+    inputs.slots = torch.tensor([1, 4], dtype=torch.int32)
+    stash = inputs.stash(rows=bs, width=n)
+    inputs.verify(parents, stash=stash)
+    accept_index = torch.tensor([[0, 1, 2, 3], [6, 7, -1, -1]])
+    accept_lens = torch.tensor([4, 2], dtype=torch.int32)
+    track_slots = torch.tensor([6, 7], dtype=torch.int32)
+    track_positions = torch.tensor([1, -1])
+    want_track = inputs.sequential(0, [0, 1])[1]
+    want_live = [inputs.sequential(0, [0, 1, 2, 3])[1], inputs.sequential(1, [0, 1])[1]]
+    untouched = inputs.state[7].clone()
+    pool = inputs.state[None]
+    with triton_interpreter():
+        flat.replay_commit(
+            ssm_states=pool,
+            stash=stash,
+            cache_indices=inputs.slots,
+            accept_index=accept_index,
+            accept_lens=accept_lens,
+            num_verify_tokens=n,
+            max_path=MAX_PATH,
+            track_indices=track_slots,
+            track_positions=track_positions,
+        )
+    torch.testing.assert_close(pool[0, 6], want_track, atol=ATOL, rtol=RTOL)
+    assert torch.equal(pool[0, 7], untouched)
+    torch.testing.assert_close(pool[0, 1], want_live[0], atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(pool[0, 4], want_live[1], atol=ATOL, rtol=RTOL)
+
+
+def test_replay_commit_torch_agrees_with_the_kernel():
+    bs, n = 2, 5
+    parents = random_parents(bs, n, depth_cap=3, seed=30)
+    inputs = Layer(bs, n, seed=30)
+    stash = inputs.stash(rows=bs, width=n)
+    inputs.verify(parents, stash=stash)
+    path = accepted(parents, 1, 4)
+    by_torch = inputs.state.clone()
+    flat.replay_commit_torch(by_torch, stash, 0, int(inputs.slots[1]), [n + t for t in path])
+    accept_index = torch.tensor([[0] + [-1] * 4, [n + t for t in path] + [-1] * (5 - len(path))])
+    pool = inputs.state[None].clone()
+    with triton_interpreter():
+        flat.replay_commit(
+            ssm_states=pool,
+            stash=stash,
+            cache_indices=inputs.slots,
+            accept_index=accept_index,
+            accept_lens=torch.tensor([1, len(path)], dtype=torch.int32),
+            num_verify_tokens=n,
+            max_path=MAX_PATH,
+        )
+    torch.testing.assert_close(pool[0, int(inputs.slots[1])], by_torch[int(inputs.slots[1])], atol=ATOL, rtol=RTOL)
+
+
+def test_stash_bytes_are_what_the_layout_holds():
+    stash = flat.GDNInputStash.allocate(
+        layers=3, rows=2, width=5, key_heads=2, value_heads=4, k_dim=8, v_dim=16,
+        dtype=torch.bfloat16, device="cpu",
+    )
+    per_node = flat.stash_bytes_per_node(
+        layers=3, key_heads=2, value_heads=4, k_dim=8, v_dim=16, activation_itemsize=2
+    )
+    assert stash.bytes_per_node == per_node == 3 * ((2 * 8 + 4 * 16) * 2 + 2 * 4 * 4)
+    assert stash.rows == 2
+
+
+def test_the_mode_switch(monkeypatch):
+    monkeypatch.delenv("SGLANG_DDTREE_HYBRID_STATE", raising=False)
+    switch = flat.envs.SGLANG_DDTREE_HYBRID_STATE
+    assert switch.get() == "snapshot"
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    assert switch.get() == "flat"
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "dense")
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_HYBRID_STATE must be 'snapshot' or 'flat'"):
+        switch.get()
+
+
+def qwen36_cache_params(layers=48):
+    """Qwen3.6-27B's GDN state at TP1 as SGLang's Mamba2CacheParams describe it: conv channels
+    [q | k | v] = 2 * 16 * 128 + 48 * 128, kernel 4 (window 3), bf16; SSM [48, 128, 128] fp32."""
+    shape = types.SimpleNamespace(conv=[(2 * 16 * 128 + 48 * 128, 3)], temporal=(48, 128, 128))
+    dtype = types.SimpleNamespace(conv=torch.bfloat16, temporal=torch.float32)
+    per_req = ((2 * 16 * 128 + 48 * 128) * 3 * 2 + 48 * 128 * 128 * 4) * layers
+    return types.SimpleNamespace(shape=shape, dtype=dtype, layers=list(range(layers)), mamba_cache_per_req=per_req)
+
+
+def ddtree_args(algorithm="DDTREE", topk=2, width=33):
+    return types.SimpleNamespace(
+        speculative_algorithm=algorithm, speculative_eagle_topk=topk, speculative_num_draft_tokens=width
+    )
+
+
+def test_flat_mode_applies_to_ddtree_on_a_gdn_target_only(monkeypatch):
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    assert flat.flat_state_requested(ddtree_args())
+    assert not flat.flat_state_requested(ddtree_args(algorithm="EAGLE"))
+    assert not flat.flat_state_requested(ddtree_args(topk=1))  # a dense target: no tree top-k
+    assert not flat.flat_state_requested(None)
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
+    assert not flat.flat_state_requested(ddtree_args())
+
+
+def test_the_memory_split_reserves_conv_windows_and_stash_per_flat_node(monkeypatch):
+    params = qwen36_cache_params()
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
+    assert flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16) == 33
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    tokens = flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16)
+    per_node = 48 * ((2 * 16 * 128 + 48 * 128) * 3 * 2 + (16 * 128 + 48 * 128) * 2 + 2 * 48 * 4)
+    assert tokens * params.mamba_cache_per_req == pytest.approx(33 * per_node)
+    # At this shape a flat node holds 3.58 MiB (conv window 2.81 + stash 0.77), a snapshot
+    # node 146.8 MiB: 41x less per verify token.
+    assert per_node / 2**20 == pytest.approx(3.58, abs=0.01)
+    assert params.mamba_cache_per_req / per_node == pytest.approx(41.0, abs=0.1)
+
+
+def test_the_pool_keeps_no_ssm_snapshots_in_flat_mode(monkeypatch):
+    server_args = types.ModuleType("sglang.srt.server_args")
+    server_args.get_global_server_args = ddtree_args
+    monkeypatch.setitem(sys.modules, "sglang.srt.server_args", server_args)
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    assert flat.ssm_snapshot_tokens(33) == 0
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
+    assert flat.ssm_snapshot_tokens(33) == 33
+
+    def unset():
+        raise ValueError("Global server args is not set yet!")
+
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    server_args.get_global_server_args = unset  # a pool made outside a server
+    assert flat.ssm_snapshot_tokens(33) == 33
+
+
+def fake_model_runner(*, draft=False, block_size=16):
+    """A hybrid target's model runner after _init_pools: a GDN-shaped pool of 2 layers."""
+    layers, rows, width, hv, v_dim, k_dim, heads = 2, 3, 5, 2, 8, 8, 1
+    spec_state = types.SimpleNamespace(
+        temporal=torch.zeros(layers, 4, hv, v_dim, k_dim),
+        intermediate_conv_window=[torch.zeros(layers, rows, width, 2 * heads * k_dim + hv * v_dim, 3)],
+    )
+    pool = types.SimpleNamespace(
+        get_speculative_mamba2_params_all_layers=lambda: spec_state, mamba_map={0: 0, 2: 1}
+    )
+    args = ddtree_args()
+    args.speculative_dflash_block_size = block_size
+    return types.SimpleNamespace(
+        server_args=args, req_to_token_pool=pool, is_draft_worker=draft, dtype=torch.bfloat16
+    )
+
+
+def test_install_gives_the_target_a_stash_before_its_graphs(monkeypatch):
+    monkeypatch.setattr(flat, "_flat_tree_verify", None)
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    flat.install_flat_state(fake_model_runner(draft=True))
+    assert flat.flat_tree_verify() is None  # the drafter shares the pool, not the verify
+    flat.install_flat_state(fake_model_runner(block_size=10))
+    verify = flat.flat_tree_verify()
+    assert verify.layer_index == {0: 0, 2: 1} and verify.max_path == 16
+    stash = verify.stash
+    assert (stash.rows, stash.width, stash.k.dtype) == (3, 5, torch.bfloat16)
+    assert tuple(stash.k.shape) == (2, 15, 1, 8) and tuple(stash.v.shape) == (2, 15, 2, 8)
+
+
+def test_install_leaves_snapshot_mode_alone(monkeypatch):
+    monkeypatch.setattr(flat, "_flat_tree_verify", None)
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
+    flat.install_flat_state(fake_model_runner())
+    assert flat.flat_tree_verify() is None
+
+
+AOT_SCRIPT = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from payload_modules import load_payload_module
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
+gdn = dict(H=16, HV=48, K=128, V=128, BK=128, BV=32, MAX_PATH=16, L2NORM_EPS=flat.L2NORM_EPS)
+verify = {{
+    "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "a_ptr": "*bf16", "b_ptr": "*bf16",
+    "A_log_ptr": "*fp32", "dt_bias_ptr": "*fp32", "o_ptr": "*bf16", "state_ptr": "*fp32",
+    "slot_ptr": "*i32", "parent_ptr": "*i32", "stash_k_ptr": "*bf16", "stash_v_ptr": "*bf16",
+    "stash_g_ptr": "*fp32", "stash_beta_ptr": "*fp32", "n_tokens": "i32", "stash_rows": "i32",
+    "stash_width": "i32", "stride_q_tok": "i64", "stride_q_head": "i64", "stride_k_tok": "i64",
+    "stride_k_head": "i64", "stride_v_tok": "i64", "stride_v_head": "i64", "stride_a_tok": "i64",
+    "stride_b_tok": "i64", "stride_state_slot": "i64", "stride_parent_req": "i64", "scale": "fp32",
+}}
+replay = {{
+    "state_ptr": "*fp32", "stash_k_ptr": "*bf16", "stash_v_ptr": "*bf16", "stash_g_ptr": "*fp32",
+    "stash_beta_ptr": "*fp32", "slot_ptr": "*i32", "track_slot_ptr": "*i32", "track_pos_ptr": "*i64",
+    "accept_index_ptr": "*i64", "accept_len_ptr": "*i32", "n_tokens": "i32", "stash_width": "i32",
+    "stride_state_layer": "i64", "stride_state_slot": "i64", "stride_stash_k_layer": "i64",
+    "stride_stash_v_layer": "i64", "stride_stash_gb_layer": "i64", "stride_accept_req": "i64",
+}}
+built = []
+for kernel, signature, constants in (
+    (flat._tree_verify_kernel, verify, dict(gdn, HAS_PARENTS=True, STASH=True, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
+    (flat._tree_verify_kernel, verify, dict(gdn, HAS_PARENTS=False, STASH=False, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
+    (flat._replay_commit_kernel, replay, dict(gdn, HAS_TRACK=True)),
+):
+    signature = dict(signature, **{{name: "constexpr" for name in constants}})
+    k = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
+    assert ".target sm_90a" in k.asm["ptx"]
+    built.append(len(k.asm["cubin"]))
+print(json.dumps(built))
+"""
+
+
+@pytest.mark.slow
+def test_the_kernels_compile_ahead_of_time_for_sm90():
+    """ptxas ships inside the triton wheel, so the cubins build without a GPU or a driver: the
+    interpreter accepts code the compiler would not."""
+    import json
+    import os
+    import subprocess
+
+    from payload_modules import OVERLAY
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    result = subprocess.run(
+        [sys.executable, "-c", AOT_SCRIPT.format(tests=str(OVERLAY.parent / "tests"))],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    built = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(built) == 3 and all(size > 0 for size in built)
+
+
+SGLANG_TREE_KERNEL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"
+
+
+@pytest.fixture(scope="module")
+def sglang_tree_kernel(sglang_wheel, tmp_path_factory):
+    """SGLang 0.5.14's own recurrent kernel (a torch + triton file), read from the wheel and
+    loaded under the interpreter."""
+    import importlib.util
+    import zipfile
+
+    path = tmp_path_factory.mktemp("sglang") / "fused_sigmoid_gating_recurrent.py"
+    with zipfile.ZipFile(sglang_wheel) as wheel:
+        path.write_bytes(wheel.read(SGLANG_TREE_KERNEL))
+    spec = importlib.util.spec_from_file_location("sglang_fused_sigmoid_gating_recurrent", path)
+    module = importlib.util.module_from_spec(spec)
+    with triton_interpreter():
+        spec.loader.exec_module(module)
+    return module
+
+
+def test_outputs_and_committed_state_match_sglangs_snapshot_tree_verify(sglang_tree_kernel):
+    """SGLang's tree verify as target_verify calls it: per-node snapshots, each node from its
+    parent's; the flat path's outputs and replayed state at the accepted leaf must agree."""
+    bs, n = 2, 7
+    parents = random_parents(bs, n, depth_cap=4, seed=40)
+    layer = Layer(bs, n, seed=40)
+    snapshots = torch.zeros(bs + 1, n, *layer.state.shape[1:])
+    with triton_interpreter():
+        o_sglang = sglang_tree_kernel.fused_sigmoid_gating_delta_rule_update(
+            A_log=layer.A_log, a=layer.a, dt_bias=layer.dt_bias, softplus_beta=1.0,
+            softplus_threshold=20.0, q=layer.q, k=layer.k, v=layer.v, b=layer.b,
+            initial_state_source=layer.state, initial_state_indices=layer.slots,
+            cu_seqlens=torch.arange(0, bs * n + 1, n, dtype=torch.int32),
+            use_qk_l2norm_in_kernel=True, disable_state_update=True,
+            intermediate_states_buffer=snapshots,
+            intermediate_state_indices=torch.arange(bs, dtype=torch.int32),
+            cache_steps=n, retrieve_parent_token=parents,
+        )
+    stash = layer.stash(rows=bs, width=n)
+    o_flat = layer.verify(parents, stash=stash)
+    torch.testing.assert_close(o_flat, o_sglang[0], atol=ATOL, rtol=RTOL)
+    leaves = [6, 3]
+    paths = [accepted(parents, i, leaf) for i, leaf in enumerate(leaves)]
+    accept_index = torch.full((bs, BLOCK), -1, dtype=torch.int64)
+    for i, path in enumerate(paths):
+        accept_index[i, : len(path)] = torch.tensor(path) + i * n
+    pool = layer.state[None].clone()
+    with triton_interpreter():
+        flat.replay_commit(
+            ssm_states=pool, stash=stash, cache_indices=layer.slots, accept_index=accept_index,
+            accept_lens=torch.tensor([len(p) for p in paths], dtype=torch.int32),
+            num_verify_tokens=n, max_path=MAX_PATH,
+        )
+    for i, leaf in enumerate(leaves):
+        torch.testing.assert_close(pool[0, int(layer.slots[i])], snapshots[i, leaf], atol=ATOL, rtol=RTOL)
