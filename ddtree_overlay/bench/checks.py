@@ -239,6 +239,8 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
             on_fail=_ddtree("ddtree-b32-flat-eager", 32, env=FLAT_STATE, engine={"disable_cuda_graph": True}),
         ),
         _ddtree("ddtree-adaptive-flat", HYBRID_ADAPTIVE, env=FLAT_STATE | NO_SYNC),
+        # narrower widths commit snapshots written at the pool's pitch
+        _ddtree("ddtree-adaptive-snapshot", HYBRID_ADAPTIVE, env=SNAPSHOT_STATE | NO_SYNC),
         PLAIN_T1,
         _ddtree("ddtree-b32-flat-t1", 32, env=FLAT_STATE, sampled=True),
     ),

@@ -59,6 +59,9 @@ def test_the_hybrid_flat_preset_sets_the_state_switch_per_arm() -> None:
     assert arms["ddtree-adaptive-flat"]["env"] == {
         "SGLANG_DDTREE_HYBRID_STATE": "flat", "SGLANG_DDTREE_SYNC_DEBUG": "error"
     }
+    assert arms["ddtree-adaptive-snapshot"]["env"] == {
+        "SGLANG_DDTREE_HYBRID_STATE": "snapshot", "SGLANG_DDTREE_SYNC_DEBUG": "error"
+    }
     assert arms["ddtree-b32-flat-t1"]["sampling"]["temperature"] == 1.0
     assert "env" not in arms["plain"]
 
