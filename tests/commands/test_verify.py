@@ -31,6 +31,8 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_profile",
     "sglang.srt.speculative.ddtree_tp",
     "sglang.srt.speculative.ddtree_adaptive",
+    "sglang.srt.speculative.ddtree_budget",
+    "sglang.srt.speculative.ddtree_envs",
     "sglang.srt.speculative.ddtree_hybrid",
     "sglang.srt.speculative.ddtree_gdn_tree",
     "sglang.srt.speculative.ddtree_cuda_graph_runner",

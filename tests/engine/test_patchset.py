@@ -31,6 +31,8 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/speculative/ddtree_tp.py",
         "sglang/srt/speculative/ddtree_hybrid.py",
         "sglang/srt/speculative/ddtree_gdn_tree.py",
+        "sglang/srt/speculative/ddtree_budget.py",
+        "sglang/srt/speculative/ddtree_envs.py",
         "sglang/srt/speculative/ddtree_adaptive.py",
         "sglang/srt/speculative/ddtree_cuda_graph_runner.py",
     )
