@@ -15,7 +15,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ddtree_overlay.bench import decode_compare
-from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, BudgetPolicy, budget_order, parse_budget
+from ddtree_overlay.bench.arms import (
+    DDTREE,
+    DFLASH,
+    TARGET_ONLY,
+    BudgetPolicy,
+    budget_order,
+    parse_budget,
+)
 from ddtree_overlay.bench.correctness import judge
 from ddtree_overlay.bench.plan import Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label

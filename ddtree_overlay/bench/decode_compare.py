@@ -30,7 +30,7 @@ class Divergence:
 
 
 def first_divergence(expected: list[int], got: list[int]) -> int | None:
-    for i, (a, b) in enumerate(zip(expected, got)):
+    for i, (a, b) in enumerate(zip(expected, got, strict=False)):
         if a != b:
             return i
     if len(expected) != len(got):
@@ -45,7 +45,7 @@ def lossless_report(reference: dict, arm: dict, *, margin_noise: float = BF16_MA
     margins = reference.get("top2_margins") or [[] for _ in reference["outputs"]]
     compared = min(len(reference["outputs"]), len(arm["outputs"]))
     divergences = []
-    for prompt, (expected, got) in enumerate(zip(reference["outputs"], arm["outputs"])):
+    for prompt, (expected, got) in enumerate(zip(reference["outputs"], arm["outputs"], strict=False)):
         index = first_divergence(expected, got)
         if index is None:
             continue
@@ -141,7 +141,7 @@ def acceptance_parity(arm: dict, reference: dict, *, tolerance: float = 0.03) ->
     ours = acceptance_per_prompt(arm)
     rows = reference["prompts"][: len(ours)]
     per_prompt = []
-    for i, (value, ref) in enumerate(zip(ours, rows)):
+    for i, (value, ref) in enumerate(zip(ours, rows, strict=False)):
         if value is None or not ref.get("accept_len_mean"):
             continue
         per_prompt.append(

@@ -10,8 +10,8 @@ from ddtree_overlay.bench.analysis import STAGES
 from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy, policy_label
 from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
 from ddtree_overlay.bench.plan import capture_batch_sizes
-from ddtree_overlay.bench.recommend import markdown_section
 from ddtree_overlay.bench.projection import projection_markdown
+from ddtree_overlay.bench.recommend import markdown_section
 from ddtree_overlay.bench.steady_markdown import steady_section
 
 DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md

@@ -50,7 +50,7 @@ def test_custom_pair_is_real_weights_without_reference_parity(tmp_path: Path) ->
 def test_bad_prompt_files_are_refused(tmp_path: Path, content: str) -> None:
     path = tmp_path / "prompts.json"
     path.write_text(content)
-    with pytest.raises(ValueError, match="as JSON|token-id lists"):
+    with pytest.raises(ValueError, match=r"as JSON|token-id lists"):
         settings.load_prompts(path)
 
 

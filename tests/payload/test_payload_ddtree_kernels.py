@@ -385,7 +385,6 @@ def test_draft_block_of_an_empty_batch(interpret):
 def test_accepted_paths_are_the_round_bookkeeping_in_one_launch(interpret):
     # Two requests, N = 5 verify rows each, W = 4: request 0 accepts nodes 0, 2, 3 (bonus last),
     # request 1 only its root.
-    n, width = 5, 4
     predict = torch.tensor([10, 11, 12, 13, 14, 20, 21, 22, 23, 24], dtype=torch.int32)
     accept_index = torch.tensor([[0, 2, 3, -1], [5, -1, -1, -1]], dtype=torch.int32)
     accept_lens = torch.tensor([3, 1], dtype=torch.int32)

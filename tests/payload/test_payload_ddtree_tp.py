@@ -273,7 +273,7 @@ def test_degenerate_shards_give_in_vocabulary_ids_and_the_best_reachable_tree(tm
 
 def test_the_chain_under_tp_is_the_single_rank_chain_on_every_rank(tmp_path):
     results = run_ranks(tmp_path, _chain_rank_main, world=2, args=())
-    random, *degenerate = chain_cases()
+    random, *_ = chain_cases()
     expect = du.build_chain_tree(du.compute_draft_topk(random, 1))
     assert torch.equal(results[0][0][0], expect.tokens)
     assert torch.allclose(results[0][0][3], expect.log_scores, atol=1e-5)

@@ -44,10 +44,10 @@ def heap_reference_tree(log_probs, token_ids, budget):
         node = len(tokens)
         if rank + 1 < k:
             sib = logw - float(log_probs[depth - 1, rank]) + float(log_probs[depth - 1, rank + 1])
-            heapq.heappush(heap, (-sib, ranks[:-1] + (rank + 1,), parent, depth, rank + 1, sib))
+            heapq.heappush(heap, (-sib, (*ranks[:-1], rank + 1), parent, depth, rank + 1, sib))
         if depth < depth_limit:
             child = logw + float(log_probs[depth, 0])
-            heapq.heappush(heap, (-child, ranks + (0,), node, depth + 1, 0, child))
+            heapq.heappush(heap, (-child, (*ranks, 0), node, depth + 1, 0, child))
     return tokens, parents, depths
 
 
@@ -104,7 +104,7 @@ def test_parents_precede_children_and_depths_follow_parents():
     for b in range(4):
         parents = tree.parent_indices[b].tolist()
         depths = tree.depths[b].tolist()
-        for i, (par, dep) in enumerate(zip(parents, depths), start=1):
+        for i, (par, dep) in enumerate(zip(parents, depths, strict=True), start=1):
             assert 0 <= par < i
             assert dep == (1 if par == 0 else depths[par - 1] + 1)
 
@@ -282,7 +282,7 @@ def prefix_scores(tree, b: int) -> dict:
     """Request b's nodes of a fixed-shape tree: prefix (tokens from the root) -> fp32 score."""
     tokens, parents = tree.tokens[b].tolist(), tree.parent_indices[b].tolist()
     prefixes, scores = [()], {}
-    for node, (token, parent) in enumerate(zip(tokens, parents), start=1):
+    for node, (token, parent) in enumerate(zip(tokens, parents, strict=True), start=1):
         prefixes.append((*prefixes[parent], token) if parent >= 0 else None)
         if parent >= 0:
             scores[prefixes[node]] = float(tree.log_scores[b, node - 1])
