@@ -12,11 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from ddtree_overlay.engine.patchset import load_patch_set
 from ddtree_overlay.engine.settings import FAULT_AT_ENV
 
 SGLANG_VERSION = "0.5.14"
 NEXT_SGLANG_VERSION = "0.5.15"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# the 0.5.14 patch set the command tests apply: how many stock files it patches and adds
+_PATCH_SET = load_patch_set(REPO_ROOT / "manifests" / f"{SGLANG_VERSION}.toml")
+NEW_FILES = len(_PATCH_SET.new_files)
+TOUCHED_FILES = len(_PATCH_SET.touched_paths())
+PATCHED_PATHS = tuple(sorted(set(_PATCH_SET.touched_paths()) - {f.target for f in _PATCH_SET.new_files}))
 
 
 def site_packages(env: Path) -> Path:

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from overlay_helpers import run_cli, site_packages, snapshot
+from overlay_helpers import NEW_FILES, PATCHED_PATHS, run_cli, site_packages, snapshot
 
 from ddtree_overlay.commands.apply import apply
 from ddtree_overlay.commands.rollback import rollback
@@ -14,11 +14,7 @@ from ddtree_overlay.engine.envprobe import probe_env
 
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
 NEW_MODULE = "sglang/srt/speculative/ddtree_utils.py"
-PATCHED = (
-    "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py",
-    "sglang/srt/server_args.py",
-    SPEC_INFO,
-)
+PATCHED = PATCHED_PATHS
 
 
 def target_python(env: Path, code: str, *args: Path) -> str:
@@ -40,9 +36,7 @@ def test_apply_then_rollback_restores_every_file_to_record(sglang_env: Path) -> 
         "[py_compile.compile(f, doraise=True) for f in sys.argv[1:]]; print('ok')"
     )
     new = sorted((site / "sglang/srt/speculative").glob("ddtree_*.py"))
-    # spec, utils, kernels, info, worker, contract, compat shim, profile, tp, stage graphs, adaptive,
-    # hybrid
-    assert len(new) == 12
+    assert len(new) == NEW_FILES  # every new payload module is a ddtree_*.py
     assert target_python(sglang_env, compile_all, *new, *(site / p for p in PATCHED)) == "ok"
     assert probe_env(sglang_env).sglang.record.modified == PATCHED
     rollback(probe_env(sglang_env))

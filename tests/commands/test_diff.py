@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from overlay_helpers import TOUCHED_FILES
+
 from ddtree_overlay.commands.apply import apply
 from ddtree_overlay.commands.diff import diff
 from ddtree_overlay.engine.envprobe import probe_env
@@ -12,7 +14,7 @@ from ddtree_overlay.engine.envprobe import probe_env
 
 def test_diff_before_and_after_apply_and_without_a_ledger(sglang_env: Path, state_dir: Path) -> None:
     planned = diff(probe_env(sglang_env), stat=True).data
-    assert planned["mode"] == "planned" and len(planned["files"]) == 15
+    assert planned["mode"] == "planned" and len(planned["files"]) == TOUCHED_FILES
     apply(probe_env(sglang_env))
     applied = diff(probe_env(sglang_env), stat=True).data
     assert applied["mode"] == "applied" and applied["files"] == planned["files"]

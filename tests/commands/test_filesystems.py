@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from overlay_helpers import (
+    NEW_FILES,
     ddtree_files,
     finish,
     held_run,
@@ -176,7 +177,7 @@ def test_an_env_path_with_spaces_and_non_ascii(pristine_sglang_env: Path, tmp_pa
     subprocess.run(["cp", "-a", str(pristine_sglang_env), str(env)], check=True)
     pristine = snapshot(env)
     assert run_cli("apply", "--env", str(env)).returncode == 0
-    assert len(ddtree_files(env)) == 12
+    assert len(ddtree_files(env)) == NEW_FILES
     assert "applied" in run_cli("status", "--env", str(env)).stdout
     assert run_cli("rollback", "--env", str(env)).returncode == 0
     assert snapshot(env) == pristine

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 from overlay_helpers import (
+    NEW_FILES,
     NEXT_SGLANG_VERSION,
+    PATCHED_PATHS,
     REPO_ROOT,
     ddtree_files,
     install_wheel,
@@ -29,7 +31,7 @@ from ddtree_overlay.engine.settings import FAULT_AT_ENV
 
 pytestmark = pytest.mark.slow
 
-OVERLAY_FILES = 12
+OVERLAY_FILES = NEW_FILES
 
 
 def overlay_status(env: Path) -> dict:
@@ -61,7 +63,7 @@ def test_after_a_reinstall_status_says_so_and_apply_and_rollback_finish_the_job(
     overlay = overlay_status(sglang_env)
     assert overlay["state"] == "partial"
     assert (
-        f"sglang 0.5.14 was reinstalled: its 3 patched files are stock again, the {OVERLAY_FILES} files the "
+        f"sglang 0.5.14 was reinstalled: its {len(PATCHED_PATHS)} patched files are stock again, the {OVERLAY_FILES} files the "
         "overlay added are left behind"
     ) in overlay["notes"][0]
     done = run_cli("apply", "--env", str(sglang_env))
