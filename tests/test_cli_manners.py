@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -52,3 +53,17 @@ def test_diff_stat_columns_line_up(sglang_env: Path) -> None:
     assert len(rows) > 3 and "file(s) changed" in total
     assert len({row.index("|") for row in rows}) == 1
     assert len({row.index(" -") for row in rows}) == 1  # the counts end in one column
+
+
+def test_starting_the_cli_imports_no_module_that_opens_an_env() -> None:
+    """`--help` and argument parsing stay fast: the engine modules that probe an env, hash its
+    RECORD or run its interpreter load only inside the command that uses them."""
+    code = (
+        "import sys, ddtree_overlay.cli; "
+        "print(sorted(m for m in sys.modules if m.startswith('ddtree_overlay.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(ast.literal_eval(done.stdout))
+    heavy = {"ddtree_overlay.engine.fingerprint", "ddtree_overlay.engine.envprobe",
+             "ddtree_overlay.engine.ledger", "ddtree_overlay.engine.site", "ddtree_overlay.engine.target"}
+    assert not loaded & heavy, loaded & heavy

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.errors import VerifyFailed
-from ddtree_overlay.engine.fingerprint import installed_patch_set
 from ddtree_overlay.engine.result import Issue, Result
 
 if TYPE_CHECKING:
@@ -106,6 +105,7 @@ def _refuse_missing_dependencies(env: EnvInfo, imports: Mapping[str, Any], data:
 
 def applied_modules(env: EnvInfo) -> list[str]:
     """Dotted names of the .py files the applied overlay added or patched, in ledger order."""
+    from ddtree_overlay.engine.fingerprint import installed_patch_set
     from ddtree_overlay.engine.site import open_overlay
 
     overlay = open_overlay(env)
