@@ -26,6 +26,7 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/speculative/ddtree_info.py",
         "sglang/srt/speculative/ddtree_worker_v2.py",
         "sglang/srt/speculative/ddtree_contract.py",
+        "sglang/srt/speculative/ddtree_compat_base.py",
         "sglang/srt/speculative/ddtree_compat.py",
         "sglang/srt/speculative/ddtree_profile.py",
         "sglang/srt/speculative/ddtree_tp.py",
