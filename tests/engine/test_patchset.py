@@ -22,6 +22,7 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
         "sglang/srt/speculative/ddtree_spec.py",
         "sglang/srt/speculative/ddtree_utils.py",
+        "sglang/srt/speculative/ddtree_tree_stage.py",
         "sglang/srt/speculative/ddtree_kernels.py",
         "sglang/srt/speculative/ddtree_info.py",
         "sglang/srt/speculative/ddtree_worker_v2.py",

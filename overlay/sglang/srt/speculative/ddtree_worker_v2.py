@@ -71,11 +71,8 @@ from sglang.srt.speculative.ddtree_tp import (
     lm_head_draft_topk,
     lm_head_topk_pieces,
 )
-from sglang.srt.speculative.ddtree_utils import (
-    DDTreeDrafts,
-    DDTreeDraftTopK,
-    select_tree_stage,
-)
+from sglang.srt.speculative.ddtree_tree_stage import select_tree_stage
+from sglang.srt.speculative.ddtree_utils import DDTreeDrafts, DDTreeDraftTopK
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.eagle_utils import eagle_sample
