@@ -78,12 +78,12 @@ def _probe(env: Path, **how: Any) -> EnvInfo:
 
 
 def _preset_names(text: str) -> tuple[str, ...]:
-    from ddtree_overlay.bench import checks
+    from ddtree_overlay.bench import check_presets
 
     names = tuple(name for name in text.split(",") if name)
-    unknown = [name for name in names if name not in checks.PRESETS]
+    unknown = [name for name in names if name not in check_presets.PRESETS]
     if unknown or not names:
-        raise ValueError(f"expected presets among {', '.join(checks.PRESETS)}, got {text!r}")
+        raise ValueError(f"expected presets among {', '.join(check_presets.PRESETS)}, got {text!r}")
     return names
 
 
@@ -294,7 +294,7 @@ def verify(
 ) -> None:
     """Import the applied overlay in ENV's interpreter; with --smoke, decode on its GPU."""
     from ddtree_overlay import render
-    from ddtree_overlay.bench import checks
+    from ddtree_overlay.bench import check_presets, checks
     from ddtree_overlay.commands.verify import GpuChecks
     from ddtree_overlay.commands.verify import verify as verify_env
 
@@ -302,7 +302,7 @@ def verify(
         raise typer.BadParameter("--import-only and --smoke (or --preset) exclude each other")
     presets = preset or ()
     arms = tuple(name for name in (only or "").split(",") if name)
-    known = {arm.name for arm in checks.preset_arms(presets)}
+    known = {arm.name for arm in check_presets.preset_arms(presets)}
     if arms and not presets:
         raise typer.BadParameter("--only picks arms of --preset")
     if set(arms) - known:
@@ -321,7 +321,7 @@ def verify(
         reference_dir=reference_dir,
     )
     smoke = smoke or bool(presets)
-    engines = len(checks.preset_arms(presets, arms) if presets else checks.smoke_arms(budget))
+    engines = len(check_presets.preset_arms(presets, arms) if presets else checks.smoke_arms(budget))
     with render.arm_progress(engines, enabled=smoke and not json_out) as on_arm:
         _run(("verify",), json_out, lambda: verify_env(_probe(env), smoke=smoke, gpu=gpu, on_arm=on_arm))
 
