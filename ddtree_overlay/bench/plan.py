@@ -36,12 +36,9 @@ import dataclasses
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench.arms import (
-    BLOCK_SIZE,
-    CHAIN_DRAFT,
     DDTREE,
     DFLASH,
     EAGLE3,
@@ -53,7 +50,6 @@ from ddtree_overlay.bench.arms import (
     verify_width,
 )
 from ddtree_overlay.bench.settings import CostModel, Setting
-from ddtree_overlay.bench.state_memory import shape_of, snapshot_memory
 
 DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BATCH_SIZES = (1, 4, 16)
@@ -475,119 +471,3 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
             "(the runner decides with measured times)"
         )
     return SweepPlan(setting, config, max_new, groups, runs, tuple(fit), tuple(notes))
-
-
-def runner_plan(
-    plan: SweepPlan,
-    *,
-    deadline: float | None,
-    profile_path: Path | None,
-    max_family_failures: int = 2,
-) -> dict[str, Any]:
-    """The JSON plan `in_target/engine_runner.py` reads: an arm per engine run, in run order."""
-    arms = []
-    for run in plan.runs:
-        group = run.group
-        cells = []
-        for cell in run.cells:
-            sampling = {
-                "temperature": cell.temperature,
-                "max_new_tokens": plan.max_new_tokens,
-                "ignore_eos": True,
-            }
-            entry = {
-                "name": cell.name,
-                "batch_size": cell.batch_size,
-                "prompts": cell.prompts,
-                "sampling": sampling,
-                "top2": cell.top2,
-                "est_s": cell.est_s,
-            }
-            if cell.stream:
-                entry["stream"] = {"concurrency": cell.batch_size, "warmup_s": cell.warmup_s, "window_s": cell.window_s}
-            cells.append(entry)
-        arm = {
-            "name": group.name,
-            "repeat": run.repeat,
-            "family": group.arm.algorithm,
-            "engine": dict(group.engine),
-            "est_start_s": run.est_start_s,
-            "profile": group.arm.algorithm == DDTREE,
-            "cells": cells,
-        }
-        env = group.arm.engine_env()
-        arms.append(arm | ({"env": env} if env else {}))
-    n_prompts = max((c.prompts for c in plan.cells), default=0)
-    return {
-        "target": str(plan.setting.target),
-        "draft": str(plan.setting.draft),
-        "prompts": [list(p) for p in plan.setting.prompts[:n_prompts]],
-        "deadline": deadline,
-        "profile_path": str(profile_path) if profile_path else None,
-        "max_family_failures": max_family_failures,
-        # whichever engine starts first compiles the kernels, also when the first arm is skipped
-        "cold_start_s": plan.setting.cost.engine_start_s + plan.setting.cost.first_start_extra_s,
-        "arms": arms,
-    }
-
-
-def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
-    """On a hybrid target: per speculative group, the recurrent-state snapshots its verify width
-    keeps at each concurrency (batch size) its cells run (`state_memory.snapshot_memory`); None
-    for a target without Gated-DeltaNet layers."""
-    shape = shape_of(plan.setting)
-    if shape is None:
-        return None
-    memory = {}
-    for group in plan.groups:
-        arm = group.arm
-        if arm.algorithm == TARGET_ONLY:
-            continue
-        if arm.algorithm == DFLASH:
-            width = BLOCK_SIZE
-        elif arm.algorithm in (NEXTN, EAGLE3):
-            width = CHAIN_DRAFT["speculative_num_draft_tokens"]
-        else:
-            width = verify_width(arm.policy_or_fail.widest)
-        memory[group.name] = [
-            snapshot_memory(shape, verify_width=width, concurrency=bs, tp_size=plan.config.tp_size)
-            for bs in sorted({c.batch_size for c in group.cells})
-        ]
-    return memory
-
-
-def describe_plan(plan: SweepPlan) -> dict[str, Any]:
-    """JSON-ready summary: the groups, every engine run in order, the estimates, and on a hybrid
-    target the recurrent-state snapshots per group."""
-    fits = list(zip(plan.runs, plan.expected_to_fit, strict=True))
-    return {
-        "setting": plan.setting.name,
-        "max_new_tokens": plan.max_new_tokens,
-        "repeats": plan.config.repeats,
-        "estimated_minutes": round(plan.est_s / 60, 1),
-        "max_minutes": plan.config.max_minutes,
-        "groups": [
-            {
-                "name": g.name,
-                **g.arm.row(),
-                "engine": dict(g.engine),
-                "cells": [c.name for c in g.cells],
-                "estimated_s": round(g.est_s),  # its first run's
-                "expected_to_fit": any(f for r, f in fits if r.group.name == g.name and r.repeat == 1),
-                "expected_repeats": sum(f for r, f in fits if r.group.name == g.name),
-            }
-            for g in plan.groups
-        ],
-        "engines": [
-            {
-                "group": r.group.name,
-                "repeat": r.repeat,
-                "cells": len(r.cells),
-                "estimated_s": round(r.est_s),
-                "expected_to_fit": fit,
-            }
-            for r, fit in fits
-        ],
-        "state_memory": state_memory(plan),
-        "notes": list(plan.notes),
-    }

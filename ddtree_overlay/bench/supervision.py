@@ -26,7 +26,8 @@ from typing import Any
 
 from ddtree_overlay.bench import markdown
 from ddtree_overlay.bench.analysis import analyse
-from ddtree_overlay.bench.plan import EngineRun, SweepPlan, runner_plan
+from ddtree_overlay.bench.plan import EngineRun, SweepPlan
+from ddtree_overlay.bench.plan_json import runner_plan
 from ddtree_overlay.bench.records import read_records
 from ddtree_overlay.engine.target import runner_events, start_engine_runner
 

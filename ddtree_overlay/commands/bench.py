@@ -32,9 +32,9 @@ from ddtree_overlay.bench.plan import (
     DDTREE,
     BenchConfig,
     SweepPlan,
-    describe_plan,
     plan_sweep,
 )
+from ddtree_overlay.bench.plan_json import describe_plan
 from ddtree_overlay.bench.projection import default_curve, project
 from ddtree_overlay.bench.reanalysis import PROMPTS_FILE, reanalysed_report
 from ddtree_overlay.bench.recommend import recommend, summary_lines

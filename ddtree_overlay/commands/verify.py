@@ -136,7 +136,8 @@ def run_gpu_checks(
 ) -> dict[str, Any]:
     """The smoke's verdict, or the presets': ``passed``, ``problems``, ``arms`` (and for the
     presets ``out`` and the ``summary``)."""
-    from ddtree_overlay.bench import checks  # the GPU tier only: `--import-only` stays light
+    # the GPU tier only: `--import-only` stays light
+    from ddtree_overlay.bench import check_presets, checks
 
     pair = PAIRS[gpu.pair]
     held_out_path = pair / "heldout_prompts.json"
@@ -157,7 +158,7 @@ def run_gpu_checks(
     out = gpu.out or Path("verify-results")
     summary = checks.run_checks(
         python,
-        checks.preset_arms(gpu.presets, gpu.only),
+        check_presets.preset_arms(gpu.presets, gpu.only),
         out=out,
         target=target,
         draft=draft,

@@ -18,6 +18,10 @@ cast back. Only torch / safetensors / stdlib imports: this file is run inside fo
 
 Axis letters: B batch, S new tokens, T keys (cache + new), N anchors per sequence,
 Q block slots (block_size), H hidden, Hq/Hkv heads, D head_dim, V vocab.
+
+One module past 500 lines: the dense target and the DFlash drafter share its layers (RMSNorm,
+RoPE, attention, MLP) and the KV cache, and it reads side by side with SGLang's qwen3.py and
+dflash.py, which it mirrors.
 """
 
 from __future__ import annotations

@@ -245,12 +245,12 @@ def test_the_stage_graphs_as_cited_in_the_summary_and_serving():
 
 def test_the_power_of_the_sampled_law_tests_as_cited():
     pytest.importorskip("scipy")
-    from ddtree_overlay.bench import checks, sampled
+    from ddtree_overlay.bench import check_presets, checks, sampled
 
     # the first T = 1 check: 512 draws a side, categories 20 / 23 / 27 at positions 1-3
     first = [sampled.detectable_tv(512 * 512 / 1024, dof, 0.01) for dof in (19, 22, 26)]
     assert f"{min(first):.2f}–{max(first):.2f}" == "0.16–0.17"
-    planned = [sampled.planned_tv(d.prompts, d.per_prompt, d.top_k, checks.SAMPLING_ALPHA / 16) for d in checks.SAMPLING]
+    planned = [sampled.planned_tv(d.prompts, d.per_prompt, d.top_k, checks.SAMPLING_ALPHA / 16) for d in check_presets.SAMPLING]
     assert [f"{tv:.3f}" for tv in planned] == ["0.097", "0.121"]
     assert "≥ 0.16–0.17 with 80 % power at α = 0.01" in summary() and "detects TV ≥ 0.10–0.12" in summary()
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from bench_fakes import install_fake_sglang
 
-from ddtree_overlay.bench import checks
+from ddtree_overlay.bench import check_presets, checks
 
 PYTHON = Path(sys.executable)
 
@@ -42,7 +42,7 @@ def test_an_arm_counts_the_budgets_of_the_profile_windows_written_while_its_engi
 
 
 def test_the_adaptive_preset_checks_lossless_overlap_sync_and_sampling() -> None:
-    arms = {arm.name: arm.runner_arm(256) for arm in checks.PRESETS["adaptive"]}
+    arms = {arm.name: arm.runner_arm(256) for arm in check_presets.PRESETS["adaptive"]}
     assert arms["ddtree-adaptive"]["engine"]["speculative_ddtree_adaptive_budgets"] == "8,32,128"
     assert arms["ddtree-adaptive"]["env"] == {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
     assert arms["ddtree-adaptive-no-overlap"]["engine"]["disable_overlap_schedule"] is True
@@ -53,7 +53,7 @@ def test_the_adaptive_preset_checks_lossless_overlap_sync_and_sampling() -> None
 
 
 def test_the_hybrid_flat_preset_sets_the_state_switch_per_arm() -> None:
-    arms = {arm.name: arm.runner_arm(128) for arm in checks.PRESETS["hybrid-flat"]}
+    arms = {arm.name: arm.runner_arm(128) for arm in check_presets.PRESETS["hybrid-flat"]}
     assert arms["ddtree-b32-snapshot"]["env"] == {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}
     assert arms["ddtree-b32-flat"]["env"] == {"SGLANG_DDTREE_HYBRID_STATE": "flat"}
     assert arms["ddtree-adaptive-flat"]["env"] == {
@@ -68,9 +68,9 @@ def test_the_hybrid_flat_preset_sets_the_state_switch_per_arm() -> None:
 
 def test_the_arms_the_gpu_scripts_name_are_in_their_presets() -> None:
     """scripts/gpu/evidence.sh's default arms, and every preset's arm names, are stable."""
-    lossless = {arm.name for arm in checks.PRESETS["lossless"]}
+    lossless = {arm.name for arm in check_presets.PRESETS["lossless"]}
     assert {"plain", "ddtree-b32", "ddtree-b32-page16", "plain-t1", "ddtree-b32-t1"} <= lossless
-    for name, arms in checks.PRESETS.items():
+    for name, arms in check_presets.PRESETS.items():
         names = [arm.name for arm in arms]
         assert len(names) == len(set(names)), name
         for arm in arms:
@@ -84,7 +84,7 @@ def record(name, outputs, ok=True, **extra):
 
 def test_the_summary_judges_what_ran_so_far_and_near_ties_pass() -> None:
     greedy = {"temperature": 0.0, "max_new_tokens": 4, "ignore_eos": True}
-    arms = checks.PRESETS["adaptive"]
+    arms = check_presets.PRESETS["adaptive"]
     plain = record("plain", [[1, 2, 3, 4], [5, 6, 7, 8]], sampling=greedy,
                    top2_margins=[[0.5] * 4, [0.5, 0.0, 0.5, 0.5]])
     assert checks.summarize([plain], arms, None)["lossless"] == []
@@ -107,7 +107,7 @@ def run_presets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behaviour: dict
     events: list[dict[str, Any]] = []
     summary = checks.run_checks(
         PYTHON,
-        checks.preset_arms(("lossless",), names),
+        check_presets.preset_arms(("lossless",), names),
         out=tmp_path / "out",
         target=Path("/t"),
         draft=Path("/d"),

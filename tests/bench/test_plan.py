@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ddtree_overlay.bench import plan as bp
-from ddtree_overlay.bench import settings
+from ddtree_overlay.bench import plan_json, settings
 from ddtree_overlay.bench.arms import Arm, BudgetPolicy
 
 
@@ -51,7 +51,7 @@ def test_tp_size_reaches_every_engine_and_defaults_to_one_gpu(tmp_path: Path) ->
     assert {g.engine["tp_size"] for g in fixture_plan(tmp_path).groups} == {1}
     plan = fixture_plan(tmp_path, tp_size=2)
     assert all(g.engine["tp_size"] == 2 for g in plan.groups)
-    runner = bp.runner_plan(plan, deadline=None, profile_path=None)
+    runner = plan_json.runner_plan(plan, deadline=None, profile_path=None)
     assert {arm["engine"]["tp_size"] for arm in runner["arms"]} == {2}
 
 
@@ -136,7 +136,7 @@ def test_adaptive_budgets_add_one_ddtree_arm_per_scheduling_mode_after_the_fixed
         widest.engine, speculative_ddtree_adaptive_budgets="8,32,256"
     )
     assert [c.est_s for c in arm.cells] == [c.est_s for c in widest.cells]  # priced as its widest
-    assert bp.describe_plan(plan)["groups"][-1]["adaptive"] == [8, 32, 256]
+    assert plan_json.describe_plan(plan)["groups"][-1]["adaptive"] == [8, 32, 256]
     assert not any(g.arm.policy and g.arm.policy.adaptive for g in fixture_plan(tmp_path).groups)
 
 
@@ -192,7 +192,7 @@ def test_estimates_grow_with_verify_width_and_shrink_with_acceptance(tmp_path: P
 
 def test_runner_plan_is_the_json_engine_runner_reads(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path, budgets=(8,), batch_sizes=(1, 2), temperatures=(0.0,), max_new_tokens=5)
-    runner = bp.runner_plan(plan, deadline=123.0, profile_path=tmp_path / "p.jsonl")
+    runner = plan_json.runner_plan(plan, deadline=123.0, profile_path=tmp_path / "p.jsonl")
     json.dumps(runner)  # JSON-ready
     assert runner["deadline"] == 123.0 and runner["profile_path"] == str(tmp_path / "p.jsonl")
     assert len(runner["prompts"]) == 8
@@ -208,19 +208,19 @@ def test_runner_plan_is_the_json_engine_runner_reads(tmp_path: Path) -> None:
 
 def test_runner_plan_profiles_the_no_overlap_ddtree_arm_too(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path, budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), ddtree_no_overlap=True)
-    arms = {arm["name"]: arm for arm in bp.runner_plan(plan, deadline=None, profile_path=None)["arms"]}
+    arms = {arm["name"]: arm for arm in plan_json.runner_plan(plan, deadline=None, profile_path=None)["arms"]}
     arm = arms["ddtree-b8-no-overlap"]
     assert arm["family"] == "DDTREE" and arm["profile"]
     assert arm["engine"]["disable_overlap_schedule"] is True and arm["engine"]["speculative_ddtree_budget"] == 8
     assert "disable_overlap_schedule" not in arms["ddtree-b8"]["engine"]
     assert [c["name"] for c in arm["cells"]] == ["ddtree-b8-no-overlap/bs1/t0"]
-    summary = bp.describe_plan(plan)
+    summary = plan_json.describe_plan(plan)
     row = next(g for g in summary["groups"] if g["name"] == "ddtree-b8-no-overlap")
     assert (row["algorithm"], row["budget"], row["overlap"]) == ("DDTREE", 8, False)
 
 
 def test_describe_plan_summarises_groups_and_estimates(tmp_path: Path) -> None:
-    summary = bp.describe_plan(fixture_plan(tmp_path, max_minutes=1))
+    summary = plan_json.describe_plan(fixture_plan(tmp_path, max_minutes=1))
     assert summary["setting"] == "fixture" and summary["max_minutes"] == 1
     assert summary["estimated_minutes"] > 1
     assert summary["groups"][0]["name"] == "target-only" and not summary["groups"][-1]["expected_to_fit"]
@@ -268,7 +268,7 @@ def test_repeats_multiply_the_estimate(tmp_path: Path) -> None:
     assert later_round == pytest.approx(sum(g.est_s for g in once.groups if g.name != "target-only"))
     assert thrice.est_s == pytest.approx(once.est_s + 2 * later_round)
     assert 2 * once.est_s < thrice.est_s < 2.5 * once.est_s  # target-only is about a third of round 1 here
-    summary = bp.describe_plan(thrice)
+    summary = plan_json.describe_plan(thrice)
     assert summary["repeats"] == 3 and summary["estimated_minutes"] == round(thrice.est_s / 60, 1)
     assert len(summary["engines"]) == len(thrice.groups) + 2 * (len(thrice.groups) - 1)
     assert [e["repeat"] for e in summary["engines"] if e["group"] == "target-only"] == [1]
@@ -291,13 +291,13 @@ def test_the_time_box_cuts_later_repeats_before_any_groups_first_run(tmp_path: P
     assert "leaves out: ddtree-b8 (repeat 2), ddtree-b16 (repeat 2), dflash-no-overlap (repeat 2), dflash (repeat 2) " \
         "(the runner" in note
     assert "target-only" not in note
-    summary = bp.describe_plan(boxed)
+    summary = plan_json.describe_plan(boxed)
     assert {(g["expected_to_fit"], g["expected_repeats"]) for g in summary["groups"]} == {(True, 1)}
 
 
 def test_runner_plan_has_an_arm_per_engine_run_with_its_repeat(tmp_path: Path) -> None:
     plan = fixture_plan(tmp_path, budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), repeats=2)
-    arms = bp.runner_plan(plan, deadline=None, profile_path=None)["arms"]
+    arms = plan_json.runner_plan(plan, deadline=None, profile_path=None)["arms"]
     assert [(a["name"], a["repeat"]) for a in arms] == [
         ("target-only", 1), ("dflash", 1), ("dflash-no-overlap", 1), ("ddtree-b8", 1),
         ("ddtree-b8", 2), ("dflash-no-overlap", 2), ("dflash", 2),

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from ddtree_overlay.bench import checks, sampled
+from ddtree_overlay.bench import check_presets, checks, sampled
 
 scipy_stats = pytest.importorskip("scipy.stats")
 np = pytest.importorskip("numpy")
@@ -81,7 +81,7 @@ def test_draws_are_grouped_by_prompt_as_the_runner_repeats_them():
 
 
 def test_the_sampling_preset_draws_many_prompts_at_two_temperatures_with_top_p_and_top_k():
-    arms = {arm.name: arm for arm in checks.PRESETS["sampling"]}
+    arms = {arm.name: arm for arm in check_presets.PRESETS["sampling"]}
     assert set(arms) == {"plain-t0.6-draws", "ddtree-b32-t0.6-draws", "plain-t1-draws", "ddtree-b32-t1-draws"}
     runner = arms["ddtree-b32-t0.6-draws"].runner_arm(256)
     assert runner["sampling"] == {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "max_new_tokens": 9, "ignore_eos": True}
@@ -90,7 +90,7 @@ def test_the_sampling_preset_draws_many_prompts_at_two_temperatures_with_top_p_a
     assert arms["ddtree-b32-t1-draws"].baseline == "plain-t1-draws"
 
 
-def sampled_record(name: str, weights, draws: checks.Draws, seed: int) -> dict:
+def sampled_record(name: str, weights, draws: check_presets.Draws, seed: int) -> dict:
     rng = random.Random(seed)
     outputs = [[0, *rng.choices(range(len(weights)), weights, k=draws.positions)]
                for _ in range(draws.prompts) for _ in range(draws.per_prompt)]
@@ -99,7 +99,7 @@ def sampled_record(name: str, weights, draws: checks.Draws, seed: int) -> dict:
 
 
 def test_the_summary_tests_every_position_at_the_presets_level_and_fails_a_shifted_law():
-    arms = checks.PRESETS["sampling"]
+    arms = check_presets.PRESETS["sampling"]
     draws = arms[0].draws
     plain = sampled_record("plain-t0.6-draws", [5, 3, 2, 1], draws, seed=0)
     same = sampled_record("ddtree-b32-t0.6-draws", [5, 3, 2, 1], draws, seed=1)

@@ -211,7 +211,7 @@ def test_an_sglang_that_cannot_import_fails_each_engine_not_the_runner(tmp_path:
 
 
 def rounds(*budgets: int) -> list[dict[str, Any]]:
-    """Two rounds of DDTREE arms, the second reversed, as bench.plan.runner_plan lays them out."""
+    """Two rounds of DDTREE arms, the second reversed, as bench.plan_json.runner_plan lays them out."""
     return [ddtree(b, repeat=1) for b in budgets] + [ddtree(b, repeat=2) for b in reversed(budgets)]
 
 

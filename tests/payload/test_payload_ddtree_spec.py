@@ -30,6 +30,7 @@ FILES = (
     "sglang/srt/speculative/ddtree_budget.py",
     "sglang/srt/speculative/ddtree_envs.py",
     "sglang/srt/speculative/ddtree_compat.py",
+    "sglang/srt/speculative/ddtree_compat_base.py",
     "sglang/srt/speculative/ddtree_contract.py",
     "sglang/srt/speculative/ddtree_hybrid.py",
     "sglang/srt/speculative/ddtree_gdn_tree.py",

@@ -29,6 +29,7 @@ from tree_oracle import (  # noqa: E402
 
 du = load_payload_module("sglang.srt.speculative.ddtree_utils")
 db = load_payload_module("sglang.srt.speculative.ddtree_budget")
+ts = load_payload_module("sglang.srt.speculative.ddtree_tree_stage")
 
 
 def heap_reference_tree(log_probs, token_ids, budget):
@@ -238,15 +239,15 @@ def test_tree_stage_is_triton_by_default_torch_on_request_and_a_typo_is_refused(
     monkeypatch.setitem(sys.modules, package.__name__, package)
     monkeypatch.setattr(package, "ddtree_kernels", kernels, raising=False)
     monkeypatch.delenv("SGLANG_DDTREE_TREE_KERNEL", raising=False)
-    assert du.select_tree_stage() == ("triton", *(getattr(kernels, name) for name in parts))
+    assert ts.select_tree_stage() == ("triton", *(getattr(kernels, name) for name in parts))
     monkeypatch.setenv("SGLANG_DDTREE_TREE_KERNEL", "torch")
-    assert du.select_tree_stage() == (
+    assert ts.select_tree_stage() == (
         "torch", du.compute_draft_topk, du.build_ddtree_tree, du.build_chain_tree,
         du.write_verify_inputs,
     )
     monkeypatch.setenv("SGLANG_DDTREE_TREE_KERNEL", "trition")
     with pytest.raises(ValueError, match="SGLANG_DDTREE_TREE_KERNEL must be"):
-        du.select_tree_stage()
+        ts.select_tree_stage()
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -332,7 +333,7 @@ def test_the_chains_verify_inputs_link_one_path_and_stop_where_the_draft_has_no_
 def test_a_tree_stage_builds_what_its_draft_stage_asks_and_a_shape_picks_its_tree():
     logits = torch.randn(3, 6, 30, generator=torch.Generator().manual_seed(5))
     topk = du.compute_draft_topk(logits, 8)
-    stage = du.select_tree_stage("torch")
+    stage = ts.select_tree_stage("torch")
     both = stage.build_drafts(topk, db.DraftStage(tree_budget=8, chain=True))
     assert_same(both.tree, du.build_ddtree_tree(topk, 8))
     assert_same(both.chain, du.build_chain_tree(topk))

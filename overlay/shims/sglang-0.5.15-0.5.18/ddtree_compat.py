@@ -2,13 +2,14 @@
 
 Where the DFlash v2 worker of one release family differs, the DDTree worker asks this
 module; the manifest of each release installs the shim written against that family.
-0.5.15 - 0.5.18 (versus 0.5.14): the draft input carries ``bonus_tokens`` (int64) and
-only ``reserved_seq_lens_*``; the host bound of the KV lengths is the committed prefix
-plus the window the forward writes (``batch.seq_lens_cpu + width``); no ``verify_done``
-event (the scheduler no longer waits on one); DFlash no longer deep-copies server_args
-for its draft runner, and from 0.5.17 the resolved record is read-only and the draft
-side reads its width from the ``spec`` runtime-context bag (see draft_width_during_init);
-from 0.5.18 the decode graphs' batch sizes come from the ``exec.graph`` bag (verify_width_scope).
+It states only where the family differs from 0.5.14 (``ddtree_compat_base.CompatShim``):
+the draft input carries ``bonus_tokens`` (int64) and only ``reserved_seq_lens_*``; the
+host bound of the KV lengths is the committed prefix plus the window the forward writes
+(``batch.seq_lens_cpu + width``); no ``verify_done`` event (the scheduler no longer waits
+on one); DFlash no longer deep-copies server_args for its draft runner, and from 0.5.17
+the resolved record is read-only and the draft side reads its width from the ``spec``
+runtime-context bag (see draft_width_during_init); from 0.5.18 the decode graphs' batch
+sizes come from the ``exec.graph`` bag (verify_width_scope).
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from copy import deepcopy
 
 import torch
 
+from sglang.srt.speculative.ddtree_compat_base import CompatShim
 from sglang.srt.speculative.ddtree_contract import (
     DFLASH_WORKER,
     DFLASH_WORKER_ASSIGNED,
-    SHARED_CONTRACT,
-    contract_problems,
     installed_release,
 )
 from sglang.srt.speculative.ddtree_utils import replaced_attribute
@@ -36,133 +36,128 @@ GRAPH_BAG_BS = RELEASE >= (0, 5, 18)
 # 0.5.17+: the mamba track interval lives in the exec.mamba bag.
 MAMBA_BAG_INTERVAL = RELEASE >= (0, 5, 17)
 
-CONTRACT = {
-    **SHARED_CONTRACT,
-    DFLASH_WORKER: {
-        "members": (
-            "_append_target_hidden_to_draft_kv_by_loc",
-            "_make_next_draft_input_decode",
-            "init_attention_backends",
-            "init_cuda_graphs",
-            "forward_batch_generation",
-            "_maybe_build_draft_sampler",
-        ),
-        "assigned": DFLASH_WORKER_ASSIGNED,
-    },
-    DFLASH_WORKER + "._make_next_draft_input_decode": {"params": ("bonus_tokens", "new_seq_lens")},
-    "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2": {
-        "fields": ("bonus_tokens", "reserved_seq_lens_cpu", "reserved_seq_lens_sum"),
-    },
-    "sglang.srt.server_args:ServerArgs": {
-        "members": ("get_attention_backends", "mamba_track_interval"),
-    },
-    # Where a narrower verify width's backend and graph runner read its width and batch sizes
-    # (verify_width_scope overrides them there).
-    "sglang.srt.model_executor.runner.base_cuda_graph_runner:get_batch_sizes_to_capture": {
-        "source_reads": (
-            "get_exec().graph.cuda_graph_config.decode.bs"
-            if GRAPH_BAG_BS
-            else "server_args.cuda_graph_config.decode.bs",
-        ),
-    },
-    "sglang.srt.layers.attention.triton_backend:TritonAttnBackend.__init__": {
-        "source_reads": (
-            "get_spec().speculative_num_draft_tokens"
-            if SPEC_BAG_WIDTH
-            else "model_runner.server_args.speculative_num_draft_tokens",
-        ),
-    },
-}
 
-if MAMBA_BAG_INTERVAL:  # the prefix-cache tracking interval of a hybrid target
-    CONTRACT["sglang.srt.runtime_context:get_exec"] = {}
+class Sglang0515To0518Shim(CompatShim):
+    CONTRACT = {
+        **CompatShim.CONTRACT,
+        DFLASH_WORKER: {
+            "members": (
+                "_append_target_hidden_to_draft_kv_by_loc",
+                "_make_next_draft_input_decode",
+                "init_attention_backends",
+                "init_cuda_graphs",
+                "forward_batch_generation",
+                "_maybe_build_draft_sampler",
+            ),
+            "assigned": DFLASH_WORKER_ASSIGNED,
+        },
+        DFLASH_WORKER + "._make_next_draft_input_decode": {"params": ("bonus_tokens", "new_seq_lens")},
+        "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2": {
+            "fields": ("bonus_tokens", "reserved_seq_lens_cpu", "reserved_seq_lens_sum"),
+        },
+        "sglang.srt.server_args:ServerArgs": {
+            "members": ("get_attention_backends", "mamba_track_interval"),
+        },
+        # Where a narrower verify width's backend and graph runner read its width and batch sizes
+        # (verify_width_scope overrides them there).
+        "sglang.srt.model_executor.runner.base_cuda_graph_runner:get_batch_sizes_to_capture": {
+            "source_reads": (
+                "get_exec().graph.cuda_graph_config.decode.bs"
+                if GRAPH_BAG_BS
+                else "server_args.cuda_graph_config.decode.bs",
+            ),
+        },
+        "sglang.srt.layers.attention.triton_backend:TritonAttnBackend.__init__": {
+            "source_reads": (
+                "get_spec().speculative_num_draft_tokens"
+                if SPEC_BAG_WIDTH
+                else "model_runner.server_args.speculative_num_draft_tokens",
+            ),
+        },
+        # The prefix-cache tracking interval of a hybrid target.
+        **({"sglang.srt.runtime_context:get_exec": {}} if MAMBA_BAG_INTERVAL else {}),
+    }
 
+    def api_contract_problems(self):
+        problems = super().api_contract_problems()
+        if SPEC_BAG_WIDTH:
+            try:
+                from sglang.srt.runtime_context import _ConfigBag, get_spec  # noqa: F401
+            except ImportError as error:
+                problems.append(f"runtime_context.get_spec: not found ({error})")
+            else:
+                if not hasattr(_ConfigBag, "override"):
+                    problems.append("runtime_context._ConfigBag has no scoped `override`")
+        return problems
 
-def api_contract_problems():
-    problems = contract_problems(CONTRACT)
-    if SPEC_BAG_WIDTH:
-        try:
-            from sglang.srt.runtime_context import _ConfigBag, get_spec  # noqa: F401
-        except ImportError as error:
-            problems.append(f"runtime_context.get_spec: not found ({error})")
-        else:
-            if not hasattr(_ConfigBag, "override"):
-                problems.append("runtime_context._ConfigBag has no scoped `override`")
-    return problems
+    def root_tokens(self, draft_input) -> torch.Tensor:
+        """The bonus token of the last verify: the tree's root and the draft block's slot 0."""
+        return draft_input.bonus_tokens
 
+    def planning_seq_lens(self, batch, draft_input, width: int):
+        """Host-side upper bounds of the KV lengths the draft and verify forwards see.
 
-def root_tokens(draft_input) -> torch.Tensor:
-    """The bonus token of the last verify: the tree's root and the draft block's slot 0."""
-    return draft_input.bonus_tokens
-
-
-def planning_seq_lens(batch, draft_input, width: int):
-    """Host-side upper bounds of the KV lengths the draft and verify forwards see.
-
-    As DFlash computes them from 0.5.15 on: the committed prefix plus the window the
-    forward writes (DDTREE: the verify width N >= the draft block), else the
-    allocator's reservation, else the device lengths.
-    """
-    if batch.seq_lens_cpu is not None:
-        seq_lens_cpu = batch.seq_lens_cpu.to(torch.int32) + int(width)
+        As DFlash computes them from 0.5.15 on: the committed prefix plus the window the
+        forward writes (DDTREE: the verify width N >= the draft block), else the
+        allocator's reservation, else the device lengths.
+        """
+        if batch.seq_lens_cpu is not None:
+            seq_lens_cpu = batch.seq_lens_cpu.to(torch.int32) + int(width)
+            return seq_lens_cpu, int(seq_lens_cpu.sum())
+        if draft_input.reserved_seq_lens_cpu is not None:
+            return draft_input.reserved_seq_lens_cpu.clone(), int(draft_input.reserved_seq_lens_sum)
+        seq_lens_cpu = batch.seq_lens.to("cpu", dtype=torch.int32)
         return seq_lens_cpu, int(seq_lens_cpu.sum())
-    if draft_input.reserved_seq_lens_cpu is not None:
-        return draft_input.reserved_seq_lens_cpu.clone(), int(draft_input.reserved_seq_lens_sum)
-    seq_lens_cpu = batch.seq_lens.to("cpu", dtype=torch.int32)
-    return seq_lens_cpu, int(seq_lens_cpu.sum())
 
+    def next_draft_input(self, worker, *, bonus: torch.Tensor, new_seq_lens: torch.Tensor, draft_input):
+        """The next round's DFlash draft state (``draft_input`` is unused from 0.5.15 on)."""
+        return worker._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
 
-def next_draft_input(worker, *, bonus: torch.Tensor, new_seq_lens: torch.Tensor, draft_input):
-    """The next round's DFlash draft state (``draft_input`` is unused from 0.5.15 on)."""
-    return worker._make_next_draft_input_decode(bonus_tokens=bonus, new_seq_lens=new_seq_lens)
+    @contextmanager
+    def draft_width_during_init(self, server_args, block_size: int):
+        """The server_args DFlash's __init__ gets: a private copy whose
+        speculative_num_draft_tokens is the block size.
 
+        From 0.5.15 DFlash no longer deep-copies server_args for its draft runner (0.5.15
+        shares them; 0.5.16/0.5.17 copy inside build_draft_tp_worker; 0.5.18 shares again),
+        and from 0.5.17 the resolved record is read-only. DFlash reasons in blocks
+        throughout, so it and its draft runner get the copy; the record the scheduler, the
+        target and the published config hold is never written. 0.5.17+: the draft runner's
+        attention backends and graphs read the ``spec`` bag instead, overridden in scope.
+        """
+        draft_args = deepcopy(server_args)
+        # A private copy: bypass the post-resolution guard (0.5.17+) that protects the record.
+        object.__setattr__(draft_args, "speculative_num_draft_tokens", int(block_size))
+        with _spec_bag_width(block_size):
+            yield draft_args
 
-# --- server args: plain attributes (resolution layers arrive in 0.5.19) ---------------------
+    def draft_width_scope(self, worker):
+        """Draft-side initialisation after __init__ (attention backends, CUDA graphs)."""
+        return _spec_bag_width(worker.block_size)
 
+    @contextmanager
+    def verify_width_scope(self, model_runner, num_verify_tokens: int, batch_sizes):
+        """What a narrower verify width's target attention backend and decode graphs are built
+        under: that width where the backend and runner read it (the target's server_args up to
+        0.5.16, the ``spec`` bag from 0.5.17, whose record is read-only), and the batch sizes to
+        capture where get_batch_sizes_to_capture reads them (cuda_graph_config.decode.bs: the
+        target's server_args' up to 0.5.17, the ``exec.graph`` bag's from 0.5.18)."""
+        if SPEC_BAG_WIDTH:
+            width = _spec_bag_width(num_verify_tokens)
+        else:
+            width = replaced_attribute(
+                model_runner.server_args, "speculative_num_draft_tokens", int(num_verify_tokens)
+            )
+        with width, replaced_attribute(_decode_graph_config(model_runner), "bs", list(batch_sizes)):
+            yield
 
-def server_args_view(server_args):
-    """What ``_handle_ddtree`` reads the flags from while server args are being resolved."""
-    return server_args
+    def mamba_track_interval(self, worker, batch) -> int:
+        """Tokens between the prefix-cache recurrent-state checkpoints of a hybrid target."""
+        if MAMBA_BAG_INTERVAL:
+            from sglang.srt.runtime_context import get_exec
 
-
-def declare(server_args, **fields) -> None:
-    """``_handle_ddtree``'s writes, in order."""
-    for name, value in fields.items():
-        setattr(server_args, name, value)
-
-
-def attention_backends(cfg):
-    """(prefill, decode) attention backends."""
-    return cfg.get_attention_backends()
-
-
-def spec_arg(server_args, name: str):
-    """A resolved speculative flag, as the worker reads it at construction."""
-    return getattr(server_args, name)
-
-
-@contextmanager
-def draft_width_during_init(server_args, block_size: int):
-    """The server_args DFlash's __init__ gets: a private copy whose
-    speculative_num_draft_tokens is the block size.
-
-    From 0.5.15 DFlash no longer deep-copies server_args for its draft runner (0.5.15
-    shares them; 0.5.16/0.5.17 copy inside build_draft_tp_worker; 0.5.18 shares again),
-    and from 0.5.17 the resolved record is read-only. DFlash reasons in blocks
-    throughout, so it and its draft runner get the copy; the record the scheduler, the
-    target and the published config hold is never written. 0.5.17+: the draft runner's
-    attention backends and graphs read the ``spec`` bag instead, overridden in scope.
-    """
-    draft_args = deepcopy(server_args)
-    # A private copy: bypass the post-resolution guard (0.5.17+) that protects the record.
-    object.__setattr__(draft_args, "speculative_num_draft_tokens", int(block_size))
-    with _spec_bag_width(block_size):
-        yield draft_args
-
-
-def draft_width_scope(worker):
-    """Draft-side initialisation after __init__ (attention backends, CUDA graphs)."""
-    return _spec_bag_width(worker.block_size)
+            return int(get_exec().mamba.mamba_track_interval)
+        return super().mamba_track_interval(worker, batch)
 
 
 def _spec_bag_width(width: int):
@@ -173,23 +168,6 @@ def _spec_bag_width(width: int):
     return get_spec().override(speculative_num_draft_tokens=int(width))
 
 
-@contextmanager
-def verify_width_scope(model_runner, num_verify_tokens: int, batch_sizes):
-    """What a narrower verify width's target attention backend and decode graphs are built
-    under: that width where the backend and runner read it (the target's server_args up to
-    0.5.16, the ``spec`` bag from 0.5.17, whose record is read-only), and the batch sizes to
-    capture where get_batch_sizes_to_capture reads them (cuda_graph_config.decode.bs: the
-    target's server_args' up to 0.5.17, the ``exec.graph`` bag's from 0.5.18)."""
-    if SPEC_BAG_WIDTH:
-        width = _spec_bag_width(num_verify_tokens)
-    else:
-        width = replaced_attribute(
-            model_runner.server_args, "speculative_num_draft_tokens", int(num_verify_tokens)
-        )
-    with width, replaced_attribute(_decode_graph_config(model_runner), "bs", list(batch_sizes)):
-        yield
-
-
 def _decode_graph_config(model_runner):
     if GRAPH_BAG_BS:
         from sglang.srt.runtime_context import get_exec
@@ -198,42 +176,4 @@ def _decode_graph_config(model_runner):
     return model_runner.server_args.cuda_graph_config.decode
 
 
-# --- the decode round -----------------------------------------------------------------------
-
-
-def open_window(worker, batch, draft_input, cache_loc_2d):
-    """The iteration's KV write window as the release tracks it (a KV-loc plan from 0.5.22)."""
-    return None
-
-
-def draft_forward_batch(worker, window, batch, **fields):
-    """The draft block's TARGET_VERIFY ForwardBatch, with what the release's DFlash adds."""
-    from sglang.srt.model_executor.forward_batch_info import ForwardBatch
-
-    return ForwardBatch(**fields)
-
-
-def draft_forward_context(worker):
-    return nullcontext()
-
-
-def verify_input_extras(window) -> dict:
-    return {}
-
-
-def finish_verify_logits(worker, logits_output) -> None:
-    """The target returns whole-vocabulary verify logits in this release: nothing to do."""
-
-
-def mamba_track_interval(worker, batch) -> int:
-    """Tokens between the prefix-cache recurrent-state checkpoints of a hybrid target."""
-    if MAMBA_BAG_INTERVAL:
-        from sglang.srt.runtime_context import get_exec
-
-        return int(get_exec().mamba.mamba_track_interval)
-    return int(worker.server_args.mamba_track_interval)
-
-
-def draft_commit_loc(worker, window, cache_loc_2d: torch.Tensor, width: int) -> torch.Tensor:
-    """Draft-pool KV slots of the first ``width`` verify positions. Shape: [bs, width]."""
-    return cache_loc_2d[:, :width].contiguous()
+globals().update(Sglang0515To0518Shim().module_names())

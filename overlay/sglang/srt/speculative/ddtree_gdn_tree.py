@@ -35,6 +35,10 @@ tree path, stays the default until the flat path has been checked on a GPU again
 Layouts are SGLang 0.5.14's: q, k [1, T, H, K], v [1, T, HV, V], a, b [T, HV] (token-major,
 heads packed), recurrent state [slots, HV, V, K] with K contiguous, ``retrieve_parent_token``
 [bs, N] as the conv kernel fills it (node 0 is the root; parents before children).
+
+One module past 500 lines: the torch oracle, the stash, the verify and commit kernels and the
+wiring share one state layout (the stash's per-node inputs, the committed slot), and a
+payload file is installed whole under its name in every release's manifest.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ tree stage is bound by CPU launch time, not by GPU work.
 
 Vocabulary as in ``ddtree_utils``. Shape-static and free of host syncs, so it
 runs under overlap scheduling.
+
+One module past 500 lines: the round's kernels share one tree layout (nodes in pop order,
+parents first) that the tree and chain kernels write and the verify-input and accept kernels
+read; a payload file is installed whole under its name in every release's manifest.
 """
 
 from __future__ import annotations

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, List, NamedTuple, Optional
+from typing import List, NamedTuple, Optional
 
 import torch
 
-from sglang.srt.speculative.ddtree_budget import CHAIN, DraftStage, Shape
-from sglang.srt.speculative.ddtree_envs import envs
+from sglang.srt.speculative.ddtree_budget import CHAIN, Shape
 
 
 @contextmanager
@@ -422,44 +421,6 @@ def write_verify_inputs(
         max_depth=max_depth,
     )
     return buffers, build_tree_custom_mask(buffers.ancestor_mask, prefix_lens, mask_capacity)
-
-
-class TreeStage(NamedTuple):
-    """A round's tree stage: ``draft_topk(logits, k)``, ``build_tree(topk, budget)`` and
-    ``build_chain(topk)`` (``build_drafts`` runs what a ``DraftStage`` asks), then
-    ``write_verify_inputs(tree, root_tokens, prefix_lens, N, max_depth, mask_capacity)``."""
-
-    name: str
-    draft_topk: Callable[[torch.Tensor, int], DDTreeDraftTopK]
-    build_tree: Callable[[DDTreeDraftTopK, int], DDTreeDraftTree]
-    build_chain: Callable[[DDTreeDraftTopK], DDTreeDraftTree]
-    write_verify_inputs: Callable[..., tuple]
-
-    def build_drafts(self, topk: DDTreeDraftTopK, stage: DraftStage) -> DDTreeDrafts:
-        return DDTreeDrafts(
-            tree=self.build_tree(topk, stage.tree_budget) if stage.tree_budget else None,
-            chain=self.build_chain(topk) if stage.chain else None,
-        )
-
-
-def select_tree_stage(choice: Optional[str] = None) -> TreeStage:
-    """The tree stage ``SGLANG_DDTREE_TREE_KERNEL`` names: triton (default) or torch."""
-    choice = envs.SGLANG_DDTREE_TREE_KERNEL.get() if choice is None else choice
-    if choice == "torch":
-        return TreeStage(
-            "torch", compute_draft_topk, build_ddtree_tree, build_chain_tree, write_verify_inputs
-        )
-    if choice == "triton":
-        from sglang.srt.speculative import ddtree_kernels
-
-        return TreeStage(
-            "triton",
-            ddtree_kernels.draft_topk,
-            ddtree_kernels.build_tree,
-            ddtree_kernels.build_chain,
-            ddtree_kernels.write_verify_inputs,
-        )
-    raise ValueError(f"SGLANG_DDTREE_TREE_KERNEL must be 'triton' or 'torch', got {choice!r}.")
 
 
 def follow_verified_tree_cpu(

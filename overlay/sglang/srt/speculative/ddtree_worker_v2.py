@@ -18,6 +18,10 @@ One decode round, as the paper defines it:
   commit    the accepted path's KV moved to the front of the verify block, and
             the accepted nodes' target features written into the draft KV
 Prefill and idle batches are DFlash's own.
+
+One module past 500 lines: it is the one ``DFlashWorkerV2`` subclass SGLang instantiates, and
+its round (draft, tree, verify, commit) reads top to bottom in one class, as SGLang's own
+spec workers do; what is not the round's order lives in the sibling ddtree_* modules.
 """
 
 from __future__ import annotations
@@ -71,11 +75,8 @@ from sglang.srt.speculative.ddtree_tp import (
     lm_head_draft_topk,
     lm_head_topk_pieces,
 )
-from sglang.srt.speculative.ddtree_utils import (
-    DDTreeDrafts,
-    DDTreeDraftTopK,
-    select_tree_stage,
-)
+from sglang.srt.speculative.ddtree_tree_stage import select_tree_stage
+from sglang.srt.speculative.ddtree_utils import DDTreeDrafts, DDTreeDraftTopK
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.eagle_utils import eagle_sample

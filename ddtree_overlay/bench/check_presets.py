@@ -1,0 +1,239 @@
+"""The GPU acceptance checks' presets: each a list of engines (`CheckArm`), each an arm with
+what it adds to the engine and its environment and what its output is judged against
+(`bench.checks` runs and judges them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddtree_overlay.bench.arms import DFLASH, TARGET_ONLY, Arm, BudgetPolicy
+
+# Decode graphs for the batch sizes the preset arms reach (32 prompts at once, fewer as they
+# finish); prefill graphs off. Both shorten the engine start; neither changes what is measured.
+GRAPH = {
+    "attention_backend": "triton",
+    "cuda_graph_bs_decode": [1, 2, 4, 8, 16, 32],
+    "disable_prefill_cuda_graph": True,
+}
+# The T=1 arms send 512 single-prompt draws; 32 at a time keeps them on the captured graphs.
+WAVES = {"max_running_requests": 32}
+SAMPLED_DRAWS = 512
+TORCH_TREE = {"SGLANG_DDTREE_TREE_KERNEL": "torch"}  # the default is the Triton kernels
+NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
+FLAT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "flat"}  # the GDN verify's state (ddtree_gdn_tree)
+SNAPSHOT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}
+# B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
+SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
+ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
+HYBRID_ADAPTIVE = BudgetPolicy.parse_adaptive("8,16,32")
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Independent draws at T > 0: each of ``prompts`` prompts decoded ``per_prompt`` times,
+    ``positions`` tokens after the prefill's (so tree depths 1 … ``positions`` in the first
+    round), with top-p and top-k."""
+
+    temperature: float
+    top_p: float
+    top_k: int
+    prompts: int = 32
+    per_prompt: int = 256
+    positions: int = 8
+
+    def sampling(self) -> dict[str, Any]:
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "max_new_tokens": self.positions + 1,
+            "ignore_eos": True,
+        }
+
+    @property
+    def label(self) -> str:
+        return f"T = {self.temperature:g}, top-p {self.top_p:g}, top-k {self.top_k}"
+
+
+@dataclass(frozen=True)
+class CheckArm:
+    """One engine of a preset: an arm, what it adds to the engine and its environment, and
+    what it is judged against."""
+
+    name: str
+    arm: Arm
+    engine: Mapping[str, Any] = field(default_factory=dict)  # on top of GRAPH and the arm's keywords
+    env: Mapping[str, str] = field(default_factory=dict)  # set while its engine lives
+    sampled: bool = False  # T = 1: SAMPLED_DRAWS single-prompt draws of 4 tokens, in waves
+    draws: Draws | None = None  # T > 0: many prompts' draws, judged against its baseline's
+    top2: bool = False  # record top1-top2 margins (a baseline's outputs judge near-ties)
+    baseline: str | None = None  # greedy outputs judged lossless against this arm's
+    tp_of: str | None = None  # the TP = 1 twin whose outputs and acceptance it must match
+    on_fail: CheckArm | None = None  # run when this arm fails (e.g. the same without graphs)
+
+    def runner_arm(self, max_new_tokens: int) -> dict[str, Any]:
+        """The arm as `in_target/engine_runner.py` reads it."""
+        if self.draws:
+            sampling = self.draws.sampling()
+        elif self.sampled:
+            sampling = {"temperature": 1.0, "max_new_tokens": 4, "ignore_eos": True}
+        else:
+            sampling = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
+        waves = self.sampled or self.draws is not None
+        engine = GRAPH | (WAVES if waves else {}) | self.arm.engine_args() | dict(self.engine)
+        runner: dict[str, Any] = {"name": self.name, "engine": engine, "sampling": sampling}
+        if self.top2:
+            runner["top2"] = True
+        if self.env:
+            runner["env"] = dict(self.env)
+        if self.sampled:
+            runner |= {"repeat": SAMPLED_DRAWS, "prompts": 1}
+        if self.draws:
+            runner |= {"repeat": self.draws.per_prompt, "prompts": self.draws.prompts}
+        return runner
+
+
+PLAIN = CheckArm("plain", Arm(TARGET_ONLY), top2=True)
+PLAIN_T1 = CheckArm("plain-t1", Arm(TARGET_ONLY), sampled=True)
+
+
+def _ddtree(name: str, policy: BudgetPolicy | int, *, overlap: bool = True, **fields: Any) -> CheckArm:
+    """A DDTREE arm, its greedy output judged against `PLAIN`'s unless said otherwise."""
+    fields.setdefault("baseline", None if fields.get("sampled") else PLAIN.name)
+    return CheckArm(name, Arm.ddtree(policy, overlap=overlap), **fields)
+
+
+def _dflash(name: str, **fields: Any) -> CheckArm:
+    return CheckArm(name, Arm(DFLASH), baseline=PLAIN.name, **fields)
+
+
+def _draws_pair(draws: Draws) -> tuple[CheckArm, CheckArm]:
+    """Target-only and DDTREE B = 32 drawing the same prompts with the same sampling."""
+    tag = f"t{draws.temperature:g}-draws"
+    plain = CheckArm(f"plain-{tag}", Arm(TARGET_ONLY), draws=draws)
+    return plain, _ddtree(f"ddtree-b32-{tag}", 32, draws=draws, baseline=plain.name)
+
+
+# Qwen3's recommended sampling (T 0.6, top-p 0.95, top-k 20) and a wider one.
+SAMPLING = (Draws(0.6, top_p=0.95, top_k=20), Draws(1.0, top_p=0.8, top_k=50))
+
+
+PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
+    "first": (
+        PLAIN,
+        _dflash("dflash"),
+        _ddtree("ddtree-b15", 15),
+        _ddtree("ddtree-b32-eager", 32, engine={"disable_cuda_graph": True}),
+        _ddtree("ddtree-b32", 32),
+    ),
+    "lossless": (
+        PLAIN,
+        _ddtree("ddtree-b32", 32, on_fail=_ddtree("ddtree-b32-eager", 32, engine={"disable_cuda_graph": True})),
+        _dflash("dflash"),
+        _ddtree("ddtree-b15", 15),
+        _ddtree("ddtree-b32-page16", 32, engine={"page_size": 16}),
+        PLAIN_T1,
+        _ddtree("ddtree-b32-t1", 32, sampled=True),
+    ),
+    # The tree stage as Triton kernels against the torch ops (same engine settings).
+    "kernels": (
+        PLAIN,
+        _ddtree("ddtree-b15-torch", 15, env=TORCH_TREE),
+        _ddtree("ddtree-b15-triton", 15),
+        _ddtree("ddtree-b32-torch", 32, env=TORCH_TREE),
+        _ddtree("ddtree-b32-triton", 32),
+    ),
+    # Any host sync inside a DDTREE round raises (torch's CUDA sync debug mode, scoped to the
+    # round): the arm fails, naming the operation.
+    "syncs": (
+        _ddtree("ddtree-b32-nosync-torch", 32, env=NO_SYNC | TORCH_TREE),
+        _ddtree("ddtree-b32-nosync-triton", 32, env=NO_SYNC),
+    ),
+    # Tensor parallelism (two GPUs): TP=2 against TP=1 and against DFLASH at TP=2.
+    "tp": (
+        PLAIN,
+        _ddtree("ddtree-b32", 32),
+        _ddtree("ddtree-b32-tp2", 32, engine={"tp_size": 2}, tp_of="ddtree-b32"),
+        _dflash("dflash-tp2", engine={"tp_size": 2}, tp_of="dflash"),
+        CheckArm("plain-tp2", Arm(TARGET_ONLY), engine={"tp_size": 2}, baseline="plain", tp_of="plain"),
+    ),
+    # A budget per batch size: one engine, several verify widths. At most 12 running: waves of
+    # 12 (B = 32), then one of 8 (B = 64), so the engine switches width mid-run; 32 at once
+    # verify 16 tokens (B = 8).
+    "schedule": (
+        PLAIN,
+        _ddtree("ddtree-schedule-waves", SCHEDULE, engine={"max_running_requests": 12}),
+        _ddtree("ddtree-schedule-bs32", SCHEDULE),
+        _ddtree("ddtree-b64", 64),
+    ),
+    # A budget chosen per round: lossless whatever the widths chosen; with the profiler on, the
+    # windows' `budgets` count the widths used (all three while they are timed, then mostly the
+    # chosen one). With overlap and without, and under the sync guard: the policy reads the GPU
+    # only through polled events.
+    "adaptive": (
+        PLAIN,
+        _ddtree("ddtree-adaptive", ADAPTIVE, env=NO_SYNC),
+        _ddtree("ddtree-adaptive-no-overlap", ADAPTIVE, overlap=False),
+        _ddtree("ddtree-adaptive-waves", ADAPTIVE, engine={"max_running_requests": 4}),
+        _ddtree("ddtree-adaptive-t1", ADAPTIVE, sampled=True),
+        PLAIN_T1,
+    ),
+    # DDTREE's sampled tokens against target-only's at T = 0.6 and 1.0 with top-p and top-k:
+    # 32 prompts x 256 draws per arm, positions 1-8, a pooled chi-square test per position
+    # (`bench.sampled`), with the smallest TV distance each test detects reported beside it.
+    "sampling": tuple(arm for draws in SAMPLING for arm in _draws_pair(draws)),
+    "flashinfer": (
+        CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
+        _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),
+    ),
+    # A Gated-DeltaNet hybrid target (run with --pair hybrid): the tree verify through SGLang's
+    # linear-attention tree kernels and the recurrent-state commit, with CUDA graphs, overlap
+    # and the radix cache on (every arm decodes its prompts twice, the timed pass from cached
+    # prefixes), at one width, two, and adaptive widths; greedy and T = 1.
+    "hybrid": (
+        PLAIN,
+        _ddtree("ddtree-b32", 32, on_fail=_ddtree("ddtree-b32-eager", 32, engine={"disable_cuda_graph": True})),
+        _dflash("dflash"),
+        _ddtree("ddtree-b16", 16),
+        _ddtree("ddtree-adaptive", HYBRID_ADAPTIVE, env=NO_SYNC),
+        PLAIN_T1,
+        _ddtree("ddtree-b32-t1", 32, sampled=True),
+    ),
+    # The hybrid's flat GDN recurrent state (SGLANG_DDTREE_HYBRID_STATE=flat: no per-node SSM
+    # snapshots, path-walk verify, replay commit) against the snapshot path and target-only, at
+    # one width and adaptive widths (narrower rounds read the stash at the pool's pitch); T = 1.
+    "hybrid-flat": (
+        PLAIN,
+        _ddtree("ddtree-b32-snapshot", 32, env=SNAPSHOT_STATE),
+        _ddtree(
+            "ddtree-b32-flat",
+            32,
+            env=FLAT_STATE,
+            on_fail=_ddtree("ddtree-b32-flat-eager", 32, env=FLAT_STATE, engine={"disable_cuda_graph": True}),
+        ),
+        _ddtree("ddtree-adaptive-flat", HYBRID_ADAPTIVE, env=FLAT_STATE | NO_SYNC),
+        # narrower widths commit snapshots written at the pool's pitch
+        _ddtree("ddtree-adaptive-snapshot", HYBRID_ADAPTIVE, env=SNAPSHOT_STATE | NO_SYNC),
+        PLAIN_T1,
+        _ddtree("ddtree-b32-flat-t1", 32, env=FLAT_STATE, sampled=True),
+    ),
+    # The hybrid's other serving settings: paged KV (the mamba track interval then follows the
+    # page), no overlap, a budget schedule switching widths mid-run, flashinfer attention.
+    "hybrid-settings": (
+        PLAIN,
+        _ddtree("ddtree-b32-page16", 32, engine={"page_size": 16}),
+        _ddtree("ddtree-b32-no-overlap", 32, overlap=False),
+        _ddtree("ddtree-schedule-waves", SCHEDULE, engine={"max_running_requests": 12}),
+        CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
+        _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),
+    ),
+}
+
+
+def preset_arms(presets: Sequence[str], only: Sequence[str] = ()) -> list[CheckArm]:
+    """The arms of ``presets`` in order, less those not in ``only`` (when given)."""
+    arms = [arm for name in presets for arm in PRESETS[name]]
+    return [arm for arm in arms if arm.name in only] if only else arms

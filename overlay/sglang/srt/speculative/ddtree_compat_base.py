@@ -1,0 +1,207 @@
+"""The DDTREE compat interface and its sglang 0.5.14 behaviour, the base of every family shim.
+
+Where the DFlash v2 worker of one release family differs, the DDTree worker asks the
+release's ``ddtree_compat`` (installed from ``overlay/shims/<family>/``). Each family shim
+subclasses ``CompatShim``, overrides only the methods where its family differs from
+0.5.14, and binds the module names the worker imports from one instance::
+
+    globals().update(FamilyShim().module_names())
+
+Why a class and not module functions star-imported from here: a base function that calls
+another interface member (``api_contract_problems`` reads ``CONTRACT``) would, after a
+star import, still see this module's globals, never the family's override; a method
+looks its collaborators up on ``self``, so an override is seen wherever the base uses it,
+and a family extends a member with ``super()``. The worker's ``ddtree_compat.X(...)``
+calls and ``from ddtree_compat import X`` keep working on the bound methods.
+
+0.5.14: the draft input carries ``verified_id`` (int32), planning lengths
+(``planning_seq_lens_*`` / ``reserved_seq_lens_*``) and a ``verify_done`` event; server
+args are plain attributes (resolution layers arrive in 0.5.19).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+from typing import Dict
+
+import torch
+
+from sglang.srt.speculative.ddtree_contract import (
+    DFLASH_WORKER,
+    DFLASH_WORKER_ASSIGNED,
+    SHARED_CONTRACT,
+    contract_problems,
+)
+
+# The names every ``ddtree_compat`` module binds: the worker, _handle_ddtree and the
+# matrix's in-target checks read them.
+INTERFACE = (
+    "api_contract_problems",
+    "root_tokens",
+    "planning_seq_lens",
+    "next_draft_input",
+    "server_args_view",
+    "declare",
+    "attention_backends",
+    "spec_arg",
+    "draft_width_during_init",
+    "draft_width_scope",
+    "verify_width_scope",
+    "open_window",
+    "draft_forward_batch",
+    "draft_forward_context",
+    "verify_input_extras",
+    "finish_verify_logits",
+    "mamba_track_interval",
+    "draft_commit_loc",
+)
+
+
+class CompatShim:
+    """sglang 0.5.14's answers; a family shim overrides where its release differs."""
+
+    CONTRACT = {
+        **SHARED_CONTRACT,
+        DFLASH_WORKER: {
+            "members": (
+                "_append_target_hidden_to_draft_kv_by_loc",
+                "_make_next_draft_input_decode",
+                "init_attention_backends",
+                "init_cuda_graphs",
+                "forward_batch_generation",
+            ),
+            "assigned": DFLASH_WORKER_ASSIGNED,
+        },
+        DFLASH_WORKER + "._make_next_draft_input_decode": {
+            "params": ("verified_id", "new_seq_lens", "cur_allocated_seq_lens_cpu"),
+        },
+        "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2": {
+            "fields": (
+                "verified_id",
+                "verify_done",
+                "planning_seq_lens_cpu",
+                "planning_seq_lens_sum",
+                "reserved_seq_lens_cpu",
+                "reserved_seq_lens_sum",
+            ),
+        },
+        "sglang.srt.server_args:ServerArgs": {"members": ("get_attention_backends",)},
+    }
+
+    def module_names(self) -> Dict[str, object]:
+        """``CONTRACT`` and the interface's functions, bound to this shim, by module name."""
+        names: Dict[str, object] = {"CONTRACT": self.CONTRACT}
+        names.update((name, getattr(self, name)) for name in INTERFACE)
+        return names
+
+    def api_contract_problems(self):
+        return contract_problems(self.CONTRACT)
+
+    def root_tokens(self, draft_input) -> torch.Tensor:
+        """The bonus token of the last verify: the tree's root and the draft block's slot 0."""
+        return draft_input.verified_id
+
+    def planning_seq_lens(self, batch, draft_input, width: int):
+        """Host-side upper bounds of the committed lengths (DFlash's planning view).
+
+        0.5.14's planning/reserved lengths already cover the in-flight reservation, so
+        ``width`` (the verify window) is not added.
+        """
+        if draft_input.planning_seq_lens_cpu is not None:
+            return draft_input.planning_seq_lens_cpu.clone(), int(draft_input.planning_seq_lens_sum)
+        if draft_input.reserved_seq_lens_cpu is not None:
+            return draft_input.reserved_seq_lens_cpu.clone(), int(draft_input.reserved_seq_lens_sum)
+        seq_lens_cpu = batch.seq_lens.to("cpu", dtype=torch.int32)
+        return seq_lens_cpu, int(seq_lens_cpu.sum())
+
+    def next_draft_input(self, worker, *, bonus: torch.Tensor, new_seq_lens: torch.Tensor, draft_input):
+        """The next round's DFlash draft state, with the event the overlap scheduler waits on."""
+        next_input = worker._make_next_draft_input_decode(
+            verified_id=bonus,
+            new_seq_lens=new_seq_lens,
+            cur_allocated_seq_lens_cpu=draft_input.reserved_seq_lens_cpu,
+        )
+        verify_done = torch.get_device_module(worker.device).Event()
+        verify_done.record()
+        next_input.verify_done = verify_done
+        return next_input
+
+    # --- server args: plain attributes --------------------------------------------------------
+
+    def server_args_view(self, server_args):
+        """What ``_handle_ddtree`` reads the flags from while server args are being resolved."""
+        return server_args
+
+    def declare(self, server_args, **fields) -> None:
+        """``_handle_ddtree``'s writes, in order."""
+        for name, value in fields.items():
+            setattr(server_args, name, value)
+
+    def attention_backends(self, cfg):
+        """(prefill, decode) attention backends."""
+        return cfg.get_attention_backends()
+
+    def spec_arg(self, server_args, name: str):
+        """A resolved speculative flag, as the worker reads it at construction."""
+        return getattr(server_args, name)
+
+    @contextmanager
+    def draft_width_during_init(self, server_args, block_size: int):
+        """The server_args DFlash's __init__ gets. It deep-copies them for the draft runner
+        (0.5.14): let it copy the block size as speculative_num_draft_tokens, then restore
+        the verify width."""
+        num_verify_tokens = int(server_args.speculative_num_draft_tokens)
+        server_args.speculative_num_draft_tokens = int(block_size)
+        try:
+            yield server_args
+        finally:
+            server_args.speculative_num_draft_tokens = num_verify_tokens
+
+    def draft_width_scope(self, worker):
+        """Draft-side initialisation after __init__: the draft runner has its own copy."""
+        return nullcontext()
+
+    @contextmanager
+    def verify_width_scope(self, model_runner, num_verify_tokens: int, batch_sizes):
+        """The target's server args while a narrower verify width's attention backend and decode
+        graphs are built: the width the backend reads, and the batch sizes to capture (0.5.14's
+        runner reads them from cuda_graph_config.decode.bs)."""
+        server_args = model_runner.server_args
+        decode = server_args.cuda_graph_config.decode
+        saved = server_args.speculative_num_draft_tokens, decode.bs
+        server_args.speculative_num_draft_tokens = int(num_verify_tokens)
+        decode.bs = list(batch_sizes)
+        try:
+            yield
+        finally:
+            server_args.speculative_num_draft_tokens, decode.bs = saved
+
+    # --- the decode round ---------------------------------------------------------------------
+
+    def open_window(self, worker, batch, draft_input, cache_loc_2d):
+        """The iteration's KV write window as the release tracks it (a KV-loc plan from 0.5.22)."""
+        return None
+
+    def draft_forward_batch(self, worker, window, batch, **fields):
+        """The draft block's TARGET_VERIFY ForwardBatch, with what the release's DFlash adds."""
+        from sglang.srt.model_executor.forward_batch_info import ForwardBatch
+
+        return ForwardBatch(**fields)
+
+    def draft_forward_context(self, worker):
+        return nullcontext()
+
+    def verify_input_extras(self, window) -> dict:
+        return {}
+
+    def finish_verify_logits(self, worker, logits_output) -> None:
+        """The target returns whole-vocabulary verify logits in this release: nothing to do."""
+
+    def mamba_track_interval(self, worker, batch) -> int:
+        """Tokens between the prefix-cache recurrent-state checkpoints of a hybrid target."""
+        return int(worker.server_args.mamba_track_interval)
+
+    def draft_commit_loc(self, worker, window, cache_loc_2d: torch.Tensor, width: int) -> torch.Tensor:
+        """Draft-pool KV slots of the first ``width`` verify positions. Shape: [bs, width]."""
+        return cache_loc_2d[:, :width].contiguous()
+

@@ -1,0 +1,68 @@
+"""The family shims over ddtree_compat_base: each states only where its family differs from
+0.5.14's answers, and each binds the whole interface the worker imports."""
+
+from __future__ import annotations
+
+import ast
+import copy
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+from payload_modules import OVERLAY, load_payload_module
+from test_payload_compat_0515_0518 import load_shim
+
+BASE = OVERLAY / "sglang/srt/speculative/ddtree_compat_base.py"
+FAMILIES = {
+    "sglang-0.5.14": (0, 5, 14),
+    "sglang-0.5.15-0.5.18": (0, 5, 15),
+    "sglang-0.5.19-0.5.23": (0, 5, 19),
+}
+
+
+def _without_docstring(function: ast.FunctionDef) -> str:
+    function = copy.deepcopy(function)
+    if ast.get_docstring(function) is not None:
+        function.body = function.body[1:]
+    return ast.dump(function)
+
+
+def _methods(path: Path, class_name: str | None = None) -> dict[str, ast.FunctionDef]:
+    """The methods of ``class_name`` in ``path`` (of its one class when not named)."""
+    classes = [node for node in ast.parse(path.read_text()).body if isinstance(node, ast.ClassDef)]
+    (cls,) = [c for c in classes if class_name in (None, c.name)]
+    return {node.name: node for node in cls.body if isinstance(node, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_shim_overrides_only_what_differs_from_the_base(family: str) -> None:
+    shim = OVERLAY / "shims" / family / "ddtree_compat.py"
+    tree = ast.parse(shim.read_text())
+    public_functions = [
+        node.name for node in tree.body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
+    ]
+    assert public_functions == [], "the interface goes through the CompatShim subclass"
+    base = _methods(BASE, "CompatShim")
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    for cls in classes:
+        assert [ast.unparse(b) for b in cls.bases] == ["CompatShim"]
+        for method in (node for node in cls.body if isinstance(node, ast.FunctionDef)):
+            assert method.name in base, f"{cls.name}.{method.name} is not in the interface"
+            same = _without_docstring(method) == _without_docstring(base[method.name])
+            assert not same, f"{cls.name}.{method.name} repeats the base's; drop the override"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_shim_binds_the_whole_interface(monkeypatch: pytest.MonkeyPatch, family: str) -> None:
+    base = load_payload_module("sglang.srt.speculative.ddtree_compat_base")
+    compat = load_shim(monkeypatch, FAMILIES[family], OVERLAY / "shims" / family / "ddtree_compat.py")
+    for name in base.INTERFACE:
+        assert callable(getattr(compat, name)), name
+    assert compat.CONTRACT is compat.api_contract_problems.__self__.CONTRACT
+
+
+def test_the_interface_is_every_public_method_of_the_base() -> None:
+    base = load_payload_module("sglang.srt.speculative.ddtree_compat_base")
+    public = {name for name in _methods(BASE, "CompatShim") if not name.startswith("_")}
+    assert public - {"module_names"} == set(base.INTERFACE)
