@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ddtree_overlay.bench import plan as bp
-from ddtree_overlay.bench import settings, state_memory
+from ddtree_overlay.bench import plan_json, settings, state_memory
 from ddtree_overlay.bench.arms import DDTREE, Arm, BudgetPolicy
 
 MIB = 1 << 20
@@ -32,7 +32,7 @@ def test_concurrency_adds_a_stream_cell_per_concurrency_to_every_arm(tmp_path: P
         assert all(c.est_s > 35 for c in streams)  # warm-up, window, the last requests' tail
         assert group.engine["cuda_graph_bs_decode"] == [1, 2, 4, 8, 16]
         assert group.engine["max_running_requests"] == 16
-    runner = bp.runner_plan(plan, deadline=None, profile_path=None)
+    runner = plan_json.runner_plan(plan, deadline=None, profile_path=None)
     stream = next(c for a in runner["arms"] for c in a["cells"] if c["name"] == "dflash/c16/t0")
     assert stream["stream"] == {"concurrency": 16, "warmup_s": 5, "window_s": 30}
     assert stream["batch_size"] == 16 and stream["sampling"]["ignore_eos"]
@@ -97,7 +97,7 @@ def test_chain_control_is_one_more_ddtree_arm_with_the_payload_switch(tmp_path: 
     assert group.arm.label == "DDTREE B=15 chain control"
     assert group.engine["speculative_ddtree_budget"] == 15
     assert group.arm.reference_key == "dflash"  # it accepts what DFLASH accepts
-    runner = bp.runner_plan(plan, deadline=None, profile_path=None)
+    runner = plan_json.runner_plan(plan, deadline=None, profile_path=None)
     envs = {a["name"]: a.get("env") for a in runner["arms"]}
     assert envs["ddtree-b15-chain"] == {"SGLANG_DDTREE_TREE_SHAPE": "chain"}
     assert envs["ddtree-b8"] is None and envs["dflash"] is None
@@ -140,12 +140,12 @@ def test_the_27b_shape_holds_147_mib_of_state_per_verify_token() -> None:
 
 def test_a_dry_run_shows_each_speculative_arms_snapshots_on_a_hybrid_only(tmp_path: Path) -> None:
     plan = plan_for(tmp_path, "qwen3.6-27b-random", budgets=(15, 32), batch_sizes=(), concurrencies=(1, 16))
-    memory = bp.describe_plan(plan)["state_memory"]
+    memory = plan_json.describe_plan(plan)["state_memory"]
     assert set(memory) == {"dflash", "dflash-no-overlap", "ddtree-b15", "ddtree-b32"}  # not target-only
     assert [e["concurrency"] for e in memory["ddtree-b32"]] == [1, 16]
     assert {e["verify_width"] for e in memory["dflash"]} == {16}
     assert memory["ddtree-b32"][1]["verify_width"] == 33
-    assert bp.describe_plan(plan_for(tmp_path, "qwen3-8b-random"))["state_memory"] is None
+    assert plan_json.describe_plan(plan_for(tmp_path, "qwen3-8b-random"))["state_memory"] is None
 
 
 def test_a_custom_hybrid_pair_is_read_from_its_config(tmp_path: Path) -> None:
