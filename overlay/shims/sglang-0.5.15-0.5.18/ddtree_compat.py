@@ -41,14 +41,7 @@ class Sglang0515To0518Shim(CompatShim):
     CONTRACT = {
         **CompatShim.CONTRACT,
         DFLASH_WORKER: {
-            "members": (
-                "_append_target_hidden_to_draft_kv_by_loc",
-                "_make_next_draft_input_decode",
-                "init_attention_backends",
-                "init_cuda_graphs",
-                "forward_batch_generation",
-                "_maybe_build_draft_sampler",
-            ),
+            "members": CompatShim.CONTRACT[DFLASH_WORKER]["members"] + ("_maybe_build_draft_sampler",),
             "assigned": DFLASH_WORKER_ASSIGNED,
         },
         DFLASH_WORKER + "._make_next_draft_input_decode": {"params": ("bonus_tokens", "new_seq_lens")},

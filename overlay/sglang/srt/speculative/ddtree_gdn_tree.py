@@ -214,6 +214,18 @@ def _gates(a, b, A_log, dt_bias, SOFTPLUS_THRESHOLD: tl.constexpr):
 
 
 @triton.jit
+def _delta_rule_step(b_h, b_k, b_v, b_g, b_beta, L2NORM_EPS: tl.constexpr):
+    """One gated delta-rule update of a [K, BV] fp32 state block by one token (k raw, as
+    loaded): the verify's path walk and the commit's replay run the same step, so the state
+    they reach is the same bit for bit."""
+    b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + L2NORM_EPS)
+    b_h *= tl.exp(b_g)
+    b_v -= tl.sum(b_h * b_k[:, None], 0)
+    b_v *= b_beta
+    return b_h + b_k[:, None] * b_v[None, :]
+
+
+@triton.jit
 def _tree_verify_kernel(
     q_ptr,
     k_ptr,
@@ -300,11 +312,7 @@ def _tree_verify_kernel(
         b_a = tl.load(a_ptr + row * stride_a_tok + i_hv).to(tl.float32)
         b_b = tl.load(b_ptr + row * stride_b_tok + i_hv).to(tl.float32)
         b_g, b_beta = _gates(b_a, b_b, b_A_log, b_dt_bias, SOFTPLUS_THRESHOLD)
-        b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + L2NORM_EPS)
-        b_h *= tl.exp(b_g)
-        b_v -= tl.sum(b_h * b_k[:, None], 0)
-        b_v *= b_beta
-        b_h += b_k[:, None] * b_v[None, :]
+        b_h = _delta_rule_step(b_h, b_k, b_v, b_g, b_beta, L2NORM_EPS)
 
     row = base + node
     b_q = tl.load(q_ptr + row * stride_q_tok + i_h * stride_q_head + o_k, mask=mask_k, other=0).to(tl.float32)
@@ -472,11 +480,7 @@ def _replay_commit_kernel(
         b_v = tl.load(v_layer + (srow * HV + i_hv) * V + o_v, mask=mask_v, other=0).to(tl.float32)
         b_g = tl.load(stash_g_ptr + gb_offset + srow * HV + i_hv)
         b_beta = tl.load(stash_beta_ptr + gb_offset + srow * HV + i_hv)
-        b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + L2NORM_EPS)
-        b_h *= tl.exp(b_g)
-        b_v -= tl.sum(b_h * b_k[:, None], 0)
-        b_v *= b_beta
-        b_h += b_k[:, None] * b_v[None, :]
+        b_h = _delta_rule_step(b_h, b_k, b_v, b_g, b_beta, L2NORM_EPS)
         if HAS_TRACK:
             if pos == track_pos:
                 p_track = state_layer + track_slot * stride_state_slot + head
