@@ -87,7 +87,6 @@ class Layer:
                 retrieve_parent_token=parents,
                 stash=stash,
                 layer=layer,
-                max_path=MAX_PATH,
             )[0]
 
     def sequential(self, i, path):
@@ -127,12 +126,93 @@ def star(bs, n):
     return torch.zeros(bs, n, dtype=torch.int32)
 
 
+def bushy_parents(bs, n, seed, depth_cap=BLOCK - 1):
+    """Trees with many branch points and deep branches: each node extends the newest node, or
+    adds a child to a node that has children already (a branch point grows another branch)."""
+    gen = torch.Generator().manual_seed(seed)
+    parents = torch.zeros(bs, n, dtype=torch.int32)
+    for i in range(bs):
+        depth, has_children = [0], [False] * n
+        for node in range(1, n):
+            branching = [p for p in range(node) if has_children[p] and depth[p] < depth_cap]
+            if branching and float(torch.rand((), generator=gen)) < 0.5:
+                p = branching[int(torch.randint(len(branching), (1,), generator=gen))]
+            else:
+                p = max(c for c in range(node) if depth[c] < depth_cap)
+            parents[i, node] = p
+            has_children[p] = True
+            depth.append(depth[p] + 1)
+    return parents
+
+
+def deep_fan(bs, n):
+    """The root's three children head deep chains that branch again into chains of their own,
+    the nodes numbered level by level across the chains (as best-first pops interleave
+    branches), so the depth-first walk leaves index order at almost every node."""
+    tips, parents = [0, 0, 0], [0]
+    while len(parents) < n:
+        for b in range(len(tips)):
+            if len(parents) == n:
+                break
+            parents.append(tips[b])
+            if len(parents) % 5 == 0:  # the tip branches: a second chain grows from it
+                tips.append(tips[b])
+            tips[b] = len(parents) - 1
+    return torch.tensor(parents, dtype=torch.int32).expand(bs, n).contiguous()
+
+
 TREES = {
     "random-shallow": lambda bs, n: random_parents(bs, n, depth_cap=3, seed=1),
     "random-deep": lambda bs, n: random_parents(bs, n, depth_cap=BLOCK - 1, seed=2),
+    "bushy": lambda bs, n: bushy_parents(bs, n, seed=3),
+    "deep-fan": deep_fan,
     "chain": chain,
     "star": star,
 }
+
+
+def children_of(parents_row, n):
+    children = [[] for _ in range(n)]
+    for node in range(1, n):
+        children[int(parents_row[node])].append(node)
+    return children
+
+
+def dfs_preorder(parents_row, n):
+    """The walk's order, by a plain stack: children in index order."""
+    children, order, stack = children_of(parents_row, n), [], [0]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(reversed(children[node]))
+    return order
+
+
+def check_walk(walk_row, parents_row, n, slots):
+    """walk_row [n, 3] is the depth-first walk of the tree, and following it with a scratch of
+    ``slots`` slots keeps in registers, or reloads, exactly the visited node's parent state;
+    within the slots, it uses as many as branch nodes are open (children still to visit) at once."""
+    rows = [tuple(int(x) for x in row) for row in walk_row]
+    assert [node for node, _, _ in rows] == dfs_preorder(parents_row, n)
+    children = children_of(parents_row, n)
+    scratch, previous, opened, peak = {}, None, set(), 0
+    for node, reload, store in rows:
+        parent = int(parents_row[node]) if node else None
+        if reload < 0:
+            assert previous == parent  # the registers hold the parent's state (the root: h0)
+        else:
+            assert previous != parent and scratch.get(reload) == parent
+        assert (store >= 0) == (len(children[node]) >= 2)  # stores only what a reload reads
+        if store >= 0:
+            assert store < slots
+            scratch[store] = node
+        if node and node == children[parent][-1]:
+            opened.discard(parent)
+        if len(children[node]) >= 2:
+            opened.add(node)
+        peak = max(peak, len(opened))
+        previous = node
+    assert 1 + max(store for _, _, store in rows) == min(peak, slots)
 
 
 @pytest.mark.parametrize("shape", sorted(TREES))
@@ -176,6 +256,98 @@ def test_a_padded_request_reads_a_zero_state():
     layer.state.zero_()
     zero_state = layer.verify(parents).view(2, 4, *layer.v.shape[2:])
     torch.testing.assert_close(o[1], zero_state[1], atol=0, rtol=0)
+
+
+def per_path_oracle(layer, parents):
+    return flat.tree_verify_torch(
+        layer.q[0], layer.k[0], layer.v[0], layer.a, layer.b, layer.A_log, layer.dt_bias,
+        layer.state, layer.slots, parents, layer.k.shape[-1] ** -0.5,
+    )
+
+
+@pytest.mark.parametrize("shape", ["bushy", "deep-fan", "random-deep", "chain", "star"])
+def test_batched_trees_with_a_padded_request_match_the_per_path_oracle(shape):
+    bs, n = 4, 20
+    layer = Layer(bs, n, slots=6, seed=50 + len(shape))
+    layer.slots[2] = -1  # a padded request: zero state
+    parents = TREES[shape](bs, n)
+    if shape == "bushy":
+        parents[3] = deep_fan(1, n)[0]  # requests of one batch walk different trees
+    torch.testing.assert_close(layer.verify(parents), per_path_oracle(layer, parents), atol=ATOL, rtol=RTOL)
+
+
+def test_rows_past_the_scratch_are_padding_and_leave_the_others_exact():
+    bs, n = 3, 12
+    layer = Layer(bs, n, seed=60)
+    layer.slots[2] = -1
+    parents = bushy_parents(bs, n, seed=60)
+    scratch = torch.full((2, flat.branch_slots(n, BLOCK), 2, 20, 24), float("nan"))
+    with triton_interpreter():
+        o = flat.tree_verify(
+            q=layer.q, k=layer.k, v=layer.v, a=layer.a, b=layer.b, A_log=layer.A_log,
+            dt_bias=layer.dt_bias, ssm_states=layer.state, cache_indices=layer.slots,
+            num_verify_tokens=n, retrieve_parent_token=parents, stash=None, layer=0, scratch=scratch,
+        )[0]
+    want = per_path_oracle(layer, parents)
+    torch.testing.assert_close(o[: 2 * n], want[: 2 * n], atol=ATOL, rtol=RTOL)
+
+
+def build_walk(parents, n, slots):
+    with triton_interpreter():
+        return flat.tree_walk(parents, n, slots)
+
+
+@pytest.mark.parametrize("shape", sorted(TREES))
+def test_the_walk_is_the_depth_first_preorder_and_reloads_each_parents_state(shape):
+    bs, n = 3, 33
+    parents = TREES[shape](bs, n)
+    slots = flat.branch_slots(n, BLOCK)
+    walk = build_walk(parents, n, slots)
+    assert walk.shape == (bs, n, 3) and walk.dtype == torch.int32
+    for i in range(bs):
+        check_walk(walk[i], parents[i], n, slots)
+
+
+def test_the_walk_on_many_random_trees():
+    for seed in range(40):
+        n = 1 + seed % 37
+        parents = torch.cat([
+            random_parents(2, n, depth_cap=1 + seed % (BLOCK - 1), seed=seed),
+            bushy_parents(2, n, seed=seed, depth_cap=1 + seed % (BLOCK - 1)),
+        ])
+        slots = flat.branch_slots(n, BLOCK)
+        walk = build_walk(parents, n, slots)
+        for i in range(4):
+            check_walk(walk[i], parents[i], n, slots)
+
+
+def test_the_walk_keeps_chains_in_registers_and_a_star_in_one_slot():
+    n = 9
+    walk = build_walk(torch.cat([chain(1, n), star(1, n)]), n, 4)
+    assert walk[0].tolist() == [[node, -1, -1] for node in range(n)]
+    assert walk[1].tolist() == [[0, -1, 0], [1, -1, -1]] + [[node, 0, -1] for node in range(2, n)]
+
+
+def test_the_walk_of_leftover_parents_is_a_tree_inside_the_scratch():
+    """A padded request's row holds whatever was there (never the verify's concern, but never a
+    write outside the scratch): entries that are not earlier nodes read as the root."""
+    n, slots = 24, 3
+    gen = torch.Generator().manual_seed(70)
+    garbage = torch.randint(-5, 3 * n, (2, n), generator=gen, dtype=torch.int32)
+    walk = build_walk(garbage, n, slots)
+    indices = torch.arange(n, dtype=torch.int32)
+    for i in range(2):
+        tree = torch.where((garbage[i] >= 0) & (garbage[i] < indices), garbage[i], 0)
+        check_walk(walk[i], tree, n, slots)
+
+
+def test_a_tree_deeper_than_the_slots_stays_inside_them():
+    n = 31
+    parents = deep_fan(1, n)  # 3 branch nodes open at once
+    walk = build_walk(parents, n, 2)
+    assert [int(node) for node in walk[0, :, 0]] == dfs_preorder(parents[0], n)
+    assert int(walk[0, :, 1:].max()) == 1 and int(walk[0, :, 1:].min()) == -1
+    check_walk(build_walk(parents, n, 3)[0], parents[0], n, 3)
 
 
 def accepted(parents, i, leaf):

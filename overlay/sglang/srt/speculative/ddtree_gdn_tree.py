@@ -6,28 +6,41 @@ and the commit copies the last accepted node's snapshot: at Qwen3.6-27B shape (4
 HV 48, K = V 128, fp32) 144 MiB per request per verify token. The "flat" recurrent state keeps
 none of that:
 
-- verify: node n's output is computed from the request's committed state h0 by applying the
-  gated delta rule along n's root-to-n ancestor path (at most the drafter's block size of
-  steps; every ancestor's k, v, a, b are inputs of the same forward). One Triton program per
-  (verify token, value head, V block) keeps its [K, BV] state block in registers; no state is
-  written, the committed slot is only read.
+- verify: one Triton program per (request, value head, V block) walks the request's tree in
+  depth-first preorder (children in index order) from the committed state h0, its [K, BV]
+  state block in registers, and writes each node's output at its visit. A node whose parent
+  is the node just visited costs one delta-rule step and no state traffic; a later child of a
+  branch node (>= 2 children) first reloads its parent's state from a per-layer scratch, which
+  the branch node wrote when it was visited. N nodes cost N steps, one state store per branch
+  node and one reload per later child (SGLang's kernel: N steps, N stores, N - 1 reloads). The
+  committed slot is only read.
+- walk: the preorder and each node's scratch slots (``tree_walk``: reload from, store to) come
+  from ``retrieve_parent_token`` in one small kernel per forward, at the request's first GDN
+  layer (the conv kernel fills the same parents in every layer); the other layers reuse it.
+- scratch: a stack. A branch node takes the slot after its open branch ancestors' (those with
+  children still to visit) and frees it when its last child starts, so a request needs as many
+  slots as branch nodes are open at once: at most (N - 1) // 2 (each has two children) and at
+  most block - 1 (they lie on one path, at depths up to block - 2). One slot per branch node
+  would need up to (N - 1) // 2 slots, 128 at budget 256; the stack keeps 15 at block 16. One
+  layer's worth, [rows, slots, HV, V, K] fp32, reused by every layer: at Qwen3.6-27B shape
+  3 MiB a slot, 45 MiB per request from width 31 on (``scratch_bytes_per_request``).
 - stash: the same kernel writes each node's per-token inputs - k [H, K] and v [HV, V] as the
   layer's activations hold them, g and beta [HV] in fp32 as the kernel computes them - per layer
   into a buffer of (request rows x widest verify width) nodes: about 0.5 % of a snapshot.
 - commit: after acceptance one kernel replays the accepted path's stashed inputs from h0, per
   layer, and writes the request's committed slot (and the prefix-cache tracking slot at the
-  tracking step). The replay runs the verify's own arithmetic on the same inputs, so the
-  committed state is the state the accepted node's output was computed from.
+  tracking step). A node's verify state is the same steps from h0 along its path (the fp32
+  scratch round-trip is exact), so the committed state is the state the accepted node's output
+  was computed from.
 
 The conv1d windows stay SGLang's per-node windows (see ``ddtree_hybrid.RecurrentStateCommit``).
-Work: a node costs its depth + 1 steps (the tree's total depth, against SGLang's one step per
-node and a state store + reload per node), every node in parallel.
 
 Wiring (0.5.14's patch set): the pool allocates no SSM snapshots (``ssm_snapshot_tokens``), the
-hybrid memory split reserves a flat node's bytes (``verify_memory_tokens``), the target's model
-runner installs the stash and this verify right after its pools (``install_flat_state``, before
-any CUDA graph is captured), the GDN backend's target verify calls ``flat_tree_verify()`` when
-one is installed, and the DDTREE worker's commit replays (``ddtree_hybrid``).
+hybrid memory split reserves a flat node's bytes and a request's scratch
+(``verify_memory_tokens``), the target's model runner installs the stash, the scratch and this
+verify right after its pools (``install_flat_state``, before any CUDA graph is captured), the
+GDN backend's target verify calls ``flat_tree_verify()`` when one is installed, and the DDTREE
+worker's commit replays (``ddtree_hybrid``).
 
 Switch: ``SGLANG_DDTREE_HYBRID_STATE=flat|snapshot`` (``ddtree_envs``; snapshot, SGLang's own
 tree path, stays the default until the flat path has been checked on a GPU against it:
@@ -36,8 +49,8 @@ Layouts are SGLang 0.5.14's: q, k [1, T, H, K], v [1, T, HV, V], a, b [T, HV] (t
 heads packed), recurrent state [slots, HV, V, K] with K contiguous, ``retrieve_parent_token``
 [bs, N] as the conv kernel fills it (node 0 is the root; parents before children).
 
-One module past 500 lines: the torch oracle, the stash, the verify and commit kernels and the
-wiring share one state layout (the stash's per-node inputs, the committed slot), and a
+One module past 500 lines: the torch oracle, the stash, the walk, the verify and commit kernels
+and the wiring share one state layout (the stash's per-node inputs, the committed slot), and a
 payload file is installed whole under its name in every release's manifest.
 """
 
@@ -65,7 +78,7 @@ def max_path_len(block_size: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# Plain torch: the kernels' specification (path walk, replay)
+# Plain torch: the kernels' specification (each node along its own path, replay)
 
 
 def _gates_torch(a, b, A_log, dt_bias):
@@ -203,6 +216,28 @@ def stash_bytes_per_node(*, layers, key_heads, value_heads, k_dim, v_dim, activa
 
 
 # ----------------------------------------------------------------------------------------------
+# The verify's branch-node scratch
+
+
+def branch_slots(width: int, block_size: int) -> int:
+    """Scratch slots a request's tree walk uses: the branch nodes open at once, at most
+    (width - 1) // 2 (two children each) and block_size - 1 (one path's depths); at least one,
+    so the scratch is never empty."""
+    return max(1, min((int(width) - 1) // 2, int(block_size) - 1))
+
+
+def allocate_branch_scratch(*, rows, width, block_size, value_heads, v_dim, k_dim, device) -> torch.Tensor:
+    """[rows, branch_slots, HV, V, K] fp32: one layer's branch-node states, reused by every layer."""
+    slots = branch_slots(width, block_size)
+    return torch.empty((int(rows), slots, value_heads, v_dim, k_dim), dtype=torch.float32, device=device)
+
+
+def scratch_bytes_per_request(*, width, block_size, value_heads, v_dim, k_dim) -> int:
+    """What one request row of ``allocate_branch_scratch`` holds."""
+    return branch_slots(width, block_size) * value_heads * v_dim * k_dim * 4
+
+
+# ----------------------------------------------------------------------------------------------
 # Triton
 
 
@@ -216,13 +251,96 @@ def _gates(a, b, A_log, dt_bias, SOFTPLUS_THRESHOLD: tl.constexpr):
 @triton.jit
 def _delta_rule_step(b_h, b_k, b_v, b_g, b_beta, L2NORM_EPS: tl.constexpr):
     """One gated delta-rule update of a [K, BV] fp32 state block by one token (k raw, as
-    loaded): the verify's path walk and the commit's replay run the same step, so the state
+    loaded): the verify's tree walk and the commit's replay run the same step, so the state
     they reach is the same bit for bit."""
     b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + L2NORM_EPS)
     b_h *= tl.exp(b_g)
     b_v -= tl.sum(b_h * b_k[:, None], 0)
     b_v *= b_beta
     return b_h + b_k[:, None] * b_v[None, :]
+
+
+@triton.jit
+def _lane(vec, idx, i):
+    """vec[i] of a register vector, as a scalar."""
+    return tl.sum(tl.where(idx == i, vec, 0))
+
+
+@triton.jit
+def _parent(p_parents, i):
+    """Node i's parent; an entry that is not an earlier node (a padded request's leftovers)
+    reads as the root, so every row is a tree."""
+    p = tl.load(p_parents + i)
+    return tl.where((p >= 0) & (p < i), p, 0)
+
+
+@triton.jit
+def _tree_walk_kernel(
+    parent_ptr,  # [bs, >= N] parent node per verify node, entry 0 unused
+    walk_ptr,  # [bs, N, 3] out: preorder node, scratch slot to reload its parent from, slot to store it to
+    n_tokens,
+    slots,  # scratch slots per request
+    stride_parent_req,
+    BN: tl.constexpr,
+):
+    req = tl.program_id(0).to(tl.int64)
+    idx = tl.arange(0, BN)
+    valid = idx < n_tokens
+    p_parents = parent_ptr + req * stride_parent_req
+
+    # Every node's first and last child (children are visited in index order).
+    first = tl.full([BN], -1, tl.int32)
+    last = tl.full([BN], -1, tl.int32)
+    for i in range(1, n_tokens):
+        here = idx == _parent(p_parents, i)
+        first = tl.where(here & (first < 0), i, first)
+        last = tl.where(here, i, last)
+
+    # Subtree sizes, leaves up (a parent's index is below its children's).
+    size = valid.to(tl.int32)
+    for r in range(1, n_tokens):
+        i = n_tokens - r
+        size = tl.where(idx == _parent(p_parents, i), size + _lane(size, idx, i), size)
+
+    # Root down: a node's preorder position is its parent's next free one; `opened` counts the
+    # branch ancestors still open at its visit (the stack below it): a node's slot if it
+    # branches, and its later children's reload slot. A last child's visit closes its parent.
+    pos = tl.zeros([BN], tl.int32)
+    free = tl.where(idx == 0, 1, 0)  # next preorder position for the node's next child
+    opened = tl.zeros([BN], tl.int32)
+    reload = tl.full([BN], -1, tl.int32)
+    for i in range(1, n_tokens):
+        p = _parent(p_parents, i)
+        at = _lane(free, idx, p)
+        opened_p = _lane(opened, idx, p)
+        mine = idx == i
+        pos = tl.where(mine, at, pos)
+        free = tl.where(idx == p, at + _lane(size, idx, i), tl.where(mine, at + 1, free))
+        opened = tl.where(mine, opened_p + (i != _lane(last, idx, p)).to(tl.int32), opened)
+        later_child = i != _lane(first, idx, p)
+        reload = tl.where(mine & later_child, tl.minimum(opened_p, slots - 1), reload)
+    # A walk deeper than the slots allow (not a DDTREE tree) shares the last slot: wrong
+    # outputs for that request, never a write outside its scratch.
+    store = tl.where((first >= 0) & (first != last), tl.minimum(opened, slots - 1), -1)
+
+    p_walk = walk_ptr + (req * n_tokens + pos) * 3
+    tl.store(p_walk, idx, mask=valid)
+    tl.store(p_walk + 1, reload, mask=valid)
+    tl.store(p_walk + 2, store, mask=valid)
+
+
+def tree_walk(parents: torch.Tensor, num_verify_tokens: int, slots: int) -> torch.Tensor:
+    """Each request's depth-first walk of its tree: [bs, N, 3] int32, row j the j-th node in
+    preorder, the scratch slot its parent's state reloads from (-1: the parent was the previous
+    node) and the slot its own state goes to (-1: fewer than two children). From
+    ``retrieve_parent_token`` [bs, >= N]; no host sync."""
+    bs, n = int(parents.shape[0]), int(num_verify_tokens)
+    walk = torch.empty((bs, n, 3), dtype=torch.int32, device=parents.device)
+    if bs and n:
+        _tree_walk_kernel[(bs,)](
+            parents, walk, n, int(slots), parents.stride(0), BN=triton.next_power_of_2(n), num_warps=1
+        )
+    return walk
 
 
 @triton.jit
@@ -237,12 +355,14 @@ def _tree_verify_kernel(
     o_ptr,  # [T, HV, V]
     state_ptr,  # [slots, HV, V, K] committed states, read only
     slot_ptr,  # [bs] state slot per request, < 0: zero state
-    parent_ptr,  # [bs, >= N] parent node per verify node (HAS_PARENTS)
+    walk_ptr,  # [bs, N, 3] tree_walk's (HAS_PARENTS)
+    scratch_ptr,  # [scratch_rows, branch slots, HV, V, K] fp32 (HAS_PARENTS)
     stash_k_ptr,  # [rows * width, H, K] this layer's stash
     stash_v_ptr,  # [rows * width, HV, V]
     stash_g_ptr,  # [rows * width, HV]
     stash_beta_ptr,
     n_tokens,  # verify nodes per request this round
+    scratch_rows,
     stash_rows,
     stash_width,
     stride_q_tok,
@@ -254,7 +374,8 @@ def _tree_verify_kernel(
     stride_a_tok,
     stride_b_tok,
     stride_state_slot,
-    stride_parent_req,
+    stride_scratch_req,
+    stride_scratch_slot,
     scale,
     H: tl.constexpr,
     HV: tl.constexpr,
@@ -262,78 +383,71 @@ def _tree_verify_kernel(
     V: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
-    MAX_PATH: tl.constexpr,
     HAS_PARENTS: tl.constexpr,
     STASH: tl.constexpr,
     SOFTPLUS_THRESHOLD: tl.constexpr,
     L2NORM_EPS: tl.constexpr,
 ):
-    tok = tl.program_id(0).to(tl.int64)
+    req = tl.program_id(0).to(tl.int64)
     i_v = tl.program_id(1)
     i_hv = tl.program_id(2)
     i_h = i_hv // (HV // H)
-    req = tok // n_tokens
-    node = (tok % n_tokens).to(tl.int32)
 
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     mask_k = o_k < K
     mask_v = o_v < V
     mask_h = mask_k[:, None] & mask_v[None, :]
-
-    # path[j]: node's j-th ancestor (path[0] = node, the root 0 last), -1 past the root.
-    steps = tl.arange(0, MAX_PATH)
-    path = tl.full([MAX_PATH], -1, tl.int32)
-    cur = node
-    alive = node >= 0
-    for j in tl.static_range(MAX_PATH):
-        path = tl.where(alive & (steps == j), cur, path)
-        alive = alive & (cur != 0)
-        if HAS_PARENTS:
-            nxt = tl.load(parent_ptr + req * stride_parent_req + cur, mask=alive, other=0)
-        else:
-            nxt = cur - 1  # a chain
-        cur = tl.where(alive, nxt, 0).to(tl.int32)
+    head = i_hv * V * K + o_v[None, :] * K + o_k[:, None]
 
     slot = tl.load(slot_ptr + req).to(tl.int64)
     b_h = tl.zeros([BK, BV], dtype=tl.float32)
     if slot >= 0:
-        p_h0 = state_ptr + slot * stride_state_slot + i_hv * V * K + o_v[None, :] * K + o_k[:, None]
-        b_h += tl.load(p_h0, mask=mask_h, other=0).to(tl.float32)
+        b_h += tl.load(state_ptr + slot * stride_state_slot + head, mask=mask_h, other=0).to(tl.float32)
     b_A_log = tl.load(A_log_ptr + i_hv).to(tl.float32)
     b_dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
+    # Rows past the scratch can only be padding (slot < 0), whose outputs nobody reads.
+    has_scratch = req < scratch_rows
+    p_scratch = scratch_ptr + req * stride_scratch_req + head
 
     base = req * n_tokens
-    length = tl.sum((path >= 0).to(tl.int32))
-    for i in range(length):  # root first
-        row = base + tl.max(tl.where(steps == length - 1 - i, path, -1))
+    for j in range(n_tokens):  # preorder: every parent before its children
+        if HAS_PARENTS:
+            p_walk = walk_ptr + (base + j) * 3
+            node = tl.load(p_walk)
+            reload = tl.load(p_walk + 1)
+            store = tl.load(p_walk + 2)
+            if (reload >= 0) & has_scratch:
+                # The store's own pointer block: each thread reads back what it wrote.
+                b_h = tl.load(p_scratch + reload * stride_scratch_slot, mask=mask_h, other=0)
+        else:
+            node = j  # a chain
+        row = base + node
         b_k = tl.load(k_ptr + row * stride_k_tok + i_h * stride_k_head + o_k, mask=mask_k, other=0).to(tl.float32)
-        b_v = tl.load(v_ptr + row * stride_v_tok + i_hv * stride_v_head + o_v, mask=mask_v, other=0).to(tl.float32)
+        v_raw = tl.load(v_ptr + row * stride_v_tok + i_hv * stride_v_head + o_v, mask=mask_v, other=0)
         b_a = tl.load(a_ptr + row * stride_a_tok + i_hv).to(tl.float32)
         b_b = tl.load(b_ptr + row * stride_b_tok + i_hv).to(tl.float32)
         b_g, b_beta = _gates(b_a, b_b, b_A_log, b_dt_bias, SOFTPLUS_THRESHOLD)
-        b_h = _delta_rule_step(b_h, b_k, b_v, b_g, b_beta, L2NORM_EPS)
+        b_h = _delta_rule_step(b_h, b_k, v_raw.to(tl.float32), b_g, b_beta, L2NORM_EPS)
+        if HAS_PARENTS:
+            if (store >= 0) & has_scratch:
+                tl.store(p_scratch + store * stride_scratch_slot, b_h, mask=mask_h)
 
-    row = base + node
-    b_q = tl.load(q_ptr + row * stride_q_tok + i_h * stride_q_head + o_k, mask=mask_k, other=0).to(tl.float32)
-    b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + L2NORM_EPS) * scale
-    b_o = tl.sum(b_h * b_q[:, None], 0)
-    tl.store(o_ptr + (row * HV + i_hv) * V + o_v, b_o.to(o_ptr.dtype.element_ty), mask=mask_v)
+        b_q = tl.load(q_ptr + row * stride_q_tok + i_h * stride_q_head + o_k, mask=mask_k, other=0).to(tl.float32)
+        b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + L2NORM_EPS) * scale
+        b_o = tl.sum(b_h * b_q[:, None], 0)
+        tl.store(o_ptr + (row * HV + i_hv) * V + o_v, b_o.to(o_ptr.dtype.element_ty), mask=mask_v)
 
-    if STASH:
-        if req < stash_rows:
-            srow = req * stash_width + node
-            v_raw = tl.load(v_ptr + row * stride_v_tok + i_hv * stride_v_head + o_v, mask=mask_v, other=0)
-            tl.store(stash_v_ptr + (srow * HV + i_hv) * V + o_v, v_raw, mask=mask_v)
-            if i_v == 0:
-                if i_hv % (HV // H) == 0:  # one writer per key head
-                    p_k = k_ptr + row * stride_k_tok + i_h * stride_k_head + o_k
-                    tl.store(stash_k_ptr + (srow * H + i_h) * K + o_k, tl.load(p_k, mask=mask_k, other=0), mask=mask_k)
-                b_a = tl.load(a_ptr + row * stride_a_tok + i_hv).to(tl.float32)
-                b_b = tl.load(b_ptr + row * stride_b_tok + i_hv).to(tl.float32)
-                b_g, b_beta = _gates(b_a, b_b, b_A_log, b_dt_bias, SOFTPLUS_THRESHOLD)
-                tl.store(stash_g_ptr + srow * HV + i_hv, b_g)
-                tl.store(stash_beta_ptr + srow * HV + i_hv, b_beta)
+        if STASH:
+            if req < stash_rows:
+                srow = req * stash_width + node
+                tl.store(stash_v_ptr + (srow * HV + i_hv) * V + o_v, v_raw, mask=mask_v)
+                if i_v == 0:
+                    if i_hv % (HV // H) == 0:  # one writer per key head
+                        p_k = k_ptr + row * stride_k_tok + i_h * stride_k_head + o_k
+                        tl.store(stash_k_ptr + (srow * H + i_h) * K + o_k, tl.load(p_k, mask=mask_k, other=0), mask=mask_k)
+                    tl.store(stash_g_ptr + srow * HV + i_hv, b_g)
+                    tl.store(stash_beta_ptr + srow * HV + i_hv, b_beta)
 
 
 def tree_verify(
@@ -351,13 +465,16 @@ def tree_verify(
     retrieve_parent_token: Optional[torch.Tensor],
     stash: Optional[GDNInputStash],
     layer: int,
-    max_path: int,
+    walk: Optional[torch.Tensor] = None,
+    scratch: Optional[torch.Tensor] = None,
     scale: Optional[float] = None,
 ) -> torch.Tensor:
     """One GDN layer's tree verify: o [1, T, HV, V] in q's dtype, as SGLang's target_verify.
 
     q, k [1, T, H, K] or [T, H, K]; v [1, T, HV, V]; a, b [T, HV]; T = bs * num_verify_tokens.
-    ``retrieve_parent_token`` None verifies chains. ``stash`` None keeps no inputs."""
+    ``retrieve_parent_token`` None verifies chains. ``stash`` None keeps no inputs. ``walk``
+    (``tree_walk`` of these parents) and ``scratch`` (``allocate_branch_scratch``), both made
+    here when None, are what a forward shares across its layers."""
     h, kd = k.shape[-2], k.shape[-1]
     hv, vd = v.shape[-2], v.shape[-1]
     q3, k3, v3 = q.reshape(-1, h, kd), k.reshape(-1, h, kd), v.reshape(-1, hv, vd)
@@ -365,16 +482,28 @@ def tree_verify(
     a2, b2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (a2, b2))
     if q3.stride(-1) != 1 or k3.stride(-1) != 1 or v3.stride(-1) != 1:
         raise RuntimeError("DDTREE's GDN tree verify expects head-contiguous q, k, v.")
-    tokens = int(q3.shape[0])
+    tokens, n = int(q3.shape[0]), int(num_verify_tokens)
     o = q.new_empty((1, tokens, hv, vd))
     if tokens == 0:
         return o
+    bs = tokens // n
     parents = retrieve_parent_token
+    if parents is not None:
+        if scratch is None:
+            scratch = allocate_branch_scratch(
+                rows=bs, width=n, block_size=n, value_heads=hv, v_dim=vd, k_dim=kd, device=q.device
+            )
+        if walk is None:
+            walk = tree_walk(parents, n, int(scratch.shape[1]))
+        if walk.shape[0] < bs or walk.shape[1] != n:
+            raise RuntimeError(
+                f"DDTREE's GDN tree walk covers {tuple(walk.shape[:2])} nodes, not this verify's ({bs}, {n})."
+            )
     layer_stash = None
     if stash is not None:
         layer_stash = (stash.k[layer], stash.v[layer], stash.g[layer], stash.beta[layer])
     bv = min(triton.next_power_of_2(vd), _BV)
-    grid = (tokens, triton.cdiv(vd, bv), hv)
+    grid = (bs, triton.cdiv(vd, bv), hv)
     _tree_verify_kernel[grid](
         q3,
         k3,
@@ -386,9 +515,11 @@ def tree_verify(
         o,
         ssm_states,
         cache_indices,
-        parents if parents is not None else cache_indices,
+        walk if parents is not None else cache_indices,
+        scratch if parents is not None else o,
         *(layer_stash if layer_stash is not None else (o, o, o, o)),
-        int(num_verify_tokens),
+        n,
+        int(scratch.shape[0]) if parents is not None else 0,
         stash.rows if stash is not None else 0,
         stash.width if stash is not None else 0,
         q3.stride(0),
@@ -400,7 +531,8 @@ def tree_verify(
         a2.stride(0),
         b2.stride(0),
         ssm_states.stride(0),
-        parents.stride(0) if parents is not None else 0,
+        scratch.stride(0) if parents is not None else 0,
+        scratch.stride(1) if parents is not None else 0,
         float(kd**-0.5 if scale is None else scale),
         H=h,
         HV=hv,
@@ -408,7 +540,6 @@ def tree_verify(
         V=vd,
         BK=triton.next_power_of_2(kd),
         BV=bv,
-        MAX_PATH=int(max_path),
         HAS_PARENTS=parents is not None,
         STASH=stash is not None,
         SOFTPLUS_THRESHOLD=SOFTPLUS_THRESHOLD,
@@ -576,7 +707,8 @@ def ssm_snapshot_tokens(speculative_num_draft_tokens: int) -> int:
 def verify_memory_tokens(server_args, cache_params, activation_dtype: torch.dtype) -> float:
     """The verify-token count SGLang's hybrid memory split multiplies one request's recurrent
     state (conv + SSM, every layer) by to reserve verify memory: the verify width, or in flat
-    mode the width scaled to what a flat node holds (its conv window and stashed inputs)."""
+    mode what a request's flat nodes hold (conv windows and stashed inputs) and its branch
+    scratch (one layer's), in units of that state."""
     tokens = server_args.speculative_num_draft_tokens
     if not flat_state_requested(server_args):
         return tokens
@@ -592,21 +724,43 @@ def verify_memory_tokens(server_args, cache_params, activation_dtype: torch.dtyp
         v_dim=v_dim,
         activation_itemsize=activation_dtype.itemsize,
     )
-    return tokens * per_node / cache_params.mamba_cache_per_req
+    scratch = scratch_bytes_per_request(
+        width=tokens,
+        block_size=server_args.speculative_dflash_block_size,
+        value_heads=value_heads,
+        v_dim=v_dim,
+        k_dim=k_dim,
+    )
+    return (tokens * per_node + scratch) / cache_params.mamba_cache_per_req
 
 
 class FlatTreeVerify:
     """The GDN backend's target_verify under DDTREE's flat recurrent state: ``tree_verify``
-    with the stash and this layer's row of it."""
+    with the stash and this layer's row of it, the shared branch scratch, and the forward's
+    tree walk, built at its first GDN layer (a captured graph replays that build)."""
 
-    def __init__(self, stash: GDNInputStash, layer_index: dict, max_path: int):
+    def __init__(self, stash: GDNInputStash, scratch: torch.Tensor, layer_index: dict, max_path: int):
         self.stash = stash
+        self.scratch = scratch
         self.layer_index = dict(layer_index)  # model layer id -> GDN layer row of the pool
+        self.first_layer = min(self.layer_index)  # the GDN layer a forward runs first
         self.max_path = int(max_path)
+        self._walk = None  # (parents' address, tree_walk) of the forward under way
 
     def __call__(self, layer_id: int, **inputs) -> torch.Tensor:
+        parents = inputs["retrieve_parent_token"]
+        walk = None
+        if parents is not None:
+            if layer_id == self.first_layer:
+                built = tree_walk(parents, inputs["num_verify_tokens"], int(self.scratch.shape[1]))
+                self._walk = (parents.data_ptr(), built)
+            address, walk = self._walk if self._walk is not None else (None, None)
+            if address != parents.data_ptr():
+                raise RuntimeError(
+                    f"DDTREE's GDN tree walk was built for another batch than layer {layer_id}'s verify."
+                )
         return tree_verify(
-            **inputs, stash=self.stash, layer=self.layer_index[layer_id], max_path=self.max_path
+            **inputs, stash=self.stash, layer=self.layer_index[layer_id], walk=walk, scratch=self.scratch
         )
 
 
@@ -615,8 +769,8 @@ _flat_tree_verify: Optional[FlatTreeVerify] = None
 
 def install_flat_state(model_runner) -> None:
     """After a model runner made its pools: under DDTREE's flat recurrent state, the target's
-    input stash and the tree verify its GDN layers call from then on (one target per process).
-    Before any CUDA graph is captured, so the captured verify is this one."""
+    input stash, branch scratch and the tree verify its GDN layers call from then on (one target
+    per process). Before any CUDA graph is captured, so the captured verify is this one."""
     global _flat_tree_verify
     server_args = model_runner.server_args
     pool = model_runner.req_to_token_pool
@@ -628,7 +782,17 @@ def install_flat_state(model_runner) -> None:
         return
     stash = GDNInputStash.for_pool(pool.get_speculative_mamba2_params_all_layers(), model_runner.dtype)
     block_size = int(server_args.speculative_dflash_block_size)
-    _flat_tree_verify = FlatTreeVerify(stash, pool.mamba_map, max_path_len(block_size))
+    _, _, value_heads, v_dim = stash.v.shape
+    scratch = allocate_branch_scratch(
+        rows=stash.rows,
+        width=stash.width,
+        block_size=block_size,
+        value_heads=int(value_heads),
+        v_dim=int(v_dim),
+        k_dim=int(stash.k.shape[3]),
+        device=stash.v.device,
+    )
+    _flat_tree_verify = FlatTreeVerify(stash, scratch, pool.mamba_map, max_path_len(block_size))
 
 
 def flat_tree_verify() -> Optional[FlatTreeVerify]:
