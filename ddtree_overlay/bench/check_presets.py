@@ -203,7 +203,7 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         _ddtree("ddtree-b32-t1", 32, sampled=True),
     ),
     # The hybrid's flat GDN recurrent state (SGLANG_DDTREE_HYBRID_STATE=flat: no per-node SSM
-    # snapshots, path-walk verify, replay commit) against the snapshot path and target-only, at
+    # snapshots, tree-walk verify, replay commit) against the snapshot path and target-only, at
     # one width and adaptive widths (narrower rounds read the stash at the pool's pitch); T = 1.
     "hybrid-flat": (
         PLAIN,

@@ -462,6 +462,48 @@ def test_stash_bytes_are_what_the_layout_holds():
     assert stash.rows == 2
 
 
+def test_branch_slots_are_bounded_by_the_width_and_the_block():
+    assert flat.branch_slots(16, 16) == 7  # B = 15: two children each, at most 7 branch nodes
+    assert flat.branch_slots(33, 16) == 15  # deeper than the block they cannot stack
+    assert flat.branch_slots(257, 16) == 15
+    assert flat.branch_slots(1, 16) == 1  # a chain: never used, never empty
+    assert flat.scratch_bytes_per_request(width=33, block_size=16, value_heads=2, v_dim=4, k_dim=8) == 15 * 2 * 4 * 8 * 4
+
+
+def test_layers_of_one_forward_share_the_walk_built_at_the_first(monkeypatch):
+    bs, n = 2, 9
+    layers = {7: 0, 3: 1}  # model layer 3 runs first
+    inputs = [Layer(bs, n, seed=90 + row) for row in range(2)]
+    for layer in inputs[1:]:
+        layer.slots = inputs[0].slots
+    parents = bushy_parents(bs, n, seed=90)
+    stash = inputs[0].stash(rows=bs, width=n, layers=2)
+    scratch = torch.empty(bs, flat.branch_slots(n, BLOCK), 2, 20, 24)
+    verify = flat.FlatTreeVerify(stash, scratch, layers, MAX_PATH)
+    original, built = flat.tree_walk, []
+
+    def counted(*args):
+        built.append(original(*args))
+        return built[-1]
+
+    monkeypatch.setattr(flat, "tree_walk", counted)
+
+    def call(layer_id, layer, parents):
+        with triton_interpreter():
+            return verify(
+                layer_id, q=layer.q, k=layer.k, v=layer.v, a=layer.a, b=layer.b, A_log=layer.A_log,
+                dt_bias=layer.dt_bias, ssm_states=layer.state, cache_indices=layer.slots,
+                num_verify_tokens=n, retrieve_parent_token=parents,
+            )[0]
+
+    for layer_id, row in ((3, 1), (7, 0)):
+        o = call(layer_id, inputs[row], parents)
+        torch.testing.assert_close(o, per_path_oracle(inputs[row], parents), atol=ATOL, rtol=RTOL)
+    assert len(built) == 1
+    with pytest.raises(RuntimeError, match="built for another batch"):
+        call(7, inputs[0], parents.clone())
+
+
 def test_the_mode_switch(monkeypatch):
     monkeypatch.delenv("SGLANG_DDTREE_HYBRID_STATE", raising=False)
     switch = flat.envs.SGLANG_DDTREE_HYBRID_STATE
@@ -482,9 +524,12 @@ def qwen36_cache_params(layers=48):
     return types.SimpleNamespace(shape=shape, dtype=dtype, layers=list(range(layers)), mamba_cache_per_req=per_req)
 
 
-def ddtree_args(algorithm="DDTREE", topk=2, width=33):
+def ddtree_args(algorithm="DDTREE", topk=2, width=33, block_size=16):
     return types.SimpleNamespace(
-        speculative_algorithm=algorithm, speculative_eagle_topk=topk, speculative_num_draft_tokens=width
+        speculative_algorithm=algorithm,
+        speculative_eagle_topk=topk,
+        speculative_num_draft_tokens=width,
+        speculative_dflash_block_size=block_size,
     )
 
 
@@ -498,14 +543,16 @@ def test_flat_mode_applies_to_ddtree_on_a_gdn_target_only(monkeypatch):
     assert not flat.flat_state_requested(ddtree_args())
 
 
-def test_the_memory_split_reserves_conv_windows_and_stash_per_flat_node(monkeypatch):
+def test_the_memory_split_reserves_conv_windows_and_stash_per_flat_node_and_the_scratch(monkeypatch):
     params = qwen36_cache_params()
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
     assert flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16) == 33
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
     tokens = flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16)
     per_node = 48 * ((2 * 16 * 128 + 48 * 128) * 3 * 2 + (16 * 128 + 48 * 128) * 2 + 2 * 48 * 4)
-    assert tokens * params.mamba_cache_per_req == pytest.approx(33 * per_node)
+    scratch = 15 * 48 * 128 * 128 * 4  # one layer's state for each of 15 open branch nodes
+    assert tokens * params.mamba_cache_per_req == pytest.approx(33 * per_node + scratch)
+    assert scratch / 2**20 == 45
     # At this shape a flat node holds 3.58 MiB (conv window 2.81 + stash 0.77), a snapshot
     # node 146.8 MiB: 41x less per verify token.
     assert per_node / 2**20 == pytest.approx(3.58, abs=0.01)
@@ -553,10 +600,12 @@ def test_install_gives_the_target_a_stash_before_its_graphs(monkeypatch):
     assert flat.flat_tree_verify() is None  # the drafter shares the pool, not the verify
     flat.install_flat_state(fake_model_runner(block_size=10))
     verify = flat.flat_tree_verify()
-    assert verify.layer_index == {0: 0, 2: 1} and verify.max_path == 16
+    assert verify.layer_index == {0: 0, 2: 1} and verify.max_path == 16 and verify.first_layer == 0
     stash = verify.stash
     assert (stash.rows, stash.width, stash.k.dtype) == (3, 5, torch.bfloat16)
     assert tuple(stash.k.shape) == (2, 15, 1, 8) and tuple(stash.v.shape) == (2, 15, 2, 8)
+    # One layer's scratch: 3 request rows, 2 slots (width 5: two branch nodes at most), fp32.
+    assert tuple(verify.scratch.shape) == (3, 2, 2, 8, 8) and verify.scratch.dtype == torch.float32
 
 
 def test_install_leaves_snapshot_mode_alone(monkeypatch):
@@ -567,23 +616,25 @@ def test_install_leaves_snapshot_mode_alone(monkeypatch):
 
 
 AOT_SCRIPT = """
-import json, sys
+import json, re, subprocess, sys, tempfile
 sys.path.insert(0, {tests!r})
 from payload_modules import load_payload_module
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
-gdn = dict(H=16, HV=48, K=128, V=128, BK=128, BV=32, MAX_PATH=16, L2NORM_EPS=flat.L2NORM_EPS)
+gdn = dict(H=16, HV=48, K=128, V=128, BK=128, BV=32, L2NORM_EPS=flat.L2NORM_EPS)
 verify = {{
     "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "a_ptr": "*bf16", "b_ptr": "*bf16",
     "A_log_ptr": "*fp32", "dt_bias_ptr": "*fp32", "o_ptr": "*bf16", "state_ptr": "*fp32",
-    "slot_ptr": "*i32", "parent_ptr": "*i32", "stash_k_ptr": "*bf16", "stash_v_ptr": "*bf16",
-    "stash_g_ptr": "*fp32", "stash_beta_ptr": "*fp32", "n_tokens": "i32", "stash_rows": "i32",
-    "stash_width": "i32", "stride_q_tok": "i64", "stride_q_head": "i64", "stride_k_tok": "i64",
-    "stride_k_head": "i64", "stride_v_tok": "i64", "stride_v_head": "i64", "stride_a_tok": "i64",
-    "stride_b_tok": "i64", "stride_state_slot": "i64", "stride_parent_req": "i64", "scale": "fp32",
+    "slot_ptr": "*i32", "walk_ptr": "*i32", "scratch_ptr": "*fp32", "stash_k_ptr": "*bf16",
+    "stash_v_ptr": "*bf16", "stash_g_ptr": "*fp32", "stash_beta_ptr": "*fp32", "n_tokens": "i32",
+    "scratch_rows": "i32", "stash_rows": "i32", "stash_width": "i32", "stride_q_tok": "i64",
+    "stride_q_head": "i64", "stride_k_tok": "i64", "stride_k_head": "i64", "stride_v_tok": "i64",
+    "stride_v_head": "i64", "stride_a_tok": "i64", "stride_b_tok": "i64", "stride_state_slot": "i64",
+    "stride_scratch_req": "i64", "stride_scratch_slot": "i64", "scale": "fp32",
 }}
+walk = {{"parent_ptr": "*i32", "walk_ptr": "*i32", "n_tokens": "i32", "slots": "i32", "stride_parent_req": "i64"}}
 replay = {{
     "state_ptr": "*fp32", "stash_k_ptr": "*bf16", "stash_v_ptr": "*bf16", "stash_g_ptr": "*fp32",
     "stash_beta_ptr": "*fp32", "slot_ptr": "*i32", "track_slot_ptr": "*i32", "track_pos_ptr": "*i64",
@@ -591,16 +642,32 @@ replay = {{
     "stride_state_layer": "i64", "stride_state_slot": "i64", "stride_stash_k_layer": "i64",
     "stride_stash_v_layer": "i64", "stride_stash_gb_layer": "i64", "stride_accept_req": "i64",
 }}
+
+
+def stack_bytes(cubin):
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run(
+            [triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", f.name],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    return int(re.search(r"STACK:(\\d+)", usage).group(1))
+
+
 built = []
 for kernel, signature, constants in (
     (flat._tree_verify_kernel, verify, dict(gdn, HAS_PARENTS=True, STASH=True, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
     (flat._tree_verify_kernel, verify, dict(gdn, HAS_PARENTS=False, STASH=False, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
-    (flat._replay_commit_kernel, replay, dict(gdn, HAS_TRACK=True)),
+    (flat._replay_commit_kernel, replay, dict(gdn, MAX_PATH=16, HAS_TRACK=True)),
+    (flat._tree_walk_kernel, walk, dict(BN=64)),
+    (flat._tree_walk_kernel, walk, dict(BN=512)),
 ):
     signature = dict(signature, **{{name: "constexpr" for name in constants}})
-    k = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32))
+    target = GPUTarget("cuda", 90, 32)
+    k = triton.compile(ASTSource(kernel, signature, constants), target=target, options=dict(num_warps=1))
     assert ".target sm_90a" in k.asm["ptx"]
-    built.append(len(k.asm["cubin"]))
+    built.append((len(k.asm["cubin"]), stack_bytes(k.asm["cubin"])))
 print(json.dumps(built))
 """
 
@@ -608,7 +675,9 @@ print(json.dumps(built))
 @pytest.mark.slow
 def test_the_kernels_compile_ahead_of_time_for_sm90():
     """ptxas ships inside the triton wheel, so the cubins build without a GPU or a driver: the
-    interpreter accepts code the compiler would not."""
+    interpreter accepts code the compiler would not. No kernel spills registers to a stack
+    frame at the launches' one warp: a spilled state block would cost local-memory traffic at
+    every step."""
     import json
     import os
     import subprocess
@@ -622,7 +691,7 @@ def test_the_kernels_compile_ahead_of_time_for_sm90():
     )
     assert result.returncode == 0, result.stderr[-4000:]
     built = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(built) == 3 and all(size > 0 for size in built)
+    assert len(built) == 5 and all(size > 0 and stack == 0 for size, stack in built), built
 
 
 SGLANG_TREE_KERNEL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"

@@ -161,21 +161,28 @@ def fake_gdn_pool():
     )
 
 
-def flat_commit(pool, dtype=torch.float32):
+def flat_commit(pool, dtype=torch.float32, block_size=16):
     stash = gdn_tree.GDNInputStash.for_pool(pool, dtype)
-    return hybrid.RecurrentStateCommit.flat(pool, stash, gdn_tree.max_path_len(16))
+    scratch = gdn_tree.allocate_branch_scratch(
+        rows=stash.rows, width=stash.width, block_size=block_size, value_heads=GDN_VALUE_HEADS,
+        v_dim=GDN_V, k_dim=GDN_K, device="cpu",
+    )
+    return hybrid.RecurrentStateCommit.flat(pool, stash, gdn_tree.max_path_len(block_size), scratch)
 
 
-def test_flat_memory_figures_are_conv_windows_and_stashed_inputs():
+def test_flat_memory_figures_are_conv_windows_stashed_inputs_and_the_branch_scratch():
     commit = flat_commit(fake_gdn_pool(), torch.bfloat16)
     conv_per_node = LAYERS * GDN_CHANNELS * GDN_CONV_WIDTH * 4
     stash_per_node = LAYERS * ((GDN_HEADS * GDN_K + GDN_VALUE_HEADS * GDN_V) * 2 + 2 * GDN_VALUE_HEADS * 4)
+    scratch = gdn_tree.branch_slots(MAX_WIDTH, 16) * GDN_VALUE_HEADS * GDN_V * GDN_K * 4  # one layer
     assert commit.mode == "flat"
     assert commit.stash.bytes_per_node == stash_per_node
     assert commit.bytes_per_verify_token == conv_per_node + stash_per_node
-    assert commit.verify_bytes == (conv_per_node + stash_per_node) * SPEC_SLOTS * MAX_WIDTH
+    assert commit.scratch_bytes_per_request == scratch
+    assert commit.verify_bytes == ((conv_per_node + stash_per_node) * MAX_WIDTH + scratch) * SPEC_SLOTS
     assert (commit.stash.rows, commit.stash.width) == (SPEC_SLOTS, MAX_WIDTH)
     assert "flat recurrent state (conv windows + stashed inputs, no SSM snapshots)" in commit.describe()
+    assert f"its {scratch / 2**20:.1f} MiB branch scratch included" in commit.describe()
 
 
 def test_flat_state_is_refused_on_a_pool_that_is_not_gdn_shaped():
@@ -228,6 +235,17 @@ def test_concurrency_problem_names_what_fits():
     assert "only 3 of the requested 8 concurrent requests fit" in problem
     assert f"largest budget that fits 8 requests is {widest - 1}" in problem
     assert "--max-running-requests 3" in problem
+
+
+def test_concurrency_problem_leaves_each_request_its_flat_branch_scratch():
+    commit = flat_commit(fake_gdn_pool())
+    problem = hybrid.concurrency_problem(fake_model_runner(5, 3, 3), commit, block_size=2)
+    per_request = commit.live_bytes_per_request
+    budget = LIVE_SLOTS * per_request + commit.verify_bytes
+    share = budget / 5 - 3 * per_request
+    widest = int((share - commit.scratch_bytes_per_request) // commit.bytes_per_verify_token)
+    assert widest < int(share // commit.bytes_per_verify_token)  # the scratch costs a node here
+    assert f"largest budget that fits 5 requests is {widest - 1}" in problem
 
 
 def test_concurrency_problem_is_quiet_when_the_state_is_not_the_cap():

@@ -88,7 +88,7 @@ class DDTreeEnvs:
     SGLANG_DDTREE_HYBRID_STATE = DDTreeEnvChoice(
         ("snapshot", "flat"),
         "how a tree verify keeps the GDN recurrent state: SGLang's per-node snapshots, or flat "
-        "(path-walk verify from the committed state, replay commit; ddtree_gdn_tree)",
+        "(depth-first tree-walk verify from the committed state, replay commit; ddtree_gdn_tree)",
     )
 
     # CUDA graphs of the round's fixed-shape stages

@@ -408,7 +408,9 @@ def _tree_verify_kernel(
     b_dt_bias = tl.load(dt_bias_ptr + i_hv).to(tl.float32)
     # Rows past the scratch can only be padding (slot < 0), whose outputs nobody reads.
     has_scratch = req < scratch_rows
-    p_scratch = scratch_ptr + req * stride_scratch_req + head
+    # Scalar base, the [BK, BV] offsets rebuilt at each use: a pointer block kept across the
+    # loop would hold 2 x BK x BV / 32 registers per thread and spill the state.
+    scratch_base = scratch_ptr + req * stride_scratch_req + i_hv * V * K
 
     base = req * n_tokens
     for j in range(n_tokens):  # preorder: every parent before its children
@@ -417,23 +419,27 @@ def _tree_verify_kernel(
             node = tl.load(p_walk)
             reload = tl.load(p_walk + 1)
             store = tl.load(p_walk + 2)
-            if (reload >= 0) & has_scratch:
-                # The store's own pointer block: each thread reads back what it wrote.
-                b_h = tl.load(p_scratch + reload * stride_scratch_slot, mask=mask_h, other=0)
         else:
             node = j  # a chain
+        # Every input of the node first: none waits behind the scratch store below.
         row = base + node
         b_k = tl.load(k_ptr + row * stride_k_tok + i_h * stride_k_head + o_k, mask=mask_k, other=0).to(tl.float32)
         v_raw = tl.load(v_ptr + row * stride_v_tok + i_hv * stride_v_head + o_v, mask=mask_v, other=0)
         b_a = tl.load(a_ptr + row * stride_a_tok + i_hv).to(tl.float32)
         b_b = tl.load(b_ptr + row * stride_b_tok + i_hv).to(tl.float32)
+        b_q = tl.load(q_ptr + row * stride_q_tok + i_h * stride_q_head + o_k, mask=mask_k, other=0).to(tl.float32)
+        if HAS_PARENTS:
+            if (reload >= 0) & has_scratch:
+                # The store's own pointer block: each thread reads back what it wrote.
+                p_reload = scratch_base + reload * stride_scratch_slot + o_v[None, :] * K + o_k[:, None]
+                b_h = tl.load(p_reload, mask=mask_h, other=0)
         b_g, b_beta = _gates(b_a, b_b, b_A_log, b_dt_bias, SOFTPLUS_THRESHOLD)
         b_h = _delta_rule_step(b_h, b_k, v_raw.to(tl.float32), b_g, b_beta, L2NORM_EPS)
         if HAS_PARENTS:
             if (store >= 0) & has_scratch:
-                tl.store(p_scratch + store * stride_scratch_slot, b_h, mask=mask_h)
+                p_store = scratch_base + store * stride_scratch_slot + o_v[None, :] * K + o_k[:, None]
+                tl.store(p_store, b_h, mask=mask_h)
 
-        b_q = tl.load(q_ptr + row * stride_q_tok + i_h * stride_q_head + o_k, mask=mask_k, other=0).to(tl.float32)
         b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + L2NORM_EPS) * scale
         b_o = tl.sum(b_h * b_q[:, None], 0)
         tl.store(o_ptr + (row * HV + i_hv) * V + o_v, b_o.to(o_ptr.dtype.element_ty), mask=mask_v)

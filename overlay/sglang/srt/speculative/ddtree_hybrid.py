@@ -11,8 +11,8 @@ in index order), so the tree verify is SGLang's own.
 What differs is the commit, and what a node keeps (``SGLANG_DDTREE_HYBRID_STATE``):
 - ``snapshot``: SGLang's per-node recurrent-state snapshots; the commit copies the last
   accepted node's snapshot (and the prefix-cache tracking node's) into the persistent slots.
-- ``flat`` (ddtree_gdn_tree): no snapshots; the GDN verify walks each node's path from the
-  committed state and stashes the nodes' inputs, and the commit replays the accepted path.
+- ``flat`` (ddtree_gdn_tree): no snapshots; the GDN verify walks each request's tree depth-first
+  from the committed state and stashes the nodes' inputs, and the commit replays the accepted path.
 SGLang's kernels write a node's snapshot and conv window at the pool's pitch (the widest
 verify width) whatever the round's width (budget schedule, adaptive budgets); the commit
 reads them there.
@@ -161,6 +161,7 @@ class RecurrentStateCommit:
     ssm_pool: Optional[torch.Tensor] = None  # flat: [L, slots, HV, V, K]
     stash: Optional[GDNInputStash] = None  # flat: the verify's per-node inputs
     max_path: int = 0  # flat: the longest accepted path (the drafter's block)
+    scratch: Optional[torch.Tensor] = None  # flat: the verify's branch-node states, one layer
 
     @classmethod
     def from_pool(cls, spec_state) -> "RecurrentStateCommit":
@@ -181,8 +182,11 @@ class RecurrentStateCommit:
         )
 
     @classmethod
-    def flat(cls, spec_state, stash: GDNInputStash, max_path: int) -> "RecurrentStateCommit":
-        """Flat mode: the pool's conv windows and live state, and the verify's input stash."""
+    def flat(
+        cls, spec_state, stash: GDNInputStash, max_path: int, scratch: torch.Tensor
+    ) -> "RecurrentStateCommit":
+        """Flat mode: the pool's conv windows and live state, the verify's input stash, and its
+        branch scratch (counted, not read)."""
         windows = spec_state.intermediate_conv_window[0]  # [L, spec slots, max width, ...]
         spec_slots, width = int(windows.shape[1]), int(windows.shape[2])
         temporal = spec_state.temporal
@@ -195,6 +199,7 @@ class RecurrentStateCommit:
             ssm_pool=temporal,
             stash=stash,
             max_path=int(max_path),
+            scratch=scratch,
         )
 
     @property
@@ -218,9 +223,17 @@ class RecurrentStateCommit:
         return sum(int(r.shape[0]) * int(r.shape[2]) * r.element_size() for r in rows)
 
     @property
+    def scratch_bytes_per_request(self) -> int:
+        """Flat: one request row of the verify's branch scratch (one layer's, whatever the width)."""
+        if self.scratch is None:
+            return 0
+        return self.scratch[0].numel() * self.scratch.element_size()
+
+    @property
     def verify_bytes(self) -> int:
         """Verify-state bytes of every request slot at the widest verify width."""
-        return self.bytes_per_verify_token * self.spec_slots * self.max_verify_tokens
+        per_request = self.bytes_per_verify_token * self.max_verify_tokens + self.scratch_bytes_per_request
+        return per_request * self.spec_slots
 
     def describe(self) -> str:
         per_token = self.bytes_per_verify_token
@@ -229,11 +242,14 @@ class RecurrentStateCommit:
             if self.stash is None
             else "flat recurrent state (conv windows + stashed inputs, no SSM snapshots)"
         )
+        scratch = self.scratch_bytes_per_request
+        per_request = per_token * self.max_verify_tokens + scratch
+        with_scratch = f" (its {scratch / _MIB:.1f} MiB branch scratch included)" if scratch else ""
         return (
             f"{kept}: {per_token / _MIB:.2f} MiB per request per verify token, "
-            f"{per_token * self.max_verify_tokens / _MIB:.1f} MiB per request at verify width "
-            f"{self.max_verify_tokens}, {self.verify_bytes / (1 << 30):.2f} GiB for "
-            f"{self.spec_slots} request slots"
+            f"{per_request / _MIB:.1f} MiB per request at verify width {self.max_verify_tokens}"
+            f"{with_scratch}, {self.verify_bytes / (1 << 30):.2f} GiB for {self.spec_slots} "
+            "request slots"
         )
 
     def commit(
@@ -305,8 +321,9 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
 
     SGLang sizes the live recurrent states (``ratio`` slots per request) and the per-node
     verify state (snapshots, or in flat mode conv windows + stashed inputs; one per verify token
-    per request) from one budget, then caps the concurrency to what
-    that budget holds; DDTREE refuses to start with fewer requests than were asked for."""
+    per request, plus flat mode's branch scratch per request) from one budget, then caps the
+    concurrency to what that budget holds; DDTREE refuses to start with fewer requests than
+    were asked for."""
     requested = getattr(model_runner.server_args, "max_running_requests", None)
     fitted = int(model_runner.max_running_requests)
     mamba_ratio = getattr(model_runner, "_calculate_mamba_ratio", None)
@@ -319,7 +336,8 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
     per_request = commit.live_bytes_per_request
     per_token = commit.bytes_per_verify_token
     budget_bytes = live_slots * per_request + commit.verify_bytes
-    widest = int((budget_bytes / int(requested) - ratio * per_request) // per_token)
+    share = budget_bytes / int(requested) - ratio * per_request - commit.scratch_bytes_per_request
+    widest = int(share // per_token)
     if widest >= block_size:
         fits = f"the largest budget that fits {requested} requests is {widest - 1}"
     else:

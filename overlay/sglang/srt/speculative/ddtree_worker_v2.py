@@ -175,7 +175,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 f"SGLANG_DDTREE_HYBRID_STATE=flat is wired for sglang 0.5.14 only, not "
                 f"{getattr(sglang, '__version__', 'this release')}: unset it or set snapshot."
             )
-        return RecurrentStateCommit.flat(spec_state, verify.stash, verify.max_path)
+        return RecurrentStateCommit.flat(spec_state, verify.stash, verify.max_path, verify.scratch)
 
     def init_cuda_graphs(self):
         with draft_width_scope(self):
