@@ -3,10 +3,11 @@
 The oracle is the tool's plain-torch GDN (ddtree_overlay/reference/gdn.py), run as a chain over
 one node's root-to-node path alone: every verify node's output must be what the sequential gated
 delta rule gives on that path, and the replayed commit state the sequential state at the accepted
-node. All in fp32; the kernels run in Triton's CPU interpreter (see test_payload_ddtree_kernels
-for why the variable is set only around the import). Tolerance: 2e-5 absolute + 2e-5 relative,
-a few fp32 ulps of O(1) values after at most 16 steps (the kernels and the oracle sum in
-different orders).
+node; the verify's depth-first walk must be a plain stack DFS's preorder whose reloads, followed
+through a simulated scratch, always find the visited node's parent. All in fp32; the kernels run
+in Triton's CPU interpreter (see test_payload_ddtree_kernels for why the variable is set only
+around the import). Tolerance: 2e-5 absolute + 2e-5 relative, a few fp32 ulps of O(1) values
+after at most 20 steps (the kernels and the oracle sum in different orders).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ none of that:
   node and one reload per later child (SGLang's kernel: N steps, N stores, N - 1 reloads). The
   committed slot is only read.
 - walk: the preorder and each node's scratch slots (``tree_walk``: reload from, store to) come
-  from ``retrieve_parent_token`` in one small kernel per forward, at the request's first GDN
-  layer (the conv kernel fills the same parents in every layer); the other layers reuse it.
+  from ``retrieve_parent_token`` in one small kernel per forward, at its first GDN layer (the
+  conv kernel fills the same parents in every layer); the other layers reuse it.
 - scratch: a stack. A branch node takes the slot after its open branch ancestors' (those with
   children still to visit) and frees it when its last child starts, so a request needs as many
   slots as branch nodes are open at once: at most (N - 1) // 2 (each has two children) and at
@@ -743,7 +743,9 @@ def verify_memory_tokens(server_args, cache_params, activation_dtype: torch.dtyp
 class FlatTreeVerify:
     """The GDN backend's target_verify under DDTREE's flat recurrent state: ``tree_verify``
     with the stash and this layer's row of it, the shared branch scratch, and the forward's
-    tree walk, built at its first GDN layer (a captured graph replays that build)."""
+    tree walk. The walk is built at the forward's first GDN layer, so a captured graph rebuilds
+    it every replay; the parents' address (the same in every replay) only checks that the
+    later layers verify the batch it was built for."""
 
     def __init__(self, stash: GDNInputStash, scratch: torch.Tensor, layer_index: dict, max_path: int):
         self.stash = stash
