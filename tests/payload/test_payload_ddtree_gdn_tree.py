@@ -658,8 +658,11 @@ def stack_bytes(cubin):
 
 built = []
 for kernel, signature, constants in (
-    (flat._tree_verify_kernel, verify, dict(gdn, HAS_PARENTS=True, STASH=True, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
-    (flat._tree_verify_kernel, verify, dict(gdn, HAS_PARENTS=False, STASH=False, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
+    *(
+        (flat._tree_verify_kernel, verify, dict(gdn, BV=flat.verify_v_block(bs, 128), HAS_PARENTS=True, STASH=True, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD))
+        for bs in (1, 8)
+    ),
+    (flat._tree_verify_kernel, verify, dict(gdn, BV=flat.verify_v_block(8, 128), HAS_PARENTS=False, STASH=False, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
     (flat._replay_commit_kernel, replay, dict(gdn, MAX_PATH=16, HAS_TRACK=True)),
     (flat._tree_walk_kernel, walk, dict(BN=64)),
     (flat._tree_walk_kernel, walk, dict(BN=512)),
@@ -692,7 +695,7 @@ def test_the_kernels_compile_ahead_of_time_for_sm90():
     )
     assert result.returncode == 0, result.stderr[-4000:]
     built = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(built) == 5 and all(size > 0 and stack == 0 for size, stack in built), built
+    assert len(built) == 6 and all(size > 0 and stack == 0 for size, stack in built), built
 
 
 SGLANG_TREE_KERNEL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"

@@ -69,7 +69,16 @@ from sglang.srt.speculative.ddtree_envs import envs
 # The GDN kernels' numerics (fused_sigmoid_gating_recurrent.py, as target_verify calls it).
 SOFTPLUS_THRESHOLD = 20.0
 L2NORM_EPS = 1e-6
-_BV = 32  # V block per program, as SGLang's recurrent kernel
+_BV = 32  # the replay commit's V block per program, as SGLang's recurrent kernel
+
+
+def verify_v_block(bs: int, v_dim: int) -> int:
+    """The depth-first verify's V block: one program per (request, V block, value head) walks
+    the whole tree, so a narrow block buys parallelism. On an H200 at Qwen3.6-27B's shape, B = 32
+    (2026-12-02, scripts/gpu/gdn_flat_state.py), ms per layer at bs 1 / 8 / 32: V block 32
+    0.162 / 0.228 / 0.835, 16 0.149 / 0.187 / 0.591, 8 0.077 / 0.195 / 0.664 (SGLang's snapshot
+    kernel 0.10-0.16 / 0.366 / 1.43)."""
+    return min(triton.next_power_of_2(v_dim), 8 if bs <= 4 else 16)
 
 
 def max_path_len(block_size: int) -> int:
@@ -508,7 +517,7 @@ def tree_verify(
     layer_stash = None
     if stash is not None:
         layer_stash = (stash.k[layer], stash.v[layer], stash.g[layer], stash.beta[layer])
-    bv = min(triton.next_power_of_2(vd), _BV)
+    bv = verify_v_block(bs, vd)
     grid = (bs, triton.cdiv(vd, bv), hv)
     _tree_verify_kernel[grid](
         q3,
