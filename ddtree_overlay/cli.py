@@ -671,6 +671,14 @@ def compare(
         typer.Option("--records", help="SGLang's engine records of the run's prompts (JSON lines); "
                      "default: replay with the offline reference decoder, fp32 on the CPU"),
     ] = None,
+    env: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--env",
+            help="replay through SGLang in this env (virtualenv root or python, the overlay applied) on its "
+            "GPU: target-only, DFLASH and DDTREE at the run's budgets, batch 1; its records go to --out",
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option("--out", help="where compare.json, .md and .png go")] = Path("compare-report"),
     json_out: JsonOption = False,
 ) -> None:
@@ -679,9 +687,12 @@ def compare(
     from ddtree_overlay.commands.compare import CompareRequest
     from ddtree_overlay.commands.compare import compare as compare_runs
 
-    request = CompareRequest(baseline=baseline, target=target, draft=draft, records=records, out=out)
+    if env is not None and records is not None:
+        raise typer.BadParameter("--env and --records exclude each other (--env makes the records)")
+    request = CompareRequest(baseline=baseline, target=target, draft=draft, records=records, out=out, env=env)
     progress = (lambda _: None) if json_out else (lambda line: render.stderr.print(line))
-    _run(("compare",), json_out, lambda: compare_runs(request, progress))
+    with render.bench_progress(enabled=not json_out and env is not None) as on_event:
+        _run(("compare",), json_out, lambda: compare_runs(request, progress, on_event))
 
 
 @app.command("manifest-refresh", hidden=True)

@@ -428,6 +428,9 @@ def progress(*, enabled: bool) -> Iterator[Progress]:
 def _compare_view(data: Mapping[str, Any]) -> None:
     from ddtree_overlay.compare.report import markdown_table
 
+    if "compare" in data:
+        stdout.print(f"compare: {data['compare']}")
+        return
     stdout.print(markdown_table(data), end="")
     stdout.print("wrote " + ", ".join(data["files"]))
     if data["plot_skipped"]:

@@ -12,6 +12,9 @@ Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
   start_sleep_s:      seconds each engine start takes
   fail_health:        the engine raises on the health-check request (max_new_tokens == 4)
   request_s:          seconds each async_generate() request takes (continuous-batching cells)
+  replies:            a JSON file {engine: {prompt: {"tokens": [...], "rounds": n}}} (engine
+                      "target-only", "DFLASH" or "DDTREE-<B>", prompt its ids joined by commas):
+                      those prompts' outputs and verify rounds instead (compare's replays)
 `async_generate` (one request, not streamed) runs on the engine's own event loop, `loop`, as
 SGLang's does.
 """
@@ -41,6 +44,11 @@ class Engine:
         if self.algo == "DDTREE" and self.budget in self.b.get("fail_start_budgets", []):
             raise RuntimeError(f"fake start failure at B={self.budget}")
         self.profile = os.environ.get("SGLANG_DDTREE_PROFILE") if self.algo == "DDTREE" else None
+        self.replies = {}
+        if self.b.get("replies"):
+            with open(self.b["replies"]) as f:
+                engine = "target-only" if self.algo is None else self.algo + (f"-{self.budget}" if self.budget else "")
+                self.replies = json.load(f).get(engine, {})
         logged = dict(kwargs)
         if os.environ.get("SGLANG_DDTREE_TREE_KERNEL"):  # an arm's "env", as the scheduler would see it
             logged["env:SGLANG_DDTREE_TREE_KERNEL"] = os.environ["SGLANG_DDTREE_TREE_KERNEL"]
@@ -66,12 +74,13 @@ class Engine:
         tau = self._tau()
         outs = []
         for prompt in input_ids:
-            ids = [(sum(prompt) + 7 * i) % VOCAB for i in range(n)]
+            reply = self.replies.get(",".join(map(str, prompt)))
+            ids = reply["tokens"][:n] if reply else [(sum(prompt) + 7 * i) % VOCAB for i in range(n)]
             if diverge and n > 3:
                 ids[3] = (ids[3] + 1) % VOCAB
-            meta = {"completion_tokens": n, "finish_reason": {"type": "length"}}
+            meta = {"completion_tokens": len(ids), "finish_reason": {"type": "length"}}
             if self.algo is not None:
-                rounds = max(1, math.ceil((n - 1) / tau))
+                rounds = reply["rounds"] if reply and len(ids) == len(reply["tokens"]) else max(1, math.ceil((n - 1) / tau))
                 hist = [0] * 16
                 hist[min(15, int(tau) - 1)] = rounds
                 meta.update(spec_verify_ct=rounds, spec_accept_length=n / rounds,

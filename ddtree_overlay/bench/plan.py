@@ -100,6 +100,9 @@ class BenchConfig:
     chain_control: bool = False  # one more DDTREE arm: B = 15 verifying DFLASH's top-1 chain
     prompt_tokens: int | None = None  # the random settings' prompt length (their default when None)
     only: tuple[str, ...] = ()  # keep only these groups (arm names); every group when empty
+    # A request ends at the target's EOS as well as at max_new_tokens (`compare` replays a run
+    # of the reference code, which stops there); the bench decodes max_new_tokens always.
+    stop_at_eos: bool = False
 
 
 def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:

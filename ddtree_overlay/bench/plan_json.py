@@ -37,7 +37,7 @@ def runner_plan(
             sampling = {
                 "temperature": cell.temperature,
                 "max_new_tokens": plan.max_new_tokens,
-                "ignore_eos": True,
+                "ignore_eos": not plan.config.stop_at_eos,
             }
             entry = {
                 "name": cell.name,

@@ -35,6 +35,7 @@ PACKAGE_DIR = Path(__file__).resolve().parents[1]
 REFERENCE_DIR = PACKAGE_DIR / "reference"  # runnable by path: `python .../reference ...`
 REFERENCE_WORKERS = 4  # CPU processes, one thread each, niced: the GPU sweep keeps its cores
 GRACE_S = 45  # past the deadline before the runner's process group is killed
+RECORDS_FILE = "records.jsonl"  # the runner's records, in the run's directory
 
 Event = Mapping[str, Any]
 OnEvent = Callable[[Event], None]
@@ -61,19 +62,15 @@ def run_bench(
 
     ``runner_options`` go into the runner's plan as they are (e.g. its pauses, for tests).
     """
-    out.mkdir(parents=True, exist_ok=True)
-    for name in ("records.jsonl", "profile.jsonl", "runner.log"):
-        (out / name).unlink(missing_ok=True)
+    begin_sweep(plan, out, on_event)
     max_minutes = plan.config.max_minutes
     deadline = None if max_minutes is None else time.time() + max_minutes * 60
-    cells = sum(len(run.cells) for run in plan.runs)
-    on_event({"event": "plan", "cells": cells, "groups": len(plan.groups), "engines": len(plan.runs)})
     references = (
         None if reference_dir else start_references(python, plan, out, deadline=deadline, on_event=on_event)
     )
 
     def partial_report(_: Event) -> None:  # after every engine: partial results survive a kill
-        cells, engines = read_records(out / "records.jsonl")
+        cells, engines = read_records(out / RECORDS_FILE)
         write_report(analyse(plan, cells, engines, context=context), out)
 
     run_sweep(
@@ -85,12 +82,22 @@ def run_bench(
         on_engine=partial_report,
         runner_options=runner_options,
     )
-    cells, engines = read_records(out / "records.jsonl")
+    cells, engines = read_records(out / RECORDS_FILE)
     if reference_dir:
         results = load_references(plan, reference_dir)
     else:
         results = references.wait() if references else None
     return analyse(plan, cells, engines, references=results, context=context)
+
+
+def begin_sweep(plan: SweepPlan, out: Path, on_event: OnEvent) -> None:
+    """``out`` without an earlier run's records, profile and runner log (`run_sweep` resumes
+    from the records it finds there), and the plan's size as the first event."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (RECORDS_FILE, "profile.jsonl", "runner.log"):
+        (out / name).unlink(missing_ok=True)
+    cells = sum(len(run.cells) for run in plan.runs)
+    on_event({"event": "plan", "cells": cells, "groups": len(plan.groups), "engines": len(plan.runs)})
 
 
 def run_sweep(
@@ -111,7 +118,7 @@ def run_sweep(
     later repeats. Every pass records at least one run, so this ends; past the deadline the
     rest are recorded as skipped.
     """
-    records = out / "records.jsonl"
+    records = out / RECORDS_FILE
     while True:
         _, engines = read_records(records)
         remaining = [r for r in plan.runs if (r.group.name, r.repeat) not in engines]

@@ -46,7 +46,7 @@ from ddtree_overlay.bench.settings import (
 )
 from ddtree_overlay.bench.supervision import OnEvent, run_bench, write_report
 from ddtree_overlay.bench.target_config import read_target_config
-from ddtree_overlay.engine.envprobe import EnvInfo
+from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
 from ddtree_overlay.engine.errors import (
     VerifyFailed,
     prompt_file_invalid,
@@ -105,12 +105,37 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         return Result(("bench",), "ok", data, messages=(*plan.notes, *([prompt_note] if prompt_note else [])))
 
     assert sglang is not None
+    ready = gpu_sweep(env, sglang, plan)
+    if isinstance(ready, str):
+        return skipped_without_gpu("bench", env, ready)
+    if prompt_ids:  # what --reanalyse and a later run (`--prompts out/prompts.json`) decode
+        request.out.mkdir(parents=True, exist_ok=True)
+        (request.out / PROMPTS_FILE).write_text(json.dumps(prompt_ids) + "\n")
+    report = run_bench(
+        env.python, ready.plan, request.out, context=ready.context, on_event=on_event,
+        reference_dir=request.reference_dir,
+    )
+    report["notes"] = [*ready.notes, *report["notes"]]
+    report["setting"] |= {"prompts": prompt_note, "eagle3_draft": _text(request.eagle3_draft)}
+    return _result(report, request.out, request.acceptance_curve)
+
+
+@dataclass(frozen=True)
+class GpuSweep:
+    """A sweep ready for the env's engines: the plan less its DDTREE arms where the overlay is
+    not applied (the notes say so), and the machine and versions it runs on."""
+
+    plan: SweepPlan
+    notes: tuple[str, ...]
+    context: dict[str, Any]
+
+
+def gpu_sweep(env: EnvInfo, sglang: SglangInstall, plan: SweepPlan) -> GpuSweep | str:
+    """``plan`` made ready for ``env``'s GPU (`bench`, and `compare --env`), or why there is
+    no GPU to run it on."""
     probe = probe_gpu(env.python)
     if probe["gpu"] is None:
-        why = probe["error"] or "torch sees no CUDA device"
-        data = {"bench": "skipped (no GPU)", "env": str(env.requested), "reason": why}
-        return Result(("bench",), "skipped", data, messages=(f"bench skipped (no GPU): {why}",))
-
+        return probe["error"] or "torch sees no CUDA device"
     notes = list(plan.notes)
     if not overlay_applied(env):
         plan = without_algorithm(plan, DDTREE)
@@ -126,15 +151,12 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         "python": str(env.python),
         "commit": _git_commit(),
     }
-    if prompt_ids:  # what --reanalyse and a later run (`--prompts out/prompts.json`) decode
-        request.out.mkdir(parents=True, exist_ok=True)
-        (request.out / PROMPTS_FILE).write_text(json.dumps(prompt_ids) + "\n")
-    report = run_bench(
-        env.python, plan, request.out, context=context, on_event=on_event, reference_dir=request.reference_dir
-    )
-    report["notes"] = notes + report["notes"]
-    report["setting"] |= {"prompts": prompt_note, "eagle3_draft": _text(request.eagle3_draft)}
-    return _result(report, request.out, request.acceptance_curve)
+    return GpuSweep(plan, tuple(notes), context)
+
+
+def skipped_without_gpu(command: str, env: EnvInfo, why: str) -> Result:
+    data = {command: "skipped (no GPU)", "env": str(env.requested), "reason": why}
+    return Result((command,), "skipped", data, messages=(f"{command} skipped (no GPU): {why}",))
 
 
 def prompts_of(python: Path, request: BenchRequest) -> tuple[list[list[int]] | None, str | None]:

@@ -27,7 +27,7 @@ def compare_runs(run: OfflineRun, side: Side) -> dict[str, Any]:
     """The comparison as JSON-ready data (see the module doc); `agrees` is the verdict."""
     index_of = {prompt: i for i, prompt in enumerate(side.prompts)}
     matched = [(turn, index_of[turn.prompt]) for turn in run.turns if turn.prompt in index_of]
-    greedy = run.temperature < 1e-5
+    greedy = run.greedy
     baseline = side.arms.get(arm_of("baseline").name)
     methods, prompts = [], []
     for key in run.method_keys:
@@ -108,7 +108,7 @@ def _method_row(
     baseline_tpot = fmean(turn.methods["baseline"].time_per_output_token for turn in run.turns)
     diverged = [r for r in rows if r["greedy"] == "diverged"]
     explained = [r for r in diverged if (m := r["divergence"]["margin"]) is not None and m <= BF16_MARGIN_NOISE]
-    greedy = run.temperature < 1e-5
+    greedy = run.greedy
     return {
         "method": key,
         "arm": arm_of(key).label,

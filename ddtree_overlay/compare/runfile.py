@@ -32,6 +32,7 @@ from ddtree_overlay.bench.arms import Arm
 from ddtree_overlay.engine.errors import run_file_malformed, run_file_unreadable
 
 METHOD_KEY = re.compile(r"^(baseline|dflash|ddtree_tb(\d+))$")
+GREEDY_BELOW = 1e-5  # the reference code samples by argmax below this temperature (model/utils.py)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,10 @@ class OfflineRun:
     target_attention: str
     method_keys: tuple[str, ...]  # baseline first, then dflash, then budgets ascending
     turns: tuple[OfflineTurn, ...]
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_BELOW
 
     @property
     def budgets(self) -> tuple[int, ...]:

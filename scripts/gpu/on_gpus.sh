@@ -6,9 +6,13 @@
 # a JOB is a shell line of
 #   bench SETTING [bench args...]   `ddtree-overlay bench`, time-boxed to the command's limit
 #   check PRESETS [ARMS]            scripts/gpu/payload_check.py arms (profiler on), cut off in time
+#   compare --baseline RUN.pt [...] `ddtree-overlay compare --env`, its report and records in job-N/
 # e.g. (device call: kind nvidia-h200-x2, carry [".devsite", ".whl", ".benchrefs"], timeout_s 600)
 #   bash scripts/gpu/on_gpus.sh .devsite/site-0.5.14.tar.xz \
 #     'bench fixture --budgets 8,16,32 --reference-dir .benchrefs' 'check kernels,syncs'
+# A run of the DDTree reference code replayed through SGLang (docs/compare.md):
+#   bash scripts/gpu/on_gpus.sh .devsite/site-0.5.14.tar.xz \
+#     'compare --baseline tests/compare/data/ddtree-benchmark-fixture-dense.pt'
 # Tensor parallelism, both GPUs in one job, one step after the other:
 #   GPUS_PER_JOB=2 bash scripts/gpu/on_gpus.sh .devsite/site-0.5.14.tar.xz \
 #     'check tp; bench qwen3-8b-random --tp-size 2 --budgets 32 --batch-sizes 1 --temperatures 0'
@@ -38,6 +42,10 @@ bench() {
   overlay bench --env "$ENV_PY" --setting "$setting" --out "$JOB_OUT" --max-minutes "$minutes" "$@"
 }
 
+compare() {
+  overlay compare --env "$ENV_PY" --out "$JOB_OUT" "$@"
+}
+
 check() {
   local presets=$1 only=${2:-}
   SGLANG_DDTREE_PROFILE="$JOB_OUT/profile.jsonl" python3 scripts/gpu/payload_check.py \
@@ -64,7 +72,7 @@ main() {
     gpus=$(seq -s, $((index * per_job)) $((index * per_job + per_job - 1)))
     # Each job in its own session, so a cut-off kills its engines in one go: an orphaned
     # SGLang scheduler signals its parent's group on the way down, and that must not be us.
-    setsid bash -c "$(declare -f seconds_left bench check run_job overlay); $(declare -p limit_s reserve_s start JOBS ENV_PY); run_job $index $gpus $(printf %q "$job")" \
+    setsid bash -c "$(declare -f seconds_left bench compare check run_job overlay); $(declare -p limit_s reserve_s start JOBS ENV_PY); run_job $index $gpus $(printf %q "$job")" \
       > "$JOBS/job-$index.log" 2>&1 &
     pids+=("$!")
     index=$((index + 1))

@@ -146,6 +146,40 @@ def test_sglang_engine_records_become_a_side() -> None:
         side_from_engine_records(prompts, [dict(records[1], outputs=[list(BASELINE)])])
 
 
+def cell_records(margins_outputs: list[list[int]]) -> list[dict]:
+    """Records as the engine runner writes them for a bench plan: a cell per decode, target-only's
+    margins from its untimed cell, an engine record per arm."""
+    def cell(group: str, name: str, **fields) -> dict:
+        return {"kind": "cell", "arm": f"{group}/{name}", "group": group, "repeat": 1, "batch_size": 1,
+                "ok": True, "timed": True, "outputs": [list(BASELINE)] * 2, **fields}
+
+    spec = [{"completion_tokens": 6, "spec_verify_ct": 2}] * 2
+    return [
+        cell("target-only", "bs1/t0", meta=[{"completion_tokens": 6}] * 2, tok_per_s=100.0),
+        cell("target-only", "margins", timed=False, outputs=margins_outputs, meta=[{"completion_tokens": 6}] * 2,
+             top2_margins=[[0.5] * 6] * 2, tok_per_s=90.0),
+        {"kind": "engine", "arm": "target-only", "repeat": 1, "ok": True},
+        cell("dflash", "bs1/t0", meta=spec, tok_per_s=200.0),
+        cell("ddtree-b32", "bs1/t0", meta=spec, tok_per_s=300.0),
+        cell("ddtree-b32", "bs1/t0", ok=False, skipped="time box"),
+    ]
+
+
+def test_bench_cell_records_become_a_side_with_the_margins_cells_margins() -> None:
+    prompts = [(1, 2, 0), (1, 2, 1)]
+    replay = side_from_engine_records(prompts, cell_records([list(BASELINE)] * 2))
+    target_only = replay.arms["target-only"]
+    assert target_only.tokens_per_s == 100.0 and target_only.generations[1].margins == (0.5,) * 6
+    assert replay.arms["ddtree-b32"].generations[0].acceptance == 2.5
+    assert compare_runs(offline_run(), replay)["agrees"]
+    # margins taken along another output than the timed one describe other contexts: dropped
+    other = side_from_engine_records(prompts, cell_records([list(BASELINE), [10, 11, 99, 13, 14, 15]]))
+    assert [g.margins for g in other.arms["target-only"].generations] == [(0.5,) * 6, ()]
+    records = cell_records([list(BASELINE)] * 2)
+    with pytest.raises(ValueError, match="arm dflash: more than one decode of the prompts"):
+        side_from_engine_records(prompts, [*records, records[3]])
+
+
 def test_the_report_writes_json_markdown_and_a_plot(tmp_path: Path) -> None:
     files, why_not = write_report(compare_runs(offline_run(), side()), tmp_path)
     assert [f.name for f in files] == ["compare.json", "compare.md", "compare.png"] and why_not is None
