@@ -515,6 +515,14 @@ def bench(
             "DFLASH's top-1 chain through DDTREE's machinery (patch sets that carry the switch)",
         ),
     ] = False,
+    no_primer: Annotated[
+        bool,
+        typer.Option(
+            "--no-primer",
+            help="start no untimed primer engine before the timed ones (by default one of the first DDTREE "
+            "arm's config decodes one wave first: a command's first DDTREE engine can run slow)",
+        ),
+    ] = False,
     only: Annotated[
         Optional[str],  # noqa: UP045
         typer.Option("--only", help="run only these arms (names as the plan lists them), e.g. dflash,ddtree-b32"),
@@ -594,10 +602,12 @@ def bench(
         chain_control=chain_control,
         prompt_tokens=prompt_tokens,
         only=tuple(name.strip() for name in only.split(",") if name.strip()) if only else (),
+        primer=not no_primer,
     )
     try:
         # every baseline a pair could add: the plan checks again with the pair's own
-        bench_plan.sweep_arms(config, baselines=[bench_plan.Arm(bench_plan.NEXTN), bench_plan.Arm(bench_plan.EAGLE3)])
+        nextn, eagle3 = bench_plan.Arm(bench_plan.NEXTN), bench_plan.Arm(bench_plan.EAGLE3)
+        bench_plan.sweep_arms(config, baselines=[nextn, bench_plan.Arm(bench_plan.NEXTN, overlap=False), eagle3])
     except ValueError as error:
         raise typer.BadParameter(f"--only: {error}") from None
     request = BenchRequest(

@@ -261,20 +261,24 @@ def _bench_view(data: Mapping[str, Any]) -> None:
     if data.get("dry_run"):
         plan = data["plan"]
         repeats = plan.get("repeats", 1)
-        engines = f"{len(plan['engines'])} engines" + (
+        primed = any(run.get("primer") for run in plan["engines"])
+        engines = f"{len(plan['engines']) - primed} engines" + (
             f" ({len(plan['groups'])} groups x {repeats} engines each"
             + (", target-only's waves once)" if any(g["name"] == "target-only" for g in plan["groups"]) else ")")
             if repeats > 1
             else ""
-        )
+        ) + (" after an untimed primer" if primed else "")
         stdout.print(
             f"bench plan ({plan['setting']}, {plan['max_new_tokens']} new tokens): "
             f"{engines}, ~{plan['estimated_minutes']:g} GPU minutes estimated"
         )
         for i, run in enumerate(plan["engines"], 1):
             cut = "" if run["expected_to_fit"] else "  (expected to be cut by --max-minutes)"
-            repeat = f"repeat {run['repeat']}  " if repeats > 1 else ""
-            stdout.print(f"  {i:>2}. {run['group']:<22} {repeat}{run['cells']} cells  ~{run['estimated_s']} s{cut}")
+            if run.get("primer"):
+                name, repeat = f"primer ({run['group']})", "untimed   " if repeats > 1 else ""
+            else:
+                name, repeat = run["group"], f"repeat {run['repeat']}  " if repeats > 1 else ""
+            stdout.print(f"  {i:>2}. {name:<22} {repeat}{run['cells']} cells  ~{run['estimated_s']} s{cut}")
         _state_memory_lines(plan.get("state_memory"))
         stdout.print(f"results would go to {data['out']}")
         return

@@ -16,7 +16,8 @@ Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
                       "target-only", "DFLASH" or "DDTREE-<B>", prompt its ids joined by commas):
                       those prompts' outputs and verify rounds instead (compare's replays)
 `async_generate` (one request, not streamed) runs on the engine's own event loop, `loop`, as
-SGLang's does.
+SGLang's does. `start_profile` and `stop_profile` (round_trace's torch-profiler trace) write no
+trace.
 """
 
 from __future__ import annotations
@@ -106,6 +107,12 @@ class Engine:
     async def async_generate(self, input_ids, sampling_params):
         await asyncio.sleep(self.b.get("request_s", 0.01))
         return self.generate([input_ids], sampling_params)[0]
+
+    def start_profile(self, **kwargs):
+        pass
+
+    def stop_profile(self):
+        pass
 
     def shutdown(self):
         self.loop.close()

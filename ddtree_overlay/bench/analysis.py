@@ -18,13 +18,14 @@ from ddtree_overlay.bench import decode_compare
 from ddtree_overlay.bench.arms import (
     DDTREE,
     DFLASH,
+    NEXTN,
     TARGET_ONLY,
     BudgetPolicy,
     budget_order,
     parse_budget,
 )
 from ddtree_overlay.bench.correctness import judge
-from ddtree_overlay.bench.plan import Cell, EngineGroup, SweepPlan
+from ddtree_overlay.bench.plan import PRIMER, Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
 from ddtree_overlay.bench.steady import steady_state
 
@@ -324,6 +325,53 @@ def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | Non
     }
 
 
+def primer_row(plan: SweepPlan, engines: Records) -> dict[str, Any] | None:
+    """The untimed primer engine's outcome (None when the plan has none): shown in the engines
+    table, read by nothing else."""
+    if plan.primer is None:
+        return None
+    engine = engines.get((PRIMER, 1))
+    status, reason = _status(engine)
+    return {
+        "name": PRIMER,
+        "group": plan.primer.group.name,
+        "status": status,
+        "reason": reason,
+        "start_s": (engine or {}).get("start_s"),
+        "health": (engine or {}).get("health"),
+    }
+
+
+def primer_note(primer: Mapping[str, Any]) -> str:
+    """One line: that the primer ran (or why not), and why it is there."""
+    why = (
+        "on a fresh machine the first DDTREE engine of a command ran 2.0-2.7x slower per step than later "
+        "ones (H200, 2026-12-02; docs/bench.md#the-primer-engine)"
+    )
+    if primer["status"] in ("skipped", "not run"):
+        return f"the untimed primer engine ({primer['group']}'s config) did not run ({primer['reason'] or primer['status']}): {why}"
+    if primer["status"] == "ok":
+        outcome = f"started in {primer['start_s']:.0f} s" if primer.get("start_s") is not None else "ok"
+    else:
+        outcome = f"failed: {primer['reason']}"
+    return (
+        f"an untimed primer engine ({primer['group']}'s config, {outcome}) ran before the timed ones, its "
+        f"records tagged `primer` and in no table: {why}"
+    )
+
+
+def engine_notes(plan: SweepPlan, primer: Mapping[str, Any] | None) -> list[str]:
+    """What the report says about engines that did not run as plain timed ones: the primer's
+    outcome, and NEXTN's scheduling where stock SGLang crashes with overlap."""
+    notes = [primer_note(primer)] if primer else []
+    if plan.setting.nextn_without_overlap and any(g.arm.algorithm == NEXTN for g in plan.groups):
+        notes.append(
+            f"NEXTN ran without overlap scheduling: {plan.setting.nextn_without_overlap} "
+            "(docs/bench.md#nextn-on-a-hybrid-target)"
+        )
+    return notes
+
+
 def analyse(
     plan: SweepPlan,
     records: Records,
@@ -380,6 +428,8 @@ def analyse(
             f"the repeats of {len(spread)} cell(s) differ by more than {REPEAT_SPREAD - 1:.0%} in tok/s "
             f"(engine-to-engine spread: quote the worst case): {', '.join(spread)}"
         )
+    primer = primer_row(plan, engines)
+    notes += engine_notes(plan, primer)
     ddtree_ok = [r for r in rows if r["algorithm"] == DDTREE and r["status"] == "ok"]
     if ddtree_ok and not any(r.get("profile") for r in ddtree_ok):
         notes.append(PROFILE_HINT)
@@ -398,6 +448,8 @@ def analyse(
             "draft": str(plan.setting.draft),
             "real_weights": plan.setting.real_weights,
             "nextn": plan.setting.nextn,
+            "nextn_without_overlap": plan.setting.nextn_without_overlap,
+            "hybrid": plan.setting.hybrid,
             "note": plan.setting.note,
         },
         "config": {
@@ -421,8 +473,11 @@ def analyse(
             "chain_control": plan.config.chain_control,
             "prompt_tokens": plan.config.prompt_tokens,
             "prompt_lengths": sorted({len(p) for p in plan.setting.prompts}),
+            "primer": plan.config.primer,
+            "only": list(plan.config.only),
         },
         "context": dict(context or {}),
+        "primer": primer,
         "groups": groups,
         "cells": rows,
         "fastest_modes": fastest,

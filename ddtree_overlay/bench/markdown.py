@@ -291,10 +291,21 @@ def _parity_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _primer_cells(report: Mapping[str, Any]) -> list[str]:
+    """The primer's engine, status, start s and health cells, or none without a primer."""
+    primer = report.get("primer")
+    if not primer:
+        return []
+    status = primer["status"] + (f": {primer['reason']}" if primer["reason"] else "")
+    return [f"primer (untimed): {primer['group']}", status, _fmt(primer["start_s"], ".1f"), primer["health"] or DASH]
+
+
 def _engines_table(report: Mapping[str, Any]) -> str:
-    """A row per engine group; with several repeats, a row per engine run."""
+    """A row per engine group, the untimed primer first; with several repeats, a row per engine run."""
+    primer = _primer_cells(report)
     if report["config"].get("repeats", 1) == 1:
         lines = ["| engine | status | start s | health |", "|---|---|---|---|"]
+        lines += ["| " + " | ".join(primer) + " |"] if primer else []
         for group in report["groups"]:
             status = group["status"] + (f": {group['reason']}" if group["reason"] else "")
             lines.append(
@@ -302,6 +313,7 @@ def _engines_table(report: Mapping[str, Any]) -> str:
             )
         return "\n".join(lines)
     lines = ["| engine | repeat | status | start s | health |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join([primer[0], DASH, *primer[1:]]) + " |"] if primer else []
     for group in report["groups"]:
         for run in group["repeats"]:
             status = run["status"] + (f": {run['reason']}" if run["reason"] else "")

@@ -28,7 +28,9 @@ def runner_plan(
     profile_path: Path | None,
     max_family_failures: int = 2,
 ) -> dict[str, Any]:
-    """The JSON plan `in_target/engine_runner.py` reads: an arm per engine run, in run order."""
+    """The JSON plan `in_target/engine_runner.py` reads: an arm per engine run, in run order.
+    The primer's arm is tagged (``primer``) and its own family: its failure does not count
+    against its algorithm's engines."""
     arms = []
     for run in plan.runs:
         group = run.group
@@ -51,16 +53,16 @@ def runner_plan(
                 entry["stream"] = {"concurrency": cell.batch_size, "warmup_s": cell.warmup_s, "window_s": cell.window_s}
             cells.append(entry)
         arm = {
-            "name": group.name,
+            "name": run.name,
             "repeat": run.repeat,
-            "family": group.arm.algorithm,
+            "family": run.name if run.primer else group.arm.algorithm,
             "engine": dict(group.engine),
             "est_start_s": run.est_start_s,
             "profile": group.arm.algorithm == DDTREE,
             "cells": cells,
         }
         env = group.arm.engine_env()
-        arms.append(arm | ({"env": env} if env else {}))
+        arms.append(arm | ({"env": env} if env else {}) | ({"primer": True} if run.primer else {}))
     n_prompts = max((c.prompts for c in plan.cells), default=0)
     return {
         "target": str(plan.setting.target),
@@ -101,9 +103,13 @@ def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
 
 
 def describe_plan(plan: SweepPlan) -> dict[str, Any]:
-    """JSON-ready summary: the groups, every engine run in order, the estimates, and on a hybrid
-    target the recurrent-state snapshots per group."""
+    """JSON-ready summary: the groups, every engine run in order (the primer first, tagged), the
+    estimates, and on a hybrid target the recurrent-state snapshots per group."""
     fits = list(zip(plan.runs, plan.expected_to_fit, strict=True))
+    timed = [(r, f) for r, f in fits if not r.primer]
+    first_runs: dict[str, Any] = {}
+    for run in plan.timed_runs:
+        first_runs.setdefault(run.group.name, run)
     return {
         "setting": plan.setting.name,
         "max_new_tokens": plan.max_new_tokens,
@@ -116,9 +122,9 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
                 **g.arm.row(),
                 "engine": dict(g.engine),
                 "cells": [c.name for c in g.cells],
-                "estimated_s": round(g.est_s),  # its first run's
-                "expected_to_fit": any(f for r, f in fits if r.group.name == g.name and r.repeat == 1),
-                "expected_repeats": sum(f for r, f in fits if r.group.name == g.name),
+                "estimated_s": round(first_runs[g.name].est_s),
+                "expected_to_fit": any(f for r, f in timed if r.group.name == g.name and r.repeat == 1),
+                "expected_repeats": sum(f for r, f in timed if r.group.name == g.name),
             }
             for g in plan.groups
         ],
@@ -129,6 +135,7 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
                 "cells": len(r.cells),
                 "estimated_s": round(r.est_s),
                 "expected_to_fit": fit,
+                **({"primer": True} if r.primer else {}),
             }
             for r, fit in fits
         ],

@@ -5,19 +5,35 @@ stay the run's own, and so do its acceptance-parity rows unless reference result
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench.analysis import analyse
+from ddtree_overlay.bench.arms import BudgetPolicy
 from ddtree_overlay.bench.correctness import parity_issue
-from ddtree_overlay.bench.plan import config_from_report, plan_sweep
+from ddtree_overlay.bench.plan import BenchConfig, plan_sweep
 from ddtree_overlay.bench.records import read_records
 from ddtree_overlay.bench.settings import make_setting
 from ddtree_overlay.bench.supervision import load_references
 
 PROMPTS_FILE = "prompts.json"  # the chat prompts' token ids, in a run's --out
+
+
+def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
+    """The config a bench report records (its ``config``), as the plan that made it read it:
+    lists as tuples, the schedule from its flag text, absent fields (older reports) at their
+    defaults, but for the primer, which they did not run."""
+    known = {f.name for f in dataclasses.fields(BenchConfig)}
+    values = {key: tuple(v) if isinstance(v, list) else v for key, v in raw.items() if key in known}
+    values.setdefault("primer", False)
+    schedule = values.get("budget_schedule")
+    if isinstance(schedule, str):
+        values["budget_schedule"] = BudgetPolicy.parse_schedule(schedule).schedule if schedule else ()
+    return BenchConfig(**values)
 
 
 def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str, Any]:
@@ -39,8 +55,11 @@ def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str,
         prompt_note=recorded.get("prompts"),
         eagle3_draft=Path(recorded["eagle3_draft"]) if recorded.get("eagle3_draft") else None,
     )
-    # the NEXTN arm as the run had it (runs from before it existed had none)
-    setting = replace(setting, nextn=bool(recorded.get("nextn")))
+    # the NEXTN arm as the run had it (runs from before it existed had none; before the rule
+    # that runs it without overlap scheduling on some targets, it ran with it)
+    setting = replace(
+        setting, nextn=bool(recorded.get("nextn")), nextn_without_overlap=recorded.get("nextn_without_overlap")
+    )
     plan = plan_sweep(setting, config)
     cells, engines = read_records(run / "records.jsonl")
     references = load_references(plan, reference_dir) if reference_dir else None

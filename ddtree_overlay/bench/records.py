@@ -2,7 +2,8 @@
 
 `in_target/engine_runner.py` appends JSON lines to ``records.jsonl``: ``kind`` "cell" per
 measured cell and "engine" per engine start. Records written before `--repeats` carry no
-repeat: they are repeat 1.
+repeat: they are repeat 1. The untimed primer engine's records carry ``primer`` and its name
+(`plan.PRIMER`) where a group's would be, so no group's key reaches them.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ def repeat_label(name: str, repeat: int, repeats: int) -> str:
 
 
 def planned_repeats(plan: SweepPlan) -> dict[str, list[int]]:
-    """Cell and group name -> the repeats it runs in, in order."""
+    """Cell and group name -> the repeats it runs in, in order; the primer's are none of them:
+    what the report reads goes through here."""
     planned: dict[str, list[int]] = {}
-    for run in sorted(plan.runs, key=lambda r: r.repeat):
+    for run in sorted(plan.timed_runs, key=lambda r: r.repeat):
         planned.setdefault(run.group.name, []).append(run.repeat)
         for cell in run.cells:
             planned.setdefault(cell.name, []).append(run.repeat)

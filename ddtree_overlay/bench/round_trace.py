@@ -13,25 +13,38 @@ no instrumentation in any arm.
 
 Arms, named as everywhere in the tool (``ddtree_overlay.bench.arms``): ddtree-b<B>,
 ddtree-adaptive-<B1>-<B2>... (a budget per round among B1, B2, ...), ddtree-schedule-<bs>x<B>-...
-(a budget per batch size), dflash, plain, each with -no-overlap, and each optionally with
-environment settings for its engine, e.g. ddtree-b256@SGLANG_DDTREE_COMMIT_GRAPH=1 (A/B of the
-payload's switches in one command). Writes DIR/round_trace.json
-and a markdown table to stdout. Run on the H200 in the interpreter with the patched sglang.
+(a budget per batch size), dflash, nextn (the target's MTP head, as the bench runs it), plain,
+each with -no-overlap, and each optionally with environment settings for its engine, e.g.
+ddtree-b256@SGLANG_DDTREE_COMMIT_GRAPH=1 (A/B of the payload's switches in one command). An arm
+the setting cannot run (nextn without an MTP head, or with overlap scheduling on a hybrid target
+where stock SGLang crashes, `bench.nextn_overlap`; eagle3, which needs a drafter this tool is
+not given) stops the command before any engine starts.
+
+Before the measured arms, an untimed primer engine of the first arm decodes the prompts once and
+shuts down (``--no-primer``: none): on a fresh machine the first DDTREE engine of a command ran
+2.0-2.7x slower per step than later ones (hybrid fixture, B = 32, 2026-12-02;
+docs/bench.md#the-primer-engine). Writes DIR/round_trace.json (the primer's record tagged
+``primer``, out of the table) and a markdown table to stdout. Run on the H200 in the
+interpreter with the patched sglang.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import importlib.metadata
 import json
 import os
 import re
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
-from ddtree_overlay.bench.arms import TARGET_ONLY, Arm, parse_with_env
-from ddtree_overlay.bench.settings import SETTINGS, make_setting
+from ddtree_overlay.bench.arms import EAGLE3, NEXTN, TARGET_ONLY, Arm, parse_with_env
+from ddtree_overlay.bench.nextn_overlap import crash_reason
+from ddtree_overlay.bench.plan import baseline_draft
+from ddtree_overlay.bench.settings import SETTINGS, Setting, make_setting
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
 from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment
 
@@ -41,36 +54,100 @@ BASE = {
     "cuda_graph_bs_decode": [1],
     "disable_prefill_cuda_graph": True,
 }
-def engine_kwargs(arm: Arm, setting, tp_size: int = 1) -> dict:
+
+
+def engine_kwargs(arm: Arm, setting: Setting, tp_size: int = 1) -> dict:
+    """The arm's engine as the bench starts it: the pair's drafter for DFLASH and DDTREE, the
+    target's own directory for NEXTN (its MTP head, `plan.baseline_draft`)."""
     kwargs = dict(BASE, model_path=str(setting.target), tp_size=tp_size, **setting.engine)
     if arm.algorithm != TARGET_ONLY:
         kwargs["speculative_draft_model_path"] = str(setting.draft)
-    return kwargs | arm.engine_args()
+    return kwargs | arm.engine_args() | baseline_draft(setting, arm)
 
 
-def parse_arms(text: str) -> list:
-    """(name, arm, environment) per comma-separated arm; bad names stop before any engine starts."""
+def refusal(arm: Arm, setting: Setting, sglang_version: str | None) -> str | None:
+    """Why this setting cannot run the arm here; None when it can."""
+    if arm.algorithm == EAGLE3:
+        return "eagle3 needs an EAGLE-3 drafter: `ddtree-overlay bench --eagle3-draft DIR` runs it"
+    if arm.algorithm == NEXTN and not setting.nextn:
+        return f"nextn needs a target with an MTP head; {setting.target} has none"
+    if arm.algorithm == NEXTN and arm.overlap:
+        why = crash_reason(hybrid=setting.hybrid, attention_backend=BASE["attention_backend"], sglang_version=sglang_version)
+        return f"{why}; ask for {Arm(NEXTN, overlap=False).name}" if why else None
+    return None
+
+
+def parse_arms(text: str, setting: Setting, sglang_version: str | None) -> list:
+    """(name, arm, environment) per comma-separated arm; a bad name, or an arm the setting
+    cannot run, stops before any engine starts."""
     arms = []
     for name in (a for a in text.split(",") if a):
         try:
-            arms.append((name, *parse_with_env(name)))
+            arm, env = parse_with_env(name)
         except ValueError as error:
             raise SystemExit(f"round_trace: {error}") from None
+        why = refusal(arm, setting, sglang_version)
+        if why:
+            raise SystemExit(f"round_trace: {name}: {why}")
+        arms.append((name, arm, env))
     return arms
 
 
-def run_arm(name: str, arm: Arm, env: dict, setting, args, out: Path) -> dict:
+def installed_sglang() -> str | None:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def prompts_of(setting: Setting, args) -> list:
+    return [list(p) for p in setting.prompts[: args.prompts_per_arm]]
+
+
+def greedy_of(setting: Setting) -> dict:
+    return {"temperature": 0.0, "max_new_tokens": setting.max_new_tokens, "ignore_eos": True}
+
+
+def start_engine(arm: Arm, env: dict, setting: Setting, args):
+    """The arm's engine and its start seconds."""
     import sglang as sgl
 
-    prompts = [list(p) for p in setting.prompts[: args.prompts_per_arm]]
-    greedy = {"temperature": 0.0, "max_new_tokens": setting.max_new_tokens, "ignore_eos": True}
     t0 = time.perf_counter()
     with environment(env):  # the engine's processes inherit it at start
         engine = sgl.Engine(**engine_kwargs(arm, setting, args.tp_size))
-    record = {"arm": name, "tp_size": args.tp_size, "start_s": round(time.perf_counter() - t0, 1)}
+    return engine, round(time.perf_counter() - t0, 1)
+
+
+def decode_each(engine, prompts: list, greedy: dict) -> None:
+    for prompt in prompts:
+        engine.generate(input_ids=[prompt], sampling_params=greedy)
+
+
+def prime(name: str, arm: Arm, env: dict, setting: Setting, args) -> dict:
+    """The first arm's engine started, its decode run once untimed, and shut down: what a
+    fresh machine's first engine is slow at is done before anything is measured."""
+    engine, start_s = start_engine(arm, env, setting, args)
     try:
-        for prompt in prompts:  # the timed decode's own shapes: nothing compiles while timed
-            engine.generate(input_ids=[prompt], sampling_params=greedy)
+        decode_each(engine, prompts_of(setting, args), greedy_of(setting))
+    finally:
+        engine.shutdown()
+    return {"arm": name, "tp_size": args.tp_size, "start_s": start_s}
+
+
+def attempt(name: str, call) -> dict:
+    """``call()``'s record, or the error it raised: one failing arm must not cost the others' numbers."""
+    try:
+        return call()
+    except Exception as exc:
+        return {"arm": name, "error": f"{type(exc).__name__}: {exc}"}
+
+
+def run_arm(name: str, arm: Arm, env: dict, setting: Setting, args, out: Path) -> dict:
+    prompts, greedy = prompts_of(setting, args), greedy_of(setting)
+    engine, start_s = start_engine(arm, env, setting, args)
+    record = {"arm": name, "tp_size": args.tp_size, "start_s": start_s}
+    try:
+        decode_each(engine, prompts, greedy)  # the timed decode's own shapes: nothing compiles while timed
         tokens = rounds = 0
         t1 = time.perf_counter()
         for prompt in prompts:
@@ -130,7 +207,7 @@ def table(records: list) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
+def main(argv: list | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--arms", default="ddtree-b256,ddtree-b256-no-overlap,dflash,dflash-no-overlap")
@@ -142,21 +219,34 @@ def main() -> int:
     ap.add_argument(
         "--with-stack", action="store_true", help="Python stacks in the trace: per-function host ms per step"
     )
-    args = ap.parse_args()
+    ap.add_argument(
+        "--primer",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="start an untimed engine of the first arm, decode once and drop it, before the measured ones",
+    )
+    args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     setting = make_setting(args.setting, scratch=out)
-    records = []
-    for name, arm, env in parse_arms(args.arms):
-        print(f"== {name}", flush=True)
-        try:
-            records.append(run_arm(name, arm, env, setting, args, out))
-        except Exception as exc:  # one failing arm must not cost the others' numbers
-            records.append({"arm": name, "error": f"{type(exc).__name__}: {exc}"})
-        print(json.dumps({k: v for k, v in records[-1].items() if k != "trace"}), flush=True)
+    arms = parse_arms(args.arms, setting, installed_sglang())
+    records: list = []
+
+    def keep(record: dict) -> None:
+        records.append(record)
+        print(json.dumps({k: v for k, v in record.items() if k != "trace"}), flush=True)
         (out / "round_trace.json").write_text(json.dumps(records, indent=1))
-    print(table([r for r in records if "error" not in r]))
-    return 0 if all("error" not in r for r in records) else 1
+
+    if args.primer and arms:
+        name, arm, env = arms[0]
+        print(f"== {name}: untimed primer", flush=True)
+        keep(attempt(name, partial(prime, name, arm, env, setting, args)) | {"primer": True})
+    for name, arm, env in arms:
+        print(f"== {name}", flush=True)
+        keep(attempt(name, partial(run_arm, name, arm, env, setting, args, out)))
+    measured = [r for r in records if not r.get("primer")]
+    print(table([r for r in measured if "error" not in r]))
+    return 0 if all("error" not in r for r in measured) else 1
 
 
 if __name__ == "__main__":

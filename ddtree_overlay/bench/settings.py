@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench.arms import CHAIN_BASELINES, DFLASH, TARGET_ONLY
-from ddtree_overlay.bench.target_config import read_target_config
+from ddtree_overlay.bench.target_config import read_target_config, target_config
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
@@ -63,6 +63,9 @@ class Setting:
     target_only_last: bool = False  # random weights: target-only is the least telling arm
     nextn: bool = False  # the target carries an MTP head: a NEXTN arm runs
     eagle3_draft: Path | None = None  # an EAGLE-3 drafter for the target: an EAGLE3 arm runs
+    hybrid: bool = False  # the target has Gated-DeltaNet layers
+    # Why the NEXTN arm runs without overlap scheduling (`bench.nextn_overlap`); None: with it
+    nextn_without_overlap: str | None = None
 
     def tau(self, algorithm: str, budget: int | None, temperature: float) -> float:
         if not self.real_weights or algorithm == TARGET_ONLY:
@@ -346,6 +349,7 @@ def make_setting(
     custom = target is not None
     pair = FIXTURES / "hybrid" if name == "hybrid" else FIXTURES
     ids = prompt_ids if prompt_ids is not None else load_prompts(prompts or pair / "heldout_prompts.json")
+    facts = read_target_config(target or pair / "target")
     pair_note = (
         f"custom pair: target `{target}`, drafter `{draft}`"
         if custom
@@ -367,8 +371,9 @@ def make_setting(
         budget_priority=(16, 32, 64, 8, 128, 4, 256),
         cost=FIXTURE_COST,
         note=f"{pair_note}; {prompt_note}" if prompt_note else pair_note,
-        nextn=read_target_config(target or pair / "target").mtp_layers > 0,
+        nextn=facts.mtp_layers > 0,
         eagle3_draft=eagle3_draft,
+        hybrid=facts.gated_deltanet is not None,
     )
 
 
@@ -432,4 +437,5 @@ def _random_setting(
         cost=shape.cost,
         note=shape.note,
         target_only_last=True,
+        hybrid=target_config(shape.configs()[0]).gated_deltanet is not None,
     )

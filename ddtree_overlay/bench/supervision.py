@@ -121,7 +121,7 @@ def run_sweep(
     records = out / RECORDS_FILE
     while True:
         _, engines = read_records(records)
-        remaining = [r for r in plan.runs if (r.group.name, r.repeat) not in engines]
+        remaining = [r for r in plan.runs if (r.name, r.repeat) not in engines]
         if not remaining:
             return
         if deadline is not None and time.time() > deadline + GRACE_S:
@@ -136,7 +136,7 @@ def run_sweep(
         plan_path.write_text(json.dumps(plan_json | dict(runner_options or {})))
         code = _run_runner(python, plan_path, records, out / "runner.log", deadline, on_event, on_engine)
         _, engines = read_records(records)
-        charged = next((r for r in remaining if (r.group.name, r.repeat) not in engines), None)
+        charged = next((r for r in remaining if (r.name, r.repeat) not in engines), None)
         if charged is None:
             continue
         if deadline is not None and time.time() >= deadline + GRACE_S:
@@ -152,7 +152,9 @@ def run_sweep(
 
 
 def _append_engine(records: Path, run: EngineRun, on_event: OnEvent, **outcome: str) -> None:
-    record = {"kind": "engine", "arm": run.group.name, "repeat": run.repeat, "ok": False, **outcome}
+    record = {"kind": "engine", "arm": run.name, "repeat": run.repeat, "ok": False, **outcome}
+    if run.primer:
+        record["primer"] = True
     with records.open("a") as f:
         f.write(json.dumps(record) + "\n")
     on_event(dict(record, event="engine"))

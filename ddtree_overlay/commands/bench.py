@@ -28,11 +28,13 @@ from typing import Any
 
 from ddtree_overlay.bench import chat_prompts, markdown, plots
 from ddtree_overlay.bench.acceptance_curve import AcceptanceCurve
+from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import (
     DDTREE,
     BenchConfig,
     SweepPlan,
     plan_sweep,
+    primer_run,
 )
 from ddtree_overlay.bench.plan_json import describe_plan
 from ddtree_overlay.bench.projection import default_curve, project
@@ -49,6 +51,7 @@ from ddtree_overlay.bench.target_config import read_target_config
 from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
 from ddtree_overlay.engine.errors import (
     VerifyFailed,
+    bench_plan_refused,
     prompt_file_invalid,
     too_few_prompts_for_batch,
 )
@@ -99,7 +102,13 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
     )
     if request.mem_fraction_static is not None:
         setting = replace(setting, engine={**setting.engine, "mem_fraction_static": request.mem_fraction_static})
-    plan = plan_sweep(setting, request.config)
+    version = env.sglang.version if env.sglang else None  # a dry run needs no sglang
+    why = crash_reason(hybrid=setting.hybrid, attention_backend=request.config.attention_backend, sglang_version=version)
+    setting = replace(setting, nextn_without_overlap=why)
+    try:
+        plan = plan_sweep(setting, request.config)
+    except ValueError as error:  # an --only arm this pair, or this sglang, cannot run
+        raise bench_plan_refused(str(error)) from None
     if request.dry_run:
         data = {"dry_run": True, "out": str(request.out), "plan": describe_plan(plan), "prompts": prompt_note}
         return Result(("bench",), "ok", data, messages=(*plan.notes, *([prompt_note] if prompt_note else [])))
@@ -257,7 +266,15 @@ def overlay_applied(env: EnvInfo) -> bool:
 
 
 def without_algorithm(plan: SweepPlan, algorithm: str) -> SweepPlan:
-    keep = [(r, f) for r, f in zip(plan.runs, plan.expected_to_fit, strict=True) if r.group.arm.algorithm != algorithm]
+    """``plan`` less ``algorithm``'s groups; a primer of theirs gives way to one of the runs left."""
+    keep = [
+        (r, f)
+        for r, f in zip(plan.runs, plan.expected_to_fit, strict=True)
+        if r.group.arm.algorithm != algorithm and not r.primer
+    ]
+    if plan.primer is not None:
+        primer = primer_run([r for r, _ in keep], plan.setting, plan.max_new_tokens)
+        keep = ([(primer, plan.expected_to_fit[0])] if primer else []) + keep
     return replace(
         plan,
         groups=tuple(g for g in plan.groups if g.arm.algorithm != algorithm),

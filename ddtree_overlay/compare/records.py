@@ -56,12 +56,12 @@ def side_from_engine_records(prompts: Sequence[Sequence[int]], records: Iterable
     """A side from the engine runner's records of `prompts`, decoded in order: arm records
     (`arm`, `outputs`, `meta`, `tok_per_s`, `top2_margins`), or the cell records a bench plan
     has it write (`kind` "cell", `group` naming the arm; target-only's untimed margins cell
-    gives its `top2_margins`). Engine records and failed or skipped decodes are left out.
-    ValueError names a record that does not fit."""
+    gives its `top2_margins`). Engine records, a bench's untimed primer engine and failed or
+    skipped decodes are left out. ValueError names a record that does not fit."""
     decodes: dict[str, tuple[Arm, Mapping]] = {}
     margins: dict[str, Mapping] = {}  # arm name -> its margins cell
     for record in records:
-        if record.get("kind") == "engine" or not record.get("ok", True):
+        if record.get("kind") == "engine" or record.get("primer") or not record.get("ok", True):
             continue
         cell = record.get("kind") == "cell"
         arm = Arm.parse(str(record["group"] if cell else record["arm"]))

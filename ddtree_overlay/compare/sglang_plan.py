@@ -31,6 +31,7 @@ def replay_config(run: OfflineRun) -> BenchConfig:
         prompts_per_cell=len(run.turns),
         only=tuple(arm_of(key).name for key in run.method_keys),
         stop_at_eos=True,
+        primer=False,  # outputs and acceptance are compared, not speed
     )
 
 

@@ -90,6 +90,13 @@ class OverlayError(Exception):
         self.data: Mapping[str, Any] = data or {}
 
 
+class BadArguments(OverlayError):
+    """A usage error found only once the env or the models are known (Typer finds the rest)."""
+
+    exit_code = ExitCode.USAGE
+    code = "usage"
+
+
 class EnvNotFound(OverlayError):
     exit_code = ExitCode.ENV_NOT_FOUND
     code = "env_not_found"
@@ -706,6 +713,16 @@ def run_file_other_models(path: Path, recorded: str, given: Path, why: str) -> R
         f"`{path}` was made with `{recorded}`, which `{given}` is not: {why}",
         hint="pass --target/--draft with the models the run was made with",
     )
+
+# BadArguments
+
+
+def bench_plan_refused(problem: str) -> BadArguments:
+    """The sweep cannot be planned as asked for this pair and env (an `--only` arm it lacks)."""
+    return BadArguments(
+        problem, hint="the same `bench` command with --dry-run and without --only lists the arms this pair and env run"
+    )
+
 
 # BadPromptFile
 

@@ -47,7 +47,9 @@ arm whose name failed before (in this process, or listed in the plan's
 ``failed_arms``) is skipped: a later repeat of a failed engine is not started
 again. With ``max_family_failures``, arms of a ``family`` that failed that often
 are skipped. ``idle_gap_s`` (before each cell) and ``health_idle_s`` (before the
-health check) override the pauses.
+health check) override the pauses. An arm with ``"primer": true`` (the bench's untimed
+engine before the timed ones) runs like any other, its records carry ``primer``, and its
+cells do not rescale the time box's estimates (a first engine can run slow).
 
 One file past 500 lines on purpose: the target env runs it by path and need not have
 ddtree_overlay installed, while the tool and the GPU scripts import it as a module, so it
@@ -237,8 +239,12 @@ def _emit_engine(out_path: str, record: dict) -> None:
     _emit(out_path, "ENGINE", dict(record, kind="engine"), keys)
 
 
+def _primer_tag(arm: dict) -> dict:
+    return {"primer": True} if arm.get("primer") else {}
+
+
 def _engine_base(arm: dict) -> dict:
-    return {"arm": arm["name"], "repeat": int(arm.get("repeat", 1))}
+    return {"arm": arm["name"], "repeat": int(arm.get("repeat", 1)), **_primer_tag(arm)}
 
 
 def host_sample(proc: str = "/proc", pid: int | None = None, sys_cpu: str = "/sys/devices/system/cpu") -> dict | None:
@@ -377,6 +383,7 @@ def _cell_base(arm: dict, cell: dict) -> dict:
         "batch_size": int(cell["batch_size"]),
         "sampling": sampling,
         "timed": not cell.get("top2", False),
+        **_primer_tag(arm),
     }
 
 
@@ -604,7 +611,8 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
                 _skip_cells(out_path, arm, pending, "an earlier cell of this engine failed")
                 pending = []
                 break
-            box.observe(float(cell.get("est_s", 0)), record.get("wall_s", record["decode_s"]))
+            if not arm.get("primer"):
+                box.observe(float(cell.get("est_s", 0)), record.get("wall_s", record["decode_s"]))
             _emit_cell(out_path, record)
         time.sleep(plan.get("health_idle_s", HEALTH_IDLE_S))  # SGLang's KV-leak check runs when idle
         engine.generate(input_ids=plan["prompts"][:1], sampling_params=HEALTH_CHECK)

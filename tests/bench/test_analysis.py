@@ -72,8 +72,8 @@ def synthetic(plan: bp.SweepPlan) -> tuple[dict[tuple[str, int], dict], dict[tup
                                 "cuda_graph_rounds": 3, "ms_sum": ms})
             t += 2.0
         windows.append({"t_first": t - 0.5, "t_last": t - 0.4, "rounds": 1, "requests": 1, "ms_sum": {"round": 99.0}})
-        engines[group.name, run.repeat] = {"kind": "engine", "arm": group.name, "repeat": run.repeat, "ok": True,
-                                           "start_s": 40.0, "health": "ok", "profile": windows}
+        engines[run.name, run.repeat] = {"kind": "engine", "arm": run.name, "repeat": run.repeat, "ok": True,
+                                         "start_s": 40.0, "health": "ok", "profile": windows}
     return cells, engines
 
 

@@ -7,14 +7,20 @@ from pathlib import Path
 
 import pytest
 
+from ddtree_overlay.bench import estimates, plan_json, settings
 from ddtree_overlay.bench import plan as bp
-from ddtree_overlay.bench import plan_json, settings
 from ddtree_overlay.bench.arms import Arm, BudgetPolicy
 
 
 def fixture_plan(tmp_path: Path, **config) -> bp.SweepPlan:
+    """The fixture's sweep; without the primer unless asked (tests/bench/test_primer.py)."""
     setting = settings.make_setting("fixture", scratch=tmp_path)
-    return bp.plan_sweep(setting, bp.BenchConfig(**config))
+    return bp.plan_sweep(setting, bp.BenchConfig(**({"primer": False} | config)))
+
+
+def first_run_s(plan: bp.SweepPlan, name: str) -> float:
+    """The estimate of the group's first engine run."""
+    return next(r.est_s for r in plan.runs if r.group.name == name)
 
 
 def test_default_sweep_has_one_engine_per_algorithm_budget_and_scheduling(tmp_path: Path) -> None:
@@ -77,7 +83,7 @@ def test_engines_run_baselines_first_then_budgets_by_interest(tmp_path: Path) ->
     ]
     # every speedup is against DFLASH's faster mode: both DFLASH modes run before any DDTREE budget
     assert baselines_before_ddtree(plan) == ["target-only", "dflash", "dflash-no-overlap"]
-    assert plan.groups[0].est_start_s > plan.groups[1].est_start_s  # the first compiles kernels
+    assert plan.runs[0].est_start_s > plan.runs[1].est_start_s  # the first compiles kernels
 
 
 def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(tmp_path: Path) -> None:
@@ -109,9 +115,9 @@ def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(t
         assert arm.engine["speculative_ddtree_budget"] == budget
         assert [c.name for c in arm.cells] == [c.name.replace(twin.name, arm.name, 1) for c in twin.cells]
         assert [c.est_s for c in arm.cells] == [c.est_s for c in twin.cells]
-        assert arm.est_s == twin.est_s  # neither starts first
+        assert first_run_s(plan, arm.name) == first_run_s(plan, twin.name)  # neither starts first
     without = fixture_plan(tmp_path)
-    twins_s = sum(plan.group(f"ddtree-b{b}").est_s for b in bp.DEFAULT_BUDGETS)
+    twins_s = sum(first_run_s(plan, f"ddtree-b{b}") for b in bp.DEFAULT_BUDGETS)
     assert plan.est_s == pytest.approx(without.est_s + twins_s)
     assert not any(g.name.endswith("-no-overlap") and g.arm.algorithm == bp.DDTREE for g in without.groups)
 
@@ -119,7 +125,7 @@ def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(t
 def test_ddtree_no_overlap_arms_count_in_the_time_box(tmp_path: Path) -> None:
     full = fixture_plan(tmp_path, ddtree_no_overlap=True)
     up_to = [g.name for g in full.groups].index("ddtree-b16-no-overlap")
-    minutes = sum(g.est_s for g in full.groups[: up_to + 1]) / 60 + 0.01
+    minutes = sum(r.est_s for r in full.runs[: up_to + 1]) / 60 + 0.01
     boxed = fixture_plan(tmp_path, ddtree_no_overlap=True, max_minutes=minutes)
     assert boxed.expected_to_fit == tuple(i <= up_to for i in range(len(full.groups)))
     assert "ddtree-b32-no-overlap" in boxed.notes[0] and "ddtree-b16-no-overlap" not in boxed.notes[0]
@@ -174,7 +180,7 @@ def test_every_cell_decodes_at_least_one_full_wave_of_shared_prompts(tmp_path: P
 def test_time_box_marks_what_the_estimates_cannot_fit(tmp_path: Path) -> None:
     full = fixture_plan(tmp_path)
     assert all(full.expected_to_fit) and full.notes == ()
-    boxed = fixture_plan(tmp_path, max_minutes=full.group("target-only").est_s / 60 + 0.1)
+    boxed = fixture_plan(tmp_path, max_minutes=first_run_s(full, "target-only") / 60 + 0.1)
     assert boxed.expected_to_fit[0] and not any(boxed.expected_to_fit[2:])
     assert "leaves out" in boxed.notes[0] and "ddtree-b256" in boxed.notes[0]
     assert [g.name for g in boxed.groups] == [g.name for g in full.groups]  # the runner decides
@@ -183,10 +189,10 @@ def test_time_box_marks_what_the_estimates_cannot_fit(tmp_path: Path) -> None:
 def test_estimates_grow_with_verify_width_and_shrink_with_acceptance(tmp_path: Path) -> None:
     setting = settings.make_setting("qwen3-8b-random", scratch=tmp_path)
     common = {"algorithm": bp.DDTREE, "batch_size": 16, "temperature": 0.0, "prompts": 16, "max_new_tokens": 128}
-    assert bp.estimate_cell_s(setting, budget=256, **common) > bp.estimate_cell_s(setting, budget=32, **common)
+    assert estimates.estimate_cell_s(setting, budget=256, **common) > estimates.estimate_cell_s(setting, budget=32, **common)
     fixture = settings.make_setting("fixture", scratch=tmp_path)
-    t0 = bp.estimate_cell_s(fixture, budget=16, **common)
-    t1 = bp.estimate_cell_s(fixture, budget=16, **(common | {"temperature": 1.0}))
+    t0 = estimates.estimate_cell_s(fixture, budget=16, **common)
+    t1 = estimates.estimate_cell_s(fixture, budget=16, **(common | {"temperature": 1.0}))
     assert t1 > t0
 
 
@@ -262,10 +268,10 @@ def test_repeats_multiply_the_estimate(tmp_path: Path) -> None:
     thrice = fixture_plan(tmp_path, budgets=(8, 16), repeats=3)
     # target-only runs first and once, and pays the kernel compiles: a later round is every other
     # group at its first run's estimate
-    cost, target = once.setting.cost, once.group("target-only")
-    assert target.est_start_s == cost.engine_start_s + cost.first_start_extra_s
+    cost, target = once.setting.cost, once.runs[0]
+    assert target.group.name == "target-only" and target.est_start_s == cost.engine_start_s + cost.first_start_extra_s
     later_round = once.est_s - target.est_s
-    assert later_round == pytest.approx(sum(g.est_s for g in once.groups if g.name != "target-only"))
+    assert later_round == pytest.approx(sum(first_run_s(once, g.name) for g in once.groups if g.name != "target-only"))
     assert thrice.est_s == pytest.approx(once.est_s + 2 * later_round)
     assert 2 * once.est_s < thrice.est_s < 2.5 * once.est_s  # target-only is about a third of round 1 here
     summary = plan_json.describe_plan(thrice)

@@ -31,7 +31,8 @@ def test_qwen3_8b_setting_writes_its_configs_and_uses_dummy_weights(tmp_path: Pa
     assert all(g.engine["load_format"] == "dummy" for g in plan.groups)
     assert [g.name for g in plan.groups][:4] == ["dflash", "dflash-no-overlap", "ddtree-b32", "ddtree-b256"]
     assert plan.groups[-1].name == "target-only"  # random weights: the least telling arm goes last
-    assert plan.groups[0].est_start_s > plan.groups[1].est_start_s
+    assert plan.primer is not None and plan.primer.group.name == "ddtree-b32"  # the first DDTREE engine's config
+    assert plan.primer.est_start_s > plan.runs[1].est_start_s  # it compiles the kernels
 
 
 def test_dry_run_setting_writes_nothing(tmp_path: Path) -> None:

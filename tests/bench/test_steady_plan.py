@@ -18,7 +18,7 @@ MIB = 1 << 20
 
 def plan_for(tmp_path: Path, setting: str = "fixture", **config: Any) -> bp.SweepPlan:
     made = settings.make_setting(setting, scratch=tmp_path, write=False)
-    defaults: dict[str, Any] = {"budgets": (8, 32), "temperatures": (0.0,)}
+    defaults: dict[str, Any] = {"budgets": (8, 32), "temperatures": (0.0,), "primer": False}
     return bp.plan_sweep(made, bp.BenchConfig(**(defaults | config)))
 
 

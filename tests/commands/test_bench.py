@@ -15,7 +15,7 @@ import pytest
 from bench_fakes import install_fake_sglang
 from overlay_helpers import run_cli
 
-from ddtree_overlay.bench import analysis, settings, supervision
+from ddtree_overlay.bench import analysis, reanalysis, settings, supervision
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.envprobe import probe_env
@@ -77,8 +77,9 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     done = run_cli("bench", "--env", sys.executable, "--dry-run", "--setting", "qwen3-8b-random",
                    "--out", str(out), "--max-minutes", "5")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("bench plan (qwen3-8b-random, 128 new tokens): 10 engines")
-    assert " 1. dflash " in done.stdout and "(expected to be cut by --max-minutes)" in done.stdout
+    assert done.stdout.startswith("bench plan (qwen3-8b-random, 128 new tokens): 10 engines after an untimed primer")
+    assert " 1. primer (ddtree-b32) " in done.stdout and " 2. dflash " in done.stdout
+    assert "(expected to be cut by --max-minutes)" in done.stdout
     assert "note: by the estimates, --max-minutes 5 leaves out" in done.stderr
     assert not out.exists()
     envelope = json.loads(run_cli("bench", "--env", sys.executable, "--dry-run", "--json").stdout)
@@ -123,7 +124,7 @@ def test_ddtree_schedule_flag_plans_one_more_ddtree_arm_per_scheduling_mode() ->
 
 
 def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:
-    args = ("bench", "--env", sys.executable, "--dry-run", "--budgets", "8")
+    args = ("bench", "--env", sys.executable, "--dry-run", "--budgets", "8", "--no-primer")
     once = json.loads(run_cli(*args, "--json").stdout)["data"]["plan"]
     done = run_cli(*args, "--json", "--repeats", "3")
     assert done.returncode == 0, done.stderr
@@ -155,6 +156,22 @@ def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:
     # 164 + 3 x 80 s in round 1, then 80 s each: the 10-minute box cuts round 2's last engine
     assert lines[7].endswith("(expected to be cut by --max-minutes)") and not lines[6].endswith(")")
     assert "leaves out: dflash (repeat 2) (the runner" in text.stderr and "target-only" not in text.stderr
+
+
+def test_dry_run_lists_the_primer_first_and_no_primer_or_a_tight_box_drops_it() -> None:
+    args = ("bench", "--env", sys.executable, "--dry-run", "--budgets", "8")
+    lines = run_cli(*args).stdout.splitlines()
+    assert lines[0].startswith("bench plan (fixture, 256 new tokens): 4 engines after an untimed primer, ~")
+    assert lines[1].split() == ["1.", "primer", "(ddtree-b8)", "1", "cells", "~141", "s"]  # 45 + 85 s to start cold
+    assert lines[2].split() == ["2.", "target-only", "7", "cells", "~78", "s"]
+    engines = json.loads(run_cli(*args, "--json").stdout)["data"]["plan"]["engines"]
+    assert engines[0]["primer"] and not any(e.get("primer") for e in engines[1:])
+    plain = run_cli(*args, "--no-primer")
+    assert "primer" not in plain.stdout and plain.stdout.splitlines()[1].split()[1:] == ["target-only", "7", "cells", "~164", "s"]
+    # 141 + 78 s do not fit in 3 minutes: no primer, and the note says why
+    tight = run_cli(*args, "--max-minutes", "3")
+    assert tight.returncode == 0 and "primer" not in tight.stdout
+    assert "note: --max-minutes 3 cannot hold the untimed primer engine (~141 s) and one timed engine" in tight.stderr
 
 
 def test_an_env_without_sglang_is_refused_with_exit_3(tmp_path: Path, state_dir: Path) -> None:
@@ -197,7 +214,7 @@ def fake_sglang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def small_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
     setting = settings.make_setting("fixture", scratch=tmp_path / "models")
     defaults = {"budgets": (8, 32), "batch_sizes": (1, 2), "temperatures": (0.0,),
-                "max_new_tokens": 9, "prompts_per_cell": 3}
+                "max_new_tokens": 9, "prompts_per_cell": 3, "primer": False}
     return bp.plan_sweep(setting, bp.BenchConfig(**(defaults | config)))
 
 
@@ -525,8 +542,55 @@ def test_a_crashed_repeat_is_not_run_again_after_the_restart(
 def test_a_schedule_run_is_reanalysed_with_its_schedule(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, budget_schedule=((1, 32), (2, 8)))
     recorded = json.loads(json.dumps(analysis.analyse(plan, {}, {})["config"]))
-    assert bp.config_from_report(recorded) == plan.config
+    assert reanalysis.config_from_report(recorded) == plan.config
 
 
 def test_bench_without_env_or_reanalyse_is_a_usage_error() -> None:
     assert_usage_error(run_cli("bench", "--dry-run"), "--env is required (unless --reanalyse RUN_DIR)")
+
+
+# --- the untimed primer engine ---------------------------------------------------------------
+
+
+def test_the_primer_engine_runs_first_and_stays_out_of_the_report_but_its_notes(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    plan = small_plan(tmp_path, primer=True)
+    events: list = []
+    report = run(tmp_path, plan, events)
+    engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
+    assert len(engines) == len(plan.groups) + 1
+    assert (engines[0]["speculative_algorithm"], engines[0]["speculative_ddtree_budget"]) == ("DDTREE", 32)
+    assert [e["arm"] for e in events if e["event"] == "start"][:2] == ["primer", "target-only"]
+    out = tmp_path / "out"
+    lines = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["arm"]) for r in lines if r.get("primer")] == [("cell", "primer/bs1/t0"), ("engine", "primer")]
+    assert [g["name"] for g in report["groups"]] == [g.name for g in plan.groups]
+    assert not any(r["name"].startswith("primer") for r in report["cells"])
+    assert report["primer"]["status"] == "ok" and report["primer"]["group"] == "ddtree-b32"
+    assert report["issues"] == [] and report["config"]["primer"] is True
+    bench_module._result(report, out)
+    text = (out / "bench.md").read_text()
+    assert "| primer (untimed): ddtree-b32 | ok |" in text and "an untimed primer engine (ddtree-b32's config" in text
+    again = reanalyse(out)
+    assert again["primer"] == json.loads(json.dumps(report["primer"]))
+    assert again["cells"] == json.loads(json.dumps(report["cells"]))
+
+
+def test_a_primer_that_crashes_the_runner_is_charged_to_the_primer_and_the_timed_engines_run(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    fake_sglang(crash_budgets=[32])  # the primer (B = 32's config) dies, and so does B = 32 itself
+    report = run(tmp_path, small_plan(tmp_path, primer=True))
+    assert report["primer"]["status"] == "failed"
+    assert "the runner process exited with 9" in report["primer"]["reason"]
+    groups = {g["name"]: g for g in report["groups"]}
+    assert groups["ddtree-b32"]["status"] == "failed" and groups["ddtree-b8"]["status"] == "ok"
+    assert not any("primer" in issue for issue in report["issues"])  # the timed engine's failure is the issue
+    assert any(issue.startswith("ddtree-b32: the engine failed") for issue in report["issues"])
+    assert any(n.startswith("an untimed primer engine (ddtree-b32's config, failed: the runner") for n in report["notes"])
+    primer = next(json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()
+                  if json.loads(line)["arm"] == "primer")
+    assert primer["primer"] is True and primer["kind"] == "engine"

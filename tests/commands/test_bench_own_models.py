@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from overlay_helpers import run_cli
 
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench import settings, supervision
+from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.settings import FIXTURES
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.errors import ExitCode
@@ -44,16 +46,44 @@ def dry_run(*args: str, env_vars: dict[str, str] | None = None) -> Any:
 
 
 def test_a_hybrid_target_with_an_mtp_head_gets_a_nextn_arm() -> None:
-    done, envelope = dry_run(*PAIR, "--budgets", "32", "--batch-sizes", "1,64", "--temperatures", "0")
+    args = (*PAIR, "--budgets", "32", "--batch-sizes", "1,64", "--temperatures", "0")
+    # flashinfer: NEXTN with overlap scheduling, as on any target
+    done, envelope = dry_run(*args, "--attention-backend", "flashinfer")
     assert done.returncode == 0, done.stderr
     groups = {g["name"]: g for g in envelope["data"]["plan"]["groups"]}
     assert list(groups) == ["target-only", "dflash", "dflash-no-overlap", "nextn", "ddtree-b32"]
     engine = groups["nextn"]["engine"]
-    assert engine["speculative_algorithm"] == "NEXTN"
+    assert engine["speculative_algorithm"] == "NEXTN" and "disable_overlap_schedule" not in engine
     assert engine["speculative_draft_model_path"] == str(HYBRID / "target")  # SGLang loads the MTP head there
     chain = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
     assert [engine[key] for key in chain] == [3, 1, 4]
     assert all(g["engine"]["max_running_requests"] == 64 for g in groups.values())  # past SGLang's 48
+    # triton, in an env whose sglang release is not known (none here): without overlap scheduling
+    done, envelope = dry_run(*args)
+    assert done.returncode == 0, done.stderr
+    groups = {g["name"]: g for g in envelope["data"]["plan"]["groups"]}
+    assert list(groups) == ["target-only", "dflash", "dflash-no-overlap", "nextn-no-overlap", "ddtree-b32"]
+    expected = engine | {"attention_backend": "triton", "disable_overlap_schedule": True}
+    assert dict(groups["nextn-no-overlap"]["engine"]) == expected
+
+
+def test_nextn_with_overlap_on_a_hybrid_target_is_refused_for_the_releases_that_crash(
+    pristine_sglang_env: Path,
+) -> None:
+    """The env holds stock sglang 0.5.14: its overlap EAGLE worker overflows the triton tree-mask
+    buffer on a hybrid target (bench.nextn_overlap)."""
+    base = ("bench", "--env", str(pristine_sglang_env), "--dry-run", *PAIR, "--budgets", "32")
+    done = run_cli(*base, "--only", "nextn")
+    assert done.returncode == ExitCode.USAGE
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("error: --only nextn: in stock sglang 0.5.14 the EAGLE worker with overlap scheduling")
+    assert first.endswith("ask for nextn-no-overlap")
+    done = run_cli(*base, "--only", "nextn-no-overlap,dflash", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [g["name"] for g in json.loads(done.stdout)["data"]["plan"]["groups"]] == ["dflash", "nextn-no-overlap"]
+    # a pair without an MTP head has no NEXTN arm at all: a usage error too, not a traceback
+    done = run_cli("bench", "--env", str(pristine_sglang_env), "--dry-run", "--only", "nextn")
+    assert done.returncode == ExitCode.USAGE and done.stderr.startswith("error: no arm nextn in this sweep")
 
 
 def test_the_dense_fixture_has_no_mtp_head_and_an_eagle3_draft_adds_a_baseline(tmp_path: Path) -> None:
@@ -141,7 +171,7 @@ def test_a_hybrid_sweep_runs_nextn_and_ends_with_a_recommendation(tmp_path: Path
         prompt_ids=prompts, prompt_note="64 chat prompts",
     )
     config = bp.BenchConfig(budgets=(8, 32), batch_sizes=(1, 2), temperatures=(0.0,), max_new_tokens=9,
-                            prompts_per_cell=3)
+                            prompts_per_cell=3, primer=False)
     plan = bp.plan_sweep(setting, config)
     out = tmp_path / "out"
     report = supervision.run_bench(
@@ -168,3 +198,24 @@ def test_mem_fraction_static_reaches_every_engine() -> None:
     done, envelope = dry_run(*PAIR, "--budgets", "32", "--mem-fraction-static", "0.85")
     assert done.returncode == 0, done.stderr
     assert {g["engine"]["mem_fraction_static"] for g in envelope["data"]["plan"]["groups"]} == {0.85}
+
+
+def test_nextn_without_overlap_runs_so_and_survives_reanalysis(tmp_path: Path, fake_sglang: None) -> None:
+    """The rule `bench` applies for stock sglang 0.5.14 on a hybrid target (bench.nextn_overlap)."""
+    setting = settings.make_setting("hybrid", scratch=tmp_path / "models")
+    why = crash_reason(hybrid=setting.hybrid, attention_backend="triton", sglang_version="0.5.14")
+    config = bp.BenchConfig(budgets=(8,), batch_sizes=(2,), temperatures=(0.0,), max_new_tokens=9, prompts_per_cell=2,
+                            primer=False, only=("dflash", "nextn-no-overlap"))
+    plan = bp.plan_sweep(replace(setting, nextn_without_overlap=why), config)
+    out = tmp_path / "out"
+    report = supervision.run_bench(Path(sys.executable), plan, out, context={"gpu": "fake", "sglang": "0.5.14"},
+                                   runner_options={"idle_gap_s": 0.01, "health_idle_s": 0.01})
+    engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
+    nextn = next(e for e in engines if e.get("speculative_algorithm") == "NEXTN")
+    assert nextn["disable_overlap_schedule"] is True and nextn["speculative_draft_model_path"] == str(HYBRID / "target")
+    assert {g["name"]: g["status"] for g in report["groups"]} == {"dflash": "ok", "nextn-no-overlap": "ok"}
+    bench_module._result(report, out)
+    again = json.loads(run_cli("bench", "--reanalyse", str(out), "--json").stdout)["data"]["report"]
+    assert [g["name"] for g in again["groups"]] == ["dflash", "nextn-no-overlap"]
+    assert again["cells"] == json.loads(json.dumps(report["cells"]))
+    assert any(n.startswith("NEXTN ran without overlap scheduling: in stock sglang 0.5.14") for n in again["notes"])

@@ -74,7 +74,8 @@ def test_a_stream_sweep_runs_every_engine_in_its_rounds_and_reports_the_steady_s
     monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
     setting = settings.make_setting("fixture", scratch=tmp_path / "models")
     config = bp.BenchConfig(budgets=(8,), batch_sizes=(), concurrencies=(2,), temperatures=(0.0,), max_new_tokens=9,
-                            repeats=2, engine_order="cycle", chain_control=True, warmup_s=0.1, window_s=0.3)
+                            repeats=2, engine_order="cycle", chain_control=True, warmup_s=0.1, window_s=0.3,
+                            primer=False)
     plan = bp.plan_sweep(setting, config)
     events: list[dict[str, Any]] = []
     report = supervision.run_bench(Path(sys.executable), plan, tmp_path / "out", context={"gpu": "fake"},

@@ -111,6 +111,9 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "chat_prompts_failed": lambda: errors.chat_prompts_failed(
         Path("/data/gsm8k.jsonl"), PYTHON, "OSError: Can't load tokenizer for '/models/Qwen3.6-27B'"
     ),
+    "bench_plan_refused": lambda: errors.bench_plan_refused(
+        "no arm nextn in this sweep (arms: target-only, dflash, dflash-no-overlap, ddtree-b32)"
+    ),
     "interrupted": lambda: errors.interrupted("SIGINT", ENV, "`apply` stopped and undid what it had written"),
     "interrupted_also": lambda: errors.interrupted("SIGTERM", ENV, "`rollback` had already finished"),
 }

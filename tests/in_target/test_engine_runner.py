@@ -343,3 +343,29 @@ def test_every_timed_cell_records_the_host(tmp_path: Path) -> None:
     for record in by_arm(records, "cell").values():
         host = record["host"]  # busy_cores is None for a cell shorter than a clock tick
         assert host["cpus"] == os.cpu_count() and len(host["load1"]) == 2 and "processes" in host
+
+
+# --- the bench's untimed primer engine -------------------------------------------------------
+
+
+def test_the_primer_is_tagged_and_does_not_rescale_the_time_box(tmp_path: Path) -> None:
+    """Every decode takes 0.3 s against a primer cell estimated at 0.01 s: counted, that would
+    make every later estimate 4x (the most the box rescales), and the next engine's 8 s cell
+    would not fit in the 20 s left; the primer's cells are not counted, so it runs."""
+    primer = arm("primer", {"speculative_algorithm": "DDTREE", "speculative_ddtree_budget": 8},
+                 [cell("primer/bs5/t0", 5, est_s=0.01)], family="primer", primer=True)
+    timed = ddtree(16)
+    timed["cells"] = [cell(c["name"], c["batch_size"], est_s=8.0) for c in timed["cells"]]
+    plan = {"deadline": time.time() + 20, "arms": [primer, timed]}
+    done, records, engines = run_runner(tmp_path, plan, {"sleep_s": 0.3})
+    assert done.returncode == 0, done.stderr
+    assert [e["speculative_ddtree_budget"] for e in engines] == [8, 16]
+    assert {r["arm"] for r in records if r.get("primer")} == {"primer", "primer/bs5/t0"}
+    assert all(r["ok"] and r["kind"] in ("cell", "engine") for r in records)
+    assert not any("primer" in r for r in records if r.get("group", r["arm"]) == "ddtree-b16")
+    # the same engine untagged is measured like any other: the next one no longer fits
+    plan["arms"][0] = {k: v for k, v in primer.items() if k != "primer"}
+    plan["deadline"] = time.time() + 20
+    _, records, engines = run_runner(tmp_path / "untagged", plan, {"sleep_s": 0.3})
+    assert [e["speculative_ddtree_budget"] for e in engines] == [8]
+    assert by_arm(records, "engine")["ddtree-b16"]["skipped"] == "time box"

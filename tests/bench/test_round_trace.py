@@ -1,0 +1,93 @@
+"""bench.round_trace: each arm's engine as the bench starts it, arms a setting cannot run refused
+before any engine starts, and the untimed primer engine (against the stand-in sglang)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bench_fakes import install_fake_sglang
+
+from ddtree_overlay.bench import round_trace, settings
+from ddtree_overlay.bench.arms import Arm
+
+REPO = Path(__file__).resolve().parents[2]
+HYBRID = settings.FIXTURES / "hybrid"
+
+
+def test_nextn_gets_the_targets_mtp_head_and_dflash_ddtree_the_pairs_drafter(tmp_path: Path) -> None:
+    setting = settings.make_setting("hybrid", scratch=tmp_path)
+    nextn = round_trace.engine_kwargs(Arm.parse("nextn-no-overlap"), setting)
+    assert nextn["speculative_draft_model_path"] == str(HYBRID / "target")  # not the DFlash drafter
+    assert (nextn["speculative_algorithm"], nextn["disable_overlap_schedule"]) == ("NEXTN", True)
+    assert nextn["speculative_num_draft_tokens"] == 4
+    for name in ("ddtree-b32", "dflash"):
+        assert round_trace.engine_kwargs(Arm.parse(name), setting)["speculative_draft_model_path"] == str(HYBRID / "draft")
+    assert "speculative_draft_model_path" not in round_trace.engine_kwargs(Arm.parse("plain"), setting)
+
+
+@pytest.mark.parametrize(
+    ("setting", "arms", "version", "message"),
+    [
+        ("hybrid", "dflash,nextn", "0.5.14", "round_trace: nextn: in stock sglang 0.5.14 the EAGLE worker"),
+        ("hybrid", "nextn", None, "round_trace: nextn: in stock sglang releases before 0.5.17"),
+        ("fixture", "nextn-no-overlap", "0.5.17", "round_trace: nextn-no-overlap: nextn needs a target with an MTP head"),
+        ("hybrid", "eagle3", "0.5.17", "round_trace: eagle3: eagle3 needs an EAGLE-3 drafter"),
+        ("hybrid", "ddtree-b3x", "0.5.17", "round_trace: unknown arm 'ddtree-b3x'"),
+    ],
+)
+def test_an_arm_the_setting_cannot_run_stops_before_any_engine(
+    tmp_path: Path, setting: str, arms: str, version: str | None, message: str
+) -> None:
+    made = settings.make_setting(setting, scratch=tmp_path)
+    with pytest.raises(SystemExit, match="^" + message.replace("(", r"\(")):
+        round_trace.parse_arms(arms, made, version)
+
+
+def test_what_the_setting_runs_is_parsed_with_its_environment(tmp_path: Path) -> None:
+    hybrid = settings.make_setting("hybrid", scratch=tmp_path)
+    parsed = round_trace.parse_arms("nextn,ddtree-b32@SGLANG_X=1", hybrid, "0.5.17")
+    assert parsed == [("nextn", Arm.parse("nextn"), {}), ("ddtree-b32@SGLANG_X=1", Arm.ddtree(32), {"SGLANG_X": "1"})]
+    assert round_trace.parse_arms("nextn-no-overlap", hybrid, "0.5.14")[0][1] == Arm.parse("nextn-no-overlap")
+
+
+def trace(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[dict], list[dict]]:
+    root = install_fake_sglang(tmp_path / "fake")
+    log = tmp_path / "engines.log"
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(root), str(REPO)]), "FAKE_SGLANG_LOG": str(log)}
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "ddtree_overlay.bench.round_trace", "--out", str(out), "--setting", "hybrid",
+         "--prompts-per-arm", "2", "--trace-tokens", "5", *args],
+        capture_output=True, text=True, env=env, check=False,
+    )
+    engines = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    records = json.loads((out / "round_trace.json").read_text()) if (out / "round_trace.json").exists() else []
+    return done, records, engines
+
+
+def test_an_untimed_primer_of_the_first_arm_starts_before_the_measured_ones(tmp_path: Path) -> None:
+    done, records, engines = trace(tmp_path, "--arms", "nextn-no-overlap,ddtree-b32")
+    assert done.returncode == 0, done.stderr
+    assert [(e["speculative_algorithm"], e["speculative_draft_model_path"]) for e in engines] == [
+        ("NEXTN", str(HYBRID / "target")), ("NEXTN", str(HYBRID / "target")), ("DDTREE", str(HYBRID / "draft")),
+    ]
+    assert [(r["arm"], r.get("primer", False)) for r in records] == [
+        ("nextn-no-overlap", True), ("nextn-no-overlap", False), ("ddtree-b32", False),
+    ]
+    assert "tok_per_s" not in records[0] and records[0]["start_s"] >= 0
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| nextn-no-overlap |")]
+    assert len(rows) == 1  # the table lists the measured arm once
+    done, records, engines = trace(tmp_path / "without", "--arms", "nextn-no-overlap,ddtree-b32", "--no-primer")
+    assert done.returncode == 0, done.stderr
+    assert len(engines) == 2 and not any(r.get("primer") for r in records)
+
+
+def test_a_refused_arm_starts_no_engine_at_all(tmp_path: Path) -> None:
+    done, records, engines = trace(tmp_path, "--arms", "ddtree-b32,nextn")  # overlap: refused
+    assert done.returncode != 0 and "round_trace: nextn: in stock sglang releases before 0.5.17" in done.stderr
+    assert engines == [] and records == []
