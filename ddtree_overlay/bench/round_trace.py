@@ -169,7 +169,7 @@ def gpu_table(records: list) -> list[str]:
     traced = [(r["arm"], r["trace"]["gpu"]) for r in records if r.get("trace", {}).get("gpu")]
     if not traced:
         return []
-    (first, base), arms = traced[0], [arm for arm, _ in traced]
+    arms = [arm for arm, _ in traced]
     lines = [
         "",
         "GPU ms per step (a DDTREE step is a round), by kernel family; Δ: an arm's minus the first's",

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from ddtree_overlay.bench.kernel_families import DDTREE_KERNELS, FAMILIES, kernel_family, short_kernel_name
+from ddtree_overlay.bench.kernel_families import (
+    DDTREE_KERNELS,
+    FAMILIES,
+    kernel_family,
+    short_kernel_name,
+)
 
 SPECULATIVE = Path(__file__).resolve().parents[2] / "overlay" / "sglang" / "srt" / "speculative"
 

@@ -10,7 +10,13 @@ import pytest
 
 from ddtree_overlay.bench import round_trace
 from ddtree_overlay.bench.arms import Arm
-from ddtree_overlay.bench.round_trace import engine_kwargs, gpu_table, prompt_waves, table, wave_timing
+from ddtree_overlay.bench.round_trace import (
+    engine_kwargs,
+    gpu_table,
+    prompt_waves,
+    table,
+    wave_timing,
+)
 
 SETTING = SimpleNamespace(target=Path("/m/target"), draft=Path("/m/draft"), engine={"load_format": "dummy"})
 
