@@ -1,13 +1,16 @@
-"""Where a decode step's host time goes: a torch-profiler trace per arm, and quiet bs-1 timings.
+"""Where a decode step's time goes: a torch-profiler trace per arm, and quiet timings.
 
     python -m ddtree_overlay.bench.round_trace --out DIR [--setting fixture|qwen3-8b-random]
-        [--arms ddtree-b256,dflash,...] [--prompts-per-arm 8] [--tp-size 2]
+        [--arms ddtree-b256,dflash,...] [--prompts-per-arm 8] [--batch-size 1] [--tp-size 2]
 
-For each arm: start an sglang Engine on the bench setting's pair (batch-1 decode graphs only), warm up,
-decode --prompts-per-arm held-out prompts one at a time (tok/s, ms per step, tokens per round),
-then trace --trace-tokens more tokens of one prompt with SGLang's own torch profiler and reduce
-the trace with ``ddtree_overlay.bench.trace_summary`` (host ms and launches per stage and per step;
-with --with-stack also the Python functions that hold the host, per step and between rounds).
+For each arm: start an sglang Engine on the bench setting's pair (decode graphs for batch 1 and
+--batch-size only), warm up, decode --prompts-per-arm held-out prompts (at least one wave) in
+waves of --batch-size at once (tok/s; ms per step, a wave's steps being its longest request's;
+tokens per step per request), then trace --trace-tokens more tokens of one wave with SGLang's own
+torch profiler and reduce the trace with ``ddtree_overlay.bench.trace_summary``: host ms and
+launches per stage and per step (with --with-stack also the Python functions that hold the host,
+per step and between rounds), and GPU ms per step by kernel family, side by side across arms with
+each arm's difference from the first.
 The DDTREE stages show in the trace without SGLANG_DDTREE_PROFILE, so the timed decode carries
 no instrumentation in any arm.
 
@@ -42,24 +45,24 @@ from functools import partial
 from pathlib import Path
 
 from ddtree_overlay.bench.arms import EAGLE3, NEXTN, TARGET_ONLY, Arm, parse_with_env
+from ddtree_overlay.bench.kernel_families import FAMILIES, short_kernel_name
 from ddtree_overlay.bench.nextn_overlap import crash_reason
-from ddtree_overlay.bench.plan import baseline_draft
+from ddtree_overlay.bench.plan import SPEC_DEFAULT_MAX_RUNNING, baseline_draft
 from ddtree_overlay.bench.settings import SETTINGS, Setting, make_setting
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
 from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment
 
-BASE = {
-    **BASE_ENGINE,
-    "attention_backend": "triton",
-    "cuda_graph_bs_decode": [1],
-    "disable_prefill_cuda_graph": True,
-}
+BASE = {**BASE_ENGINE, "attention_backend": "triton", "disable_prefill_cuda_graph": True}
 
 
-def engine_kwargs(arm: Arm, setting: Setting, tp_size: int = 1) -> dict:
+def engine_kwargs(arm: Arm, setting: Setting, tp_size: int = 1, batch_size: int = 1) -> dict:
     """The arm's engine as the bench starts it: the pair's drafter for DFLASH and DDTREE, the
     target's own directory for NEXTN (its MTP head, `plan.baseline_draft`)."""
     kwargs = dict(BASE, model_path=str(setting.target), tp_size=tp_size, **setting.engine)
+    # a wave shrinking as its requests finish pads up to batch_size, a lone request runs at 1
+    kwargs["cuda_graph_bs_decode"] = sorted({1, batch_size})
+    if batch_size > SPEC_DEFAULT_MAX_RUNNING:
+        kwargs["max_running_requests"] = batch_size
     if arm.algorithm != TARGET_ONLY:
         kwargs["speculative_draft_model_path"] = str(setting.draft)
     return kwargs | arm.engine_args() | baseline_draft(setting, arm)
@@ -100,8 +103,30 @@ def installed_sglang() -> str | None:
         return None
 
 
-def prompts_of(setting: Setting, args) -> list:
-    return [list(p) for p in setting.prompts[: args.prompts_per_arm]]
+def prompt_waves(prompts, batch_size: int, count: int) -> list[list[list[int]]]:
+    """At least ``count`` prompts in whole waves of ``batch_size``, the setting's prompts over again
+    where it has too few."""
+    n = -(-max(count, batch_size) // batch_size) * batch_size
+    cycled = [list(prompts[i % len(prompts)]) for i in range(n)]
+    return [cycled[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def wave_timing(metas: list[list[dict]], decode_s: float) -> dict:
+    """tok/s, ms per step and tokens per step per request of waves decoded in ``decode_s``
+    (``metas``: each wave's requests' meta_info); a wave takes as many steps as its longest request."""
+    tokens = sum(int(m["completion_tokens"]) for wave in metas for m in wave)
+    rounds = [[int(m.get("spec_verify_ct") or m["completion_tokens"]) for m in wave] for wave in metas]
+    steps = sum(max(wave) for wave in rounds)
+    return {
+        "tokens": tokens,
+        "tok_per_s": round(tokens / decode_s, 1),
+        "step_ms": round(1000 * decode_s / steps, 3),
+        "tokens_per_step": round(tokens / sum(map(sum, rounds)), 3),
+    }
+
+
+def waves_of(setting: Setting, args) -> list:
+    return prompt_waves(setting.prompts, args.batch_size, args.prompts_per_arm)
 
 
 def greedy_of(setting: Setting) -> dict:
@@ -114,13 +139,13 @@ def start_engine(arm: Arm, env: dict, setting: Setting, args):
 
     t0 = time.perf_counter()
     with environment(env):  # the engine's processes inherit it at start
-        engine = sgl.Engine(**engine_kwargs(arm, setting, args.tp_size))
+        engine = sgl.Engine(**engine_kwargs(arm, setting, args.tp_size, args.batch_size))
     return engine, round(time.perf_counter() - t0, 1)
 
 
-def decode_each(engine, prompts: list, greedy: dict) -> None:
-    for prompt in prompts:
-        engine.generate(input_ids=[prompt], sampling_params=greedy)
+def decode_waves(engine, waves: list, greedy: dict) -> list:
+    """Each wave's requests' meta_info."""
+    return [[out["meta_info"] for out in engine.generate(input_ids=wave, sampling_params=greedy)] for wave in waves]
 
 
 def prime(name: str, arm: Arm, env: dict, setting: Setting, args) -> dict:
@@ -128,7 +153,7 @@ def prime(name: str, arm: Arm, env: dict, setting: Setting, args) -> dict:
     fresh machine's first engine is slow at is done before anything is measured."""
     engine, start_s = start_engine(arm, env, setting, args)
     try:
-        decode_each(engine, prompts_of(setting, args), greedy_of(setting))
+        decode_waves(engine, waves_of(setting, args), greedy_of(setting))
     finally:
         engine.shutdown()
     return {"arm": name, "tp_size": args.tp_size, "start_s": start_s}
@@ -143,30 +168,20 @@ def attempt(name: str, call) -> dict:
 
 
 def run_arm(name: str, arm: Arm, env: dict, setting: Setting, args, out: Path) -> dict:
-    prompts, greedy = prompts_of(setting, args), greedy_of(setting)
+    waves, greedy = waves_of(setting, args), greedy_of(setting)
     engine, start_s = start_engine(arm, env, setting, args)
     record = {"arm": name, "tp_size": args.tp_size, "start_s": start_s}
     try:
-        decode_each(engine, prompts, greedy)  # the timed decode's own shapes: nothing compiles while timed
-        tokens = rounds = 0
+        decode_waves(engine, waves, greedy)  # the timed decode's own shapes: nothing compiles while timed
         t1 = time.perf_counter()
-        for prompt in prompts:
-            meta = engine.generate(input_ids=[prompt], sampling_params=greedy)[0]["meta_info"]
-            tokens += int(meta["completion_tokens"])
-            rounds += int(meta.get("spec_verify_ct") or meta["completion_tokens"])
+        metas = decode_waves(engine, waves, greedy)
         decode_s = time.perf_counter() - t1
-        record.update(
-            prompts=len(prompts),
-            tokens=tokens,
-            tok_per_s=round(tokens / decode_s, 1),
-            step_ms=round(1000 * decode_s / rounds, 3),
-            tokens_per_step=round(tokens / rounds, 3),
-        )
+        record.update(prompts=sum(map(len, waves)), batch_size=args.batch_size, **wave_timing(metas, decode_s))
         trace_dir = out / ("trace-" + re.sub(r"[^\w.-]", "_", name))
         engine.start_profile(
             output_dir=str(trace_dir), activities=["CPU", "GPU"], with_stack=args.with_stack, record_shapes=False
         )
-        engine.generate(input_ids=[prompts[0]], sampling_params=dict(greedy, max_new_tokens=args.trace_tokens))
+        engine.generate(input_ids=waves[0], sampling_params=dict(greedy, max_new_tokens=args.trace_tokens))
         engine.stop_profile()
     finally:
         engine.shutdown()
@@ -198,13 +213,63 @@ def table(records: list) -> str:
         if python:
             lines += ["", f"{r['arm']}: Python functions, self ms per step", ""]
             lines += [f"- {name}: {ms}" for name, ms in python["self_ms"]]
+    lines += gpu_table(records)
     for arm, split in stages:
-        lines += ["", f"{arm}: per round, host ms / launches, and the busiest ops", ""]
-        lines += ["| stage | host ms | launches | top ops (calls per round) |", "|---|---|---|---|"]
+        lines += ["", f"{arm}: per round, host ms / launches, the GPU ms of what the stage launched, and the busiest ops", ""]
+        lines += [
+            "| stage | host ms | launches | GPU ms | GPU span ms | GPU ms by family | top ops (calls per round) |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for name, s in split.items():
             ops = ", ".join(f"{op} {n}" for op, n in s["top_ops"])
-            lines.append(f"| {name} | {s['host_ms']} | {s['launches']} | {ops} |")
+            families = ", ".join(f"{f} {ms}" for f, ms in s.get("gpu_families", {}).items())
+            lines.append(
+                f"| {name} | {s['host_ms']} | {s['launches']} | {s.get('gpu_ms', '')} | {s.get('gpu_span_ms', '')} | "
+                f"{families} | {ops} |"
+            )
     return "\n".join(lines)
+
+
+TOP_KERNEL_LINES = 8
+
+
+def gpu_table(records: list) -> list[str]:
+    """GPU ms per step, in total and by kernel family, one column per arm and one per arm after
+    the first with its difference from the first; then each arm's busiest kernels and graphs."""
+    traced = [(r["arm"], r["trace"]["gpu"]) for r in records if r.get("trace", {}).get("gpu")]
+    if not traced:
+        return []
+    arms = [arm for arm, _ in traced]
+    lines = [
+        "",
+        "GPU ms per step (a DDTREE step is a round), by kernel family; Δ: an arm's minus the first's",
+        "",
+        "| | " + " | ".join(arms) + "".join(f" | Δ {arm}" for arm in arms[1:]) + " |",
+        "|---" * (2 * len(arms)) + "|",
+    ]
+
+    def row(label: str, values: list, delta: bool = True) -> str:
+        cells = ["" if v is None else f"{v:g}" for v in values]
+        diffs = [
+            f"{v - values[0]:+.3f}" if delta and None not in (v, values[0]) else "" for v in values[1:]
+        ]
+        return f"| {label} | " + " | ".join(cells + diffs) + " |"
+
+    lines.append(row("steps", [g["count"] for _, g in traced], delta=False))
+    for key, label in (("kernel_ms", "kernel ms"), ("busy_ms", "busy ms"), ("span_ms", "span ms")):
+        lines.append(row(label, [g.get(key) for _, g in traced]))
+    for family in FAMILIES:
+        if any(family in g["families"] for _, g in traced):
+            lines.append(row(family, [g["families"].get(family, 0.0) for _, g in traced]))
+    lines.append(row("graph launches without kernels", [g["graph_launches_without_kernels"] for _, g in traced], delta=False))
+    for arm, g in traced:
+        lines += ["", f"{arm}: busiest kernels, ms (calls) per step; graphs replayed", ""]
+        lines += [f"- {short_kernel_name(name)}: {ms} ({calls})" for name, ms, calls in g["top_kernels"][:TOP_KERNEL_LINES]]
+        lines += [
+            f"- {x['graph']}: {x['launches']} per step, {x['kernel_ms']} ms in {x['events']} events, span {x['span_ms']} ms"
+            for x in g["graphs"]
+        ]
+    return lines
 
 
 def main(argv: list | None = None) -> int:
@@ -213,6 +278,9 @@ def main(argv: list | None = None) -> int:
     ap.add_argument("--arms", default="ddtree-b256,ddtree-b256-no-overlap,dflash,dflash-no-overlap")
     ap.add_argument("--setting", default="fixture", choices=SETTINGS)
     ap.add_argument("--prompts-per-arm", type=int, default=8)
+    ap.add_argument(
+        "--batch-size", type=int, default=1, help="prompts decoded at once, in the timed decode and the trace"
+    )
     ap.add_argument("--tp-size", type=int, default=1, help="tensor-parallel GPUs per engine, every arm alike")
     ap.add_argument("--trace-tokens", type=int, default=96)
     ap.add_argument("--keep-traces", action="store_true")
@@ -226,6 +294,8 @@ def main(argv: list | None = None) -> int:
         help="start an untimed engine of the first arm, decode once and drop it, before the measured ones",
     )
     args = ap.parse_args(argv)
+    if args.batch_size < 1:
+        ap.error(f"--batch-size must be at least 1, got {args.batch_size}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     setting = make_setting(args.setting, scratch=out)
