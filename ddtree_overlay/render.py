@@ -279,7 +279,7 @@ def _bench_view(data: Mapping[str, Any]) -> None:
             else:
                 name, repeat = run["group"], f"repeat {run['repeat']}  " if repeats > 1 else ""
             stdout.print(f"  {i:>2}. {name:<22} {repeat}{run['cells']} cells  ~{run['estimated_s']} s{cut}")
-        _state_memory_lines(plan.get("state_memory"))
+        _state_memory_lines(plan)
         stdout.print(f"results would go to {data['out']}")
         return
     if "bench" in data:
@@ -291,11 +291,15 @@ def _bench_view(data: Mapping[str, Any]) -> None:
     stdout.print(f"\nwrote {', '.join(data['files'])}")
 
 
-def _state_memory_lines(memory: Mapping[str, Any] | None) -> None:
-    """The hybrid target's recurrent-state snapshots per speculative arm (a dry run's plan)."""
+def _state_memory_lines(plan: Mapping[str, Any]) -> None:
+    """The hybrid target's verify state per speculative arm, in the mode each runs (a dry run's plan)."""
+    memory = plan.get("state_memory")
     if not memory:
         return
-    stdout.print("recurrent-state snapshots per GPU (verify tokens x the state per token), beside the live states:")
+    stdout.print(
+        f"verify recurrent state per GPU (DDTREE: {plan['hybrid_state']}, SGLANG_DDTREE_HYBRID_STATE; the others: "
+        "snapshot), beside the live states:"
+    )
     for group, entries in memory.items():
         for entry in entries:
             stdout.print(f"  {group:<22} {entry['text']}")

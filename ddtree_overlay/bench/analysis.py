@@ -475,6 +475,7 @@ def analyse(
             "prompt_lengths": sorted({len(p) for p in plan.setting.prompts}),
             "primer": plan.config.primer,
             "only": list(plan.config.only),
+            "hybrid_state": plan.config.hybrid_state,
         },
         "context": dict(context or {}),
         "primer": primer,

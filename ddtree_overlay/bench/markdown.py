@@ -12,6 +12,7 @@ from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
 from ddtree_overlay.bench.plan import capture_batch_sizes
 from ddtree_overlay.bench.projection import projection_markdown
 from ddtree_overlay.bench.recommend import markdown_section
+from ddtree_overlay.bench.state_memory import HYBRID_STATE_ENV, SNAPSHOT
 from ddtree_overlay.bench.steady_markdown import steady_section
 
 DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md
@@ -350,6 +351,14 @@ def _lengths(config: Mapping[str, Any]) -> str:
     return str(lengths[0]) if len(lengths) == 1 else f"{lengths[0]}{DASH}{lengths[-1]}"
 
 
+def _hybrid_state_text(setting: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    """On a hybrid target, the mode of DDTREE's verify state (`bench.state_memory`)."""
+    if not setting.get("hybrid"):
+        return ""
+    state = config.get("hybrid_state", SNAPSHOT)  # reports from before the flat state: snapshots
+    return f" DDTREE's Gated-DeltaNet verify state: {state} (`{HYBRID_STATE_ENV}`); DFLASH's and NEXTN's: {SNAPSHOT}."
+
+
 def markdown_report(report: Mapping[str, Any]) -> str:
     setting, config, context = report["setting"], report["config"], report["context"]
     parts = [
@@ -367,7 +376,8 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             "DDTREE and DFLASH with and without overlap scheduling."
             if config.get("ddtree_no_overlap")
             else "DDTREE and DFLASH with overlap scheduling, DFLASH also without."
-        ),
+        )
+        + _hybrid_state_text(setting, config),
         f"- **Prompts**: {_lengths(config)} tokens.",
         *(
             [

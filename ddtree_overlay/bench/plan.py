@@ -107,6 +107,9 @@ class BenchConfig:
     # of the reference code, which stops there); the bench decodes max_new_tokens always.
     stop_at_eos: bool = False
     primer: bool = True  # an untimed engine before the timed ones (`primer_run`)
+    # DDTREE's verify state on a Gated-DeltaNet target, snapshot or flat: the engines inherit
+    # SGLANG_DDTREE_HYBRID_STATE from the bench's environment, read at plan time (`bench.state_memory`)
+    hybrid_state: str = "snapshot"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A sweep plan (`bench.plan`) as JSON: the plan file `in_target/engine_runner.py` reads, and
-the description a dry run prints (with, on a hybrid target, the recurrent-state snapshots per
-group)."""
+the description a dry run prints (with, on a hybrid target, each group's verify state: snapshots,
+or DDTREE's flat state, per `bench.state_memory`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ddtree_overlay.bench.arms import (
     verify_width,
 )
 from ddtree_overlay.bench.plan import SweepPlan
-from ddtree_overlay.bench.state_memory import shape_of, snapshot_memory
+from ddtree_overlay.bench.state_memory import memory_entry, shape_of, state_of
 
 
 def runner_plan(
@@ -78,9 +78,10 @@ def runner_plan(
 
 
 def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
-    """On a hybrid target: per speculative group, the recurrent-state snapshots its verify width
-    keeps at each concurrency (batch size) its cells run (`state_memory.snapshot_memory`); None
-    for a target without Gated-DeltaNet layers."""
+    """On a hybrid target: per speculative group, the verify state its width keeps at each
+    concurrency (batch size) its cells run, in the mode the group's engine runs (DDTREE's from
+    the plan's config, the others' snapshots; `state_memory.memory_entry`); None for a target
+    without Gated-DeltaNet layers."""
     shape = shape_of(plan.setting)
     if shape is None:
         return None
@@ -95,8 +96,9 @@ def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
             width = CHAIN_DRAFT["speculative_num_draft_tokens"]
         else:
             width = verify_width(arm.policy_or_fail.widest)
+        state = state_of(arm.algorithm, plan.config.hybrid_state)
         memory[group.name] = [
-            snapshot_memory(shape, verify_width=width, concurrency=bs, tp_size=plan.config.tp_size)
+            memory_entry(shape, state, verify_width=width, concurrency=bs, tp_size=plan.config.tp_size)
             for bs in sorted({c.batch_size for c in group.cells})
         ]
     return memory
@@ -104,7 +106,7 @@ def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
 
 def describe_plan(plan: SweepPlan) -> dict[str, Any]:
     """JSON-ready summary: the groups, every engine run in order (the primer first, tagged), the
-    estimates, and on a hybrid target the recurrent-state snapshots per group."""
+    estimates, and on a hybrid target DDTREE's state mode and each group's verify state."""
     fits = list(zip(plan.runs, plan.expected_to_fit, strict=True))
     timed = [(r, f) for r, f in fits if not r.primer]
     first_runs: dict[str, Any] = {}
@@ -139,6 +141,7 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
             }
             for r, fit in fits
         ],
+        "hybrid_state": plan.config.hybrid_state if plan.setting.hybrid else None,
         "state_memory": state_memory(plan),
         "notes": list(plan.notes),
     }

@@ -1,6 +1,8 @@
 """The deployment recommendation that ends a bench report: what to serve at each measured
 concurrency, what it is expected to gain there against every baseline measured, the
-recurrent-state memory it costs on a hybrid target, and the `sglang.launch_server` command.
+recurrent-state memory its verify keeps on a hybrid target (DDTREE's in the mode the run had,
+`bench.state_memory`), and the `sglang.launch_server` command (DDTREE's with the flat state's
+switch in front when the run had it).
 
 Only measured cells count: those that ran, at the lowest temperature measured (T = 0 when
 there), and, where greedy outputs were judged, passed. The DDTREE policy is one server's: a
@@ -35,10 +37,16 @@ from ddtree_overlay.bench.arms import (
     verify_width,
 )
 from ddtree_overlay.bench.plan import SPEC_DEFAULT_MAX_RUNNING
+from ddtree_overlay.bench.state_memory import (
+    FLAT,
+    HYBRID_STATE_ENV,
+    SNAPSHOT,
+    state_of,
+    verify_state,
+)
 from ddtree_overlay.bench.target_config import TargetConfig
 
 BASELINES = (TARGET_ONLY, DFLASH, NEXTN, EAGLE3)
-GIB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -72,13 +80,14 @@ def recommend(report: Mapping[str, Any], target: TargetConfig) -> dict[str, Any]
     per_bs = [_column(bs, rows, chosen) for bs in sizes]
     config = report["config"]
     served = serving_segments(per_bs)
+    ddtree_state = str(config.get("hybrid_state", SNAPSHOT))  # reports from before the flat state: snapshots
     return {
         "temperature": temperature,
         "batch_sizes": sizes,
         "ddtree": _policy_entry(chosen) if chosen else None,
         "per_batch_size": per_bs,
         "serve": served,
-        "recurrent_state": recurrent_state(target, chosen, served, int(config.get("tp_size", 1))),
+        "recurrent_state": recurrent_state(target, chosen, served, int(config.get("tp_size", 1)), ddtree_state),
         "launch": [
             launch_command(
                 segment,
@@ -86,6 +95,7 @@ def recommend(report: Mapping[str, Any], target: TargetConfig) -> dict[str, Any]
                 ddtree_flags=_policy_flags(chosen.policy) if chosen else [],
                 hybrid=target.gated_deltanet is not None,
                 widest_batch=max(sizes),
+                ddtree_state=ddtree_state,
             )
             for segment in _distinct_configs(served)
         ],
@@ -236,25 +246,38 @@ def _policy_flags(policy: BudgetPolicy) -> list[str]:
 
 
 def recurrent_state(
-    target: TargetConfig, chosen: Candidate | None, served: Sequence[Mapping[str, Any]], tp_size: int
+    target: TargetConfig,
+    chosen: Candidate | None,
+    served: Sequence[Mapping[str, Any]],
+    tp_size: int,
+    ddtree_state: str,
 ) -> dict[str, Any] | None:
-    """On a Gated-DeltaNet target: snapshot bytes per request at each verify width the served
-    configurations use (GDN layers x value heads x K x V x state bytes per verify token, on one
-    TP rank). A DDTREE engine keeps them at its widest width (its pools' stride)."""
+    """On a Gated-DeltaNet target: the verify state per request and TP rank at each verify width
+    the served configurations use (`state_memory.verify_state`), DDTREE's in ``ddtree_state``,
+    the others' snapshots. A DDTREE engine keeps it at its widest width (its pools' stride)."""
     gdn = target.gated_deltanet
     if gdn is None:
         return None
-    per_token = gdn.snapshot_bytes_per_token(tp_size)
-    widths: dict[str, int] = {}
+    widths: dict[str, tuple[str, int]] = {}
     for segment in served:
         algorithm = segment["algorithm"]
         if algorithm == DDTREE and chosen is not None:
             for budget in sorted(set(_budgets(chosen.policy))):
-                widths[f"DDTREE B={budget}"] = verify_width(budget)
+                widths[f"DDTREE B={budget}"] = (algorithm, verify_width(budget))
         elif algorithm == DFLASH:
-            widths["DFLASH"] = BLOCK_SIZE
+            widths["DFLASH"] = (algorithm, BLOCK_SIZE)
         elif algorithm in (NEXTN, EAGLE3):
-            widths[Arm(algorithm).label] = CHAIN_DRAFT["speculative_num_draft_tokens"]
+            widths[Arm(algorithm).label] = (algorithm, CHAIN_DRAFT["speculative_num_draft_tokens"])
+    per_request = []
+    for name, (algorithm, width) in widths.items():
+        state = verify_state(gdn, state_of(algorithm, ddtree_state), verify_width=width, tp_size=tp_size)
+        per_request.append({
+            "config": name,
+            "state": state["state"],
+            "verify_tokens": width,
+            "bytes": state["per_request_bytes"],
+            "text": state["per_request_text"],
+        })
     return {
         "gated_deltanet_layers": gdn.layers,
         "value_heads": gdn.value_heads,
@@ -262,8 +285,8 @@ def recurrent_state(
         "value_dim": gdn.value_dim,
         "state_bytes": gdn.state_bytes,
         "tp_size": tp_size,
-        "bytes_per_verify_token": per_token,
-        "per_request": [{"config": name, "verify_tokens": n, "bytes": n * per_token} for name, n in widths.items()],
+        "ddtree_state": ddtree_state,
+        "per_request": per_request,
     }
 
 
@@ -274,11 +297,15 @@ def launch_command(
     ddtree_flags: Sequence[str],
     hybrid: bool,
     widest_batch: int,
+    ddtree_state: str,
 ) -> dict[str, Any]:
     """The `python -m sglang.launch_server` line serving ``segment``'s configuration with the
-    engine settings the bench measured it under (``ddtree_flags``: the DDTREE budget policy's)."""
+    engine settings the bench measured it under (``ddtree_flags``: the DDTREE budget policy's;
+    on a hybrid target DDTREE's flat state's switch in front, as the run had it)."""
     setting, config = report["setting"], report["config"]
     algorithm = segment["algorithm"]
+    flat = algorithm == DDTREE and hybrid and ddtree_state == FLAT
+    env = [f"{HYBRID_STATE_ENV}={FLAT}"] if flat else []
     words = ["python", "-m", "sglang.launch_server", "--model-path", setting["target"]]
     if algorithm == DDTREE:
         words += ["--speculative-algorithm", DDTREE, "--speculative-draft-model-path", setting["draft"]]
@@ -299,12 +326,13 @@ def launch_command(
         words += ["--mamba-radix-cache-strategy", "extra_buffer"]
     if algorithm != TARGET_ONLY and widest_batch > SPEC_DEFAULT_MAX_RUNNING:
         words += ["--max-running-requests", str(widest_batch)]
-    return {"algorithm": algorithm, "overlap": segment["overlap"], "command": _shell(words)}
+    return {"algorithm": algorithm, "overlap": segment["overlap"], "command": _shell(words, env)}
 
 
-def _shell(words: Sequence[str]) -> str:
-    """One flag and its value per line, continued with backslashes."""
-    lines, i = [" ".join(shlex.quote(w) for w in words[:3])], 3
+def _shell(words: Sequence[str], env: Sequence[str] = ()) -> str:
+    """One flag and its value per line, continued with backslashes; ``env`` (``NAME=value``)
+    before the command on its first line."""
+    lines, i = [" ".join(shlex.quote(w) for w in [*env, *words[:3]])], 3
     while i < len(words):
         take = 2 if i + 1 < len(words) and not words[i + 1].startswith("--") else 1
         lines.append(" ".join(shlex.quote(w) for w in words[i : i + take]))
@@ -396,14 +424,15 @@ def _speedup_table(rec: Mapping[str, Any]) -> list[str]:
 
 
 def _state_text(state: Mapping[str, Any]) -> str:
-    per = ", ".join(
-        f"{entry['config']} ({entry['verify_tokens']} verify tokens) {entry['bytes'] / GIB:.2f} GiB"
-        for entry in state["per_request"]
+    per = "; ".join(
+        f"{entry['config']} ({entry['state']}): {entry['text']}" for entry in state["per_request"]
     )
     return (
-        f"Recurrent-state snapshots on this hybrid target, per request and TP rank: "
-        f"{state['gated_deltanet_layers']} Gated-DeltaNet layers x {state['value_heads']} value heads x "
-        f"{state['key_dim']} x {state['value_dim']} x {state['state_bytes']} B / TP {state['tp_size']} = "
-        f"{state['bytes_per_verify_token'] / (1 << 20):.1f} MiB per verify token; {per}. A DDTREE engine "
-        "keeps them at its widest budget's width, whatever the batch."
+        f"Verify recurrent state on this hybrid target ({state['gated_deltanet_layers']} Gated-DeltaNet "
+        f"layers of {state['value_heads']} value heads x {state['key_dim']} x {state['value_dim']}, "
+        f"{state['state_bytes']} B a state element), per request and TP rank at TP {state['tp_size']}, "
+        "verify tokens x what each keeps (snapshot: its recurrent state and conv window; flat: its conv "
+        f"window and stashed inputs, plus one layer's branch scratch per request): {per}. DDTREE's state is "
+        f"{state['ddtree_state']} (`{HYBRID_STATE_ENV}`); a DDTREE engine keeps it at its widest budget's "
+        "width, whatever the batch."
     )

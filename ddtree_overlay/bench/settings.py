@@ -94,8 +94,9 @@ QWEN3_8B_COST = CostModel(
 )
 # Not measured yet: scaled from the 8B by the weights read per step (54 against 16 GB) and the
 # verify's FLOPs per token (2 x 27 G at ~700 TFLOP/s), plus the recurrent-state snapshot each
-# verify token writes (147 MiB at ~4 TB/s: ~38 us), plus loading 54 GB of dummy weights and
-# capturing the graphs at the start.
+# verify token writes (147 MiB at ~4 TB/s: ~38 us; DDTREE's flat state writes a 3.6 MiB conv
+# window and input stash per node instead, so it estimates high for that mode), plus loading
+# 54 GB of dummy weights and capturing the graphs at the start.
 QWEN3_6_27B_COST = CostModel(
     engine_start_s=150,
     first_start_extra_s=90,
@@ -181,8 +182,8 @@ QWEN3_6_27B_NOTE = (
     "hidden 5120, GDN 48 value / 16 key heads of 128, fp32 recurrent state, vocab 248320) and a "
     "DFlash-shaped drafter (5 layers of hidden 5120, target_layer_ids [1, 16, 31, 46, 61], block 16) "
     "with SGLang's dummy (random) weights: acceptance, losslessness and speedups are meaningless "
-    "here; only the per-round cost, recurrent-state snapshots included, against budget and "
-    "concurrency is."
+    "here; only the per-round cost, recurrent-state upkeep included (snapshots, or DDTREE's flat "
+    "state), against budget and concurrency is."
 )
 
 
@@ -403,11 +404,13 @@ RANDOM_SHAPES = {
     "qwen3.6-27b-random": RandomShape(
         configs=qwen3_6_27b_configs,
         prompt_vocab=248044,
-        # 54 GB of weights, the KV cache and the recurrent states (a snapshot per verify token)
-        # share one H200: SGLang's default static share would leave too little (docs/bench.md)
+        # 54 GB of weights, the KV cache and the recurrent states (a snapshot per verify token,
+        # or the flat state's far smaller nodes) share one H200: SGLang's default static share
+        # would leave too little (docs/bench.md)
         engine={"mem_fraction_static": 0.9},
-        # B = 15 verifies DFLASH's 16 tokens; every wider budget costs a snapshot per verify
-        # token, and from about B = 23 batch 16 no longer fits (docs/bench.md)
+        # B = 15 verifies DFLASH's 16 tokens; in the snapshot state every wider budget costs a
+        # snapshot per verify token, and from about B = 23 batch 16 no longer fits; the flat
+        # state fits every budget at batch 16 by the same arithmetic (docs/bench.md)
         budget_priority=(15, 8, 16, 4, 32, 64, 128, 256),
         cost=QWEN3_6_27B_COST,
         note=QWEN3_6_27B_NOTE,

@@ -1,107 +1,136 @@
-"""What a hybrid (Gated-DeltaNet) target's recurrent state costs per request, from its config.json.
+"""What a hybrid (Gated-DeltaNet) target's verify keeps of the recurrent state per request, from
+its config.json (`target_config.GatedDeltaNet`), in either of DDTREE's two modes.
 
-A speculative verify on a GDN target keeps, per request, one recurrent-state snapshot per verify
-token (SGLang's ``intermediate_ssm_state_cache``: ``[GDN layers, requests + 1, verify tokens,
-value heads, key dim, value dim]`` in the ``mamba_ssm_dtype``) and one conv window per verify
-token (``intermediate_conv_window``, ``[GDN layers, requests + 1, verify tokens, conv dim,
-kernel - 1]`` in the model dtype; DDTREE's tree verify keeps the dense layout). So the snapshot
-path costs, per request,
+``SGLANG_DDTREE_HYBRID_STATE`` (the payload's switch, ``ddtree_envs``; the engines inherit it
+from the bench's environment) picks DDTREE's mode; DFLASH and NEXTN always keep snapshots.
 
-    verify width x GDN layers x (value heads x key dim x value dim x 4 B  +  conv dim x (kernel - 1) x 2 B)
+- snapshot (SGLang's path, the default): one recurrent-state snapshot per verify token
+  (``intermediate_ssm_state_cache``: value heads x key dim x value dim in ``mamba_ssm_dtype``)
+  and one conv window per verify token (``intermediate_conv_window``: conv channels x (kernel
+  - 1) in the model dtype), every GDN layer.
+- flat (``ddtree_gdn_tree``): per verify node the conv window and a stash of the node's inputs
+  (k [key heads, K] and v [value heads, V] in the model dtype, g and beta [value heads] fp32),
+  every GDN layer; plus one layer's branch scratch per request, shared by all layers:
+  min((width - 1) // 2, block - 1) slots (at least one) of value heads x V x K fp32.
 
-at TP = 1, divided by the TP size on each GPU (the heads split over the ranks). The payload logs the same from the pools it sees
-(``RecurrentStateCommit.describe`` in ``ddtree_hybrid.py``); this is the plan's view, before an
-engine starts.
+So per request on each GPU: width x (bytes per node) [+ the scratch], divided by the TP size
+(the heads split over the ranks); a pool holds the requests and one spare slot. The flat
+formulas restate the payload's ``stash_bytes_per_node``, ``branch_slots`` and
+``scratch_bytes_per_request`` (the bench runs without sglang or triton, so it cannot import
+them); tests/payload/test_payload_ddtree_gdn_tree.py holds the two to each other. The payload
+logs what it allocated (``RecurrentStateCommit.describe`` in ``ddtree_hybrid.py``); this is the
+plan's view, before an engine starts.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from ddtree_overlay.bench.arms import BLOCK_SIZE, DDTREE
 from ddtree_overlay.bench.settings import RANDOM_SHAPES, Setting
+from ddtree_overlay.bench.target_config import GatedDeltaNet, read_target_config, target_config
+from ddtree_overlay.engine import errors
 
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+HYBRID_STATE_ENV = "SGLANG_DDTREE_HYBRID_STATE"
+SNAPSHOT, FLAT = "snapshot", "flat"
+HYBRID_STATES = (SNAPSHOT, FLAT)  # the payload's choices; unset means the first
+SCRATCH_BYTES = 4  # the branch scratch is fp32 whatever the state dtype
 GIB = 1 << 30
 MIB = 1 << 20
 
 
-@dataclass(frozen=True)
-class GdnStateShape:
-    gdn_layers: int
-    value_heads: int
-    key_heads: int
-    key_dim: int
-    value_dim: int
-    conv_kernel: int
-    ssm_bytes: int  # per element of the recurrent state (mamba_ssm_dtype)
-    conv_bytes: int  # per element of the conv window (the model dtype)
-
-    @classmethod
-    def of_config(cls, config: Mapping[str, Any]) -> GdnStateShape | None:
-        """From a target's config.json (top level, or its ``text_config``); None when it has no
-        Gated-DeltaNet layers."""
-        text = config.get("text_config") or config
-        if text.get("linear_num_value_heads") is None:
-            return None
-        layer_types = text.get("layer_types") or ()
-        return cls(
-            gdn_layers=sum(1 for kind in layer_types if kind == "linear_attention"),
-            value_heads=int(text["linear_num_value_heads"]),
-            key_heads=int(text["linear_num_key_heads"]),
-            key_dim=int(text["linear_key_head_dim"]),
-            value_dim=int(text["linear_value_head_dim"]),
-            conv_kernel=int(text["linear_conv_kernel_dim"]),
-            ssm_bytes=DTYPE_BYTES[text.get("mamba_ssm_dtype", "float32")],
-            conv_bytes=DTYPE_BYTES[text.get("dtype") or config.get("dtype") or "bfloat16"],
-        )
-
-    @property
-    def ssm_bytes_per_token(self) -> int:
-        """One request's recurrent state, every GDN layer."""
-        return self.gdn_layers * self.value_heads * self.key_dim * self.value_dim * self.ssm_bytes
-
-    @property
-    def conv_bytes_per_token(self) -> int:
-        """One request's conv window, every GDN layer."""
-        conv_dim = 2 * self.key_heads * self.key_dim + self.value_heads * self.value_dim
-        return self.gdn_layers * conv_dim * (self.conv_kernel - 1) * self.conv_bytes
-
-    @property
-    def bytes_per_verify_token(self) -> int:
-        return self.ssm_bytes_per_token + self.conv_bytes_per_token
+def hybrid_state_from_env() -> str:
+    """DDTREE's mode as the engines will read it from this process's environment. The payload
+    refuses any other value (an empty one too), so the bench does before an engine starts."""
+    raw = os.environ.get(HYBRID_STATE_ENV)
+    if raw is None:
+        return SNAPSHOT
+    if raw not in HYBRID_STATES:
+        raise errors.bad_setting(HYBRID_STATE_ENV, raw, " or ".join(f"`{s}`" for s in HYBRID_STATES))
+    return raw
 
 
-def shape_of(setting: Setting) -> GdnStateShape | None:
-    """The setting's target's GDN state shape (a random setting's from the config it writes,
-    which a dry run does not); None when it is not a hybrid or its config is unreadable."""
+def state_of(algorithm: str, ddtree_state: str) -> str:
+    """The mode an arm's verify keeps its state in: DDTREE's is the switch's, the others' snapshots."""
+    return ddtree_state if algorithm == DDTREE else SNAPSHOT
+
+
+def shape_of(setting: Setting) -> GatedDeltaNet | None:
+    """The setting's target's GDN shape (a random setting's from the config it writes, which a
+    dry run does not); None when it is not a hybrid or its config is unreadable."""
     shape = RANDOM_SHAPES.get(setting.name)
     if shape is not None:
-        return GdnStateShape.of_config(shape.configs()[0])
-    try:
-        config = json.loads((setting.target / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return GdnStateShape.of_config(config)
+        return target_config(shape.configs()[0]).gated_deltanet
+    return read_target_config(setting.target).gated_deltanet
 
 
-def snapshot_memory(shape: GdnStateShape, *, verify_width: int, concurrency: int, tp_size: int = 1) -> dict[str, Any]:
-    """The snapshot path's bytes on each GPU for one arm at one concurrency: per request, and for
-    ``concurrency`` requests plus the pool's spare slot; ``live_bytes`` are the requests' own
-    states beside them (one per request, more with the radix cache's extra slots); ``text`` says
-    it in a line."""
-    per_token = shape.bytes_per_verify_token // tp_size
-    per_request = verify_width * per_token
+def conv_window_bytes(gdn: GatedDeltaNet) -> int:
+    """One verify node's conv window, every GDN layer (both modes keep one)."""
+    return gdn.layers * gdn.conv_channels * (gdn.conv_kernel - 1) * gdn.activation_bytes
+
+
+def recurrent_state_bytes(gdn: GatedDeltaNet) -> int:
+    """One recurrent state (a request's, or a snapshot of one verify node), every GDN layer."""
+    return gdn.layers * gdn.value_heads * gdn.key_dim * gdn.value_dim * gdn.state_bytes
+
+
+def stash_bytes_per_node(gdn: GatedDeltaNet) -> int:
+    """One flat verify node's stashed inputs, every GDN layer (k, v; g and beta fp32)."""
+    per_layer = (gdn.key_heads * gdn.key_dim + gdn.value_heads * gdn.value_dim) * gdn.activation_bytes
+    return gdn.layers * (per_layer + 2 * gdn.value_heads * 4)
+
+
+def branch_slots(width: int, block_size: int) -> int:
+    """The flat verify's scratch slots per request: the branch nodes open at once."""
+    return max(1, min((width - 1) // 2, block_size - 1))
+
+
+def scratch_bytes_per_request(gdn: GatedDeltaNet, width: int, block_size: int) -> int:
+    """One request's branch scratch: one layer's states, one per slot, fp32."""
+    return branch_slots(width, block_size) * gdn.value_heads * gdn.value_dim * gdn.key_dim * SCRATCH_BYTES
+
+
+def node_bytes(gdn: GatedDeltaNet, state: str) -> int:
+    """What one verify node keeps, every GDN layer, at TP = 1."""
+    kept = recurrent_state_bytes(gdn) if state == SNAPSHOT else stash_bytes_per_node(gdn)
+    return kept + conv_window_bytes(gdn)
+
+
+def verify_state(
+    gdn: GatedDeltaNet, state: str, *, verify_width: int, tp_size: int = 1, block_size: int = BLOCK_SIZE
+) -> dict[str, Any]:
+    """One request's verify state on each GPU in ``state`` mode at ``verify_width`` (the widest
+    an engine verifies: its pools' stride): per node, the flat mode's scratch, the sum, and
+    ``per_request_text`` saying it (``33 x 147 MiB = 4.7 GiB``, ``33 x 3.58 MiB + 45 MiB scratch = 163 MiB``)."""
+    per_node = node_bytes(gdn, state) // tp_size
+    scratch = scratch_bytes_per_request(gdn, verify_width, block_size) // tp_size if state == FLAT else 0
     entry = {
+        "state": state,
         "verify_width": verify_width,
-        "concurrency": concurrency,
         "tp_size": tp_size,
-        "per_verify_token_bytes": per_token,
-        "per_request_bytes": per_request,
-        "total_bytes": (concurrency + 1) * per_request,
-        "live_bytes": concurrency * per_token,
+        "per_node_bytes": per_node,
+        "scratch_bytes": scratch,
+        "per_request_bytes": verify_width * per_node + scratch,
+    }
+    plus = f" + {size_text(scratch)} scratch" if scratch else ""
+    text = f"{verify_width} x {size_text(per_node)}{plus} = {size_text(entry['per_request_bytes'])}"
+    return entry | {"per_request_text": text}
+
+
+def memory_entry(
+    gdn: GatedDeltaNet, state: str, *, verify_width: int, concurrency: int, tp_size: int = 1
+) -> dict[str, Any]:
+    """One arm's verify state on each GPU at one concurrency: per request (`verify_state`), for
+    ``concurrency`` requests plus the pool's spare slot, and beside them the requests' own live
+    states (one per request, more with the radix cache's extra slots); ``text`` says it in a
+    line."""
+    entry = verify_state(gdn, state, verify_width=verify_width, tp_size=tp_size)
+    entry |= {
+        "concurrency": concurrency,
+        "total_bytes": (concurrency + 1) * entry["per_request_bytes"],
+        "live_bytes": concurrency * (node_bytes(gdn, SNAPSHOT) // tp_size),
     }
     return entry | {"text": describe(entry)}
 
@@ -114,10 +143,10 @@ def size_text(nbytes: float) -> str:
 
 
 def describe(entry: Mapping[str, Any]) -> str:
-    """``33 x 147 MiB = 4.7 GiB per request, 80.4 GiB at concurrency 16 (+ 2.3 GiB live)``."""
+    """``flat: 33 x 3.58 MiB + 45 MiB scratch = 163 MiB per request, 2.7 GiB at concurrency 16
+    (+ 2.3 GiB live)``."""
     return (
-        f"{entry['verify_width']} x {size_text(entry['per_verify_token_bytes'])} = "
-        f"{size_text(entry['per_request_bytes'])} per request, "
+        f"{entry['state']}: {entry['per_request_text']} per request, "
         f"{size_text(entry['total_bytes'])} at concurrency {entry['concurrency']} "
         f"(+ {size_text(entry['live_bytes'])} live)"
     )

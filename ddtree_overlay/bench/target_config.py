@@ -1,12 +1,14 @@
 """What a target's `config.json` tells the bench: whether it carries an MTP head (so a NEXTN
-arm can run), and its Gated-DeltaNet shape (so the recommendation can state the recurrent-state
-memory a verify width costs).
+arm can run), and its Gated-DeltaNet shape (so the plan and the recommendation can state the
+recurrent-state memory a verify costs, `bench.state_memory`).
 
 Qwen3.5 / Qwen3.6 keep their text model under ``text_config`` and count the MTP head in
 ``mtp_num_hidden_layers``; DeepSeek-V3, GLM-4 MoE and MiMo put ``num_nextn_predict_layers`` at
 the top level. Gated-DeltaNet layers are the ``linear_attention`` entries of ``layer_types``
-(Qwen3-Next, Qwen3.5, Qwen3.6), sized by ``linear_num_value_heads`` heads of
-``linear_key_head_dim`` x ``linear_value_head_dim``, kept in ``mamba_ssm_dtype``.
+(Qwen3-Next, Qwen3.5, Qwen3.6), with ``linear_num_value_heads`` value and
+``linear_num_key_heads`` key heads of ``linear_value_head_dim`` / ``linear_key_head_dim``, a
+causal conv of ``linear_conv_kernel_dim`` taps over their [q | k | v] channels, the recurrent
+state kept in ``mamba_ssm_dtype``, the conv windows and activations in the model's ``dtype``.
 """
 
 from __future__ import annotations
@@ -18,21 +20,33 @@ from pathlib import Path
 from typing import Any
 
 MTP_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
-STATE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+GDN_KEYS = (
+    "linear_num_value_heads",
+    "linear_num_key_heads",
+    "linear_key_head_dim",
+    "linear_value_head_dim",
+    "linear_conv_kernel_dim",
+)
 
 
 @dataclass(frozen=True)
 class GatedDeltaNet:
+    """A hybrid target's Gated-DeltaNet layers, at TP = 1."""
+
     layers: int
     value_heads: int
+    key_heads: int
     key_dim: int
     value_dim: int
-    state_bytes: int  # per element of the recurrent state
+    conv_kernel: int
+    state_bytes: int  # per element of the recurrent state (mamba_ssm_dtype)
+    activation_bytes: int  # per element of the conv windows and activations (the model dtype)
 
-    def snapshot_bytes_per_token(self, tp_size: int = 1) -> int:
-        """One recurrent-state snapshot per verify token of one request, on one rank (value
-        heads are split over the TP ranks)."""
-        return self.layers * self.value_heads * self.key_dim * self.value_dim * self.state_bytes // tp_size
+    @property
+    def conv_channels(self) -> int:
+        """The conv's channels: [q | k | v]."""
+        return 2 * self.key_heads * self.key_dim + self.value_heads * self.value_dim
 
 
 @dataclass(frozen=True)
@@ -53,18 +67,25 @@ def read_target_config(target: Path) -> TargetConfig:
 def target_config(raw: Mapping[str, Any]) -> TargetConfig:
     text = raw.get("text_config") if isinstance(raw.get("text_config"), Mapping) else {}
     mtp = max((_int(cfg.get(key)) for cfg in (raw, text) for key in MTP_KEYS), default=0)
-    return TargetConfig(mtp_layers=mtp, gated_deltanet=_gated_deltanet(text or raw))
+    return TargetConfig(mtp_layers=mtp, gated_deltanet=_gated_deltanet(text or raw, raw))
 
 
-def _gated_deltanet(cfg: Mapping[str, Any]) -> GatedDeltaNet | None:
+def _gated_deltanet(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> GatedDeltaNet | None:
     layers = sum(1 for kind in cfg.get("layer_types") or () if kind == "linear_attention")
-    heads, key_dim, value_dim = (
-        _int(cfg.get(k)) for k in ("linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
-    )
-    if not (layers and heads and key_dim and value_dim):
+    value_heads, key_heads, key_dim, value_dim, conv_kernel = (_int(cfg.get(key)) for key in GDN_KEYS)
+    if not (layers and value_heads and key_heads and key_dim and value_dim and conv_kernel):
         return None
-    dtype = str(cfg.get("mamba_ssm_dtype") or "float32")
-    return GatedDeltaNet(layers, heads, key_dim, value_dim, STATE_BYTES.get(dtype, 4))
+    dtype = cfg.get("dtype") or cfg.get("torch_dtype") or top.get("dtype") or top.get("torch_dtype")
+    return GatedDeltaNet(
+        layers=layers,
+        value_heads=value_heads,
+        key_heads=key_heads,
+        key_dim=key_dim,
+        value_dim=value_dim,
+        conv_kernel=conv_kernel,
+        state_bytes=DTYPE_BYTES.get(str(cfg.get("mamba_ssm_dtype") or "float32"), 4),
+        activation_bytes=DTYPE_BYTES.get(str(dtype or "bfloat16"), 2),
+    )
 
 
 def _int(value: Any) -> int:

@@ -46,6 +46,7 @@ from ddtree_overlay.bench.settings import (
     load_prompts,
     make_setting,
 )
+from ddtree_overlay.bench.state_memory import hybrid_state_from_env
 from ddtree_overlay.bench.supervision import OnEvent, run_bench, write_report
 from ddtree_overlay.bench.target_config import read_target_config
 from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
@@ -86,6 +87,8 @@ def default_out(setting: str) -> Path:
 
 
 def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: None) -> Result:
+    # the engines inherit DDTREE's hybrid state switch from this process: the plan states its memory
+    config = replace(request.config, hybrid_state=hybrid_state_from_env())
     sglang = None if request.dry_run else require_sglang(env)  # before chat prompts need the env
     prompt_ids, prompt_note = prompts_of(env.python, request)
     setting = make_setting(
@@ -106,7 +109,7 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
     why = crash_reason(hybrid=setting.hybrid, attention_backend=request.config.attention_backend, sglang_version=version)
     setting = replace(setting, nextn_without_overlap=why)
     try:
-        plan = plan_sweep(setting, request.config)
+        plan = plan_sweep(setting, config)
     except ValueError as error:  # an --only arm this pair, or this sglang, cannot run
         raise bench_plan_refused(str(error)) from None
     if request.dry_run:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, EAGLE3, NEXTN, TARGET_ONLY, Arm, BudgetPolicy
 from ddtree_overlay.bench.recommend import markdown_section, recommend, summary_lines
-from ddtree_overlay.bench.target_config import GatedDeltaNet, TargetConfig
+from ddtree_overlay.bench.settings import qwen3_6_27b_configs
+from ddtree_overlay.bench.target_config import TargetConfig, target_config
 
 PLAIN = TargetConfig(mtp_layers=0, gated_deltanet=None)
-HYBRID = TargetConfig(mtp_layers=1, gated_deltanet=GatedDeltaNet(48, 48, 128, 128, 4))  # Qwen3.6-27B's
+HYBRID = target_config(qwen3_6_27b_configs()[0])  # Qwen3.6-27B's
 MIB = 1 << 20
 
 
@@ -100,21 +103,52 @@ def test_one_scheduling_mode_per_server() -> None:
     assert "--tp-size 2" in command and "--disable-overlap-schedule" in command
 
 
+def hybrid_cells() -> list[dict[str, Any]]:
+    """DDTREE B=256 at bs 1, NEXTN at bs 64 (EAGLE-3 is not faster there)."""
+    return [*baselines(1, 100, 300, 250), *baselines(64, 3000, 6000, 6500),
+            cell(Arm.ddtree(256), 1, 500), cell(Arm.ddtree(32), 64, 6000),
+            cell(Arm(EAGLE3), 64, 6100)]
+
+
 def test_hybrid_targets_get_the_snapshot_memory_of_every_served_width() -> None:
-    cells = [*baselines(1, 100, 300, 250), *baselines(64, 3000, 6000, 6500),
-             cell(Arm.ddtree(256), 1, 500), cell(Arm.ddtree(32), 64, 6000),
-             cell(Arm(EAGLE3), 64, 6100)]
-    rec = recommend(report(cells), HYBRID)
+    rec = recommend(report(hybrid_cells()), HYBRID)
     assert rec is not None
     state = rec["recurrent_state"]
-    assert state["bytes_per_verify_token"] == 144 * MIB
-    assert {e["config"]: e["verify_tokens"] for e in state["per_request"]} == {
-        "DDTREE B=32": 33, "DDTREE B=256": 257, "NEXTN": 4
+    assert state["ddtree_state"] == "snapshot"
+    per_node = (48 * 48 * 128 * 128 * 4 + 48 * (2 * 16 * 128 + 48 * 128) * 3 * 2)  # state + conv window
+    assert {e["config"]: (e["state"], e["verify_tokens"], e["bytes"]) for e in state["per_request"]} == {
+        "DDTREE B=32": ("snapshot", 33, 33 * per_node),
+        "DDTREE B=256": ("snapshot", 257, 257 * per_node),
+        "NEXTN": ("snapshot", 4, 4 * per_node),
     }
     ddtree, nextn = rec["launch"]
+    assert ddtree["command"].startswith("python -m sglang.launch_server \\\n")
     assert "--mamba-radix-cache-strategy extra_buffer \\\n    --max-running-requests 64" in ddtree["command"]
     assert nextn["algorithm"] == NEXTN
-    assert "144.0 MiB per verify token" in "\n".join(markdown_section(rec))
+    text = "\n".join(markdown_section(rec))
+    assert "DDTREE B=32 (snapshot): 33 x 147 MiB = 4.7 GiB; " in text
+    assert "DDTREE's state is snapshot (`SGLANG_DDTREE_HYBRID_STATE`)" in text
+
+
+def test_a_flat_state_run_recommends_ddtree_with_its_switch_and_states_its_memory() -> None:
+    rec = recommend(report(hybrid_cells(), hybrid_state="flat"), HYBRID)
+    assert rec is not None
+    state = rec["recurrent_state"]
+    assert state["ddtree_state"] == "flat"
+    per_request = {e["config"]: e for e in state["per_request"]}
+    assert per_request["DDTREE B=32"]["state"] == "flat"
+    assert per_request["DDTREE B=32"]["bytes"] / MIB == pytest.approx(163.1, abs=0.05)
+    assert per_request["NEXTN"]["state"] == "snapshot"  # only DDTREE reads the switch
+    ddtree, nextn = rec["launch"]
+    assert ddtree["command"].startswith("SGLANG_DDTREE_HYBRID_STATE=flat python -m sglang.launch_server \\\n")
+    assert "HYBRID_STATE" not in nextn["command"]
+    text = "\n".join(markdown_section(rec))
+    assert "DDTREE B=32 (flat): 33 x 3.58 MiB + 45 MiB scratch = 163 MiB; " in text
+    assert "NEXTN (snapshot): 4 x 147 MiB = 587 MiB" in text
+    assert "DDTREE's state is flat (`SGLANG_DDTREE_HYBRID_STATE`)" in text
+    plain = recommend(report(mixed(), hybrid_state="flat"), PLAIN)  # the switch means nothing there
+    assert plain is not None and plain["recurrent_state"] is None
+    assert not any("HYBRID_STATE" in launch["command"] for launch in plain["launch"])
 
 
 def test_the_lowest_temperature_measured_is_the_basis() -> None:

@@ -1,19 +1,15 @@
-"""bench.plan's continuous-batching cells, engine orders, the chain control, --only, and the
-recurrent-state memory a dry run shows (bench.state_memory)."""
+"""bench.plan's continuous-batching cells, engine orders, the chain control and --only."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ddtree_overlay.bench import plan as bp
-from ddtree_overlay.bench import plan_json, settings, state_memory
+from ddtree_overlay.bench import plan_json, settings
 from ddtree_overlay.bench.arms import DDTREE, Arm, BudgetPolicy
-
-MIB = 1 << 20
 
 
 def plan_for(tmp_path: Path, setting: str = "fixture", **config: Any) -> bp.SweepPlan:
@@ -119,45 +115,6 @@ def test_stream_estimates_grow_with_the_prompts_prefill(tmp_path: Path) -> None:
         return plan.group("dflash").cells[0].est_s
 
     assert stream_est(8192) > stream_est(1024) + 0.2
-
-
-# --- recurrent-state memory ------------------------------------------------------------------
-
-
-def test_the_27b_shape_holds_147_mib_of_state_per_verify_token() -> None:
-    target, _ = settings.qwen3_6_27b_configs()
-    shape = state_memory.GdnStateShape.of_config(target)
-    assert shape is not None and shape.gdn_layers == 48
-    assert shape.ssm_bytes_per_token == 48 * 48 * 128 * 128 * 4  # 144 MiB, as docs/serving.md says
-    assert shape.conv_bytes_per_token == 48 * (2 * 16 * 128 + 48 * 128) * 3 * 2
-    entry = state_memory.snapshot_memory(shape, verify_width=33, concurrency=16)
-    assert entry["per_request_bytes"] == 33 * shape.bytes_per_verify_token
-    assert entry["total_bytes"] == 17 * entry["per_request_bytes"]  # and the pool's spare slot
-    assert entry["text"] == "33 x 147 MiB = 4.7 GiB per request, 80.4 GiB at concurrency 16 (+ 2.3 GiB live)"
-    halved = state_memory.snapshot_memory(shape, verify_width=33, concurrency=16, tp_size=2)
-    assert halved["per_request_bytes"] == entry["per_request_bytes"] // 2
-
-
-def test_a_dry_run_shows_each_speculative_arms_snapshots_on_a_hybrid_only(tmp_path: Path) -> None:
-    plan = plan_for(tmp_path, "qwen3.6-27b-random", budgets=(15, 32), batch_sizes=(), concurrencies=(1, 16))
-    memory = plan_json.describe_plan(plan)["state_memory"]
-    assert set(memory) == {"dflash", "dflash-no-overlap", "ddtree-b15", "ddtree-b32"}  # not target-only
-    assert [e["concurrency"] for e in memory["ddtree-b32"]] == [1, 16]
-    assert {e["verify_width"] for e in memory["dflash"]} == {16}
-    assert memory["ddtree-b32"][1]["verify_width"] == 33
-    assert plan_json.describe_plan(plan_for(tmp_path, "qwen3-8b-random"))["state_memory"] is None
-
-
-def test_a_custom_hybrid_pair_is_read_from_its_config(tmp_path: Path) -> None:
-    hybrid = settings.FIXTURES / "hybrid"
-    made = settings.make_setting("fixture", scratch=tmp_path, target=hybrid / "target", draft=hybrid / "draft",
-                                 prompts=hybrid / "heldout_prompts.json")
-    shape = state_memory.shape_of(made)
-    config = json.loads((hybrid / "target" / "config.json").read_text())["text_config"]
-    assert shape is not None and shape.gdn_layers == config["layer_types"].count("linear_attention")
-    assert shape.ssm_bytes_per_token == 6 * 6 * 64 * 64 * 4
-    small = state_memory.snapshot_memory(shape, verify_width=16, concurrency=1)
-    assert small["text"] == "16 x 0.58 MiB = 9.35 MiB per request, 19 MiB at concurrency 1 (+ 0.58 MiB live)"
 
 
 def test_the_chain_control_is_judged_against_dflashs_offline_reference(tmp_path: Path) -> None:

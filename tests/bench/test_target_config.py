@@ -5,16 +5,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddtree_overlay.bench.settings import FIXTURES
+from ddtree_overlay.bench.settings import FIXTURES, qwen3_6_27b_configs
 from ddtree_overlay.bench.target_config import GatedDeltaNet, read_target_config, target_config
 
-MIB = 1 << 20
+QWEN3_6_27B = GatedDeltaNet(
+    layers=48, value_heads=48, key_heads=16, key_dim=128, value_dim=128, conv_kernel=4, state_bytes=4,
+    activation_bytes=2,
+)
 
 
 def test_the_hybrid_fixture_has_an_mtp_head_and_six_gated_deltanet_layers() -> None:
     config = read_target_config(FIXTURES / "hybrid" / "target")
     assert config.mtp_layers == 1
-    assert config.gated_deltanet == GatedDeltaNet(layers=6, value_heads=6, key_dim=64, value_dim=64, state_bytes=4)
+    assert config.gated_deltanet == GatedDeltaNet(
+        layers=6, value_heads=6, key_heads=2, key_dim=64, value_dim=64, conv_kernel=4, state_bytes=4,
+        activation_bytes=2,
+    )
 
 
 def test_the_dense_fixture_is_neither() -> None:
@@ -22,16 +28,27 @@ def test_the_dense_fixture_is_neither() -> None:
     assert config.mtp_layers == 0 and config.gated_deltanet is None
 
 
-def test_qwen3_6_27b_shape_costs_144_mib_per_verify_token_and_half_under_tp_2() -> None:
-    text = {
-        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 16,
-        "linear_num_value_heads": 48, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-        "mamba_ssm_dtype": "float32", "mtp_num_hidden_layers": 1,
-    }
-    config = target_config({"model_type": "qwen3_5", "text_config": text})
-    assert config.mtp_layers == 1 and config.gated_deltanet is not None
-    assert config.gated_deltanet.snapshot_bytes_per_token() == 144 * MIB
-    assert config.gated_deltanet.snapshot_bytes_per_token(tp_size=2) == 72 * MIB
+def test_the_27b_shape_is_read_from_its_text_config() -> None:
+    config = target_config(qwen3_6_27b_configs()[0])
+    assert config.mtp_layers == 1 and config.gated_deltanet == QWEN3_6_27B
+    assert QWEN3_6_27B.conv_channels == 2 * 16 * 128 + 48 * 128
+
+
+def test_a_top_level_gdn_config_takes_its_dtypes_from_their_keys() -> None:
+    text = qwen3_6_27b_configs()[0]["text_config"]
+    flat = {k: v for k, v in text.items() if k != "dtype"} | {"torch_dtype": "float32", "mamba_ssm_dtype": "bfloat16"}
+    gdn = target_config(flat).gated_deltanet
+    assert gdn is not None and (gdn.state_bytes, gdn.activation_bytes) == (2, 4)
+    undeclared = {k: v for k, v in flat.items() if k not in ("torch_dtype", "mamba_ssm_dtype")}
+    gdn = target_config(undeclared).gated_deltanet
+    assert gdn is not None and (gdn.state_bytes, gdn.activation_bytes) == (4, 2)  # fp32 state, bf16 model
+
+
+def test_a_gdn_config_missing_a_dimension_is_no_hybrid() -> None:
+    text = qwen3_6_27b_configs()[0]["text_config"]
+    for key in ("linear_num_key_heads", "linear_conv_kernel_dim", "layer_types"):
+        assert target_config({k: v for k, v in text.items() if k != key}).gated_deltanet is None
+    assert target_config(text | {"linear_num_value_heads": "48"}).gated_deltanet is None
 
 
 def test_a_top_level_nextn_count_and_an_unreadable_config(tmp_path: Path) -> None:

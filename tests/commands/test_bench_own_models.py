@@ -188,7 +188,10 @@ def test_a_hybrid_sweep_runs_nextn_and_ends_with_a_recommendation(tmp_path: Path
     policies = ("B=8", "B=32", "schedule 1:8,2:32", "schedule 1:32,2:8")
     assert rec["batch_sizes"] == [1, 2] and rec["ddtree"]["policy"] in policies
     assert set(rec["per_batch_size"][0]["speedup"]) == {"target-only", "DFLASH", "NEXTN"}
-    assert rec["recurrent_state"]["bytes_per_verify_token"] == 6 * 6 * 64 * 64 * 4
+    state = rec["recurrent_state"]
+    per_node = 6 * 6 * 64 * 64 * 4 + 6 * (2 * 2 * 64 + 6 * 64) * 3 * 2  # a snapshot and a conv window
+    assert state["ddtree_state"] == "snapshot"  # per_request: the served widths (none if target-only won)
+    assert all(e["bytes"] == e["verify_tokens"] * per_node for e in state["per_request"])
     markdown = (out / "bench.md").read_text()
     assert markdown.rstrip().endswith("```") and "## Recommendation" in markdown
     assert "python -m sglang.launch_server" in markdown and "64 chat prompts" in markdown

@@ -55,10 +55,39 @@ def test_a_27b_dry_run_plans_streams_only_and_shows_the_snapshot_memory() -> Non
     lines = done.stdout.splitlines()
     assert lines[0].startswith("bench plan (qwen3.6-27b-random, 128 new tokens): 6 engines (3 groups x 2 engines each")
     assert sum(" 2 cells " in line for line in lines) == 6  # c=1 and c=16, no waves, no margins
-    assert "  ddtree-b32             33 x 147 MiB = 4.7 GiB per request, 80.4 GiB at concurrency 16 (+ 2.3 GiB live)" in lines
-    assert "  dflash                 16 x 147 MiB = 2.3 GiB per request, 4.6 GiB at concurrency 1 (+ 147 MiB live)" in lines
+    assert ("verify recurrent state per GPU (DDTREE: snapshot, SGLANG_DDTREE_HYBRID_STATE; the others: snapshot), "
+            "beside the live states:") in lines
+    assert ("  ddtree-b32             snapshot: 33 x 147 MiB = 4.7 GiB per request, 80.4 GiB at concurrency 16 "
+            "(+ 2.3 GiB live)") in lines
+    assert ("  dflash                 snapshot: 16 x 147 MiB = 2.3 GiB per request, 4.6 GiB at concurrency 1 "
+            "(+ 147 MiB live)") in lines
     plan = json.loads(run_cli(*DRY, "--json", "--setting", "qwen3-8b-random", "--concurrency", "4").stdout)
     assert plan["data"]["plan"]["state_memory"] is None  # not a hybrid
+
+
+def test_a_27b_dry_run_under_the_flat_state_shows_ddtrees_flat_memory_and_dflashs_snapshots() -> None:
+    done = run_cli(*DRY, "--setting", "qwen3.6-27b-random", "--budgets", "32", "--concurrency", "16",
+                   "--temperatures", "0", "--only", "dflash,ddtree-b32", env_vars={"SGLANG_DDTREE_HYBRID_STATE": "flat"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert ("verify recurrent state per GPU (DDTREE: flat, SGLANG_DDTREE_HYBRID_STATE; the others: snapshot), "
+            "beside the live states:") in lines
+    assert ("  ddtree-b32             flat: 33 x 3.58 MiB + 45 MiB scratch = 163 MiB per request, 2.7 GiB at "
+            "concurrency 16 (+ 2.3 GiB live)") in lines
+    assert ("  dflash                 snapshot: 16 x 147 MiB = 2.3 GiB per request, 39.0 GiB at concurrency 16 "
+            "(+ 2.3 GiB live)") in lines
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+@pytest.mark.parametrize("value", ["dense", ""])
+def test_a_malformed_hybrid_state_stops_the_bench_before_it_plans(tmp_path: Path, dry_run: bool, value: str) -> None:
+    args = DRY if dry_run else DRY[:-1]
+    done = run_cli(*args, "--setting", "qwen3.6-27b-random", "--out", str(tmp_path / "out"),
+                   env_vars={"SGLANG_DDTREE_HYBRID_STATE": value})
+    assert done.returncode == ExitCode.BAD_PATCH_SET, done.stderr
+    assert done.stderr.startswith(f"error: SGLANG_DDTREE_HYBRID_STATE={value!r} is not `snapshot` or `flat`\n")
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (tmp_path / "out").exists()
 
 
 # --- a sweep of stream cells against the stand-in sglang -------------------------------------

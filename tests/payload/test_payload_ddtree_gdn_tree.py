@@ -560,6 +560,32 @@ def test_the_memory_split_reserves_conv_windows_and_stash_per_flat_node_and_the_
     assert params.mamba_cache_per_req / per_node == pytest.approx(41.0, abs=0.1)
 
 
+@pytest.mark.parametrize("width", [16, 33, 65])
+def test_the_bench_states_the_flat_memory_the_payload_reserves(monkeypatch, width):
+    """bench.state_memory restates these formulas (the bench runs without triton): at Qwen3.6-27B's
+    shape, block 16, its parts and its per-request sum must be the payload's own."""
+    from ddtree_overlay.bench import settings, state_memory
+    from ddtree_overlay.bench.target_config import target_config
+
+    gdn = target_config(settings.qwen3_6_27b_configs()[0]).gated_deltanet
+    assert state_memory.HYBRID_STATES == flat.envs.SGLANG_DDTREE_HYBRID_STATE.choices  # default first
+    assert state_memory.stash_bytes_per_node(gdn) == flat.stash_bytes_per_node(
+        layers=48, key_heads=16, value_heads=48, k_dim=128, v_dim=128, activation_itemsize=2
+    )
+    assert state_memory.branch_slots(width, BLOCK) == flat.branch_slots(width, BLOCK)
+    assert state_memory.scratch_bytes_per_request(gdn, width, BLOCK) == flat.scratch_bytes_per_request(
+        width=width, block_size=BLOCK, value_heads=48, v_dim=128, k_dim=128
+    )
+    params = qwen36_cache_params()
+    assert state_memory.node_bytes(gdn, "snapshot") == params.mamba_cache_per_req
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    reserved = flat.verify_memory_tokens(ddtree_args(width=width, block_size=BLOCK), params, torch.bfloat16)
+    bench = state_memory.verify_state(gdn, "flat", verify_width=width, block_size=BLOCK)
+    assert bench["per_request_bytes"] == pytest.approx(reserved * params.mamba_cache_per_req, rel=1e-12)
+    if width == 33:  # scripts/gpu/gdn_flat_state.py on an H200, 2026-12-02
+        assert bench["per_request_bytes"] / 2**20 == pytest.approx(163.1, abs=0.05)
+
+
 def test_the_pool_keeps_no_ssm_snapshots_in_flat_mode(monkeypatch):
     server_args = types.ModuleType("sglang.srt.server_args")
     server_args.get_global_server_args = ddtree_args
