@@ -404,7 +404,9 @@ def test_replay_commit_writes_the_tracking_slot_at_its_path_position():
     accept_index = torch.tensor([[0, 1, 2, 3], [6, 7, -1, -1]])
     accept_lens = torch.tensor([4, 2], dtype=torch.int32)
     track_slots = torch.tensor([6, 7], dtype=torch.int32)
-    track_positions = torch.tensor([1, -1])
+    # Interval 16: request 0 goes 14 -> 18 and reaches 16 at path position 1, request 1 goes
+    # 20 -> 22 and crosses nothing.
+    prefix_lens = torch.tensor([14, 20])
     want_track = inputs.sequential(0, [0, 1])[1]
     want_live = [inputs.sequential(0, [0, 1, 2, 3])[1], inputs.sequential(1, [0, 1])[1]]
     untouched = inputs.state[7].clone()
@@ -418,8 +420,9 @@ def test_replay_commit_writes_the_tracking_slot_at_its_path_position():
             accept_lens=accept_lens,
             num_verify_tokens=n,
             max_path=MAX_PATH,
+            prefix_lens=prefix_lens,
             track_indices=track_slots,
-            track_positions=track_positions,
+            track_interval=16,
         )
     torch.testing.assert_close(pool[0, 6], want_track, atol=ATOL, rtol=RTOL)
     assert torch.equal(pool[0, 7], untouched)
@@ -664,8 +667,9 @@ verify = {{
 walk = {{"parent_ptr": "*i32", "walk_ptr": "*i32", "n_tokens": "i32", "slots": "i32", "stride_parent_req": "i64"}}
 replay = {{
     "state_ptr": "*fp32", "stash_k_ptr": "*bf16", "stash_v_ptr": "*bf16", "stash_g_ptr": "*fp32",
-    "stash_beta_ptr": "*fp32", "slot_ptr": "*i32", "track_slot_ptr": "*i32", "track_pos_ptr": "*i64",
-    "accept_index_ptr": "*i64", "accept_len_ptr": "*i32", "n_tokens": "i32", "stash_width": "i32",
+    "stash_beta_ptr": "*fp32", "slot_ptr": "*i32", "track_slot_ptr": "*i64", "accept_index_ptr": "*i32",
+    "accept_len_ptr": "*i32", "prefix_len_ptr": "*i64", "track_interval": "i32", "n_tokens": "i32",
+    "stash_width": "i32",
     "stride_state_layer": "i64", "stride_state_slot": "i64", "stride_stash_k_layer": "i64",
     "stride_stash_v_layer": "i64", "stride_stash_gb_layer": "i64", "stride_accept_req": "i64",
 }}

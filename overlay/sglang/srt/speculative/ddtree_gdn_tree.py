@@ -565,6 +565,18 @@ def tree_verify(
 
 
 @triton.jit
+def tracking_position(accept_len, prefix_len, track_interval):
+    """Accepted-path position whose state the prefix cache tracks: the one after which the
+    sequence is as long as the last multiple of ``track_interval`` the round reached from
+    ``prefix_len``; -1: the round crossed none. Lengths are >= 0, so C division is floor
+    division."""
+    post = prefix_len + accept_len
+    boundary = post // track_interval * track_interval
+    crossed = prefix_len // track_interval != post // track_interval
+    return tl.where(crossed, boundary - prefix_len - 1, -1)
+
+
+@triton.jit
 def _replay_commit_kernel(
     state_ptr,  # [L, slots, HV, V, K]
     stash_k_ptr,  # [L, rows * width, H, K]
@@ -573,9 +585,10 @@ def _replay_commit_kernel(
     stash_beta_ptr,
     slot_ptr,  # [bs] committed slot, < 0: skip
     track_slot_ptr,  # [bs] prefix-cache tracking slot (HAS_TRACK)
-    track_pos_ptr,  # [bs] path position whose state it takes, < 0: none
     accept_index_ptr,  # [bs, W] accepted global verify rows, root first
     accept_len_ptr,  # [bs]
+    prefix_len_ptr,  # [bs] committed length before the round (HAS_TRACK)
+    track_interval,
     n_tokens,
     stash_width,
     stride_state_layer,
@@ -608,14 +621,17 @@ def _replay_commit_kernel(
     head = i_hv * V * K + o_v[None, :] * K + o_k[:, None]
 
     slot = tl.load(slot_ptr + req).to(tl.int64)
-    length = tl.minimum(tl.where(slot >= 0, tl.load(accept_len_ptr + req), 0), MAX_PATH)
+    accept_len = tl.load(accept_len_ptr + req).to(tl.int64)
+    length = tl.minimum(tl.where(slot >= 0, accept_len, 0), MAX_PATH)
     state_layer = state_ptr + layer * stride_state_layer
     b_h = tl.zeros([BK, BV], dtype=tl.float32)
     if slot >= 0:
         b_h += tl.load(state_layer + slot * stride_state_slot + head, mask=mask_h, other=0).to(tl.float32)
     if HAS_TRACK:
         track_slot = tl.load(track_slot_ptr + req).to(tl.int64)
-        track_pos = tl.where(track_slot >= 0, tl.load(track_pos_ptr + req), -1)
+        prefix_len = tl.load(prefix_len_ptr + req).to(tl.int64)
+        track_pos = tracking_position(accept_len, prefix_len, track_interval)
+        track_pos = tl.where(track_slot >= 0, track_pos, -1)
     k_layer = stash_k_ptr + layer * stride_stash_k_layer
     v_layer = stash_v_ptr + layer * stride_stash_v_layer
     gb_offset = layer * stride_stash_gb_layer
@@ -645,20 +661,23 @@ def replay_commit(
     accept_lens: torch.Tensor,
     num_verify_tokens: int,
     max_path: int,
+    prefix_lens: Optional[torch.Tensor] = None,
     track_indices: Optional[torch.Tensor] = None,
-    track_positions: Optional[torch.Tensor] = None,
+    track_interval: Optional[int] = None,
 ) -> None:
     """Committed state of batch request i := its state after its accepted path, every layer.
 
     ssm_states [L, slots, HV, V, K]; accept_index [bs, W] the accepted global verify rows
-    (root first, as eagle_sample returns them), accept_lens [bs]; track_positions [bs] the path
-    position whose state goes to track_indices[i] (< 0: none). No host sync."""
+    (root first, as eagle_sample returns them), accept_lens [bs]. With track_indices and
+    track_interval, track_indices[i] takes the state at ``tracking_position`` (from
+    prefix_lens [bs], the committed lengths before the round) where the round crossed a
+    tracking boundary. No host sync."""
     bs = int(accept_lens.shape[0])
     if bs == 0:
         return
     layers, _, hv, vd, kd = ssm_states.shape
     h = int(stash.k.shape[2])
-    has_track = track_indices is not None and track_positions is not None
+    has_track = track_indices is not None and track_interval is not None
     slots = cache_indices[:bs]
     bv = min(triton.next_power_of_2(vd), _BV)
     grid = (bs, triton.cdiv(vd, bv), layers * hv)
@@ -669,10 +688,11 @@ def replay_commit(
         stash.g,
         stash.beta,
         slots,
-        track_indices[:bs] if has_track else slots,
-        track_positions if has_track else slots,
+        track_indices if has_track else slots,
         accept_index,
         accept_lens,
+        prefix_lens if has_track else accept_lens,
+        int(track_interval) if has_track else 1,
         int(num_verify_tokens),
         stash.width,
         ssm_states.stride(0),

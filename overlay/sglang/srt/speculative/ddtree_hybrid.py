@@ -278,8 +278,9 @@ class RecurrentStateCommit:
                 accept_lens=accept_lens,
                 num_verify_tokens=num_verify_tokens,
                 max_path=self.max_path,
+                prefix_lens=prefix_lens,
                 track_indices=track_indices if tracking else None,
-                track_positions=track_pos,
+                track_interval=track_interval if tracking else None,
             )
 
     def copy_nodes(
