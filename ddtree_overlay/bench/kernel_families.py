@@ -16,7 +16,7 @@ DDTREE_KERNELS = frozenset({
     "_accepted_kernel",
     "_best_first_tree_kernel",
     "_chain_kernel",
-    "_copy_state_rows_kernel",
+    "_commit_rows_kernel",
     "_draft_block_kernel",
     "_replay_commit_kernel",
     "_row_logsumexp_kernel",

@@ -5,8 +5,10 @@ request i's node s at flat row i * W + s for the pool's width W (the widest veri
 whatever the round's width. The commit must copy the last accepted node's into the request's
 live slot, and the tracking node's into the prefix-cache slot where a tracking boundary was
 crossed. In flat mode only the conv windows are copied and the SSM state is replayed from the
-stashed inputs (its kernels are tested in test_payload_ddtree_gdn_tree). The copy kernel runs in Triton's CPU interpreter (see
-test_payload_ddtree_kernels for why the variable is set only around the import).
+stashed inputs (its kernels are tested in test_payload_ddtree_gdn_tree). The kernels find those
+nodes themselves; the torch ops the payload used before (commit_positions, nodes_at) are the
+oracle. They run in Triton's CPU interpreter (see test_payload_ddtree_kernels for why the
+variable is set only around the import).
 """
 
 from __future__ import annotations
@@ -64,44 +66,72 @@ def expected_after(pool, slots, nodes):
     return ssm, conv
 
 
-@pytest.mark.parametrize("last_node", [MAX_WIDTH - 1, 4])
-def test_commit_copies_each_requests_accepted_node_at_the_pools_pitch(last_node):
-    pool = fake_pool()
-    slots = torch.tensor([7, 2, 5], dtype=torch.int32)
-    nodes = torch.tensor([3, 0, last_node])
-    want_ssm, want_conv = expected_after(pool, slots, nodes)
-    commit = hybrid.RecurrentStateCommit.from_pool(pool)
-    with triton_interpreter():
-        commit.copy_nodes(slots, nodes)
-    assert torch.equal(pool.temporal, want_ssm)
-    assert torch.equal(pool.conv[0], want_conv)
+# The commit's specification in torch ops, as the payload computed it before its kernels found
+# the nodes themselves.
 
 
-def test_tracking_copies_only_where_a_boundary_was_crossed():
-    pool = fake_pool()
-    live = torch.tensor([0, 1], dtype=torch.int32)
-    track = torch.tensor([6, 8], dtype=torch.int32)
-    last = torch.tensor([2, 4])
-    track_steps = torch.tensor([-1, 1])
-    want_ssm, want_conv = expected_after(pool, live, last)
-    want_ssm[:, 8] = pool.intermediate_ssm[:, 1, 1]
-    want_conv[:, 8] = pool.intermediate_conv_window[0][:, 1, 1]
-    with triton_interpreter():
-        hybrid.RecurrentStateCommit.from_pool(pool).copy_nodes(
-            live, last, track_indices=track, track_steps=track_steps
-        )
-    assert torch.equal(pool.temporal, want_ssm)  # slot 6 (no crossing) untouched
-    assert torch.equal(pool.conv[0], want_conv)
+def commit_positions(accept_lens, prefix_lens, track_interval):
+    """Accepted-path position of each request's state to commit, and of the prefix-cache
+    tracking point (-1: no interval boundary crossed this round; None: no tracking)."""
+    accept_lens = accept_lens.to(torch.int64)
+    last = accept_lens - 1
+    if track_interval is None:
+        return last, None
+    pre = prefix_lens.to(torch.int64)
+    post = pre + accept_lens
+    crossed = pre // track_interval != post // track_interval
+    ith = torch.clamp(post // track_interval * track_interval - pre - 1, min=0)
+    return last, torch.where(crossed, ith, torch.full_like(ith, -1))
+
+
+def nodes_at(accept_index, positions, num_verify_tokens):
+    """Verify-block node at each request's path position (-1 where the position is < 0)."""
+    req = torch.arange(int(positions.shape[0]), dtype=torch.int64)
+    rows = accept_index[req, positions.clamp(min=0)].to(torch.int64) - req * int(num_verify_tokens)
+    return torch.where(positions >= 0, rows, torch.full_like(rows, -1))
+
+
+def committed_by_torch(pool, rnd, stash=None):
+    """(SSM state, conv states) the commit of round ``rnd`` must leave: the nodes from
+    commit_positions and nodes_at, rows copied by indexing at the pool's pitch (the SSM state
+    too with snapshots), and with a flat-mode ``stash`` the SSM state replayed along each path."""
+    ssm, conv = pool.temporal.clone(), [state.clone() for state in pool.conv]
+    last_pos, track_pos = commit_positions(rnd.accept_lens, rnd.prefix_lens, rnd.track_interval)
+    targets = [(rnd.live, nodes_at(rnd.accept_index, last_pos, rnd.n))]
+    if track_pos is not None:
+        targets.append((rnd.track, nodes_at(rnd.accept_index, track_pos, rnd.n)))
+    for slots, nodes in targets:
+        for i, (slot, node) in enumerate(zip(slots.tolist(), nodes.tolist(), strict=True)):
+            if slot < 0 or node < 0:
+                continue
+            if stash is None:
+                ssm[:, slot] = pool.intermediate_ssm[:, i, node]
+            for state, windows in zip(conv, pool.intermediate_conv_window, strict=True):
+                state[:, slot] = windows[:, i, node]
+    if stash is None:
+        return ssm, conv
+    for i, slot in enumerate(rnd.live.tolist()):
+        if slot < 0:
+            continue
+        length = int(rnd.accept_lens[i])
+        path = [int(r) - i * rnd.n + i * stash.width for r in rnd.accept_index[i, :length]]
+        track_slot = int(rnd.track[i]) if track_pos is not None else -1
+        for layer in range(LAYERS):
+            gdn_tree.replay_commit_torch(
+                ssm[layer], stash, layer, slot, path,
+                track_slot=track_slot, track_pos=int(track_pos[i]) if track_slot >= 0 else -1,
+            )
+    return ssm, conv
 
 
 def test_commit_positions_follow_the_accepted_path_and_the_tracking_boundary():
     accept_lens = torch.tensor([3, 1], dtype=torch.int32)
     prefix = torch.tensor([14, 30])
-    last, track = hybrid.commit_positions(accept_lens, prefix, track_interval=16)
+    last, track = commit_positions(accept_lens, prefix, track_interval=16)
     assert last.tolist() == [2, 0]
     # Request 0 goes 14 -> 17 and crosses 16 at its second token (path position 1).
     assert track.tolist() == [1, -1]
-    assert hybrid.commit_positions(accept_lens, prefix, None)[1] is None
+    assert commit_positions(accept_lens, prefix, None)[1] is None
 
 
 def test_a_snapshot_round_commits_the_last_accepted_node_and_the_tracking_node():
@@ -217,6 +247,111 @@ def test_a_flat_round_copies_conv_windows_and_replays_the_ssm_state():
     assert torch.equal(pool.conv[0], want_conv)
 
 
+ROUND_WIDTH, ACCEPT_WIDTH = 6, 5  # a narrower round than the pool's: rows stay at its pitch
+
+
+def accepted_round(accept_lens, prefix_lens, live, track, track_interval, seed):
+    """A round's acceptance: each request's path from the root through random later nodes of a
+    ROUND_WIDTH verify block, as global rows (i * ROUND_WIDTH + node), -1 past it."""
+    gen = torch.Generator().manual_seed(seed)
+    accept_index = torch.full((len(accept_lens), ACCEPT_WIDTH), -1, dtype=torch.int32)
+    for i, length in enumerate(accept_lens):
+        later = torch.randperm(ROUND_WIDTH - 1, generator=gen)[: max(length - 1, 0)] + 1
+        path = torch.cat([torch.zeros(1, dtype=torch.int64), later.sort().values])[:length]
+        accept_index[i, :length] = path + i * ROUND_WIDTH
+    return types.SimpleNamespace(
+        accept_index=accept_index,
+        accept_lens=torch.tensor(accept_lens, dtype=torch.int32),
+        prefix_lens=torch.tensor(prefix_lens),
+        live=torch.tensor(live, dtype=torch.int32),
+        track=torch.tensor(track),
+        track_interval=track_interval,
+        n=ROUND_WIDTH,
+    )
+
+
+def boundary_round(tracking):
+    """Interval 16: request 0 crosses 16 at path position 1, request 1 crosses nothing,
+    request 2 crosses at position 0 (its root), request 3 is padding (nothing accepted)."""
+    return accepted_round(
+        [4, 3, 2, 0], [14, 20, 15, 31], live=[7, 2, 5, 0], track=[6, 8, 1, 4],
+        track_interval=16 if tracking else None, seed=5,
+    )
+
+
+def random_round(tracking):
+    """Random lengths and prefixes at interval 3 (a path may cross two boundaries); request 1
+    has no live slot and request 2 no tracking slot."""
+    gen = torch.Generator().manual_seed(15)
+    accept_lens = torch.randint(1, ACCEPT_WIDTH + 1, (SPEC_SLOTS,), generator=gen).tolist()
+    prefix_lens = torch.randint(0, 40, (SPEC_SLOTS,), generator=gen).tolist()
+    slots = torch.randperm(LIVE_SLOTS, generator=gen).tolist()
+    live, track = slots[:SPEC_SLOTS], slots[SPEC_SLOTS : 2 * SPEC_SLOTS]
+    live[1], track[2] = -1, -1
+    return accepted_round(
+        accept_lens, prefix_lens, live=live, track=track,
+        track_interval=3 if tracking else None, seed=7,
+    )
+
+
+def test_the_rounds_cover_the_tracking_cases():
+    rnd = boundary_round(tracking=True)
+    assert commit_positions(rnd.accept_lens, rnd.prefix_lens, 16)[1].tolist() == [1, -1, 0, -1]
+    rnd = random_round(tracking=True)
+    pre, post = rnd.prefix_lens, rnd.prefix_lens + rnd.accept_lens
+    assert (post // 3 - pre // 3 >= 2).any() and (post // 3 == pre // 3).any()
+
+
+def with_conv_entries(pool, entries):
+    """The pool with ``entries`` conv tensors: the first its own, then bf16 ones of another row
+    size."""
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(entries - 1):
+        pool.conv.append(torch.randn(LAYERS, LIVE_SLOTS, 5, 2, generator=gen).to(torch.bfloat16))
+        windows = torch.randn(LAYERS, SPEC_SLOTS, MAX_WIDTH, 5, 2, generator=gen)
+        pool.intermediate_conv_window.append(windows.to(torch.bfloat16))
+    return pool
+
+
+def filled_flat_commit(pool):
+    commit = flat_commit(pool)
+    gen = torch.Generator().manual_seed(2)
+    for stashed in (commit.stash.k, commit.stash.v, commit.stash.g, commit.stash.beta):
+        stashed.copy_(torch.randn(stashed.shape, generator=gen) * 0.5)
+    return commit
+
+
+@pytest.mark.parametrize("make_round", [boundary_round, random_round])
+@pytest.mark.parametrize("conv_entries", [1, 2])
+@pytest.mark.parametrize("tracking", [True, False])
+@pytest.mark.parametrize("mode", ["snapshot", "flat"])
+def test_the_kernels_find_the_nodes_the_torch_ops_did(mode, tracking, conv_entries, make_round):
+    """Every launch pattern: snapshot mode copies SSM + conv windows in pairs (one launch for
+    SSM + one conv tensor, two with a second conv tensor), flat mode the conv windows (one
+    launch) and replays the SSM state."""
+    rnd = make_round(tracking)
+    if mode == "snapshot":
+        pool = with_conv_entries(fake_pool(), conv_entries)
+        commit = hybrid.RecurrentStateCommit.from_pool(pool)
+    else:
+        pool = with_conv_entries(fake_gdn_pool(), conv_entries)
+        commit = filled_flat_commit(pool)
+    before = [state.clone() for state in pool.conv]
+    want_ssm, want_conv = committed_by_torch(pool, rnd, commit.stash)
+    with triton_interpreter():
+        commit.commit(
+            rnd.live, rnd.accept_index, rnd.accept_lens, rnd.n, rnd.prefix_lens,
+            track_indices=rnd.track if tracking else None, track_interval=rnd.track_interval,
+        )
+    if mode == "snapshot":
+        assert torch.equal(pool.temporal, want_ssm)
+    else:
+        torch.testing.assert_close(pool.temporal, want_ssm, atol=1e-5, rtol=1e-5)
+    for got, want, old in zip(pool.conv, want_conv, before, strict=True):
+        assert not torch.equal(want, old)
+        assert torch.equal(got, want)
+
+
 def fake_model_runner(requested, fitted, ratio):
     return types.SimpleNamespace(
         server_args=types.SimpleNamespace(max_running_requests=requested),
@@ -271,7 +406,7 @@ def test_gated_deltanet_layers(config, layers):
 
 
 AOT_SCRIPT = """
-import json, sys
+import json, re, subprocess, sys, tempfile
 sys.path.insert(0, {tests!r})
 from payload_modules import load_payload_module
 import triton
@@ -279,26 +414,47 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
 hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
+
+
+def stack_bytes(cubin):
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run(
+            [triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", f.name],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    return int(re.search(r"STACK:(\\d+)", usage).group(1))
+
+
 built = []
-for state, index in (("*fp32", "*i64"), ("*bf16", "*i32")):
+# Snapshot mode's SSM + conv pair and flat mode's conv windows; SGLang's index dtypes and int64.
+for first, second, index in (("*fp32", "*bf16", "*i32"), ("*bf16", "*bf16", "*i64")):
     signature = {{
-        "dst_ptr": state, "src_ptr": state, "dst_slot_ptr": index, "src_row_ptr": "*i64",
-        "dst_layer_stride": "i64", "dst_slot_stride": "i64", "src_layer_stride": "i64",
-        "src_row_stride": "i64", "row_numel": "i32", "BLOCK": "constexpr",
+        "a_dst_ptr": first, "a_src_ptr": first, "b_dst_ptr": second, "b_src_ptr": second,
+        "slot_ptr": index, "track_slot_ptr": "*i64", "accept_index_ptr": index,
+        "accept_len_ptr": "*i32", "prefix_len_ptr": "*i64", "track_interval": "i32",
+        "n_tokens": "i32", "pitch": "i32", "stride_accept_req": "i64",
+        **{{f"{{t}}_{{name}}": "i64" for t in "ab" for name in (
+            "dst_layer_stride", "dst_slot_stride", "src_layer_stride", "src_row_stride"
+        )}},
+        "a_row_numel": "i32", "a_chunks": "i32", "b_row_numel": "i32", "chunks": "i32",
+        "BLOCK": "constexpr",
     }}
     k = triton.compile(
-        ASTSource(hybrid._copy_state_rows_kernel, signature, {{"BLOCK": hybrid._ROW_BLOCK}}),
+        ASTSource(hybrid._commit_rows_kernel, signature, {{"BLOCK": hybrid._ROW_BLOCK}}),
         target=GPUTarget("cuda", 90, 32),
     )
     assert ".target sm_90a" in k.asm["ptx"]
-    built.append(len(k.asm["cubin"]))
+    built.append((len(k.asm["cubin"]), stack_bytes(k.asm["cubin"])))
 print(json.dumps(built))
 """
 
 
 @pytest.mark.slow
-def test_copy_kernel_compiles_ahead_of_time_for_sm90():
-    """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver."""
+def test_the_commit_kernel_compiles_ahead_of_time_for_sm90():
+    """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver: the
+    interpreter accepts code the compiler would not. No register spills to a stack frame."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     tests_dir = str(OVERLAY.parent / "tests")
     result = subprocess.run(
@@ -307,4 +463,4 @@ def test_copy_kernel_compiles_ahead_of_time_for_sm90():
     )
     assert result.returncode == 0, result.stderr[-4000:]
     built = json.loads(result.stdout.strip().splitlines()[-1])
-    assert len(built) == 2 and all(size > 0 for size in built)
+    assert len(built) == 2 and all(size > 0 and stack == 0 for size, stack in built), built

@@ -15,7 +15,10 @@ What differs is the commit, and what a node keeps (``SGLANG_DDTREE_HYBRID_STATE`
   from the committed state and stashes the nodes' inputs, and the commit replays the accepted path.
 SGLang's kernels write a node's snapshot and conv window at the pool's pitch (the widest
 verify width) whatever the round's width (budget schedule, adaptive budgets); the commit
-reads them there.
+reads them there. The commit runs eagerly every round, so it is one launch per two pool
+tensors (snapshot mode on a Gated-DeltaNet pool: one; flat mode: one and the replay) whose
+programs find their request's accepted node (and tracking node) from ``accept_index``,
+``accept_lens`` and ``prefix_lens`` themselves.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from sglang.srt.speculative.ddtree_gdn_tree import GDNInputStash, replay_commit
+from sglang.srt.speculative.ddtree_gdn_tree import GDNInputStash, replay_commit, tracking_position
 
 logger = logging.getLogger(__name__)
 
@@ -58,53 +61,139 @@ def gated_deltanet_layers(hf_config) -> int:
 
 
 @triton.jit
-def _copy_state_rows_kernel(
-    dst_ptr,
-    src_ptr,
-    dst_slot_ptr,  # [n] persistent slot per request, < 0: skip
-    src_row_ptr,  # [n] snapshot row per request, < 0: skip
-    dst_layer_stride,
-    dst_slot_stride,
-    src_layer_stride,
-    src_row_stride,
-    row_numel,
+def _accepted_node(accept_index_ptr, stride_accept_req, req, pos, n_tokens):
+    """Verify-block node at request ``req``'s accepted-path position ``pos`` (-1: pos < 0)."""
+    row = tl.load(accept_index_ptr + req * stride_accept_req + tl.maximum(pos, 0)).to(tl.int64)
+    return tl.where(pos >= 0, row - req * n_tokens, -1)
+
+
+@triton.jit
+def _copy_row_chunk(dst, src, chunk, row_numel, valid, BLOCK: tl.constexpr):
+    offs = chunk * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < tl.where(valid, row_numel, 0)
+    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+@triton.jit
+def _commit_rows_kernel(
+    a_dst_ptr,  # [L, slots, Ra] persistent state
+    a_src_ptr,  # [L, spec slots * pitch, Ra] per verify node
+    b_dst_ptr,  # a second pool tensor's, the same way (read only where b has chunks)
+    b_src_ptr,
+    slot_ptr,  # [bs] live slot, < 0: skip
+    track_slot_ptr,  # [bs] prefix-cache tracking slot, < 0: skip (read by target 1 only)
+    accept_index_ptr,  # [bs, W] accepted global verify rows, root first
+    accept_len_ptr,  # [bs]
+    prefix_len_ptr,  # [bs] committed length before the round
+    track_interval,
+    n_tokens,  # the round's verify width
+    pitch,  # the pool's widest verify width: request i's node s is row i * pitch + s
+    stride_accept_req,
+    a_dst_layer_stride,
+    a_dst_slot_stride,
+    a_src_layer_stride,
+    a_src_row_stride,
+    a_row_numel,
+    a_chunks,
+    b_dst_layer_stride,
+    b_dst_slot_stride,
+    b_src_layer_stride,
+    b_src_row_stride,
+    b_row_numel,
+    chunks,  # a's chunks + b's
     BLOCK: tl.constexpr,
 ):
-    """dst[layer, slot[i], :] = src[layer, row[i], :] for one (request, layer, chunk)."""
-    i = tl.program_id(0)
-    layer = tl.program_id(1).to(tl.int64)
-    chunk = tl.program_id(2)
-    slot = tl.load(dst_slot_ptr + i).to(tl.int64)
-    row = tl.load(src_row_ptr + i).to(tl.int64)
-    offs = chunk * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < tl.where((slot >= 0) & (row >= 0), row_numel, 0)
-    src = src_ptr + layer * src_layer_stride + row * src_row_stride + offs
-    dst = dst_ptr + layer * dst_layer_stride + slot * dst_slot_stride + offs
-    tl.store(dst, tl.load(src, mask=mask), mask=mask)
+    """dst[layer, slot] = src[layer, req * pitch + node] for one (layer and chunk, request,
+    target): target 0 the live slot at the last accepted node, target 1 the tracking slot at
+    the node where the round crossed a tracking boundary."""
+    layer = (tl.program_id(0) // chunks).to(tl.int64)
+    chunk = tl.program_id(0) % chunks
+    req = tl.program_id(1).to(tl.int64)
+    accept_len = tl.load(accept_len_ptr + req).to(tl.int64)
+    if tl.program_id(2) == 0:
+        slot = tl.load(slot_ptr + req).to(tl.int64)
+        pos = accept_len - 1
+    else:
+        slot = tl.load(track_slot_ptr + req).to(tl.int64)
+        prefix_len = tl.load(prefix_len_ptr + req).to(tl.int64)
+        pos = tracking_position(accept_len, prefix_len, track_interval)
+    node = _accepted_node(accept_index_ptr, stride_accept_req, req, pos, n_tokens)
+    row = req * pitch + node
+    valid = (slot >= 0) & (node >= 0)
+    if chunk < a_chunks:
+        _copy_row_chunk(
+            a_dst_ptr + layer * a_dst_layer_stride + slot * a_dst_slot_stride,
+            a_src_ptr + layer * a_src_layer_stride + row * a_src_row_stride,
+            chunk,
+            a_row_numel,
+            valid,
+            BLOCK,
+        )
+    else:
+        _copy_row_chunk(
+            b_dst_ptr + layer * b_dst_layer_stride + slot * b_dst_slot_stride,
+            b_src_ptr + layer * b_src_layer_stride + row * b_src_row_stride,
+            chunk - a_chunks,
+            b_row_numel,
+            valid,
+            BLOCK,
+        )
 
 
-def copy_state_rows(
-    dst: torch.Tensor, dst_slots: torch.Tensor, src: torch.Tensor, src_rows: torch.Tensor
+def copy_accepted_rows(
+    pools: List[Tuple[torch.Tensor, torch.Tensor]],
+    cache_indices: torch.Tensor,
+    accept_index: torch.Tensor,
+    accept_lens: torch.Tensor,
+    num_verify_tokens: int,
+    pitch: int,
+    prefix_lens: torch.Tensor,
+    track_indices: Optional[torch.Tensor] = None,
+    track_interval: Optional[int] = None,
 ) -> None:
-    """``dst[:, dst_slots[i]] = src[:, src_rows[i]]`` for every i whose slot and row are >= 0.
-
-    dst [L, slots, R] and src [L, rows, R] are row-contiguous views of one pool tensor each;
-    no host sync, so it replays inside CUDA graphs."""
-    n = int(dst_slots.shape[0])
-    layers, _, row_numel = dst.shape
-    if n == 0:
+    """For one or two (persistent [L, slots, R], per-node [L, spec slots * pitch, R]) row views
+    of pool tensors: ``persistent[:, cache_indices[i]] := per_node[:, i * pitch + node]`` for
+    request i's last accepted node, and with tracking ``persistent[:, track_indices[i]]`` the
+    same at ``tracking_position``'s node (skipped where none was crossed). One launch, no host
+    sync. Two tensors, not all: a launch takes a fixed list of typed pointers, and a
+    Gated-DeltaNet pool's two (SSM state, conv windows) differ in dtype and row size."""
+    bs = int(accept_lens.shape[0])
+    if bs == 0:
         return
-    grid = (n, layers, triton.cdiv(row_numel, _ROW_BLOCK))
-    _copy_state_rows_kernel[grid](
-        dst,
-        src,
-        dst_slots,
-        src_rows,
-        dst.stride(0),
-        dst.stride(1),
-        src.stride(0),
-        src.stride(1),
-        row_numel,
+    if not 1 <= len(pools) <= 2:
+        raise ValueError(f"copy_accepted_rows copies one or two pool tensors, got {len(pools)}.")
+    (a_dst, a_src), (b_dst, b_src) = pools[0], pools[-1]
+    layers = int(a_dst.shape[0])
+    a_chunks = triton.cdiv(int(a_dst.shape[2]), _ROW_BLOCK)
+    b_chunks = triton.cdiv(int(b_dst.shape[2]), _ROW_BLOCK) if len(pools) == 2 else 0
+    tracking = track_indices is not None and track_interval is not None
+    grid = (layers * (a_chunks + b_chunks), bs, 2 if tracking else 1)
+    _commit_rows_kernel[grid](
+        a_dst,
+        a_src,
+        b_dst,
+        b_src,
+        cache_indices,
+        track_indices if tracking else cache_indices,
+        accept_index,
+        accept_lens,
+        prefix_lens,
+        int(track_interval) if tracking else 1,
+        int(num_verify_tokens),
+        int(pitch),
+        accept_index.stride(0),
+        a_dst.stride(0),
+        a_dst.stride(1),
+        a_src.stride(0),
+        a_src.stride(1),
+        int(a_dst.shape[2]),
+        a_chunks,
+        b_dst.stride(0),
+        b_dst.stride(1),
+        b_src.stride(0),
+        b_src.stride(1),
+        int(b_dst.shape[2]),
+        a_chunks + b_chunks,
         BLOCK=_ROW_BLOCK,
     )
 
@@ -117,29 +206,6 @@ def _rows(state: torch.Tensor, leading: int) -> torch.Tensor:
             f"got a non-contiguous pool tensor of shape {tuple(state.shape)}."
         )
     return state.view(state.shape[0], leading, -1)
-
-
-def commit_positions(
-    accept_lens: torch.Tensor, prefix_lens: torch.Tensor, track_interval: Optional[int]
-) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Accepted-path position of each request's state to commit, and of the prefix-cache
-    tracking point (-1: no interval boundary crossed this round; None: no tracking)."""
-    accept_lens = accept_lens.to(torch.int64)
-    last = accept_lens - 1
-    if track_interval is None:
-        return last, None
-    pre = prefix_lens.to(torch.int64)
-    post = pre + accept_lens
-    crossed = pre // track_interval != post // track_interval
-    ith = torch.clamp(post // track_interval * track_interval - pre - 1, min=0)
-    return last, torch.where(crossed, ith, torch.full_like(ith, -1))
-
-
-def _nodes_at(accept_index, positions, num_verify_tokens) -> torch.Tensor:
-    """Verify-block node at each request's path position (-1 where the position is < 0)."""
-    req = torch.arange(int(positions.shape[0]), dtype=torch.int64, device=positions.device)
-    rows = accept_index[req, positions.clamp(min=0)].to(torch.int64) - req * int(num_verify_tokens)
-    return torch.where(positions >= 0, rows, torch.full_like(rows, -1))
 
 
 @dataclass
@@ -252,6 +318,13 @@ class RecurrentStateCommit:
             "request slots"
         )
 
+    @property
+    def copied_pools(self) -> List[Tuple[torch.Tensor, torch.Tensor]]:
+        """(persistent, per-node) row views the commit copies: the SSM snapshots (snapshot
+        mode) and the conv windows."""
+        ssm = [] if self.ssm_nodes is None else [(self.ssm, self.ssm_nodes)]
+        return ssm + self.conv
+
     def commit(
         self,
         cache_indices: torch.Tensor,
@@ -263,12 +336,23 @@ class RecurrentStateCommit:
         track_interval: Optional[int] = None,
     ) -> None:
         """Each request's recurrent state := its state after the accepted path (and the
-        prefix-cache tracking slot's, where the round crossed a tracking boundary)."""
-        tracking = track_indices is not None and track_interval is not None
-        last_pos, track_pos = commit_positions(accept_lens, prefix_lens, track_interval if tracking else None)
-        last = _nodes_at(accept_index, last_pos, num_verify_tokens)
-        track = None if track_pos is None else _nodes_at(accept_index, track_pos, num_verify_tokens)
-        self.copy_nodes(cache_indices, last, track_indices=track_indices, track_steps=track)
+        prefix-cache tracking slot's, where the round crossed a tracking boundary): one launch
+        per two copied pool tensors, plus flat mode's replay; no host sync."""
+        if track_indices is None or track_interval is None:
+            track_indices = track_interval = None
+        pools = self.copied_pools
+        for first in range(0, len(pools), 2):
+            copy_accepted_rows(
+                pools[first : first + 2],
+                cache_indices,
+                accept_index,
+                accept_lens,
+                num_verify_tokens,
+                self.max_verify_tokens,
+                prefix_lens,
+                track_indices=track_indices,
+                track_interval=track_interval,
+            )
         if self.stash is not None:
             replay_commit(
                 ssm_states=self.ssm_pool,
@@ -279,34 +363,9 @@ class RecurrentStateCommit:
                 num_verify_tokens=num_verify_tokens,
                 max_path=self.max_path,
                 prefix_lens=prefix_lens,
-                track_indices=track_indices if tracking else None,
-                track_interval=track_interval if tracking else None,
+                track_indices=track_indices,
+                track_interval=track_interval,
             )
-
-    def copy_nodes(
-        self,
-        cache_indices: torch.Tensor,
-        steps: torch.Tensor,
-        track_indices: Optional[torch.Tensor] = None,
-        track_steps: Optional[torch.Tensor] = None,
-    ) -> None:
-        """Persistent conv window (and, with snapshots, SSM state) of request i := its
-        verify node ``steps[i]``'s.
-
-        SGLang's kernels write request i's node s at row i * W + s for the pool's width W
-        (the widest verify width), whatever the round's width."""
-        bs = int(steps.shape[0])
-        req = torch.arange(bs, dtype=torch.int64, device=steps.device)
-        targets = [(cache_indices[:bs], steps)]
-        if track_indices is not None and track_steps is not None:
-            targets.append((track_indices[:bs], track_steps))
-        for slots, node in targets:
-            rows = torch.where(node >= 0, req * self.max_verify_tokens + node, -1)
-            slots = slots.to(torch.int64)
-            if self.ssm_nodes is not None:
-                copy_state_rows(self.ssm, slots, self.ssm_nodes, rows)
-            for state, window in self.conv:
-                copy_state_rows(state, slots, window, rows)
 
 
 def _conv_rows(spec_state, spec_slots: int, width: int):
