@@ -576,7 +576,7 @@ def tracking_position(accept_len, prefix_len, track_interval):
     return tl.where(crossed, boundary - prefix_len - 1, -1)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_tokens"])  # adaptive widths: one compile, none mid-serving
 def _replay_commit_kernel(
     state_ptr,  # [L, slots, HV, V, K]
     stash_k_ptr,  # [L, rows * width, H, K]
