@@ -576,7 +576,8 @@ def tracking_position(accept_len, prefix_len, track_interval):
     return tl.where(crossed, boundary - prefix_len - 1, -1)
 
 
-@triton.jit(do_not_specialize=["n_tokens"])  # adaptive widths: one compile, none mid-serving
+# not specialised on the round's verify width: adaptive widths compile once, none mid-serving
+@triton.jit(do_not_specialize=["n_tokens"])
 def _replay_commit_kernel(
     state_ptr,  # [L, slots, HV, V, K]
     stash_k_ptr,  # [L, rows * width, H, K]

@@ -74,7 +74,8 @@ def _copy_row_chunk(dst, src, chunk, row_numel, valid, BLOCK: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
-@triton.jit(do_not_specialize=["n_tokens"])  # adaptive widths: one compile, none mid-serving
+# not specialised on the round's verify width: adaptive widths compile once, none mid-serving
+@triton.jit(do_not_specialize=["n_tokens"])
 def _commit_rows_kernel(
     a_dst_ptr,  # [L, slots, Ra] persistent state
     a_src_ptr,  # [L, spec slots * pitch, Ra] per verify node
