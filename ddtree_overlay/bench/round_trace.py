@@ -198,7 +198,7 @@ def run_arm(name: str, arm: Arm, env: dict, setting: Setting, args, out: Path) -
 
 def table(records: list) -> str:
     lines = [
-        "| arm | tok/s | ms/step | tokens/step | host ms/step | launches/step | graph launches/step |",
+        "| arm | tok/s | ms/step | tokens/step | host ms/step (DDTREE: per round) | launches/step | graph launches/step |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in records:

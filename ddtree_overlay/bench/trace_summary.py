@@ -1,10 +1,12 @@
 """Reduce a torch-profiler Chrome trace of decode steps to host cost per step and per stage.
 
-A decode step of a speculative arm launches two CUDA graphs (draft, target verify) and a plain
-decode step one, so steady-state steps are counted between graph launches. DDTREE rounds carry
-``ddtree.<stage>`` annotations (``ddtree_profile`` adds them whenever a trace is being taken);
-for those the host time, the launches and the busiest top-level ops of each stage are reported,
-and ``between`` is what the host does from one round's commit to the next round's draft.
+A decode step of DFLASH or EAGLE launches two CUDA graphs (draft, target verify) and a plain
+decode step one, so their steady-state steps are counted between graph launches. DDTREE rounds
+carry ``ddtree.<stage>`` annotations (``ddtree_profile`` adds them whenever a trace is being
+taken) and replay up to four graphs (draft, tree, verify, commit), so a DDTREE step is a round,
+from one round's draft to the next's, on the host as on the GPU; for each stage the host time,
+the launches and the busiest top-level ops are reported, and ``between`` is what the host does
+from one round's commit to the next round's draft.
 
 A trace taken with Python stacks adds, per step (and for DDTREE's ``between``), the Python
 functions with the most self time (their own code and the torch ops they call directly) and the
@@ -97,12 +99,21 @@ def summarize_trace(events: list[dict], *, graphs_per_step: int | None = None) -
     stages = [e for e in thread_events if e["cat"] == "user_annotation" and e["name"].startswith(STAGE_PREFIX)]
     per_step = graphs_per_step or 2
     summary: dict[str, Any] = {"graphs_per_step": per_step}
-    if len(graphs) > 2 * per_step:
+    # A DDTREE round replays up to four graphs (draft, tree, verify, commit): its steps are its
+    # rounds, from one round's first stage to the next's; other arms' are their graph launches.
+    rounds = sorted(s["ts"] for s in stages if s["name"] == STAGE_PREFIX + ROUND_STAGE)
+    if len(rounds) > 2:
+        steps, start, stop = len(rounds) - 1, rounds[0], rounds[-1]
+    elif len(graphs) > 2 * per_step:
         # whole steps only: from the first graph launch to the last step's first graph launch
         steps = (len(graphs) - 1) // per_step
         start, stop = graphs[0], graphs[steps * per_step]
+    else:
+        steps = 0
+    if steps:
         summary["steps"] = {
             "count": steps,
+            "unit": "round" if len(rounds) > 2 else "step",
             "host_ms": round((stop - start) / steps / 1000, 3),
             "launches": round(_count_in(launches, start, stop) / steps, 1),
             "graph_launches": round(_count_in(graphs, start, stop) / steps, 2),
@@ -121,11 +132,8 @@ def summarize_trace(events: list[dict], *, graphs_per_step: int | None = None) -
     launched = _launched_gpu_events(events)
     if not launched:
         return summary
-    rounds = sorted(s["ts"] for s in stages if s["name"] == STAGE_PREFIX + ROUND_STAGE)
-    if len(rounds) > 2:
-        summary["gpu"] = _gpu_split(events, launched, rounds[0], rounds[-1], len(rounds) - 1, "round")
-    elif "steps" in summary:
-        summary["gpu"] = _gpu_split(events, launched, start, stop, summary["steps"]["count"], "step")
+    if "steps" in summary:
+        summary["gpu"] = _gpu_split(events, launched, start, stop, steps, summary["steps"]["unit"])
     if stages:
         on_thread = [g for g in launched if g.thread == thread]
         for name, intervals in spans.items():

@@ -39,10 +39,10 @@ def ddtree_trace(rounds: int) -> list[dict]:
     return events
 
 
-def test_steps_are_counted_between_graph_launches() -> None:
+def test_a_ddtree_traces_steps_are_its_rounds() -> None:
     summary = summarize_trace(ddtree_trace(5))
     steps = summary["steps"]
-    assert steps["count"] == 4
+    assert (steps["count"], steps["unit"]) == (4, "round")
     assert steps["host_ms"] == 1.0
     # 6 stages x 2 kernels + 2 graph launches + 2 between-round launches
     assert steps["launches"] == 16.0
@@ -68,7 +68,7 @@ def test_plain_decoding_counts_one_graph_per_step() -> None:
         events.append(ev("cuda_runtime", "cudaGraphLaunch", t, 5))
         events.append(ev("cuda_runtime", "cudaLaunchKernel", t + 100, 2))
     summary = summarize_trace(events, graphs_per_step=1)
-    assert summary["steps"] == {"count": 5, "host_ms": 0.5, "launches": 2.0, "graph_launches": 1.0}
+    assert summary["steps"] == {"count": 5, "unit": "step", "host_ms": 0.5, "launches": 2.0, "graph_launches": 1.0}
     assert "stages" not in summary
 
 
@@ -239,7 +239,12 @@ def ddtree_gpu_trace(rounds: int) -> KinetoTrace:
 
 
 def test_a_ddtree_step_is_a_round_whatever_graphs_it_replays() -> None:
-    gpu = summarize_trace(ddtree_gpu_trace(5).events)["gpu"]
+    summary = summarize_trace(ddtree_gpu_trace(5).events)
+    # host and GPU alike: four rounds from the first draft to the last, four graphs each
+    assert {k: summary["steps"][k] for k in ("count", "unit", "host_ms", "graph_launches")} == {
+        "count": 4, "unit": "round", "host_ms": 2.0, "graph_launches": 4.0,
+    }
+    gpu = summary["gpu"]
     assert (gpu["per"], gpu["count"]) == ("round", 4)
     assert gpu["kernel_ms"] == 0.257
     assert gpu["busy_ms"] == 0.254  # the memset runs under the index kernel
