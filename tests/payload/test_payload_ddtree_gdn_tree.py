@@ -571,7 +571,7 @@ def test_the_bench_states_the_flat_memory_the_payload_reserves(monkeypatch, widt
     from ddtree_overlay.bench.target_config import target_config
 
     gdn = target_config(settings.qwen3_6_27b_configs()[0]).gated_deltanet
-    assert state_memory.HYBRID_STATES == flat.envs.SGLANG_DDTREE_HYBRID_STATE.choices  # default first
+    assert flat.envs.SGLANG_DDTREE_HYBRID_STATE.choices == state_memory.HYBRID_STATES  # default first
     assert state_memory.stash_bytes_per_node(gdn) == flat.stash_bytes_per_node(
         layers=48, key_heads=16, value_heads=48, k_dim=128, v_dim=128, activation_itemsize=2
     )
