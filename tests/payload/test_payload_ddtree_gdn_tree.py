@@ -646,15 +646,12 @@ def test_install_leaves_snapshot_mode_alone(monkeypatch):
 
 
 AOT_SCRIPT = """
-import json, re, subprocess, sys, tempfile
-sys.path.insert(0, {tests!r})
+import json
+from aot_sm90 import compile_for_sm90
 from payload_modules import load_payload_module
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
 gdn = dict(H=16, HV=48, K=128, V=128, BK=128, BV=32, L2NORM_EPS=flat.L2NORM_EPS)
-verify = {{
+verify = {
     "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "a_ptr": "*bf16", "b_ptr": "*bf16",
     "A_log_ptr": "*fp32", "dt_bias_ptr": "*fp32", "o_ptr": "*bf16", "state_ptr": "*fp32",
     "slot_ptr": "*i32", "walk_ptr": "*i32", "scratch_ptr": "*fp32", "stash_k_ptr": "*bf16",
@@ -663,28 +660,16 @@ verify = {{
     "stride_q_head": "i64", "stride_k_tok": "i64", "stride_k_head": "i64", "stride_v_tok": "i64",
     "stride_v_head": "i64", "stride_a_tok": "i64", "stride_b_tok": "i64", "stride_state_slot": "i64",
     "stride_scratch_req": "i64", "stride_scratch_slot": "i64", "scale": "fp32",
-}}
-walk = {{"parent_ptr": "*i32", "walk_ptr": "*i32", "n_tokens": "i32", "slots": "i32", "stride_parent_req": "i64"}}
-replay = {{
+}
+walk = {"parent_ptr": "*i32", "walk_ptr": "*i32", "n_tokens": "i32", "slots": "i32", "stride_parent_req": "i64"}
+replay = {
     "state_ptr": "*fp32", "stash_k_ptr": "*bf16", "stash_v_ptr": "*bf16", "stash_g_ptr": "*fp32",
     "stash_beta_ptr": "*fp32", "slot_ptr": "*i32", "track_slot_ptr": "*i64", "accept_index_ptr": "*i32",
     "accept_len_ptr": "*i32", "prefix_len_ptr": "*i64", "track_interval": "i32", "n_tokens": "i32",
     "stash_width": "i32",
     "stride_state_layer": "i64", "stride_state_slot": "i64", "stride_stash_k_layer": "i64",
     "stride_stash_v_layer": "i64", "stride_stash_gb_layer": "i64", "stride_accept_req": "i64",
-}}
-
-
-def stack_bytes(cubin):
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        usage = subprocess.run(
-            [triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", f.name],
-            capture_output=True, text=True, check=True,
-        ).stdout
-    return int(re.search(r"STACK:(\\d+)", usage).group(1))
-
+}
 
 built = []
 for kernel, signature, constants in (
@@ -697,11 +682,8 @@ for kernel, signature, constants in (
     (flat._tree_walk_kernel, walk, dict(BN=64)),
     (flat._tree_walk_kernel, walk, dict(BN=512)),
 ):
-    signature = dict(signature, **{{name: "constexpr" for name in constants}})
-    target = GPUTarget("cuda", 90, 32)
-    k = triton.compile(ASTSource(kernel, signature, constants), target=target, options=dict(num_warps=1))
-    assert ".target sm_90a" in k.asm["ptx"]
-    built.append((len(k.asm["cubin"]), stack_bytes(k.asm["cubin"])))
+    signature = dict(signature, **{name: "constexpr" for name in constants})
+    built.append(compile_for_sm90(kernel, signature, constants, num_warps=1))
 print(json.dumps(built))
 """
 
@@ -712,19 +694,9 @@ def test_the_kernels_compile_ahead_of_time_for_sm90():
     interpreter accepts code the compiler would not. No kernel spills registers to a stack
     frame at the launches' one warp: a spilled state block would cost local-memory traffic at
     every step."""
-    import json
-    import os
-    import subprocess
+    from aot_sm90 import run_aot_script
 
-    from payload_modules import OVERLAY
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    result = subprocess.run(
-        [sys.executable, "-c", AOT_SCRIPT.format(tests=str(OVERLAY.parent / "tests"))],
-        capture_output=True, text=True, env=env, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    built = json.loads(result.stdout.strip().splitlines()[-1])
+    built = run_aot_script(AOT_SCRIPT, timeout=600)
     assert len(built) == 6 and all(size > 0 and stack == 0 for size, stack in built), built
 
 

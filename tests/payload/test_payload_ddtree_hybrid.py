@@ -13,14 +13,11 @@ variable is set only around the import).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import types
 
 import pytest
-from payload_modules import OVERLAY, load_payload_module, triton_interpreter
+from aot_sm90 import run_aot_script
+from payload_modules import load_payload_module, triton_interpreter
 
 torch = pytest.importorskip("torch")
 with triton_interpreter():
@@ -406,47 +403,27 @@ def test_gated_deltanet_layers(config, layers):
 
 
 AOT_SCRIPT = """
-import json, re, subprocess, sys, tempfile
-sys.path.insert(0, {tests!r})
+import json
+from aot_sm90 import compile_for_sm90
 from payload_modules import load_payload_module
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
 hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
-
-
-def stack_bytes(cubin):
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        usage = subprocess.run(
-            [triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", f.name],
-            capture_output=True, text=True, check=True,
-        ).stdout
-    return int(re.search(r"STACK:(\\d+)", usage).group(1))
-
 
 built = []
 # Snapshot mode's SSM + conv pair and flat mode's conv windows; SGLang's index dtypes and int64.
 for first, second, index in (("*fp32", "*bf16", "*i32"), ("*bf16", "*bf16", "*i64")):
-    signature = {{
+    signature = {
         "a_dst_ptr": first, "a_src_ptr": first, "b_dst_ptr": second, "b_src_ptr": second,
         "slot_ptr": index, "track_slot_ptr": "*i64", "accept_index_ptr": index,
         "accept_len_ptr": "*i32", "prefix_len_ptr": "*i64", "track_interval": "i32",
         "n_tokens": "i32", "pitch": "i32", "stride_accept_req": "i64",
-        **{{f"{{t}}_{{name}}": "i64" for t in "ab" for name in (
+        **{f"{t}_{name}": "i64" for t in "ab" for name in (
             "dst_layer_stride", "dst_slot_stride", "src_layer_stride", "src_row_stride"
-        )}},
+        )},
         "a_row_numel": "i32", "a_chunks": "i32", "b_row_numel": "i32", "chunks": "i32",
         "BLOCK": "constexpr",
-    }}
-    k = triton.compile(
-        ASTSource(hybrid._commit_rows_kernel, signature, {{"BLOCK": hybrid._ROW_BLOCK}}),
-        target=GPUTarget("cuda", 90, 32),
-    )
-    assert ".target sm_90a" in k.asm["ptx"]
-    built.append((len(k.asm["cubin"]), stack_bytes(k.asm["cubin"])))
+    }
+    built.append(compile_for_sm90(hybrid._commit_rows_kernel, signature, {"BLOCK": hybrid._ROW_BLOCK}))
 print(json.dumps(built))
 """
 
@@ -455,12 +432,5 @@ print(json.dumps(built))
 def test_the_commit_kernel_compiles_ahead_of_time_for_sm90():
     """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver: the
     interpreter accepts code the compiler would not. No register spills to a stack frame."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    tests_dir = str(OVERLAY.parent / "tests")
-    result = subprocess.run(
-        [sys.executable, "-c", AOT_SCRIPT.format(tests=tests_dir)],
-        capture_output=True, text=True, env=env, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    built = json.loads(result.stdout.strip().splitlines()[-1])
+    built = run_aot_script(AOT_SCRIPT, timeout=300)
     assert len(built) == 2 and all(size > 0 and stack == 0 for size, stack in built), built

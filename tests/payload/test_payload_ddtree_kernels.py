@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import heapq
 import importlib.util
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from aot_sm90 import run_aot_script
 from payload_modules import OVERLAY, load_payload_module, triton_interpreter
 from tree_oracle import (
     DEGENERATE,
@@ -279,8 +277,7 @@ def test_num_verify_tokens_below_budget_plus_one_is_refused(interpret):
 
 AOT_SCRIPT = textwrap.dedent(
     """
-    import importlib.util, json, sys
-    sys.path.insert(0, {tests!r})
+    import json
     from payload_modules import load_payload_module
     import triton
     load_payload_module("sglang.srt.speculative.ddtree_utils")
@@ -288,12 +285,12 @@ AOT_SCRIPT = textwrap.dedent(
     from triton.compiler import ASTSource
     dk = load_payload_module("sglang.srt.speculative.ddtree_kernels")
     target = GPUTarget("cuda", 90, 32)
-    tree_sig = {{
+    tree_sig = {
         "log_probs_ptr": "*fp32", "token_ids_ptr": "*i64", "tokens_ptr": "*i64",
         "parents_ptr": "*i64", "depths_ptr": "*i64", "scores_ptr": "*fp32",
         "depth_limit": "i32", "topk_width": "i32", "budget": "i32", "BUDGET_BLOCK": "constexpr",
-    }}
-    verify_sig = {{
+    }
+    verify_sig = {
         "tree_tokens_ptr": "*i64", "tree_parents_ptr": "*i64", "tree_depths_ptr": "*i64",
         "root_tokens_ptr": "*i64", "prefix_lens_ptr": "*i64", "draft_token_ptr": "*i64",
         "positions_ptr": "*i64", "retrieve_index_ptr": "*i64", "next_token_ptr": "*i64",
@@ -301,9 +298,9 @@ AOT_SCRIPT = textwrap.dedent(
         "num_verify_tokens": "i32", "num_hops": "i32", "mask_capacity": "i64",
         "NODE_BLOCK": "constexpr", "ROW_BLOCK": "constexpr", "PREFIX_BLOCK": "constexpr",
         "BATCH_BLOCK": "constexpr",
-    }}
+    }
     # Triton's launcher turns an int argument equal to 1 into a constant: build that too.
-    ones = {{"budget": 1, "topk_width": 1, "batch_size": 1, "num_hops": 1}}
+    ones = {"budget": 1, "topk_width": 1, "batch_size": 1, "num_hops": 1}
 
     def build(kernel, signature, constexprs, num_warps, specialise_ones=False):
         signature, constexprs = dict(signature), dict(constexprs)
@@ -312,29 +309,29 @@ AOT_SCRIPT = textwrap.dedent(
                 signature[name] = "constexpr"
                 constexprs[name] = ones[name]
         k = triton.compile(ASTSource(kernel, signature, constexprs), target=target,
-                           options={{"num_warps": num_warps}})
+                           options={"num_warps": num_warps})
         assert ".target sm_90a" in k.asm["ptx"], k.asm["ptx"][:300]
         return [k.name, len(k.asm["cubin"])]
 
     built = []
     for block, ones_too in ((1, True), (16, False), (256, False)):
-        built.append(build(dk._best_first_tree_kernel, tree_sig, {{"BUDGET_BLOCK": block}}, 1, ones_too))
+        built.append(build(dk._best_first_tree_kernel, tree_sig, {"BUDGET_BLOCK": block}, 1, ones_too))
     for node_block, int32_inputs in ((16, True), (512, False)):
         rows = max(1, min(node_block, dk._VERIFY_TILE_ELEMS // node_block))
-        consts = {{"NODE_BLOCK": node_block, "ROW_BLOCK": rows,
-                  "PREFIX_BLOCK": dk._PREFIX_BLOCK, "BATCH_BLOCK": dk._BATCH_BLOCK}}
+        consts = {"NODE_BLOCK": node_block, "ROW_BLOCK": rows,
+                  "PREFIX_BLOCK": dk._PREFIX_BLOCK, "BATCH_BLOCK": dk._BATCH_BLOCK}
         sig = dict(verify_sig)
         if int32_inputs:  # SGLang's verified_id and seq_lens may be int32
             sig.update(root_tokens_ptr="*i32", prefix_lens_ptr="*i32")
         built.append(build(dk._verify_inputs_kernel, sig, consts, 4, int32_inputs))
-    lse_sig = {{"logits_ptr": "*bf16", "out_ptr": "*fp32", "vocab": "i32", "row_stride": "i32",
-               "BLOCK": "constexpr"}}
+    lse_sig = {"logits_ptr": "*bf16", "out_ptr": "*fp32", "vocab": "i32", "row_stride": "i32",
+               "BLOCK": "constexpr"}
     for dtype in ("*bf16", "*fp32"):
         built.append(build(dk._row_logsumexp_kernel, dict(lse_sig, logits_ptr=dtype),
-                           {{"BLOCK": dk._LSE_BLOCK}}, 8))
-    chain_sig = {{name: kind for name, kind in tree_sig.items() if name not in ("budget", "BUDGET_BLOCK")}}
-    built.append(build(dk._chain_kernel, chain_sig, {{}}, 1))
-    built.append(build(dk._chain_kernel, chain_sig, {{}}, 1, specialise_ones=True))  # top-1 only
+                           {"BLOCK": dk._LSE_BLOCK}, 8))
+    chain_sig = {name: kind for name, kind in tree_sig.items() if name not in ("budget", "BUDGET_BLOCK")}
+    built.append(build(dk._chain_kernel, chain_sig, {}, 1))
+    built.append(build(dk._chain_kernel, chain_sig, {}, 1, specialise_ones=True))  # top-1 only
     print(json.dumps(built))
     """
 )
@@ -343,14 +340,7 @@ AOT_SCRIPT = textwrap.dedent(
 @pytest.mark.slow
 def test_kernels_compile_ahead_of_time_for_sm90():
     """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    tests_dir = str(OVERLAY.parent / "tests")
-    result = subprocess.run(
-        [sys.executable, "-c", AOT_SCRIPT.format(tests=tests_dir)],
-        capture_output=True, text=True, env=env, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    built = __import__("json").loads(result.stdout.strip().splitlines()[-1])
+    built = run_aot_script(AOT_SCRIPT, timeout=300)
     assert len(built) == 9 and all(size > 0 for _, size in built)
 
 

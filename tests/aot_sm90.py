@@ -1,0 +1,52 @@
+"""Triton kernels compiled for sm90 ahead of time, without a GPU or a driver: ptxas and
+cuobjdump ship inside the triton wheel, and the interpreter accepts code the compiler would
+not. A test runs a script in a fresh interpreter without TRITON_INTERPRET (`run_aot_script`);
+the script compiles with `compile_for_sm90` and prints what it built as JSON on its last line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def stack_bytes(cubin: bytes) -> int:
+    """The stack frame of a cubin's kernel: > 0 where registers spill to local memory."""
+    import triton
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run(
+            [triton.knobs.nvidia.cuobjdump.path, "--dump-resource-usage", f.name],
+            capture_output=True, text=True, check=True,
+        ).stdout
+    return int(re.search(r"STACK:(\d+)", usage).group(1))
+
+
+def compile_for_sm90(kernel, signature: dict, constants: dict, **options) -> tuple[int, int]:
+    """(cubin bytes, stack bytes) of ``kernel`` compiled for sm90a."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    k = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32), options=options)
+    assert ".target sm_90a" in k.asm["ptx"], k.asm["ptx"][:300]
+    return len(k.asm["cubin"]), stack_bytes(k.asm["cubin"])
+
+
+def run_aot_script(body: str, timeout: int) -> list:
+    """``body`` run with this directory on its path (for `payload_modules` and this module), in
+    a fresh interpreter without TRITON_INTERPRET; its last line of output, read as JSON."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n{body}"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
