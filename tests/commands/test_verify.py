@@ -33,6 +33,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_profile",
     "sglang.srt.speculative.ddtree_tp",
     "sglang.srt.speculative.ddtree_adaptive",
+    "sglang.srt.speculative.ddtree_adaptive_tp",
     "sglang.srt.speculative.ddtree_budget",
     "sglang.srt.speculative.ddtree_envs",
     "sglang.srt.speculative.ddtree_hybrid",

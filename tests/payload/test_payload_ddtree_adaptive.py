@@ -226,3 +226,26 @@ def test_the_chain_is_timed_and_scaled_per_batch_size_like_any_width() -> None:
     run_chain_rounds(policy, gpu, 12, bs=1, phi=phi, round_ms={CHAIN: 1.0, 32: 1.05, 128: 1.1})
     run_chain_rounds(policy, gpu, 12, bs=8, phi=phi, round_ms={CHAIN: 1.0, 32: 2.0, 128: 4.0})
     assert policy.snapshot()["choice"] == {"1": 128, "8": CHAIN}
+
+
+def test_rounds_that_verify_an_earlier_choice_are_timed_as_what_they_verify() -> None:
+    # Under TP a round verifies rank 0's choice of two rounds before: the chosen shape to time
+    # is timed by the round that verifies it, and the policy settles where it would unlagged.
+    policy, gpu = make_with_chain(sample_every=1000)
+    phi = {CHAIN: 4.0, 8: 4.5, 32: 5.0, 128: 5.5}
+    cost = {CHAIN: 1.0, 32: 2.0, 128: 3.0}
+    choices, verified = [], []
+    for i in range(30):
+        shape = choices[i - 2] if i >= 2 else 128
+        choices.append(policy.begin_round(1, shape))
+        verified.append(shape)
+        gpu.now += cost[shape]
+        policy.end_round(
+            scores_with_prefix_mass(1, {b: v for b, v in phi.items() if b != CHAIN}),
+            torch.full((1,), round(phi[shape]) + 1),
+            chain_scores_with_mass(1, phi[CHAIN]),
+        )
+        gpu.now += 0.2
+    assert policy.round_ms == pytest.approx({(1, CHAIN): 1.0, (1, 32): 2.0, (1, 128): 3.0})
+    assert set(choices[-10:]) == set(verified[-10:]) == {CHAIN}
+    assert policy._wanted == set()  # no width left waiting to be timed

@@ -134,7 +134,7 @@ CASES = {
     "adaptive_and_schedule": {
         "speculative_ddtree_adaptive_budgets": "8,32", "speculative_ddtree_budget_schedule": "1:64",
     },
-    "adaptive_tp2": {"speculative_ddtree_adaptive_budgets": "8,32", "tp_size": 2},
+    "adaptive_tp2": {"speculative_ddtree_adaptive_budgets": "8,32,128", "tp_size": 2},
     "adaptive_one": {"speculative_ddtree_adaptive_budgets": "32"},
     "hybrid": {"model_path": HYBRID, "speculative_ddtree_budget": 32},
     "hybrid_adaptive": {"model_path": HYBRID, "speculative_ddtree_adaptive_budgets": "8,32"},
@@ -224,6 +224,10 @@ def test_adaptive_budgets_set_the_widest_budgets_verify_width(ddtree_report: dic
     }
 
 
+def test_adaptive_budgets_are_accepted_under_tensor_parallelism(ddtree_report: dict) -> None:
+    assert ddtree_report["cases"]["adaptive_tp2"] == ddtree_report["cases"]["adaptive"]
+
+
 def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: dict) -> None:
     assert ddtree_report["cases"]["tp2"] == ddtree_report["cases"]["default"]
 
@@ -243,7 +247,6 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
         ("elastic_ep", "DDTREE does not support elastic EP (--elastic-ep-backend)."),
         ("schedule_and_budget", "one of --speculative-ddtree-budget / --speculative-ddtree-budget-schedule, not several"),
         ("adaptive_and_schedule", "--speculative-ddtree-budget-schedule / --speculative-ddtree-adaptive-budgets"),
-        ("adaptive_tp2", "adaptive budgets do not support tensor parallelism yet"),
         ("adaptive_one", "give at least two budgets to choose from"),
         ("schedule_from_2", "must start at batch size 1"),
         ("schedule_descending", "batch sizes must ascend"),

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+from gloo_ranks import run_ranks  # noqa: E402
 from payload_modules import load_payload_module  # noqa: E402
 from tree_oracle import (  # noqa: E402
     DEGENERATE,
@@ -128,10 +128,15 @@ def _lm_head_rank_main(rank: int, world: int, init_file: str, seed: int, out: di
         hidden, weight = full_problem(seed)
         lm_head = sglang_lm_head(weight, rank, world)
         by_k = {}
+
+        def draft_topk(k, pack_k):  # as the worker runs it eagerly
+            every = tp.gather_topk_pieces(tp.lm_head_topk_pieces(lm_head, hidden, k=pack_k), group)
+            return tp.combine_topk_pieces(every, k)
+
         for k in LM_HEAD_KS:
-            got = tp.lm_head_draft_topk(lm_head, hidden, k=k, group=group)
+            got = draft_topk(k, k)
             # what the worker sends every round: the widest budget's pairs, whatever this k
-            wide = tp.lm_head_draft_topk(lm_head, hidden, k=k, group=group, pack_k=max(LM_HEAD_KS))
+            wide = draft_topk(k, max(LM_HEAD_KS))
             by_k[k] = (got.log_probs, got.token_ids, wide.log_probs, wide.token_ids)
         out[rank] = by_k
     finally:
@@ -175,17 +180,18 @@ def _graph_rank_main(rank: int, world: int, init_file: str, seed: int, out: dict
         dist.destroy_process_group()
 
 
-def run_ranks(tmp_path, main, *, world: int, args: tuple) -> dict:
-    """main(rank, world, init_file, *args, out) on `world` gloo ranks; out[rank] as they left it."""
-    manager = mp.get_context("spawn").Manager()
-    out = manager.dict()
-    mp.start_processes(
-        main,
-        args=(world, str(tmp_path / "init"), *args, out),
-        nprocs=world,
-        start_method="spawn",
-    )
-    return dict(out)
+def _tail_rank_main(rank: int, world: int, init_file: str, out: dict) -> None:
+    """The pieces with and without a tail riding on the all-gather, and the tails gathered."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        group = dist.new_group(list(range(world)))
+        logits = torch.randn(BS, DEPTH, 40, generator=torch.Generator().manual_seed(20 + rank))
+        packed = tp.local_topk_pieces(logits, vocab_start=40 * rank, k=4)
+        tail = torch.tensor([rank + 0.5, -7.0 * rank], dtype=torch.float64)
+        every, tails = tp.gather_topk_pieces_with_tail(packed, tail, group)
+        out[rank] = (every.clone(), tails.clone(), tp.gather_topk_pieces(packed, group))
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize(("k", "seed"), [(1, 0), (32, 1), (256, 2)])
@@ -283,3 +289,12 @@ def test_the_chain_under_tp_is_the_single_rank_chain_on_every_rank(tmp_path):
             check_chain(row_nodes(chain, b), draft_log_probs(logits[b]))
     for mine, rank0 in zip(results[1], results[0], strict=True):
         assert all(torch.equal(a, b) for a, b in zip(mine, rank0, strict=True))
+
+
+def test_a_tail_rides_on_the_all_gather_and_leaves_the_pieces_as_they_were(tmp_path):
+    results = run_ranks(tmp_path, _tail_rank_main, world=3, args=())
+    for rank in range(3):
+        every, tails, plain = results[rank]
+        assert every.shape == plain.shape == (BS, DEPTH, 3, 1 + 2 * 4)
+        assert torch.equal(every, plain)
+        assert tails.tolist() == [[0.5, 0.0], [1.5, -7.0], [2.5, -14.0]]

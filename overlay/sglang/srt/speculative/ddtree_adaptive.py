@@ -31,6 +31,10 @@ dictionary lookup. At a batch size, widths not timed yet are tried (and measured
 ``EXPLORE_EVERY``-th round re-times the width timed longest ago, so the costs follow the growing
 context. A width's first timings keep the lower one (a first replay may pay a one-off cost), later
 ones move an average.
+
+Under tensor parallelism only rank 0 runs the policy, and every rank verifies its choice a
+couple of rounds later (ddtree_adaptive_tp): a round then verifies a shape chosen earlier
+(``begin_round``'s ``shape``), and is timed as that shape.
 """
 
 from __future__ import annotations
@@ -54,6 +58,15 @@ SCALE_BOUNDS = (0.1, 10.0)
 # A round or gap this far above its running cost spans an idle engine or a stall.
 MAX_EXCESS_MS = 20.0
 STATS_SLOTS = 8  # measured rounds whose statistics may be in flight at once
+
+
+def graph_bucket(batch_sizes: Sequence[int], bs: int) -> int:
+    """The graph batch size ``bs`` pads to (``batch_sizes`` ascending); eager batches by powers
+    of two."""
+    i = bisect.bisect_left(batch_sizes, bs)
+    if i < len(batch_sizes):
+        return batch_sizes[i]
+    return 1 << (int(bs) - 1).bit_length()
 
 
 @dataclass
@@ -116,6 +129,7 @@ class AdaptiveBudget:
         self._samples: Dict[Tuple[int, Shape], int] = {}
         self._timed_at: Dict[Tuple[int, Shape], int] = {}  # round count when last timed
         self._best: Dict[int, Shape] = {}  # per bucket, until the next fold brings news
+        self._wanted: Set[Tuple[int, Shape]] = set()  # chosen to be timed, not timed since
         self._rounds: Dict[int, int] = {}  # per bucket
         self._timed_buckets: Set[int] = set()  # every width has MIN_SAMPLES timings there
         self._round_count = 0
@@ -147,15 +161,16 @@ class AdaptiveBudget:
         }
 
     def bucket(self, bs: int) -> int:
-        """The graph batch size ``bs`` pads to; eager batches by powers of two."""
-        i = bisect.bisect_left(self.batch_sizes, bs)
-        if i < len(self.batch_sizes):
-            return self.batch_sizes[i]
-        return 1 << (int(bs) - 1).bit_length()
+        return graph_bucket(self.batch_sizes, bs)
 
-    def begin_round(self, bs: int) -> Shape:
-        """This round's shape; on a measured round (or right after one) marks its start on the
-        current stream."""
+    def begin_round(self, bs: int, shape: Optional[Shape] = None) -> Shape:
+        """The shape the policy chooses for a round at ``bs`` now; on a measured round (or
+        right after one) marks its start on the current stream.
+
+        The round verifies that choice, or ``shape`` where the caller fixed it (under TP: what
+        rank 0 chose rounds before, ddtree_adaptive_tp); it is timed as the shape it verifies,
+        and a shape chosen to be timed is timed by the first round at its batch size that
+        verifies it."""
         start = None
         if self._open is not None:
             start = self._record()
@@ -163,10 +178,14 @@ class AdaptiveBudget:
         self._fold()
         self._round_count += 1
         bucket = self.bucket(bs)
-        budget, explore = self._choose(bucket)
-        if explore or self._round_count % self.sample_every == 0:
-            self._open = _Round((bucket, budget), start or self._record(), batch_size=bs)
-        return budget
+        choice, explore = self._choose(bucket)
+        if explore:
+            self._wanted.add((bucket, choice))
+        key = (bucket, choice if shape is None else shape)
+        if key in self._wanted or self._round_count % self.sample_every == 0:
+            self._wanted.discard(key)
+            self._open = _Round(key, start or self._record(), batch_size=bs)
+        return choice
 
     def end_round(
         self,

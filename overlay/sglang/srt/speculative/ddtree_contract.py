@@ -62,10 +62,11 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
         "params": ("device", "spec_algo", "req_to_token_pool", "needs_cpu_seq_lens"),
     },
     "sglang.srt.arg_groups.speculative_hook:_handle_dflash": {"params": ("server_args",)},
-    # Under TP: the group the vocab-parallel top-K reduces over, and where the lm_head's shard lies.
+    # Under TP: the group the vocab-parallel top-K reduces over (its rank 0 chooses adaptive
+    # widths), and where the lm_head's shard lies.
     "sglang.srt.distributed:get_tp_group": {},
     "sglang.srt.distributed.parallel_state:GroupCoordinator": {
-        "assigned": ("world_size", "device_group"),
+        "assigned": ("world_size", "rank_in_group", "device_group"),
     },
     "sglang.srt.layers.vocab_parallel_embedding:VocabParallelEmbeddingShardIndices": {
         "fields": ("org_vocab_start_index",),

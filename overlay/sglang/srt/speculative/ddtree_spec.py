@@ -99,10 +99,6 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
         default_budget=DDTREE_DEFAULT_BUDGET,
         tree_shape=envs.SGLANG_DDTREE_TREE_SHAPE.get(),
     )
-    if policy.is_adaptive and int(cfg.tp_size) > 1:
-        # Each rank would time its own rounds; the ranks' verify widths must match.
-        raise ValueError("DDTREE adaptive budgets do not support tensor parallelism yet.")
-
     problem = next(_unsupported_ddtree_settings(cfg), None)
     if problem is not None:
         raise ValueError(problem)

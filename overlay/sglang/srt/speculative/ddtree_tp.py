@@ -14,10 +14,12 @@ across ranks in the last bit, and the tree must not). The accept needs nothing
 here: at T = 0 it reads the target's all-gathered (identical) logits, and at
 T > 0 ``eagle_sample`` broadcasts its predict / accept_index from rank 0 itself.
 
-The worker calls ``lm_head_draft_topk`` when tp_size > 1, or replays the parts
-before and after the all-gather from CUDA graphs (``lm_head_topk_pieces``, then
-``combine_topk_pieces`` and the tree build), with the all-gather eager between
-them. Pure torch + torch.distributed; tested on CPU with gloo.
+When tp_size > 1 the worker runs the parts before and after the all-gather
+(``lm_head_topk_pieces``, then ``combine_topk_pieces`` and the tree build) from
+CUDA graphs, or eagerly at batch sizes without graphs, with the all-gather eager
+between them; with adaptive budgets rank 0's choice rides on it
+(``gather_topk_pieces_with_tail``, ddtree_adaptive_tp). Pure torch +
+torch.distributed; tested on CPU with gloo.
 """
 
 from __future__ import annotations
@@ -66,6 +68,20 @@ def gather_topk_pieces(packed: torch.Tensor, group: Optional[dist.ProcessGroup] 
     gathered = [torch.empty_like(packed) for _ in range(dist.get_world_size(group))]
     dist.all_gather(gathered, packed, group=group)
     return torch.stack(gathered, dim=2)
+
+
+def gather_topk_pieces_with_tail(
+    packed: torch.Tensor, tail: torch.Tensor, group: Optional[dist.ProcessGroup] = None
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``gather_topk_pieces`` with a few float64 values of each rank's on the same all-gather
+    (rank 0's adaptive choice, ddtree_adaptive_tp): every rank's pieces, [bs, L, world, 1 + 2K],
+    and every rank's ``tail``, [world, m]. Every rank sends a tail of the same length."""
+    flat = torch.cat([packed.reshape(-1), tail])
+    gathered = [torch.empty_like(flat) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, flat, group=group)
+    every = torch.stack(gathered)  # [world, pieces + m]
+    pieces = every[:, : packed.numel()].unflatten(1, packed.shape).permute(1, 2, 0, 3)
+    return pieces, every[:, packed.numel() :]
 
 
 def combine_topk_pieces(every: torch.Tensor, k: int) -> DDTreeDraftTopK:
@@ -121,14 +137,3 @@ def lm_head_topk_pieces(lm_head: Any, hidden: torch.Tensor, *, k: int) -> torch.
     """``local_topk_pieces`` of a vocab-parallel lm_head over draft hidden states [bs, L, H]."""
     local_logits, vocab_start = _lm_head_local_logits(lm_head, hidden)
     return local_topk_pieces(local_logits, vocab_start=vocab_start, k=k)
-
-
-def lm_head_draft_topk(
-    lm_head: Any, hidden: torch.Tensor, *, k: int, group: dist.ProcessGroup, pack_k: Optional[int] = None
-) -> DDTreeDraftTopK:
-    """Global top-k of a vocab-parallel lm_head over draft hidden states, the same on every rank
-    (``vocab_parallel_draft_topk`` of this rank's logits)."""
-    local_logits, vocab_start = _lm_head_local_logits(lm_head, hidden)
-    return vocab_parallel_draft_topk(
-        local_logits, vocab_start=vocab_start, k=k, group=group, pack_k=pack_k
-    )

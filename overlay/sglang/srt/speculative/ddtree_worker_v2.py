@@ -36,6 +36,7 @@ from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
 from sglang.srt.speculative.ddtree_adaptive import AdaptiveBudget
+from sglang.srt.speculative.ddtree_adaptive_tp import RankZeroBudget
 from sglang.srt.speculative.ddtree_budget import BudgetPolicy
 from sglang.srt.speculative.ddtree_compat import (
     draft_commit_loc,
@@ -72,7 +73,7 @@ from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler, get_round
 from sglang.srt.speculative.ddtree_tp import (
     combine_topk_pieces,
     gather_topk_pieces,
-    lm_head_draft_topk,
+    gather_topk_pieces_with_tail,
     lm_head_topk_pieces,
 )
 from sglang.srt.speculative.ddtree_tree_stage import select_tree_stage
@@ -104,7 +105,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             adaptive=getattr(server_args, "speculative_ddtree_adaptive_budgets", None),
             tree_shape=envs.SGLANG_DDTREE_TREE_SHAPE.get(),
         )
-        self.adaptive_budget = None  # set by init_cuda_graphs for an adaptive policy
+        # Set by init_cuda_graphs for an adaptive policy: the policy, or under TP its choice
+        # on rank 0 shared with every rank.
+        self.adaptive_budget = None
         self.accept_width = self.budget_policy.accept_width(self.block_size)
         self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
         self.recurrent_state = None  # set by init_attention_backends on hybrid targets
@@ -112,6 +115,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         # Under TP the target lm_head holds one vocabulary shard per rank.
         self._vocab_parallel_group = tp_group.device_group if tp_group.world_size > 1 else None
         self._tp_world = int(tp_group.world_size)
+        self._tp_rank_in_group = int(tp_group.rank_in_group)
         # Pairs each rank sends per position under TP: the widest top-K's, every round, so
         # the ranks' all-gathers match whatever shape a round (or a rank's fallback) has.
         self._tp_pack_k = self.budget_policy.top_k(self.vocab_size)
@@ -187,13 +191,20 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             build=self._build_verify_width,
         )
         if self.budget_policy.is_adaptive:
-            self.adaptive_budget = AdaptiveBudget(
-                self.budget_policy.choices,
-                self.verify_widths.capture_bs,
-                device=torch.device(self.device),
-            )
-            self.profiler.attach("adaptive", self.adaptive_budget.snapshot)
+            self.adaptive_budget = self._adaptive_budget(torch.device(self.device))
         self._capture_stage_graphs()
+
+    def _adaptive_budget(self, device: torch.device):
+        """The per-round policy; under TP it runs on rank 0 only and every rank verifies its
+        choice (ddtree_adaptive_tp)."""
+        choices, batch_sizes = self.budget_policy.choices, self.verify_widths.capture_bs
+        policy = None
+        if self._tp_rank_in_group == 0:
+            policy = AdaptiveBudget(choices, batch_sizes, device=device)
+            self.profiler.attach("adaptive", policy.snapshot)
+        if self._vocab_parallel_group is None:
+            return policy
+        return RankZeroBudget(policy, choices, batch_sizes, device=device)
 
     def _build_verify_width(self, num_verify_tokens: int, batch_sizes: list):
         """A narrower verify's target attention backend and decode graphs (those batch sizes;
@@ -461,9 +472,20 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             return self._build_drafts(draft_hidden)
         local, combine = graphs
         local.inputs_for(bs)["hidden"].copy_(draft_hidden)
-        every = gather_topk_pieces(local.replay(bs)[:bs], self._vocab_parallel_group)
+        every = self._gather_topk_pieces(local.replay(bs)[:bs])
         combine.inputs_for(bs)["every"].copy_(every)
         return combine.replay(bs).first_rows(bs)
+
+    def _gather_topk_pieces(self, packed: torch.Tensor) -> torch.Tensor:
+        """The round's all-gather; with adaptive budgets rank 0's choice rides on it."""
+        shared = self.adaptive_budget
+        if shared is None:
+            return gather_topk_pieces(packed, self._vocab_parallel_group)
+        every, tails = gather_topk_pieces_with_tail(
+            packed, shared.tail(), self._vocab_parallel_group
+        )
+        shared.received(tails)
+        return every
 
     def _tp_topk_pieces(self, hidden: torch.Tensor) -> torch.Tensor:
         lm_head = self.target_worker.model_runner.model.lm_head
@@ -484,11 +506,11 @@ class DDTreeWorkerV2(DFlashWorkerV2):
 
     def _draft_topk(self, draft_hidden: torch.Tensor, k: int) -> DDTreeDraftTopK:
         """Top-K of the target lm_head over the draft slots' hidden states [bs, L, H]."""
-        lm_head = self.target_worker.model_runner.model.lm_head
         if self._vocab_parallel_group is not None:
-            return lm_head_draft_topk(
-                lm_head, draft_hidden, k=k, group=self._vocab_parallel_group, pack_k=self._tp_pack_k
+            return combine_topk_pieces(
+                self._gather_topk_pieces(self._tp_topk_pieces(draft_hidden)), k
             )
+        lm_head = self.target_worker.model_runner.model.lm_head
         weight = lm_head.weight[: self.vocab_size]  # drop vocab padding rows
         logits = torch.matmul(draft_hidden.to(weight.dtype), weight.T)  # [bs, L, V]
         return self.tree_stage.draft_topk(logits, k)
