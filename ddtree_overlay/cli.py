@@ -475,7 +475,7 @@ def bench(
             "--ddtree-adaptive",
             callback=_adaptive_budgets,
             help="one more DDTREE arm: each round chooses its budget among these, e.g. chain,32,256 "
-            "(--speculative-ddtree-adaptive-budgets; TP size 1; patch sets that carry the flag)",
+            "(--speculative-ddtree-adaptive-budgets; patch sets that carry the flag)",
         ),
     ] = None,
     ddtree_schedule: Annotated[
@@ -573,8 +573,6 @@ def bench(
         raise typer.BadParameter("--tokenizer, --enable-thinking and --min-prompt-tokens go with chat --prompts")
     if eagle3_draft and setting != "fixture":
         raise typer.BadParameter(f"--eagle3-draft needs a real pair; --setting {setting} has random weights")
-    if ddtree_adaptive and tp_size > 1:
-        raise typer.BadParameter("--ddtree-adaptive runs at --tp-size 1 only (the payload refuses it under TP)")
     if prompt_tokens is not None and setting not in _bench_settings().RANDOM_SHAPES:
         raise typer.BadParameter(f"--prompt-tokens sets the random prompts of {', '.join(_bench_settings().RANDOM_SHAPES)}")
     if prompt_tokens is not None and prompts is not None:

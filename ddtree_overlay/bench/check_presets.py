@@ -29,6 +29,7 @@ SNAPSHOT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}
 SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
 ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
 HYBRID_ADAPTIVE = BudgetPolicy.parse_adaptive("8,16,32")
+TP_ADAPTIVE = BudgetPolicy.parse_adaptive("chain,32,128")
 
 
 @dataclass(frozen=True)
@@ -152,11 +153,14 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         _ddtree("ddtree-b32-nosync-torch", 32, env=NO_SYNC | TORCH_TREE),
         _ddtree("ddtree-b32-nosync-triton", 32, env=NO_SYNC),
     ),
-    # Tensor parallelism (two GPUs): TP=2 against TP=1 and against DFLASH at TP=2.
+    # Tensor parallelism (two GPUs): TP=2 against TP=1 and against DFLASH at TP=2; adaptive
+    # widths at TP=2, rank 0 choosing for both ranks (a width the ranks disagreed on would hang
+    # the engine or break its output).
     "tp": (
         PLAIN,
         _ddtree("ddtree-b32", 32),
         _ddtree("ddtree-b32-tp2", 32, engine={"tp_size": 2}, tp_of="ddtree-b32"),
+        _ddtree("ddtree-adaptive-tp2", TP_ADAPTIVE, engine={"tp_size": 2}),
         _dflash("dflash-tp2", engine={"tp_size": 2}, tp_of="dflash"),
         CheckArm("plain-tp2", Arm(TARGET_ONLY), engine={"tp_size": 2}, baseline="plain", tp_of="plain"),
     ),

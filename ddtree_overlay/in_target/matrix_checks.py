@@ -151,7 +151,11 @@ SCHEDULE_CASES = (
 ADAPTIVE_CASES = (
     ({"speculative_ddtree_adaptive_budgets": "8,32,64", "speculative_dflash_block_size": 16}, (65, 16, 64)),
     ({"speculative_ddtree_adaptive_budgets": "8,32", "speculative_ddtree_budget": 8}, "not several"),
-    ({"speculative_ddtree_adaptive_budgets": "8,32", "tp_size": 2}, "do not support tensor parallelism"),
+    # under TP rank 0's policy decides for every rank: the same widths as at TP 1
+    (
+        {"speculative_ddtree_adaptive_budgets": "8,32,64", "speculative_dflash_block_size": 16, "tp_size": 2},
+        (65, 16, 64),
+    ),
     # the chain's width is the block: root + 15 drafted, what DFLASH verifies
     ({"speculative_ddtree_adaptive_budgets": "chain,8", "speculative_dflash_block_size": 16}, (16, 16, 15)),
 )

@@ -52,6 +52,13 @@ def test_the_adaptive_preset_checks_lossless_overlap_sync_and_sampling() -> None
     assert sampled["engine"]["max_running_requests"] == 32
 
 
+def test_the_tp_preset_runs_adaptive_widths_with_the_chain_at_tp_2_judged_against_plain() -> None:
+    (arm,) = [arm for arm in check_presets.PRESETS["tp"] if arm.name == "ddtree-adaptive-tp2"]
+    engine = arm.runner_arm(256)["engine"]
+    assert engine["speculative_ddtree_adaptive_budgets"] == "chain,32,128" and engine["tp_size"] == 2
+    assert arm.baseline == "plain" and arm.tp_of is None  # its widths follow its own timings
+
+
 def test_the_hybrid_flat_preset_sets_the_state_switch_per_arm() -> None:
     arms = {arm.name: arm.runner_arm(128) for arm in check_presets.PRESETS["hybrid-flat"]}
     assert arms["ddtree-b32-snapshot"]["env"] == {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}

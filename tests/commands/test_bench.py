@@ -43,7 +43,6 @@ def assert_usage_error(done: subprocess.CompletedProcess[str], fragment: str) ->
         (["--repeats", "0"], "--repeats"),
         (["--ddtree-adaptive", "32"], "at least two budgets to choose from"),
         (["--ddtree-adaptive", "8,0"], "expected comma-separated numbers >= 1"),
-        (["--ddtree-adaptive", "8,32", "--tp-size", "2"], "--ddtree-adaptive runs at --tp-size 1 only"),
         (["--ddtree-schedule", "1=256"], "expected BATCH_SIZE:BUDGET steps"),
         (["--ddtree-schedule", "2:256"], "must start at 1 and ascend"),
         (["--ddtree-schedule", "1:256,8:64,4:8"], "must start at 1 and ascend"),
@@ -109,6 +108,14 @@ def test_ddtree_adaptive_flag_plans_one_more_ddtree_arm() -> None:
     assert [g["name"] for g in groups][-1] == "ddtree-adaptive-8-32"
     assert groups[-1]["engine"]["speculative_ddtree_adaptive_budgets"] == "8,32"
     assert groups[-1]["adaptive"] == [8, 32] and groups[-1]["budget"] is None
+
+
+def test_ddtree_adaptive_flag_plans_its_arm_under_tensor_parallelism_too() -> None:
+    args = ("--budgets", "8", "--ddtree-adaptive", "chain,32", "--tp-size", "2")
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    engine = json.loads(done.stdout)["data"]["plan"]["groups"][-1]["engine"]
+    assert engine["speculative_ddtree_adaptive_budgets"] == "chain,32" and engine["tp_size"] == 2
 
 
 def test_ddtree_schedule_flag_plans_one_more_ddtree_arm_per_scheduling_mode() -> None:
