@@ -3,9 +3,9 @@
 The DDTree worker subclasses ``DFlashWorkerV2`` and reads private members of it and of
 its draft/verify inputs. Each release family's ``ddtree_compat`` declares a ``CONTRACT``;
 ``contract_problems(CONTRACT)`` checks it against the installed SGLang by introspection
-(signatures, dataclass fields, assignments in ``__init__``, expressions in the source) and
-returns one line per mismatch. ``ddtree-overlay matrix`` runs it in every release's
-interpreter on CPU.
+(signatures, dataclass fields, assignments in ``__init__``, expressions the source holds or
+must not hold) and returns one line per mismatch. ``ddtree-overlay matrix`` runs it in
+every release's interpreter on CPU.
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ def contract_problems(contract: Dict[str, Dict[str, object]]) -> List[str]:
         problems += _check_assigned(target, obj, wants.get("assigned", ()))
         problems += _check_reads(target, obj, wants.get("reads_subset_of"))
         problems += _check_source(target, obj, wants.get("source_reads", ()))
+        problems += _check_source_lacks(target, obj, wants.get("source_lacks", ()))
     return problems
 
 
@@ -176,6 +177,15 @@ def _check_source(target, obj, expressions) -> List[str]:
         return []
     source = inspect.getsource(obj)
     return [f"{target}: no longer reads `{e}`" for e in expressions if e not in source]
+
+
+def _check_source_lacks(target, obj, expressions) -> List[str]:
+    """Expressions the source must not contain: where a release that adds one (a type gate, a
+    side stream) would change what the payload relies on."""
+    if not expressions:
+        return []
+    source = inspect.getsource(obj)
+    return [f"{target}: now contains `{e}`" for e in expressions if e in source]
 
 
 def _check_reads(target, obj, spec) -> List[str]:
