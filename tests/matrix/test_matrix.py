@@ -133,7 +133,7 @@ def test_matrix_over_every_dflash_v2_release_is_green(tmp_path: Path) -> None:
     assert committed == fresh, "docs/matrix.md is stale: regenerate it with `ddtree-overlay matrix --out docs-tmp`"
 
 
-def test_contract_names_each_missing_parameter_field_member_and_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_contract_names_each_missing_parameter_field_member_read_and_unwanted_expression(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from payload_modules import load_payload_module
 
     contract = load_payload_module("sglang.srt.speculative.ddtree_contract")
@@ -161,6 +161,7 @@ def test_contract_names_each_missing_parameter_field_member_and_read(tmp_path: P
         "fake_dflash:sample": {
             "reads_subset_of": ("verify_input", "fake_dflash:Verify"),
             "source_reads": ("verify_input.draft_token", "get_spec().speculative_num_draft_tokens"),
+            "source_lacks": ("isinstance(verify_input", "verify_input.tree_topk"),
         },
         "fake_dflash:Gone": {},
     })
@@ -171,5 +172,6 @@ def test_contract_names_each_missing_parameter_field_member_and_read(tmp_path: P
         "fake_dflash:Worker: never assigns `self._mask_token_id`",
         "fake_dflash:sample reads `verify_input.tree_topk`, which fake_dflash:Verify lacks",
         "fake_dflash:sample: no longer reads `get_spec().speculative_num_draft_tokens`",
+        "fake_dflash:sample: now contains `verify_input.tree_topk`",
         "fake_dflash:Gone: not found (module 'fake_dflash' has no attribute 'Gone')",
     ]

@@ -29,10 +29,12 @@ import torch
 
 from sglang.srt.speculative.ddtree_compat_base import CompatShim
 from sglang.srt.speculative.ddtree_contract import (
+    DECODE_GRAPH_RUNNER,
     DFLASH_WORKER,
     DFLASH_WORKER_ASSIGNED,
     FORWARD_BATCH,
     FORWARD_BATCH_FIELDS,
+    GDN_BACKEND,
     SHARED_CONTRACT,
     VERIFY_INPUT_FIELDS,
     installed_release,
@@ -98,6 +100,30 @@ class Sglang0519To0523Shim(CompatShim):
         "sglang.srt.layers.attention.triton_backend:TritonAttnBackend.__init__": {
             "source_reads": ("get_spec().speculative_num_draft_tokens",),
         },
+        # The verify's tree links (see SHARED_CONTRACT): the metadata glue graph, which would
+        # replay the capture-time prep, is off for the DFlash family, and 0.5.23's target-verify
+        # glue is DSpark's only; from 0.5.21 the Gated-DeltaNet backend's replay prep is its base's.
+        DECODE_GRAPH_RUNNER + ":DecodeCudaGraphRunner.__init__": {
+            "source_reads": ("spec_algorithm.is_dflash_family()",),
+        },
+        **(
+            {
+                GDN_BACKEND + ".init_forward_metadata_out_graph": {
+                    "source_reads": ("super().init_forward_metadata_out_graph(",),
+                },
+            }
+            if RELEASE >= (0, 5, 21)
+            else {}
+        ),
+        **(
+            {
+                DECODE_GRAPH_RUNNER + ":DecodeCudaGraphRunner._glues_target_verify_metadata": {
+                    "source_reads": ("spec_algorithm.is_dspark()",),
+                },
+            }
+            if RELEASE >= (0, 5, 23)
+            else {}
+        ),
         **(
             {
                 "sglang.srt.layers.logits_processor:LogitsProcessor": {

@@ -3,9 +3,9 @@
 The DDTree worker subclasses ``DFlashWorkerV2`` and reads private members of it and of
 its draft/verify inputs. Each release family's ``ddtree_compat`` declares a ``CONTRACT``;
 ``contract_problems(CONTRACT)`` checks it against the installed SGLang by introspection
-(signatures, dataclass fields, assignments in ``__init__``, expressions in the source) and
-returns one line per mismatch. ``ddtree-overlay matrix`` runs it in every release's
-interpreter on CPU.
+(signatures, dataclass fields, assignments in ``__init__``, expressions the source holds or
+must not hold) and returns one line per mismatch. ``ddtree-overlay matrix`` runs it in
+every release's interpreter on CPU.
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ VERIFY_INPUT_FIELDS = (
     "draft_token", "positions", "draft_token_num", "topk", "custom_mask", "capture_hidden_mode",
 )
 DFLASH_WORKER_ASSIGNED = ("_mask_token_id", "_draft_block_spec_info", "draft_model_runner", "block_size")
+LINEAR_BACKEND = "sglang.srt.layers.attention.hybrid_linear_attn_backend"
+GDN_BACKEND = "sglang.srt.layers.attention.linear.gdn_backend:GDNAttnBackend"
+DECODE_GRAPH_RUNNER = "sglang.srt.model_executor.runner.decode_cuda_graph_runner"
 
 # What the payload needs in every supported release; each family's ddtree_compat adds
 # (or, for the same key, replaces) the entries where its release differs.
@@ -39,8 +42,16 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
         "fields": VERIFY_INPUT_FIELDS,
         "members": ("prepare_for_verify",),
     },
+    # On a hybrid target the round's tree links reach the Gated-DeltaNet kernels because the
+    # verify is planned on the forward stream after the tree is built, never on a plan stream:
+    # the decode graph runner's load_batch, or the backend's eager init.
     "sglang.srt.speculative.dflash_info:DFlashVerifyInput.prepare_for_verify": {
         "params": ("batch", "target_worker"),
+        "source_reads": (
+            "decode_cuda_graph_runner.load_batch(",
+            "attn_backend.init_forward_metadata(",
+        ),
+        "source_lacks": ("stream",),
     },
     "sglang.srt.speculative.eagle_utils:eagle_sample": {
         "params": ("verify_input", "batch", "logits_output"),
@@ -103,6 +114,33 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
     "sglang.srt.mem_cache.memory_pool:conv_window_dedup_enabled": {
         "params": ("speculative_eagle_topk",),
     },
+    # Fresh tree links every round, eager and under CUDA graphs. The graph replay's prep gets
+    # the verify input (load_batch's view of the batch), the hybrid backend hands it to its
+    # linear-attention backend, and that copies the links into the captured buffers from any
+    # input that has them: no isinstance gate, unlike the plan-stream refresh
+    # (update_verify_buffers_to_fill_after_draft, 0.5.17+: EagleVerifyInput only), which only
+    # EAGLE's verify calls and DDTREE does not need. Eager, the kernels read the input's own.
+    DECODE_GRAPH_RUNNER + ":build_replay_fb_view": {
+        "source_reads": ("spec_info=forward_batch.spec_info",),
+    },
+    LINEAR_BACKEND + ":HybridLinearAttnBackend.init_forward_metadata_out_graph": {
+        "source_reads": ("attn_backend.init_forward_metadata_out_graph(",),
+    },
+    LINEAR_BACKEND + ":MambaAttnBackendBase.init_forward_metadata_out_graph": {
+        "source_reads": ("self._replay_metadata(", "forward_batch.spec_info"),
+    },
+    GDN_BACKEND + "._replay_metadata": {
+        "source_reads": (
+            'getattr(spec_info, "retrieve_next_token", None)',
+            "self.retrieve_next_token_list[bs - 1][:bs_without_pad].copy_(",
+            "self.retrieve_next_sibling_list[bs - 1][:bs_without_pad].copy_(",
+            "retrieve_next_token=self.retrieve_next_token_list[bs - 1]",
+        ),
+        "source_lacks": ("isinstance(spec_info",),
+    },
+    GDN_BACKEND + "._forward_metadata": {
+        "source_reads": ("forward_batch.spec_info.retrieve_next_token",),
+    },
 }
 
 
@@ -129,6 +167,7 @@ def contract_problems(contract: Dict[str, Dict[str, object]]) -> List[str]:
         problems += _check_assigned(target, obj, wants.get("assigned", ()))
         problems += _check_reads(target, obj, wants.get("reads_subset_of"))
         problems += _check_source(target, obj, wants.get("source_reads", ()))
+        problems += _check_source_lacks(target, obj, wants.get("source_lacks", ()))
     return problems
 
 
@@ -177,6 +216,15 @@ def _check_source(target, obj, expressions) -> List[str]:
         return []
     source = inspect.getsource(obj)
     return [f"{target}: no longer reads `{e}`" for e in expressions if e not in source]
+
+
+def _check_source_lacks(target, obj, expressions) -> List[str]:
+    """Expressions the source must not contain: where a release that adds one (a type gate, a
+    side stream) would change what the payload relies on."""
+    if not expressions:
+        return []
+    source = inspect.getsource(obj)
+    return [f"{target}: now contains `{e}`" for e in expressions if e in source]
 
 
 def _check_reads(target, obj, spec) -> List[str]:
