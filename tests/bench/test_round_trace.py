@@ -91,3 +91,17 @@ def test_a_refused_arm_starts_no_engine_at_all(tmp_path: Path) -> None:
     done, records, engines = trace(tmp_path, "--arms", "ddtree-b32,nextn")  # overlap: refused
     assert done.returncode != 0 and "round_trace: nextn: in stock sglang releases before 0.5.17" in done.stderr
     assert engines == [] and records == []
+
+
+def test_the_script_runs_the_trace_only_as_the_main_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SGLang's scheduler starts with spawn, which re-imports the parent's main file as
+    `__mp_main__`: that import must not start a trace of its own."""
+    import runpy
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "round_trace.py"
+    ran: list = []
+    monkeypatch.setattr(runpy, "run_module", lambda name, run_name: ran.append((name, run_name)))
+    runpy.run_path(str(script), run_name="__mp_main__")
+    assert ran == []
+    runpy.run_path(str(script), run_name="__main__")
+    assert ran == [("ddtree_overlay.bench.round_trace", "__main__")]
