@@ -6,6 +6,8 @@ SGLANG_DDTREE_PROFILE appends one profile window per generate() call, as ddtree_
 Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
   fail_start_budgets: DDTREE budgets whose engine raises at start
   crash_budgets:      DDTREE budgets whose engine kills its process at the first generate
+  die_start_budgets:  DDTREE budgets whose engine prints a scheduler's traceback and kills its
+                      process at start (SGLang's scheduler raising during init takes the parent down)
   diverge_budgets:    DDTREE budgets whose outputs differ from target-only at token 3
   margin:             the target's top1-top2 log-prob gap at every token (default 5.0)
   sleep_s:            seconds each generate() takes
@@ -42,6 +44,12 @@ class Engine:
         self.b = _behaviour()
         time.sleep(self.b.get("start_sleep_s", 0.0))
         self.loop = asyncio.new_event_loop()
+        if self.algo == "DDTREE" and self.budget in self.b.get("die_start_budgets", []):
+            import sys
+            sys.stderr.write("Traceback (most recent call last):\n  File \"scheduler.py\"\n"
+                             f"ValueError: fake state refusal at B={self.budget}\n")
+            sys.stderr.flush()
+            os._exit(9)
         if self.algo == "DDTREE" and self.budget in self.b.get("fail_start_budgets", []):
             raise RuntimeError(f"fake start failure at B={self.budget}")
         self.profile = os.environ.get("SGLANG_DDTREE_PROFILE") if self.algo == "DDTREE" else None

@@ -68,9 +68,16 @@ ATTENTION_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask
 # pads up to the next one), prefill graphs off (prefill is not what is measured). Both cut the
 # engine start, which is most of the sweep's time.
 ENGINE_COMMON: Mapping[str, Any] = {"disable_prefill_cuda_graph": True}
-# SGLang caps a speculative engine at 48 running requests unless told otherwise; a sweep past
-# that asks for its widest batch, so every request of a wave runs at once.
+# SGLang caps a speculative engine at 48 running requests unless told otherwise.
 SPEC_DEFAULT_MAX_RUNNING = 48
+
+
+def asks_for_widest_batch(widest: int, *, hybrid: bool, streaming: bool = False) -> bool:
+    """Whether an engine passes --max-running-requests = its widest batch: when SGLang's cap of
+    48 would cut a wave, when cells keep a concurrency running, and on a hybrid target, where a
+    DDTREE engine refuses to start if its verify state leaves fewer requests than asked for and
+    SGLang's default of 48 counts as asked (the Qwen3.6-27B shape's B = 32 snapshots hold 6)."""
+    return widest > SPEC_DEFAULT_MAX_RUNNING or streaming or hybrid
 
 
 def capture_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
@@ -301,9 +308,7 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, max_new_tokens: i
         **baseline_draft(setting, arm),
     }
     widest = max(served_batch_sizes(config))
-    if config.concurrencies or widest > SPEC_DEFAULT_MAX_RUNNING:
-        # the widest batch must run at once: a hybrid DDTREE engine refuses to start when its
-        # snapshots leave fewer requests, instead of a silently smaller running batch
+    if asks_for_widest_batch(widest, hybrid=setting.hybrid, streaming=bool(config.concurrencies)):
         engine["max_running_requests"] = widest
     cost = setting.cost
     return EngineGroup(

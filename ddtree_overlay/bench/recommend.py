@@ -36,7 +36,7 @@ from ddtree_overlay.bench.arms import (
     BudgetPolicy,
     verify_width,
 )
-from ddtree_overlay.bench.plan import SPEC_DEFAULT_MAX_RUNNING
+from ddtree_overlay.bench.plan import asks_for_widest_batch
 from ddtree_overlay.bench.state_memory import (
     FLAT,
     HYBRID_STATE_ENV,
@@ -324,7 +324,7 @@ def launch_command(
         words.append("--disable-overlap-schedule")
     elif hybrid:
         words += ["--mamba-radix-cache-strategy", "extra_buffer"]
-    if algorithm != TARGET_ONLY and widest_batch > SPEC_DEFAULT_MAX_RUNNING:
+    if algorithm != TARGET_ONLY and asks_for_widest_batch(widest_batch, hybrid=hybrid):
         words += ["--max-running-requests", str(widest_batch)]
     return {"algorithm": algorithm, "overlap": segment["overlap"], "command": _shell(words, env)}
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from ddtree_overlay.bench.arms import EAGLE3, NEXTN, TARGET_ONLY, Arm, parse_with_env
 from ddtree_overlay.bench.kernel_families import FAMILIES, short_kernel_name
 from ddtree_overlay.bench.nextn_overlap import crash_reason
-from ddtree_overlay.bench.plan import SPEC_DEFAULT_MAX_RUNNING, baseline_draft
+from ddtree_overlay.bench.plan import asks_for_widest_batch, baseline_draft
 from ddtree_overlay.bench.settings import SETTINGS, Setting, make_setting
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
 from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment
@@ -61,7 +61,7 @@ def engine_kwargs(arm: Arm, setting: Setting, tp_size: int = 1, batch_size: int 
     kwargs = dict(BASE, model_path=str(setting.target), tp_size=tp_size, **setting.engine)
     # a wave shrinking as its requests finish pads up to batch_size, a lone request runs at 1
     kwargs["cuda_graph_bs_decode"] = sorted({1, batch_size})
-    if batch_size > SPEC_DEFAULT_MAX_RUNNING:
+    if asks_for_widest_batch(batch_size, hybrid=setting.hybrid):
         kwargs["max_running_requests"] = batch_size
     if arm.algorithm != TARGET_ONLY:
         kwargs["speculative_draft_model_path"] = str(setting.draft)

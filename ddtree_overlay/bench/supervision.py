@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -134,7 +135,9 @@ def run_sweep(
         failed = sorted({name for (name, _), e in engines.items() if not e.get("ok") and not e.get("skipped")})
         plan_json["failed_arms"] = failed
         plan_path.write_text(json.dumps(plan_json | dict(runner_options or {})))
-        code = _run_runner(python, plan_path, records, out / "runner.log", deadline, on_event, on_engine)
+        log = out / "runner.log"
+        log_start = log.stat().st_size if log.exists() else 0
+        code = _run_runner(python, plan_path, records, log, deadline, on_event, on_engine)
         _, engines = read_records(records)
         charged = next((r for r in remaining if (r.name, r.repeat) not in engines), None)
         if charged is None:
@@ -145,10 +148,27 @@ def run_sweep(
                 skipped=f"time box (the runner was stopped {GRACE_S} s after the deadline)",
             )
         else:
+            cause = first_exception(log, log_start)
             _append_engine(
                 records, charged, on_event,
-                error=f"the runner process exited with {code} while this engine ran (see runner.log)",
+                error=f"the runner process exited with {code} while this engine ran"
+                + (f": {cause}" if cause else "")
+                + " (see runner.log)",
             )
+
+
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception): \S")
+CAUSE_CHARS = 400
+
+
+def first_exception(log: Path, start: int) -> str | None:
+    """The first ``SomeError: message`` line written to ``log`` after byte ``start``: the root
+    cause when a child process (SGLang's scheduler) raised and took the runner down with it."""
+    with log.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    line = next((line for line in text.splitlines() if EXCEPTION_LINE.match(line)), None)
+    return line if line is None or len(line) <= CAUSE_CHARS else line[: CAUSE_CHARS - 3] + "..."
 
 
 def _append_engine(records: Path, run: EngineRun, on_event: OnEvent, **outcome: str) -> None:

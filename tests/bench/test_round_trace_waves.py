@@ -18,7 +18,7 @@ from ddtree_overlay.bench.round_trace import (
     wave_timing,
 )
 
-SETTING = SimpleNamespace(target=Path("/m/target"), draft=Path("/m/draft"), engine={"load_format": "dummy"})
+SETTING = SimpleNamespace(target=Path("/m/target"), draft=Path("/m/draft"), engine={"load_format": "dummy"}, hybrid=False)
 
 
 @pytest.mark.parametrize(("batch_size", "graphs"), [(1, [1]), (16, [1, 16])])

@@ -47,6 +47,13 @@ def test_waves_only_engines_keep_their_engine_options(tmp_path: Path) -> None:
     assert not any(c.stream for c in plan.cells)
 
 
+def test_waves_on_a_hybrid_target_ask_for_their_widest_batch(tmp_path: Path) -> None:
+    # SGLang's default cap of 48 counts as asked for: the Qwen3.6-27B shape's B = 32 snapshot
+    # engine refused to start with it (2026-12-02) where 8 requests fit
+    plan = plan_for(tmp_path, "qwen3.6-27b-random", batch_sizes=(1, 8), budgets=(32,))
+    assert {g.engine.get("max_running_requests") for g in plan.groups} == {8}
+
+
 def test_a_window_must_last(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="window_s"):
         plan_for(tmp_path, concurrencies=(4,), window_s=0)

@@ -464,6 +464,31 @@ def test_the_watchdog_stops_a_runner_that_outlives_the_time_box(
     assert report["issues"] == []
 
 
+def test_an_engine_whose_scheduler_raised_at_start_names_the_exception(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    fake_sglang(die_start_budgets=[32])
+    report = run(tmp_path, small_plan(tmp_path))
+    groups = {g["name"]: g for g in report["groups"]}
+    assert groups["ddtree-b32"]["reason"] == (
+        "the runner process exited with 9 while this engine ran: "
+        "ValueError: fake state refusal at B=32 (see runner.log)"
+    )
+    assert groups["ddtree-b8"]["status"] == "ok"
+
+
+def test_first_exception_reads_only_what_the_last_runner_wrote(tmp_path: Path) -> None:
+    log = tmp_path / "runner.log"
+    log.write_text("RuntimeError: an earlier runner's\n")
+    start = log.stat().st_size
+    with log.open("a") as f:
+        f.write("warning: x\nValueError: " + "y" * 500 + "\nRuntimeError: Rank 0 scheduler died\n")
+    cause = supervision.first_exception(log, start)
+    assert cause.startswith("ValueError: yyy") and len(cause) == supervision.CAUSE_CHARS
+    assert supervision.first_exception(log, log.stat().st_size) is None
+
+
 def test_a_runner_that_records_nothing_fails_every_engine_in_turn(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, budgets=(8,))
     false = Path("/bin/false")
