@@ -299,3 +299,16 @@ def test_the_first_ddtree_engine_table_is_the_round_traces():
     assert steps("cmd2", ("old1", "new", "old2")) == [10.784, 4.99, 5.425]
     section = page().split("### The first DDTREE engine on a fresh machine", 1)[1]
     assert "**11.47** → 5.73 → 4.25" in section and "**10.78** → 4.99 → 5.43" in section
+
+
+def test_nextn_and_the_fused_commit_on_the_hybrid_pair_as_cited():
+    run = "2026-12-02-hybrid-bench-primer-nextn-no-overlap"
+    over_nextn = [rate(run, "ddtree-b32", bs) / rate(run, "nextn-no-overlap", bs) for bs in (1, 16)]
+    assert " / ".join(x(v) for v in over_nextn) == "1.82× / 1.12×"
+    assert "**1.82× / 1.12×**" in summary()
+    accept = [
+        next(c for c in report(run)["cells"] if c["name"] == f"ddtree-b32/bs{bs}/t0")["profile"]["ms_per_round"]["accept"]
+        for bs in (1, 16)
+    ]
+    assert " / ".join(f"{v:.3f}" for v in accept) == "0.036 / 0.035"
+    assert "**0.036 / 0.035 ms**" in page()
