@@ -35,17 +35,20 @@ none of that:
 
 The conv1d windows stay SGLang's per-node windows (see ``ddtree_hybrid.RecurrentStateCommit``).
 
-Wiring (0.5.14's patch set): the pool allocates no SSM snapshots (``ssm_snapshot_tokens``), the
-hybrid memory split reserves a flat node's bytes and a request's scratch
+Wiring (the patch sets of 0.5.14 to 0.5.18): the pool - and 0.5.15+'s unified pool - allocates no
+SSM snapshots (``ssm_snapshot_tokens``), the hybrid memory split (the model runner's KV-cache
+mixin; 0.5.16+ ``KVCacheConfigurator``) reserves a flat node's bytes and a request's scratch
 (``verify_memory_tokens``), the target's model runner installs the stash, the scratch and this
 verify right after its pools (``install_flat_state``, before any CUDA graph is captured), the
 GDN backend's target verify calls ``flat_tree_verify()`` when one is installed, and the DDTREE
-worker's commit replays (``ddtree_hybrid``).
+worker's commit replays (``ddtree_hybrid``). 0.5.19+ are not wired: ``flat_tree_verify()`` stays
+None there and the worker refuses the switch.
 
 Switch: ``SGLANG_DDTREE_HYBRID_STATE=flat|snapshot`` (``ddtree_envs``; snapshot, SGLang's own
 tree path, stays the default until the flat path has been checked on a GPU against it:
 ``ddtree_overlay/bench/checks.py`` preset ``hybrid-flat``).
-Layouts are SGLang 0.5.14's: q, k [1, T, H, K], v [1, T, HV, V], a, b [T, HV] (token-major,
+Layouts are SGLang 0.5.14's (0.5.15 to 0.5.18 pass the same, q, k, v possibly without the
+leading 1): q, k [1, T, H, K], v [1, T, HV, V], a, b [T, HV] (token-major,
 heads packed), recurrent state [slots, HV, V, K] with K contiguous, ``retrieve_parent_token``
 [bs, N] as the conv kernel fills it (node 0 is the root; parents before children).
 
@@ -740,12 +743,15 @@ def ssm_snapshot_tokens(speculative_num_draft_tokens: int) -> int:
     return 0 if flat_state_requested(server_args) else speculative_num_draft_tokens
 
 
-def verify_memory_tokens(server_args, cache_params, activation_dtype: torch.dtype) -> float:
+def verify_memory_tokens(
+    server_args, cache_params, activation_dtype: torch.dtype, num_draft_tokens: Optional[int] = None
+) -> float:
     """The verify-token count SGLang's hybrid memory split multiplies one request's recurrent
     state (conv + SSM, every layer) by to reserve verify memory: the verify width, or in flat
     mode what a request's flat nodes hold (conv windows and stashed inputs) and its branch
-    scratch (one layer's), in units of that state."""
-    tokens = server_args.speculative_num_draft_tokens
+    scratch (one layer's), in units of that state. ``num_draft_tokens``: the width the split
+    itself reads where that is not the server args' (0.5.17+: the spec bag's)."""
+    tokens = server_args.speculative_num_draft_tokens if num_draft_tokens is None else num_draft_tokens
     if not flat_state_requested(server_args):
         return tokens
     value_heads, v_dim, k_dim = cache_params.shape.temporal
