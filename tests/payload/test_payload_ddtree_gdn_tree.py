@@ -551,8 +551,11 @@ def test_the_memory_split_reserves_conv_windows_and_stash_per_flat_node_and_the_
     params = qwen36_cache_params()
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
     assert flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16) == 33
+    # 0.5.17+: the split's own width (the spec bag's) wins over the server args'
+    assert flat.verify_memory_tokens(ddtree_args(width=17), params, torch.bfloat16, num_draft_tokens=33) == 33
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
     tokens = flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16)
+    assert flat.verify_memory_tokens(ddtree_args(width=17), params, torch.bfloat16, num_draft_tokens=33) == tokens
     per_node = 48 * ((2 * 16 * 128 + 48 * 128) * 3 * 2 + (16 * 128 + 48 * 128) * 2 + 2 * 48 * 4)
     scratch = 15 * 48 * 128 * 128 * 4  # one layer's state for each of 15 open branch nodes
     assert tokens * params.mamba_cache_per_req == pytest.approx(33 * per_node + scratch)

@@ -1,0 +1,135 @@
+"""The flat GDN recurrent state's hunks on every release they are wired for, against that
+release's own stock files (read from its wheel in the matrix cache, ~/.cache/ddtree-overlay/
+matrix/wheels; `ddtree-overlay matrix` fills it).
+
+Each hunk must apply at its own line (no offset), and the patched files must do what the flat
+state needs: the GDN target verify dispatches to ``flat_tree_verify()`` before SGLang's kernel,
+every pool that allocates per-node SSM snapshots sizes them by ``ssm_snapshot_tokens`` (0 in
+flat mode, evaluated here through the payload's own function), the hybrid memory split
+multiplies by ``verify_tokens`` wherever it multiplied by the verify width, and the model
+runner installs the flat state right after its pools. Releases not wired keep the worker's
+refusal: no hunk names ``ddtree_gdn_tree`` there.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+from overlay_helpers import REPO_ROOT
+from payload_modules import load_payload_module, triton_interpreter
+
+from ddtree_overlay.engine.hunks import apply_hunks
+from ddtree_overlay.engine.patchset import load_patch_set
+
+pytestmark = pytest.mark.sglang
+
+WHEELS = Path.home() / ".cache" / "ddtree-overlay" / "matrix" / "wheels"
+WIRED = ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18")
+NOT_WIRED = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+GDN_BACKEND = "sglang/srt/layers/attention/linear/gdn_backend.py"
+POOLS = ("sglang/srt/mem_cache/memory_pool.py", "sglang/srt/mem_cache/unified_memory_pool.py")
+SPLIT = {  # the hybrid memory split, and where the flat state is installed after the pools
+    "0.5.14": ("model_runner_kv_cache_mixin.py", "handle_max_mamba_cache", "_apply_memory_pool_config"),
+    "0.5.15": ("model_runner_kv_cache_mixin.py", "handle_max_mamba_cache", "_apply_memory_pool_config"),
+}
+LATER_SPLIT = ("kv_cache_configurator.py", "_handle_max_mamba_cache", "alloc_memory_pool")
+
+
+def patched_files(version: str) -> dict[str, str]:
+    """Every file the release's patches touch, patched, from the stock wheel."""
+    wheel = next(iter(sorted(WHEELS.glob(f"sglang-{version}-*.whl"))), None)
+    if wheel is None:
+        pytest.skip(f"no sglang {version} wheel in {WHEELS} (run `ddtree-overlay matrix` once)")
+    patch_set = load_patch_set(REPO_ROOT / "manifests" / f"{version}.toml", require_file_table=False)
+    out = {}
+    with zipfile.ZipFile(wheel) as archive:
+        for patch in patch_set.patches:
+            for diff in patch.diffs:
+                target = diff.target_path.removeprefix("b/")
+                outcome = apply_hunks(archive.read(target), diff.hunks)
+                assert outcome.applied, (patch.path, [h.describe() for h in outcome.hunks])
+                assert all(h.offset == 0 for h in outcome.hunks), (patch.path, [h.describe() for h in outcome.hunks])
+                out[target] = outcome.after.decode()
+    return out
+
+
+def function(source: str, name: str) -> ast.FunctionDef:
+    found = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == name]
+    assert len(found) == 1, name
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def flat():
+    with triton_interpreter():
+        pytest.importorskip("triton")
+        return load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
+
+
+@pytest.mark.parametrize("version", WIRED)
+def test_the_gdn_verify_dispatches_to_the_flat_walk_before_sglangs_kernel(version):
+    backend = patched_files(version)[GDN_BACKEND]
+    forward = ast.unparse(function(backend, "forward_extend"))
+    flat_at = forward.index("if is_target_verify and flat_tree_verify() is not None:")
+    assert forward.index("elif is_target_verify:") > flat_at
+    assert forward.index("self.kernel_dispatcher.target_verify(") > flat_at
+    call = forward[flat_at:].split("flat_tree_verify()(", 1)[1].split(")\n", 1)[0]
+    assert "layer.layer_id" in call and "retrieve_parent_token=retrieve_parent_token" in call
+
+
+@pytest.mark.parametrize("version", WIRED)
+def test_every_snapshot_pool_keeps_none_in_flat_mode(version, flat, monkeypatch):
+    files = patched_files(version)
+    server_args = types.ModuleType("sglang.srt.server_args")
+    server_args.get_global_server_args = lambda: types.SimpleNamespace(
+        speculative_algorithm="DDTREE", speculative_eagle_topk=2
+    )
+    monkeypatch.setitem(sys.modules, "sglang.srt.server_args", server_args)
+    pools = [path for path in POOLS if path in files]
+    assert POOLS[0] in pools and (version == "0.5.14" or POOLS[1] in pools)
+    for path in pools:
+        allocations = [
+            node.value
+            for node in ast.walk(ast.parse(files[path]))
+            if isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "intermediate_ssm_state_cache" for t in node.targets)
+            and isinstance(node.value, ast.Call)
+        ]
+        assert len(allocations) == 1, path
+        tokens = ast.unparse(allocations[0].keywords[0].value.elts[2])
+        assert tokens == "ssm_snapshot_tokens(speculative_num_draft_tokens)", (path, tokens)
+        scope = {"ssm_snapshot_tokens": flat.ssm_snapshot_tokens, "speculative_num_draft_tokens": 33}
+        monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+        assert eval(tokens, scope) == 0
+        monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
+        assert eval(tokens, scope) == 33
+
+
+@pytest.mark.parametrize("version", WIRED)
+def test_the_memory_split_reserves_verify_tokens_and_the_runner_installs_after_the_pools(version):
+    files = patched_files(version)
+    name, split_fn, install_fn = SPLIT.get(version.split(".post")[0], LATER_SPLIT)
+    split_path = next(p for p in files if p.endswith(name))
+    split = ast.unparse(function(files[split_path], split_fn))
+    assert "verify_tokens = verify_memory_tokens(" in split
+    assert not re.search(r"(\*|D =) [\w().]*\bspeculative_num_draft_tokens\b", split), split_path
+    products = split.count("* verify_tokens") + split.count("D = verify_tokens")
+    assert products == 3, split_path
+    runner = next(
+        text for path, text in files.items() if install_fn in text and "install_flat_state(self)" in text
+    )
+    install = ast.unparse(function(runner, install_fn))
+    pools_made = max(install.find("self._init_pools()"), install.find("self._unified_memory_pool = "))
+    assert 0 <= pools_made < install.index("install_flat_state(self)")
+
+
+@pytest.mark.parametrize("version", NOT_WIRED)
+def test_releases_not_wired_keep_the_refusal(version):
+    patch_set = load_patch_set(REPO_ROOT / "manifests" / f"{version}.toml", require_file_table=False)
+    assert not any(b"ddtree_gdn_tree" in patch.content for patch in patch_set.patches)
