@@ -250,3 +250,49 @@ def test_the_split_count_fills_the_gpu_and_stops_at_the_longest_prefix():
     assert va.choose_num_splits(programs=1024, max_prefix_len=32768, sm_count=132) == 1
     assert va.choose_num_splits(programs=1, max_prefix_len=600, sm_count=132) == 3
     assert va.choose_num_splits(programs=1, max_prefix_len=10**6, sm_count=1000) == va.MAX_SPLITS
+
+
+AOT_SCRIPT = """
+import json
+from aot_sm90 import compile_for
+from payload_modules import load_payload_module
+va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
+strides = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh",
+           "stride_kbuf_s", "stride_kbuf_h", "stride_vbuf_s", "stride_vbuf_h")
+partial = {
+    "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "k_buffer_ptr": "*bf16", "v_buffer_ptr": "*bf16",
+    "kv_indptr_ptr": "*i32", "kv_indices_ptr": "*i64", "tail_mask_ptr": "*u8", "part_o_ptr": "*fp32",
+    "part_lse_ptr": "*fp32", "sm_scale": "fp32", "k_scale": "fp32", "v_scale": "fp32",
+    **{name: "i32" for name in strides},
+}
+merge = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16", "stride_ot": "i32", "stride_oh": "i32"}
+built = []
+# Qwen3-8B (32 q / 8 kv heads, dim 128) and Qwen3.6-27B (24 q / 4 kv heads, dim 256) at N = 17 and 33.
+for capability in (86, 90, 120):
+    for q_heads, kv_heads, dim in ((32, 8, 128), (24, 4, 256)):
+        block_m, block_n, warps = va.block_config(dim)
+        group = q_heads // kv_heads
+        for n in (17, 33):
+            splits = 8
+            consts = dict(
+                N=n, GROUP=group, NUM_Q_HEADS=q_heads, ROW_BLOCKS=va.row_blocks(group, n, block_m),
+                NUM_SPLITS=splits, HEAD_DIM=dim, V_DIM=dim, BLOCK_D=dim, BLOCK_DV=dim,
+                BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=va.MIN_SPLIT_TOKENS,
+            )
+            sig = dict(partial, **{name: "constexpr" for name in consts})
+            built.append(compile_for(va._partial_kernel, sig, consts, capability, num_warps=warps, num_stages=2))
+            consts = dict(NUM_Q_HEADS=q_heads, PARTS=splits + 1, V_DIM=dim, BLOCK_PARTS=16, BLOCK_DV=dim)
+            sig = dict(merge, **{name: "constexpr" for name in consts})
+            built.append(compile_for(va._merge_kernel, sig, consts, capability, num_warps=2))
+print(json.dumps(built))
+"""
+
+
+@pytest.mark.slow
+def test_the_kernels_compile_ahead_of_time_for_sm86_sm90_and_sm120():
+    """bf16 at both model shapes, for the RTX A6000, the H200 and the RTX PRO 6000, without a
+    GPU (ptxas ships in the triton wheel); no build spills registers to a stack frame."""
+    from aot_sm90 import run_aot_script
+
+    built = run_aot_script(AOT_SCRIPT, timeout=600)
+    assert len(built) == 24 and all(size > 0 and stack == 0 for size, stack in built), built
