@@ -1,4 +1,4 @@
-"""Triton kernels compiled for sm90 ahead of time, without a GPU or a driver: ptxas and
+"""Triton kernels compiled for sm90 (and sm86 / sm120 where a test asks) ahead of time, without a GPU or a driver: ptxas and
 cuobjdump ship inside the triton wheel, and the interpreter accepts code the compiler would
 not. A test runs a script in a fresh interpreter without TRITON_INTERPRET (`run_aot_script`);
 the script compiles with `compile_for_sm90` and prints what it built as JSON on its last line.
@@ -33,12 +33,19 @@ def stack_bytes(cubin: bytes) -> int:
 
 def compile_for_sm90(kernel, signature: dict, constants: dict, **options) -> tuple[int, int]:
     """(cubin bytes, stack bytes) of ``kernel`` compiled for sm90a."""
+    return compile_for(kernel, signature, constants, 90, **options)
+
+
+def compile_for(kernel, signature: dict, constants: dict, capability: int, **options) -> tuple[int, int]:
+    """(cubin bytes, stack bytes) of ``kernel`` compiled for sm_<capability> (86: RTX A6000,
+    90: H100/H200, 120: RTX PRO 6000); ptxas of the triton wheel takes all three."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    k = triton.compile(ASTSource(kernel, signature, constants), target=GPUTarget("cuda", 90, 32), options=options)
-    assert ".target sm_90a" in k.asm["ptx"], k.asm["ptx"][:300]
+    target = GPUTarget("cuda", capability, 32)
+    k = triton.compile(ASTSource(kernel, signature, constants), target=target, options=options)
+    assert re.search(rf"\.target sm_{capability}a?\b", k.asm["ptx"]), k.asm["ptx"][:300]
     return len(k.asm["cubin"]), stack_bytes(k.asm["cubin"])
 
 

@@ -258,6 +258,22 @@ def test_build_tree_then_write_verify_inputs_is_the_whole_torch_tree_stage(inter
     assert_verify_inputs_match(got, mask, tree, root_tokens, prefix_lens, n, depth_limit, capacity)
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_verify_kernel_writes_the_tail_only_mask_as_the_torch_stage(interpret, seed):
+    """SGLANG_DDTREE_VERIFY_ATTENTION=splitkv: the flat [bs, N, N] ancestor mask, whatever the
+    prefixes and the capacity passed; the verify tensors unchanged."""
+    bs, depth_limit, budget, n = 3, 6, 12, 17
+    topk = truncated_topk(bs, depth_limit, 5, 400 + seed) if seed else random_topk(bs, depth_limit, 40, budget, 4)
+    tree = interpret.build_tree(topk, budget)
+    root_tokens, prefix_lens = torch.tensor([1, 2, 3]), torch.tensor([300, 0, 9])
+    got, mask = interpret.write_verify_inputs(tree, root_tokens, prefix_lens, n, depth_limit, 10**6, tail_only=True)
+    want, want_mask = du.write_verify_inputs(tree, root_tokens, prefix_lens, n, depth_limit, 10**6, tail_only=True)
+    for field in ("draft_token", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling"):
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+    assert mask.dtype == torch.bool and mask.shape == (bs * n * n,)
+    assert torch.equal(mask, want_mask)
+
+
 def test_budget_zero_is_a_root_only_verify(interpret):
     topk = random_topk(2, 15, 10, 1, 0)
     got, mask = interpret.write_verify_inputs(
@@ -297,7 +313,7 @@ AOT_SCRIPT = textwrap.dedent(
         "next_sibling_ptr": "*i64", "mask_ptr": "*i1", "batch_size": "i32", "budget": "i32",
         "num_verify_tokens": "i32", "num_hops": "i32", "mask_capacity": "i64",
         "NODE_BLOCK": "constexpr", "ROW_BLOCK": "constexpr", "PREFIX_BLOCK": "constexpr",
-        "BATCH_BLOCK": "constexpr",
+        "BATCH_BLOCK": "constexpr", "TAIL_ONLY": "constexpr",
     }
     # Triton's launcher turns an int argument equal to 1 into a constant: build that too.
     ones = {"budget": 1, "topk_width": 1, "batch_size": 1, "num_hops": 1}
@@ -316,10 +332,11 @@ AOT_SCRIPT = textwrap.dedent(
     built = []
     for block, ones_too in ((1, True), (16, False), (256, False)):
         built.append(build(dk._best_first_tree_kernel, tree_sig, {"BUDGET_BLOCK": block}, 1, ones_too))
-    for node_block, int32_inputs in ((16, True), (512, False)):
+    for node_block, int32_inputs, tail_only in ((16, True, False), (512, False, False), (32, False, True)):
         rows = max(1, min(node_block, dk._VERIFY_TILE_ELEMS // node_block))
         consts = {"NODE_BLOCK": node_block, "ROW_BLOCK": rows,
-                  "PREFIX_BLOCK": dk._PREFIX_BLOCK, "BATCH_BLOCK": dk._BATCH_BLOCK}
+                  "PREFIX_BLOCK": dk._PREFIX_BLOCK, "BATCH_BLOCK": dk._BATCH_BLOCK,
+                  "TAIL_ONLY": tail_only}
         sig = dict(verify_sig)
         if int32_inputs:  # SGLang's verified_id and seq_lens may be int32
             sig.update(root_tokens_ptr="*i32", prefix_lens_ptr="*i32")
@@ -341,7 +358,7 @@ AOT_SCRIPT = textwrap.dedent(
 def test_kernels_compile_ahead_of_time_for_sm90():
     """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver."""
     built = run_aot_script(AOT_SCRIPT, timeout=300)
-    assert len(built) == 9 and all(size > 0 for _, size in built)
+    assert len(built) == 10 and all(size > 0 for _, size in built)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])

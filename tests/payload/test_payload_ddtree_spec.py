@@ -148,6 +148,8 @@ CASES = {
     "hybrid_adaptive_chain": {"model_path": HYBRID, "speculative_ddtree_adaptive_budgets": "chain,32"},
     "chain_switch": {"speculative_ddtree_budget": 64, "env": {"SGLANG_DDTREE_TREE_SHAPE": "chain"}},
     "chain_switch_typo": {"env": {"SGLANG_DDTREE_TREE_SHAPE": "chains"}},
+    "splitkv_flashinfer": {"attention_backend": "flashinfer", "env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}},
+    "verify_attention_typo": {"env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "split"}},
 }
 for name, changes in CASES.items():
     env = changes.pop("env", {})
@@ -254,6 +256,8 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
         ("schedule_budget0", "every budget must be >= 1"),
         ("adaptive_chain_typo", "expected budgets or 'chain' separated by commas"),
         ("chain_switch_typo", "SGLANG_DDTREE_TREE_SHAPE must be 'tree' or 'chain', got 'chains'"),
+        ("splitkv_flashinfer", "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv is a triton-backend kernel"),
+        ("verify_attention_typo", "SGLANG_DDTREE_VERIFY_ATTENTION must be 'extend' or 'splitkv', got 'split'"),
         ("hybrid_flashinfer_gdn", "--linear-attn-decode-backend flashinfer has none"),
         ("hybrid_replayssm", "does not support --enable-linear-replayssm-spec"),
         ("hybrid_conv5", "got linear_conv_kernel_dim=5"),

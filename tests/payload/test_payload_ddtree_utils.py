@@ -229,6 +229,23 @@ def test_write_verify_inputs_is_buffers_then_mask():
     assert torch.equal(mask, du.build_tree_custom_mask(buffers.ancestor_mask, prefix, mask.numel()))
 
 
+def test_the_tail_only_mask_is_each_nodes_ancestors_or_self_with_no_prefix_columns():
+    """Checked against the parents by walking them, not against ancestor_mask."""
+    logits = torch.randn(2, 15, 40, generator=torch.Generator().manual_seed(4))
+    tree = du.build_ddtree_tree(du.compute_draft_topk(logits, 8), 8)
+    _, mask = du.write_verify_inputs(tree, torch.tensor([5, 9]), torch.tensor([3, 700]), 12, 15, 0, tail_only=True)
+    assert mask.dtype == torch.bool and mask.shape == (2 * 12 * 12,)
+    for b in range(2):
+        parents = [-1] + tree.parent_indices[b].tolist() + [-1] * 3
+        for node in range(12):
+            seen, hop = set(), node
+            while hop >= 0 and hop not in seen:
+                seen.add(hop)
+                hop = parents[hop]
+            row = mask.view(2, 12, 12)[b, node]
+            assert set(torch.nonzero(row).flatten().tolist()) == seen, (b, node)
+
+
 def test_tree_stage_is_triton_by_default_torch_on_request_and_a_typo_is_refused(monkeypatch):
     kernels = types.ModuleType("sglang.srt.speculative.ddtree_kernels")  # no triton needed here
     parts = ("draft_topk", "build_tree", "build_chain", "write_verify_inputs")

@@ -84,6 +84,13 @@ class DDTreeEnvs:
         "at the block's width (DFLASH's verify through DDTREE's machinery), whatever the flags",
     )
 
+    SGLANG_DDTREE_VERIFY_ATTENTION = DDTreeEnvChoice(
+        ("extend", "splitkv"),
+        "the target verify's attention on the triton backend: SGLang's extend_attention_fwd "
+        "with the FULL-layout tree mask, or splitkv (ddtree_verify_attention: split-KV over "
+        "the prefix, a tail-only [bs, N, N] mask; 0.5.14)",
+    )
+
     # Gated-DeltaNet hybrid targets
     SGLANG_DDTREE_HYBRID_STATE = DDTreeEnvChoice(
         ("snapshot", "flat"),

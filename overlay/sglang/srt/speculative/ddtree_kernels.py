@@ -272,6 +272,7 @@ def _verify_inputs_kernel(
     ROW_BLOCK: tl.constexpr,
     PREFIX_BLOCK: tl.constexpr,
     BATCH_BLOCK: tl.constexpr,
+    TAIL_ONLY: tl.constexpr,
 ):
     """Verify rows [tile * ROW_BLOCK, ...) of one request: root, nodes 1..B, padding.
 
@@ -280,7 +281,8 @@ def _verify_inputs_kernel(
     ancestor-or-self, found by ``num_hops`` parent hops) and an even share of
     the tail past the exact mask length (True, as ``build_tree_custom_mask``
     leaves it; CUDA-graph padding may read it). Every mask store is bounded
-    by ``mask_capacity``.
+    by ``mask_capacity``. ``TAIL_ONLY``: the mask has no prefix columns (an
+    [N, N] block per request, ``ddtree_verify_attention``'s layout).
     """
     req = tl.program_id(0)
     tile = tl.program_id(1)
@@ -334,22 +336,28 @@ def _verify_inputs_kernel(
         hop = tl.where(up >= 0, up, hop)
         visible = visible | (cols[None, :] == hop[:, None])
 
-    prefix_before, prefix_total = _prefix_len_sums(prefix_lens_ptr, req, batch_size, BATCH_BLOCK)
-    row_len = prefix_len + n
+    if TAIL_ONLY:
+        mask_prefix = tl.zeros([], tl.int64)
+        prefix_before = tl.zeros([], tl.int64)
+        prefix_total = tl.zeros([], tl.int64)
+    else:
+        mask_prefix = prefix_len
+        prefix_before, prefix_total = _prefix_len_sums(prefix_lens_ptr, req, batch_size, BATCH_BLOCK)
+    row_len = mask_prefix + n
     row_start = n * prefix_before + req.to(tl.int64) * n * n + rows.to(tl.int64) * row_len
-    tree_at = row_start[:, None] + prefix_len + cols[None, :]
+    tree_at = row_start[:, None] + mask_prefix + cols[None, :]
     tl.store(
         mask_ptr + tree_at,
         visible,
         mask=row_ok[:, None] & col_ok[None, :] & (tree_at < mask_capacity),
     )
-    for offset in range(0, prefix_len, PREFIX_BLOCK):
+    for offset in range(0, mask_prefix, PREFIX_BLOCK):
         col = offset + tl.arange(0, PREFIX_BLOCK)
         prefix_at = row_start[:, None] + col[None, :]
         tl.store(
             mask_ptr + prefix_at,
             tl.full([ROW_BLOCK, PREFIX_BLOCK], 1, tl.int1),
-            mask=row_ok[:, None] & (col[None, :] < prefix_len) & (prefix_at < mask_capacity),
+            mask=row_ok[:, None] & (col[None, :] < mask_prefix) & (prefix_at < mask_capacity),
         )
 
     exact_len = (prefix_total + batch_size * n) * n
@@ -494,8 +502,10 @@ def write_verify_inputs(
     num_verify_tokens: int,
     max_depth: int,
     mask_capacity: int,
+    tail_only: bool = False,
 ) -> Tuple[DDTreeVerifyTensors, torch.Tensor]:
-    """``tree_to_verify_buffers`` + ``build_tree_custom_mask`` as one Triton launch.
+    """``tree_to_verify_buffers`` + ``build_tree_custom_mask`` as one Triton launch (with
+    ``tail_only``: + the flat [bs, N, N] ancestor mask, as ``ddtree_utils.write_verify_inputs``)
 
     Args:
         tree: [bs, B] trees, parents before children.
@@ -504,7 +514,8 @@ def write_verify_inputs(
         num_verify_tokens: N >= B + 1.
         max_depth: a bound on node depth; min(max_depth, B) parent hops.
         mask_capacity: length of the returned mask, >= the exact total
-            sum(N * (prefix_len + N)); entries past the total are True.
+            sum(N * (prefix_len + N)); entries past the total are True. Unused
+            with ``tail_only`` (the mask is bs * N * N long).
 
     Returns the [bs, N] int64 verify tensors and the bool [mask_capacity] mask.
     """
@@ -514,6 +525,8 @@ def write_verify_inputs(
         raise ValueError(f"DDTREE num_verify_tokens must be >= budget + 1, got {n} < {budget + 1}.")
     device = tree.tokens.device
     outputs = torch.empty((5, bs, n), dtype=torch.int64, device=device)
+    if tail_only:
+        mask_capacity = bs * n * n
     mask = torch.empty((int(mask_capacity),), dtype=torch.bool, device=device)
     if bs > 0:
         node_block = triton.next_power_of_2(n)
@@ -530,6 +543,7 @@ def write_verify_inputs(
             ROW_BLOCK=row_block,
             PREFIX_BLOCK=_PREFIX_BLOCK,
             BATCH_BLOCK=_BATCH_BLOCK,
+            TAIL_ONLY=bool(tail_only),
             num_warps=4,
         )
     draft_token, positions, retrieve_index, next_token, next_sibling = outputs.unbind(0)

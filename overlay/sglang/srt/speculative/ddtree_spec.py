@@ -148,6 +148,16 @@ def _unsupported_ddtree_settings(cfg):
                 f"got {backend} ({name}); its tree-mask path is not wired for DDTREE "
                 "(on Hopper fa3 is the default: pass --attention-backend triton)."
             )
+    try:
+        tail_mask = envs.SGLANG_DDTREE_VERIFY_ATTENTION.get() == "splitkv"  # read by the worker
+    except ValueError as bad_value:
+        yield str(bad_value)
+    else:
+        if tail_mask and (prefill_backend, decode_backend) != ("triton", "triton"):
+            yield (
+                "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv is a triton-backend kernel: pass "
+                f"--attention-backend triton (got {prefill_backend} prefill, {decode_backend} decode)."
+            )
     if _attention_dp(cfg):
         # DFlash allows it from 0.5.20 (NPU) / 0.5.23 (CUDA). DDTREE's top-K runs collectives
         # over the whole TP group each round, which attention-DP ranks (other batches, or

@@ -20,7 +20,7 @@ from sglang.srt.speculative.ddtree_utils import DDTreeDrafts, DDTreeDraftTopK, D
 class TreeStage(NamedTuple):
     """A round's tree stage: ``draft_topk(logits, k)``, ``build_tree(topk, budget)`` and
     ``build_chain(topk)`` (``build_drafts`` runs what a ``DraftStage`` asks), then
-    ``write_verify_inputs(tree, root_tokens, prefix_lens, N, max_depth, mask_capacity)``."""
+    ``write_verify_inputs(tree, root_tokens, prefix_lens, N, max_depth, mask_capacity, tail_only=)``."""
 
     name: str
     draft_topk: Callable[[torch.Tensor, int], DDTreeDraftTopK]

@@ -408,8 +408,11 @@ def write_verify_inputs(
     num_verify_tokens: int,
     max_depth: int,
     mask_capacity: int,
+    tail_only: bool = False,
 ) -> tuple[DDTreeVerifyTensors, torch.Tensor]:
-    """A round's verify tensors and FULL mask from its tree, in torch.
+    """A round's verify tensors and FULL mask from its tree, in torch; with ``tail_only``
+    the tail-only mask instead: the [bs, N, N] ancestor mask, flat (``ddtree_verify_attention``
+    needs no prefix columns; ``mask_capacity`` is then unused).
 
     ``ddtree_kernels.write_verify_inputs`` does the same in one Triton launch.
     """
@@ -420,6 +423,8 @@ def write_verify_inputs(
         num_verify_tokens=num_verify_tokens,
         max_depth=max_depth,
     )
+    if tail_only:
+        return buffers, buffers.ancestor_mask.reshape(-1)
     return buffers, build_tree_custom_mask(buffers.ancestor_mask, prefix_lens, mask_capacity)
 
 

@@ -8,7 +8,8 @@ One decode round, as the paper defines it:
             the top-1 chain, as the budget policy asks (ddtree_budget); one
             CUDA-graph replay per round (ddtree_cuda_graph_runner), two around
             the all-gather under TP
-  tree      verify tensors and the FULL-layout tree mask of the round's shape:
+  tree      verify tensors and the tree mask of the round's shape (FULL layout,
+            or tail-only under SGLANG_DDTREE_VERIFY_ATTENTION=splitkv):
             the chain, or the first nodes of the tree, as many as the round's
             budget (with adaptive budgets chosen per round; see ddtree_adaptive)
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
@@ -78,6 +79,7 @@ from sglang.srt.speculative.ddtree_tp import (
 )
 from sglang.srt.speculative.ddtree_tree_stage import select_tree_stage
 from sglang.srt.speculative.ddtree_utils import DDTreeDrafts, DDTreeDraftTopK
+from sglang.srt.speculative.ddtree_verify_attention import tail_mask_requested, wired_problem
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.eagle_utils import eagle_sample
@@ -120,6 +122,13 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         # the ranks' all-gathers match whatever shape a round (or a rank's fallback) has.
         self._tp_pack_k = self.budget_policy.top_k(self.vocab_size)
         self.tree_stage = select_tree_stage()  # SGLANG_DDTREE_TREE_KERNEL
+        # SGLANG_DDTREE_VERIFY_ATTENTION=splitkv: the target's triton backend takes the
+        # tail-only [bs, N, N] mask (ddtree_verify_attention); otherwise the FULL layout.
+        self.tail_mask = tail_mask_requested()
+        if self.tail_mask:
+            problem = wired_problem(self.target_worker.model_runner.attn_backend)
+            if problem is not None:
+                raise ValueError(problem)
         self.tree_graphs = None  # set by init_cuda_graphs
         self.tp_tree_graphs = None  # (top-K pieces, combine + tree) under TP
         self.commit_graphs = None
@@ -365,7 +374,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 prefix_lens,
                 n,
                 self.block_size - 1,  # deepest node
-                n * (seq_lens_sum + bs * n),  # mask capacity from host-side length bounds
+                n * (seq_lens_sum + bs * n),  # FULL mask capacity from host-side length bounds
+                tail_only=self.tail_mask,
             )
             verify_input = DDTreeVerifyInput.from_tree(
                 buffers=verify_tensors,

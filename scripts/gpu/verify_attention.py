@@ -1,0 +1,169 @@
+"""DDTREE's target-verify attention on the triton backend, timed against SGLang's kernel.
+
+    python3 scripts/gpu/verify_attention.py [--out DIR] [--batch-sizes 1,4,16] [--prefixes 1024,8192]
+        [--widths 16,17,33] [--shapes qwen3-8b,qwen3.6-27b]
+
+For each attention shape (Qwen3-8B: 32 q / 8 kv heads, dim 128; Qwen3.6-27B's attention layers:
+24 q / 4 kv heads, dim 256), batch size, prefix length and verify width N, random bf16 queries,
+keys and values, each request's prefix in shuffled pool slots and a random tree of N nodes:
+GPU ms per call (CUDA events, median of 20 after 3 warm-ups) of
+- ``splitkv``: ``ddtree_verify_attention.tree_verify_attention`` with the tail-only mask and the
+  split count the backend would pick on this GPU;
+- ``extend``: SGLang's ``extend_attention_fwd`` with DDTREE's FULL-layout mask (today's path);
+- ``chain16``: ``extend_attention_fwd`` causal at 16 tokens, no mask (DFLASH's chain verify) at
+  the same batch and prefix.
+Agreement: the largest |splitkv - extend| over the outputs (bf16; both round the probabilities
+to bf16 before the value product), and the same with the tree a chain against ``chain16``'s
+causal kernel. A row whose difference passes 2e-2 is marked and the exit code is 1. Needs torch,
+triton, an installed sglang (for its kernel) and a GPU; the payload module loads from overlay/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+SHAPES = {"qwen3-8b": (32, 8, 128), "qwen3.6-27b": (24, 4, 256)}
+TOLERANCE = 2e-2
+
+
+def gpu_ms(fn, *, warmup: int = 3, iters: int = 20) -> float:
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def ints(text: str) -> list:
+    return [int(x) for x in text.split(",") if x]
+
+
+class Case:
+    """One verify's inputs in the triton backend's layouts, on the GPU."""
+
+    def __init__(self, q_heads, kv_heads, dim, bs, prefix, n, *, chain=False, seed=0):
+        import torch
+
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        dev = "cuda"
+        tokens, slots = bs * n, bs * (prefix + n) + 64
+        self.n, self.bs = n, bs
+
+        def rand(*shape):
+            return torch.randn(*shape, generator=gen, device=dev).to(torch.bfloat16)
+
+        self.q, self.k, self.v = rand(tokens, q_heads, dim), rand(tokens, kv_heads, dim), rand(tokens, kv_heads, dim)
+        self.k_buffer, self.v_buffer = rand(slots, kv_heads, dim), rand(slots, kv_heads, dim)
+        perm = torch.randperm(slots, generator=gen, device=dev)
+        self.kv_indices = perm[: bs * prefix].to(torch.int64)
+        steps = torch.arange(bs + 1, device=dev, dtype=torch.int32)
+        self.kv_indptr, self.qo_indptr = steps * prefix, steps * n
+        self.ancestors = torch.stack([self._ancestors(n, chain, gen) for _ in range(bs)]).to(dev)
+        prefix_cols = torch.ones(bs, n, prefix, dtype=torch.bool, device=dev)
+        self.full_mask = torch.cat([prefix_cols, self.ancestors], dim=2).reshape(-1)
+        self.mask_indptr = steps.to(torch.int64) * n * (prefix + n)
+        self.sm_scale = dim**-0.5
+
+    @staticmethod
+    def _ancestors(n, chain, gen):
+        import torch
+
+        parents = [-1] + [i - 1 if chain else int(torch.randint(0, i, (1,), generator=gen, device="cuda")) for i in range(1, n)]
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        for node in range(n):
+            hop = node
+            while hop >= 0:
+                mask[node, hop] = True
+                hop = parents[hop]
+        return mask
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--batch-sizes", type=ints, default=[1, 4, 16])
+    ap.add_argument("--prefixes", type=ints, default=[1024, 8192])
+    ap.add_argument("--widths", type=ints, default=[16, 17, 33])
+    ap.add_argument("--shapes", default="qwen3-8b,qwen3.6-27b")
+    args = ap.parse_args()
+
+    import torch
+    from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
+
+    from ddtree_overlay.bench.payload_modules import load_payload_module
+
+    va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
+    props = torch.cuda.get_device_properties(0)
+    context = 40960  # the Qwen3 models' context: the backend's cap on the split count
+    policy = va.TreeVerifyAttention(context, props.multi_processor_count)
+    print(f"GPU: {props.name}, {props.multi_processor_count} SMs; triton {__import__('triton').__version__}")
+
+    def splitkv(case, o, mask):
+        q_heads, kv_heads, dim = case.q.shape[1], case.k.shape[1], case.q.shape[2]
+        splits = policy.num_splits(case.bs, q_heads, kv_heads, dim, case.n)
+        va.tree_verify_attention(
+            case.q, case.k, case.v, o, case.k_buffer, case.v_buffer, case.kv_indptr, case.kv_indices, mask,
+            num_verify_tokens=case.n, num_splits=splits, sm_scale=case.sm_scale,
+        )
+        return splits
+
+    def extend(case, o, mask):
+        extend_attention_fwd(
+            case.q, case.k, case.v, o, case.k_buffer, case.v_buffer, case.qo_indptr, case.kv_indptr,
+            case.kv_indices, mask, True, None if mask is None else case.mask_indptr, case.n, 1.0, 1.0,
+            case.sm_scale,
+        )
+
+    rows, failed = [], False
+    header = f"{'shape':<12} {'bs':>3} {'prefix':>6} {'N':>3} {'S':>3} {'splitkv ms':>10} {'extend ms':>9} {'speedup':>7} {'chain16 ms':>10} {'|diff|':>8} {'chain |diff|':>12}"
+    print(header)
+    for shape in args.shapes.split(","):
+        q_heads, kv_heads, dim = SHAPES[shape]
+        for bs in args.batch_sizes:
+            for prefix in args.prefixes:
+                chain = Case(q_heads, kv_heads, dim, bs, prefix, 16, chain=True, seed=1)
+                o_chain, o_ours = torch.empty_like(chain.q), torch.empty_like(chain.q)
+                chain_ms = gpu_ms(lambda: extend(chain, o_chain, None))
+                splitkv(chain, o_ours, chain.ancestors.reshape(-1))
+                chain_diff = float((o_ours.float() - o_chain.float()).abs().max())
+                del chain
+                for n in args.widths:
+                    case = Case(q_heads, kv_heads, dim, bs, prefix, n, seed=n)
+                    o_ours, o_ext = torch.empty_like(case.q), torch.empty_like(case.q)
+                    tail = case.ancestors.reshape(-1)
+                    splits = splitkv(case, o_ours, tail)
+                    ours_ms = gpu_ms(lambda: splitkv(case, o_ours, tail))
+                    ext_ms = gpu_ms(lambda: extend(case, o_ext, case.full_mask))
+                    diff = float((o_ours.float() - o_ext.float()).abs().max())
+                    bad = diff > TOLERANCE or chain_diff > TOLERANCE
+                    failed |= bad
+                    row = dict(shape=shape, bs=bs, prefix=prefix, n=n, splits=splits, splitkv_ms=ours_ms,
+                               extend_ms=ext_ms, chain16_ms=chain_ms, max_abs_diff=diff, chain_max_abs_diff=chain_diff)
+                    rows.append(row)
+                    print(f"{shape:<12} {bs:>3} {prefix:>6} {n:>3} {splits:>3} {ours_ms:>10.3f} {ext_ms:>9.3f} "
+                          f"{ext_ms / ours_ms:>6.2f}x {chain_ms:>10.3f} {diff:>8.1e} {chain_diff:>12.1e}"
+                          + ("  DISAGREE" if bad else ""))
+                    del case
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "verify_attention.json").write_text(json.dumps({"gpu": props.name, "rows": rows}, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

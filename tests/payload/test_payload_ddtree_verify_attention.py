@@ -1,0 +1,298 @@
+"""DDTREE's split-KV tree-verify attention (overlay/.../ddtree_verify_attention.py).
+
+Two oracles on the same inputs: a plain-torch attention in fp64 (every tree node attends to its
+request's whole prefix and to its ancestors and itself), and SGLang 0.5.14's own
+``extend_attention_fwd`` (read from the wheel) with the FULL-layout mask DDTREE gives it today.
+Random trees with unreachable padding nodes, batches of several requests whose prefixes run from
+0 keys to more than one split, prefix slots shuffled through the pool, GQA groups of 2 to 4
+heads, head dims 128 and 256. The kernels run in Triton's CPU interpreter (see
+test_payload_ddtree_kernels for why the variable is set only around the import).
+
+The 16-bit case runs in fp16: the interpreter cannot take a bf16 ``tl.dot`` (it multiplies the
+raw bits; triton-lang/triton#11584), so bf16 is checked by the sm_90 build here and by
+scripts/gpu/verify_attention.py on a GPU, against both of these oracles. The kernel has one
+code path for every 16-bit dtype (probabilities rounded to the value dtype before their product
+with V, as SGLang's kernel rounds them).
+
+Tolerances: fp32, 1e-5 absolute and relative (sums in another order); fp16, 5e-3 absolute and
+relative against the fp64 oracle and 2e-3 against SGLang's kernel, which rounds the same way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import types
+import zipfile
+
+import pytest
+from payload_modules import load_payload_module, triton_interpreter
+
+torch = pytest.importorskip("torch")
+with triton_interpreter():
+    triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
+    va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+if not isinstance(triton.language.zeros, InterpretedFunction):
+    pytest.skip(
+        "triton was imported before this module could turn its interpreter on; "
+        "run this file in a process of its own",
+        allow_module_level=True,
+    )
+
+SPLIT = va.MIN_SPLIT_TOKENS
+# (q heads, kv heads, head dim, N, prefix lengths): a row block and a tail tile short of one,
+# several of each, a GQA group that is not a power of two.
+SHAPES = [
+    (4, 2, 128, 9, [0, 1, SPLIT + 37]),
+    (8, 2, 128, 17, [3 * SPLIT + 5, 40]),
+    (6, 2, 256, 33, [1, 2 * SPLIT + 1]),
+]
+
+
+def random_parents(n: int, gen: torch.Generator) -> list:
+    """A tree of n nodes in pop order (parent < node), the last ones unreachable padding (-1)."""
+    padding = int(torch.randint(0, 3, (1,), generator=gen))
+    parents = [-1]
+    for node in range(1, n):
+        parents.append(-1 if node >= n - padding else int(torch.randint(0, node, (1,), generator=gen)))
+    return parents
+
+
+def ancestors_or_self(parents: list) -> torch.Tensor:
+    n = len(parents)
+    mask = torch.zeros(n, n, dtype=torch.bool)
+    for node in range(n):
+        hop = node
+        while hop >= 0:
+            mask[node, hop] = True
+            hop = parents[hop]
+    return mask
+
+
+class Verify:
+    """One verify forward's inputs in the triton backend's layouts."""
+
+    def __init__(self, q_heads, kv_heads, dim, n, prefix_lens, dtype, seed):
+        gen = torch.Generator().manual_seed(seed)
+        bs = len(prefix_lens)
+        self.n, self.bs, self.dim = n, bs, dim
+        self.prefix_lens = prefix_lens
+        tokens = bs * n
+        slots = sum(prefix_lens) + tokens + 7
+
+        def rand(*shape):
+            return torch.randn(*shape, generator=gen).to(dtype)
+
+        self.q = rand(tokens, q_heads, dim)
+        self.k = rand(tokens, kv_heads, dim)
+        self.v = rand(tokens, kv_heads, dim)
+        self.k_buffer = rand(slots, kv_heads, dim)
+        self.v_buffer = rand(slots, kv_heads, dim)
+        perm = torch.randperm(slots, generator=gen)
+        # The tree's own slots hold its keys, as after the backend's set_kv_buffer.
+        self.out_cache_loc = perm[:tokens]
+        self.k_buffer[self.out_cache_loc] = self.k
+        self.v_buffer[self.out_cache_loc] = self.v
+        self.kv_indptr = torch.tensor([0, *torch.tensor(prefix_lens).cumsum(0).tolist()], dtype=torch.int32)
+        self.kv_indices = perm[tokens : tokens + sum(prefix_lens)].to(torch.int64)
+        self.ancestors = torch.stack([ancestors_or_self(random_parents(n, gen)) for _ in range(bs)])
+        self.sm_scale = dim**-0.5
+
+    def prefix_slots(self, b):
+        return self.kv_indices[int(self.kv_indptr[b]) : int(self.kv_indptr[b + 1])]
+
+    def full_mask(self) -> tuple:
+        """SGLang's FULL layout (per request [N, prefix + N], prefix columns True) and its indptr."""
+        blocks = [
+            torch.cat([torch.ones(self.n, p, dtype=torch.bool), self.ancestors[b]], dim=1).reshape(-1)
+            for b, p in enumerate(self.prefix_lens)
+        ]
+        sizes = torch.tensor([0] + [blk.numel() for blk in blocks])
+        return torch.cat(blocks), sizes.cumsum(0)
+
+    def reference(self, k_scale=1.0, v_scale=1.0) -> torch.Tensor:
+        """fp64: node i of request b attends to its prefix and its ancestors-or-self."""
+        out = torch.empty(self.q.shape, dtype=torch.float64)
+        group = self.q.shape[1] // self.k.shape[1]
+        for b in range(self.bs):
+            slots = self.prefix_slots(b)
+            rows = slice(b * self.n, (b + 1) * self.n)
+            for h in range(self.q.shape[1]):
+                kvh = h // group
+                q = self.q[rows, h].double()
+                keys = torch.cat([self.k_buffer[slots, kvh].double() * k_scale, self.k[rows, kvh].double()])
+                values = torch.cat([self.v_buffer[slots, kvh].double() * v_scale, self.v[rows, kvh].double()])
+                visible = torch.cat([torch.ones(self.n, len(slots), dtype=torch.bool), self.ancestors[b]], dim=1)
+                scores = (q @ keys.T * self.sm_scale).masked_fill(~visible, float("-inf"))
+                out[rows, h] = torch.softmax(scores, dim=-1) @ values
+        return out
+
+    def run(self, num_splits, k_scale=1.0, v_scale=1.0, tail_mask=None) -> torch.Tensor:
+        o = torch.empty_like(self.q)
+        with triton_interpreter():
+            va.tree_verify_attention(
+                self.q, self.k, self.v, o, self.k_buffer, self.v_buffer, self.kv_indptr, self.kv_indices,
+                self.ancestors.reshape(-1) if tail_mask is None else tail_mask,
+                num_verify_tokens=self.n, num_splits=num_splits, sm_scale=self.sm_scale,
+                k_scale=k_scale, v_scale=v_scale,
+            )
+        return o
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"h{s[0]}/{s[1]}-d{s[2]}-n{s[3]}")
+def test_fp32_matches_the_plain_attention(shape):
+    verify = Verify(*shape, dtype=torch.float32, seed=shape[3])
+    torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
+
+
+def test_the_split_count_does_not_change_the_result():
+    """One split or many: the same partial sums merged, to fp32 rounding."""
+    verify = Verify(4, 2, 128, 9, [0, 1, 2 * SPLIT + 37], dtype=torch.float32, seed=5)
+    torch.testing.assert_close(verify.run(num_splits=1), verify.run(num_splits=5), atol=1e-5, rtol=1e-5)
+
+
+def test_pool_dequant_scales_apply_to_the_prefix_only():
+    verify = Verify(4, 2, 128, 9, [SPLIT + 3, 5], dtype=torch.float32, seed=6)
+    torch.testing.assert_close(
+        verify.run(num_splits=2, k_scale=0.5, v_scale=2.0).double(),
+        verify.reference(k_scale=0.5, v_scale=2.0),
+        atol=1e-5, rtol=1e-5,
+    )
+
+
+def test_a_uint8_mask_buffer_longer_than_the_batch_reads_its_head():
+    """Under a CUDA graph the backend copies the mask into the head of its uint8 buffer."""
+    verify = Verify(4, 2, 128, 9, [7, SPLIT + 1], dtype=torch.float32, seed=7)
+    buffer = torch.zeros(verify.ancestors.numel() + 100, dtype=torch.uint8)
+    buffer[: verify.ancestors.numel()] = verify.ancestors.reshape(-1)
+    torch.testing.assert_close(verify.run(2, tail_mask=buffer), verify.run(2), atol=0, rtol=0)
+
+
+def test_a_node_whose_mask_row_is_empty_still_sees_itself():
+    """A padded request of a graph batch may read a stale or zero mask: its rows stay finite."""
+    verify = Verify(4, 2, 128, 9, [0, 4], dtype=torch.float32, seed=8)
+    out = verify.run(1, tail_mask=torch.zeros(verify.ancestors.numel(), dtype=torch.bool))
+    assert torch.isfinite(out).all()
+    verify.ancestors = torch.eye(verify.n, dtype=torch.bool).expand(verify.bs, -1, -1)
+    torch.testing.assert_close(out.double(), verify.reference(), atol=1e-5, rtol=1e-5)
+
+
+# SGLang's kernel divides its padded query rows (BLOCK_M past N) by zero; they are never stored.
+SGLANG_PADDED_ROWS = pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
+
+
+@SGLANG_PADDED_ROWS
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"h{s[0]}/{s[1]}-d{s[2]}-n{s[3]}")
+def test_fp16_matches_the_plain_attention_and_sglangs_extend_kernel(shape, sglang_extend):
+    verify = Verify(*shape, dtype=torch.float16, seed=shape[3] + 1)
+    out = verify.run(num_splits=3)
+    torch.testing.assert_close(out.double(), verify.reference(), atol=5e-3, rtol=5e-3)
+    full_mask, mask_indptr = verify.full_mask()
+    qo_indptr = torch.arange(0, (verify.bs + 1) * verify.n, verify.n, dtype=torch.int32)
+    o_sglang = torch.empty_like(verify.q)
+    with triton_interpreter():
+        sglang_extend.extend_attention_fwd(
+            verify.q, verify.k, verify.v, o_sglang, verify.k_buffer, verify.v_buffer,
+            qo_indptr, verify.kv_indptr, verify.kv_indices, full_mask, True, mask_indptr,
+            verify.n, 1.0, 1.0, verify.sm_scale,
+        )
+    torch.testing.assert_close(out, o_sglang, atol=2e-3, rtol=2e-3)
+
+
+@SGLANG_PADDED_ROWS
+def test_fp32_matches_sglangs_extend_kernel_on_a_long_gqa_batch(sglang_extend):
+    verify = Verify(8, 2, 128, 17, [3 * SPLIT + 5, 0, 40], dtype=torch.float32, seed=9)
+    full_mask, mask_indptr = verify.full_mask()
+    qo_indptr = torch.arange(0, (verify.bs + 1) * verify.n, verify.n, dtype=torch.int32)
+    o_sglang = torch.empty_like(verify.q)
+    with triton_interpreter():
+        sglang_extend.extend_attention_fwd(
+            verify.q, verify.k, verify.v, o_sglang, verify.k_buffer, verify.v_buffer,
+            qo_indptr, verify.kv_indptr, verify.kv_indices, full_mask, True, mask_indptr,
+            verify.n, 1.0, 1.0, verify.sm_scale,
+        )
+    torch.testing.assert_close(verify.run(num_splits=4), o_sglang, atol=1e-5, rtol=1e-5)
+
+
+SGLANG_EXTEND = "sglang/srt/layers/attention/triton_ops/extend_attention.py"
+
+
+@pytest.fixture(scope="module")
+def sglang_extend(sglang_wheel, tmp_path_factory):
+    """SGLang 0.5.14's extend_attention.py from the wheel, loaded under the interpreter with
+    stand-ins for the two imports it makes of sglang (a CPU here: no CUDA, no HIP)."""
+    path = tmp_path_factory.mktemp("sglang") / "extend_attention.py"
+    with zipfile.ZipFile(sglang_wheel) as wheel:
+        path.write_bytes(wheel.read(SGLANG_EXTEND))
+    utils = types.ModuleType("sglang.srt.utils")
+    utils.is_cuda = utils.is_hip = utils.is_gfx95_supported = lambda: False
+    prefill = types.ModuleType("sglang.srt.layers.attention.triton_ops.prefill_attention")
+    prefill.context_attention_fwd = None
+    stand_ins = {"sglang.srt.utils": utils, prefill.__name__: prefill}
+    for package in ("sglang.srt.layers", "sglang.srt.layers.attention", "sglang.srt.layers.attention.triton_ops"):
+        stand_ins[package] = types.ModuleType(package)
+        stand_ins[package].__path__ = []
+    spec = importlib.util.spec_from_file_location("sglang_extend_attention", path)
+    module = importlib.util.module_from_spec(spec)
+    with pytest.MonkeyPatch.context() as patch, triton_interpreter():
+        for name, stand_in in stand_ins.items():
+            if name not in sys.modules:
+                patch.setitem(sys.modules, name, stand_in)
+        spec.loader.exec_module(module)
+    return module
+
+
+def test_the_split_count_fills_the_gpu_and_stops_at_the_longest_prefix():
+    assert va.choose_num_splits(programs=8 * 2, max_prefix_len=32768, sm_count=132) == 17
+    assert va.choose_num_splits(programs=16 * 8 * 2, max_prefix_len=32768, sm_count=132) == 2
+    assert va.choose_num_splits(programs=1024, max_prefix_len=32768, sm_count=132) == 1
+    assert va.choose_num_splits(programs=1, max_prefix_len=600, sm_count=132) == 3
+    assert va.choose_num_splits(programs=1, max_prefix_len=10**6, sm_count=1000) == va.MAX_SPLITS
+
+
+AOT_SCRIPT = """
+import json
+from aot_sm90 import compile_for
+from payload_modules import load_payload_module
+va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
+strides = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh",
+           "stride_kbuf_s", "stride_kbuf_h", "stride_vbuf_s", "stride_vbuf_h")
+partial = {
+    "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "k_buffer_ptr": "*bf16", "v_buffer_ptr": "*bf16",
+    "kv_indptr_ptr": "*i32", "kv_indices_ptr": "*i64", "tail_mask_ptr": "*u8", "part_o_ptr": "*fp32",
+    "part_lse_ptr": "*fp32", "sm_scale": "fp32", "k_scale": "fp32", "v_scale": "fp32",
+    **{name: "i32" for name in strides},
+}
+merge = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16", "stride_ot": "i32", "stride_oh": "i32"}
+built = []
+# Qwen3-8B (32 q / 8 kv heads, dim 128) and Qwen3.6-27B (24 q / 4 kv heads, dim 256) at N = 17 and 33.
+for capability in (86, 90, 120):
+    for q_heads, kv_heads, dim in ((32, 8, 128), (24, 4, 256)):
+        block_m, block_n, warps = va.block_config(dim)
+        group = q_heads // kv_heads
+        for n in (17, 33):
+            splits = 8
+            consts = dict(
+                N=n, GROUP=group, NUM_Q_HEADS=q_heads, ROW_BLOCKS=va.row_blocks(group, n, block_m),
+                NUM_SPLITS=splits, HEAD_DIM=dim, V_DIM=dim, BLOCK_D=dim, BLOCK_DV=dim,
+                BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=va.MIN_SPLIT_TOKENS,
+            )
+            sig = dict(partial, **{name: "constexpr" for name in consts})
+            built.append(compile_for(va._partial_kernel, sig, consts, capability, num_warps=warps, num_stages=2))
+            consts = dict(NUM_Q_HEADS=q_heads, PARTS=splits + 1, V_DIM=dim, BLOCK_PARTS=16, BLOCK_DV=dim)
+            sig = dict(merge, **{name: "constexpr" for name in consts})
+            built.append(compile_for(va._merge_kernel, sig, consts, capability, num_warps=2))
+print(json.dumps(built))
+"""
+
+
+@pytest.mark.slow
+def test_the_kernels_compile_ahead_of_time_for_sm86_sm90_and_sm120():
+    """bf16 at both model shapes, for the RTX A6000, the H200 and the RTX PRO 6000, without a
+    GPU (ptxas ships in the triton wheel); no build spills registers to a stack frame."""
+    from aot_sm90 import run_aot_script
+
+    built = run_aot_script(AOT_SCRIPT, timeout=600)
+    assert len(built) == 24 and all(size > 0 and stack == 0 for size, stack in built), built
