@@ -20,6 +20,8 @@ DDTREE_KERNELS = frozenset({
     "_draft_block_kernel",
     "_replay_commit_kernel",
     "_row_logsumexp_kernel",
+    "_tree_attention_merge_kernel",
+    "_tree_attention_partial_kernel",
     "_tree_verify_kernel",
     "_tree_walk_kernel",
     "_verify_inputs_kernel",

@@ -24,6 +24,7 @@ import argparse
 import json
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,7 +139,7 @@ def main() -> int:
             for prefix in args.prefixes:
                 chain = Case(q_heads, kv_heads, dim, bs, prefix, 16, chain=True, seed=1)
                 o_chain, o_ours = torch.empty_like(chain.q), torch.empty_like(chain.q)
-                chain_ms = gpu_ms(lambda: extend(chain, o_chain, None))
+                chain_ms = gpu_ms(partial(extend, chain, o_chain, None))
                 splitkv(chain, o_ours, chain.ancestors.reshape(-1))
                 chain_diff = float((o_ours.float() - o_chain.float()).abs().max())
                 del chain
@@ -147,8 +148,8 @@ def main() -> int:
                     o_ours, o_ext = torch.empty_like(case.q), torch.empty_like(case.q)
                     tail = case.ancestors.reshape(-1)
                     splits = splitkv(case, o_ours, tail)
-                    ours_ms = gpu_ms(lambda: splitkv(case, o_ours, tail))
-                    ext_ms = gpu_ms(lambda: extend(case, o_ext, case.full_mask))
+                    ours_ms = gpu_ms(partial(splitkv, case, o_ours, tail))
+                    ext_ms = gpu_ms(partial(extend, case, o_ext, case.full_mask))
                     diff = float((o_ours.float() - o_ext.float()).abs().max())
                     bad = diff > TOLERANCE or chain_diff > TOLERANCE
                     failed |= bad

@@ -21,6 +21,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.layers.attention.linear.gdn_backend",
     "sglang.srt.mem_cache.memory_pool",
     "sglang.srt.model_executor.model_runner_kv_cache_mixin",
+    "sglang.srt.layers.attention.triton_backend",
     "sglang.srt.speculative.ddtree_spec",
     "sglang.srt.speculative.ddtree_utils",
     "sglang.srt.speculative.ddtree_tree_stage",
@@ -39,6 +40,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_hybrid",
     "sglang.srt.speculative.ddtree_gdn_tree",
     "sglang.srt.speculative.ddtree_cuda_graph_runner",
+    "sglang.srt.speculative.ddtree_verify_attention",
 ]
 
 

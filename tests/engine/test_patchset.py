@@ -20,6 +20,7 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/layers/attention/linear/gdn_backend.py",
         "sglang/srt/mem_cache/memory_pool.py",
         "sglang/srt/model_executor/model_runner_kv_cache_mixin.py",
+        "sglang/srt/layers/attention/triton_backend.py",
         "sglang/srt/speculative/ddtree_spec.py",
         "sglang/srt/speculative/ddtree_utils.py",
         "sglang/srt/speculative/ddtree_tree_stage.py",
@@ -38,6 +39,7 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/speculative/ddtree_adaptive.py",
         "sglang/srt/speculative/ddtree_adaptive_tp.py",
         "sglang/srt/speculative/ddtree_cuda_graph_runner.py",
+        "sglang/srt/speculative/ddtree_verify_attention.py",
     )
     assert patch_set.expectation("sglang/srt/speculative/ddtree_utils.py").pre_sha256 is None
 

@@ -280,10 +280,10 @@ for capability in (86, 90, 120):
                 BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=va.MIN_SPLIT_TOKENS,
             )
             sig = dict(partial, **{name: "constexpr" for name in consts})
-            built.append(compile_for(va._partial_kernel, sig, consts, capability, num_warps=warps, num_stages=2))
+            built.append(compile_for(va._tree_attention_partial_kernel, sig, consts, capability, num_warps=warps, num_stages=2))
             consts = dict(NUM_Q_HEADS=q_heads, PARTS=splits + 1, V_DIM=dim, BLOCK_PARTS=16, BLOCK_DV=dim)
             sig = dict(merge, **{name: "constexpr" for name in consts})
-            built.append(compile_for(va._merge_kernel, sig, consts, capability, num_warps=2))
+            built.append(compile_for(va._tree_attention_merge_kernel, sig, consts, capability, num_warps=2))
 print(json.dumps(built))
 """
 

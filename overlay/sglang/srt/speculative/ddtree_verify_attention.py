@@ -7,13 +7,13 @@ ancestors and itself. SGLang's ``extend_attention_fwd`` runs this with a FULL-la
 program per (request, q head, row block): at batch 1 and a long context few programs run and
 the memory system idles. Here:
 
-- ``_partial_kernel`` (one program per request, kv head, row block and split) gives a split's
+- ``_tree_attention_partial_kernel`` (one program per request, kv head, row block and split) gives a split's
   softmax partial: splits 0..S-1 walk a slice of the prefix, no mask at all; split S walks
   the N tree keys under the tail-only mask ([bs, N, N], row = ancestors-or-self of a node,
   the size of ``ddtree_utils``'s ``ancestor_mask`` whatever the context). The rows of a
   program are every q head of one kv head times every node (GQA: a K/V tile is loaded once
   for the group);
-- ``_merge_kernel`` (one program per verify token and q head) merges the S + 1 partials by
+- ``_tree_attention_merge_kernel`` (one program per verify token and q head) merges the S + 1 partials by
   log-sum-exp.
 
 S is picked on the host from the batch size, the head count and the GPU's SM count, bounded
@@ -80,7 +80,7 @@ def _attend(q, k, v, visible, qk_scale, v_scale, e_max, e_sum, acc):
 
 
 @triton.jit
-def _partial_kernel(
+def _tree_attention_partial_kernel(
     q_ptr,  # [bs * N, Hq, D]
     k_ptr,  # [bs * N, Hkv, D] the tree's own keys
     v_ptr,  # [bs * N, Hkv, Dv]
@@ -200,7 +200,7 @@ def _partial_kernel(
 
 
 @triton.jit
-def _merge_kernel(
+def _tree_attention_merge_kernel(
     part_o_ptr,  # [T, Hq, S + 1, Dv] fp32
     part_lse_ptr,  # [T, Hq, S + 1] fp32
     o_ptr,  # [T, Hq, Dv]
@@ -288,7 +288,7 @@ def tree_verify_attention(
     part_lse = torch.empty((tokens, num_q_heads, parts), dtype=torch.float32, device=q.device)
     if bs == 0:
         return o
-    _partial_kernel[(bs, num_kv_heads * blocks, parts)](
+    _tree_attention_partial_kernel[(bs, num_kv_heads * blocks, parts)](
         q, k, v, k_buffer, v_buffer, kv_indptr, kv_indices, tail_mask, part_o, part_lse,
         float(sm_scale), float(k_scale), float(v_scale),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
@@ -299,7 +299,7 @@ def tree_verify_attention(
         BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=MIN_SPLIT_TOKENS,
         num_warps=num_warps, num_stages=2,
     )
-    _merge_kernel[(tokens, num_q_heads)](
+    _tree_attention_merge_kernel[(tokens, num_q_heads)](
         part_o, part_lse, o, o.stride(0), o.stride(1),
         NUM_Q_HEADS=num_q_heads, PARTS=parts, V_DIM=v_dim,
         BLOCK_PARTS=triton.next_power_of_2(parts), BLOCK_DV=triton.next_power_of_2(v_dim),
