@@ -7,14 +7,14 @@ ancestors and itself. SGLang's ``extend_attention_fwd`` runs this with a FULL-la
 program per (request, q head, row block): at batch 1 and a long context few programs run and
 the memory system idles. Here:
 
-- ``_tree_attention_partial_kernel`` (one program per request, kv head, row block and split) gives a split's
-  softmax partial: splits 0..S-1 walk a slice of the prefix, no mask at all; split S walks
-  the N tree keys under the tail-only mask ([bs, N, N], row = ancestors-or-self of a node,
-  the size of ``ddtree_utils``'s ``ancestor_mask`` whatever the context). The rows of a
+- ``_tree_attention_partial_kernel`` (one program per request, kv head, row block and split)
+  gives a split's softmax partial: splits 0..S-1 walk a slice of the prefix, no mask at all;
+  split S walks the N tree keys under the tail-only mask ([bs, N, N], row = ancestors-or-self
+  of a node, the size of ``ddtree_utils``'s ``ancestor_mask`` whatever the context). The rows of a
   program are every q head of one kv head times every node (GQA: a K/V tile is loaded once
   for the group);
-- ``_tree_attention_merge_kernel`` (one program per verify token and q head) merges the S + 1 partials by
-  log-sum-exp.
+- ``_tree_attention_merge_kernel`` (one program per verify token and q head) merges the S + 1
+  partials by log-sum-exp.
 
 S is picked on the host from the batch size, the head count and the GPU's SM count, bounded
 by a longest prefix (``choose_num_splits``); each request then cuts its own prefix into at
