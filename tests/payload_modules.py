@@ -1,14 +1,30 @@
 """Helpers for the payload's CPU tests: overlay modules load through the product's loader (one
-loader for the tests and the GPU micro-benchmarks), and the Triton interpreter for a block."""
+loader for the tests and the GPU micro-benchmarks), a family's ddtree_compat shim as it loads
+under a release, and the Triton interpreter for a block."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import types
+from pathlib import Path
 
 from ddtree_overlay.bench.payload_modules import OVERLAY, load_payload_module
 
-__all__ = ["OVERLAY", "load_payload_module", "triton_interpreter"]
+__all__ = ["OVERLAY", "load_compat_shim", "load_payload_module", "triton_interpreter"]
+
+
+def load_compat_shim(monkeypatch, release: tuple[int, ...], shim: Path) -> types.ModuleType:
+    """A family's ddtree_compat shim (overlay/shims/<family>/ddtree_compat.py) as it loads under
+    ``release``."""
+    contract = load_payload_module("sglang.srt.speculative.ddtree_contract")
+    monkeypatch.setattr(contract, "installed_release", lambda: release)
+    load_payload_module("sglang.srt.speculative.ddtree_utils")  # the shims' replaced_attribute
+    spec = importlib.util.spec_from_file_location(f"ddtree_compat_{'_'.join(map(str, release))}", shim)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @contextlib.contextmanager

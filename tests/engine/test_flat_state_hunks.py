@@ -7,8 +7,10 @@ state needs: the GDN target verify dispatches to ``flat_tree_verify()`` before S
 every pool that allocates per-node SSM snapshots sizes them by ``ssm_snapshot_tokens`` (0 in
 flat mode, evaluated here through the payload's own function), the hybrid memory split
 multiplies by ``verify_tokens`` wherever it multiplied by the verify width, and the model
-runner installs the flat state right after its pools. Releases not wired keep the worker's
-refusal: no hunk names ``ddtree_gdn_tree`` there.
+runner installs the flat state right after its pools. The pools read the switch through the
+release's own ``ddtree_compat`` (the one its manifest installs), with a server whose DDTREE hook
+set the tree top-k the way that release resolves it (0.5.19+: declared into the spec bag, the
+record left without it). Every bundled release is wired.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from overlay_helpers import REPO_ROOT
-from payload_modules import load_payload_module, triton_interpreter
+from payload_modules import load_compat_shim, load_payload_module, triton_interpreter
 
 from ddtree_overlay.engine.hunks import apply_hunks
 from ddtree_overlay.engine.patchset import load_patch_set
@@ -30,8 +32,11 @@ from ddtree_overlay.engine.patchset import load_patch_set
 pytestmark = pytest.mark.sglang
 
 WHEELS = Path.home() / ".cache" / "ddtree-overlay" / "matrix" / "wheels"
-WIRED = ("0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18")
-NOT_WIRED = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+WIRED = (
+    "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18",
+    "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23",
+)  # fmt: skip
+COMPAT = "sglang/srt/speculative/ddtree_compat.py"
 GDN_BACKEND = "sglang/srt/layers/attention/linear/gdn_backend.py"
 POOLS = ("sglang/srt/mem_cache/memory_pool.py", "sglang/srt/mem_cache/unified_memory_pool.py")
 SPLIT = {  # the hybrid memory split, and where the flat state is installed after the pools
@@ -83,14 +88,35 @@ def test_the_gdn_verify_dispatches_to_the_flat_walk_before_sglangs_kernel(versio
     assert "layer.layer_id" in call and "retrieve_parent_token=retrieve_parent_token" in call
 
 
+def release_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".post")[0].split("."))
+
+
+def publish_ddtree_server(monkeypatch, version: str) -> None:
+    """The release's ddtree_compat, as its manifest installs it, and a published DDTREE server on
+    a Gated-DeltaNet target (tree top-k 2) as that release resolves one."""
+    patch_set = load_patch_set(REPO_ROOT / "manifests" / f"{version}.toml", require_file_table=False)
+    source = next(f.source for f in patch_set.new_files if f.target == COMPAT)
+    shim = load_compat_shim(monkeypatch, release_tuple(version), REPO_ROOT / source)
+    monkeypatch.setitem(sys.modules, "sglang.srt.speculative.ddtree_compat", shim)
+    resolved = types.SimpleNamespace(speculative_algorithm="DDTREE", speculative_eagle_topk=2)
+    if release_tuple(version) >= (0, 5, 19):
+        context = types.ModuleType("sglang.srt.runtime_context")
+        context.get_spec = lambda: resolved
+        context.get_server_args = lambda: types.SimpleNamespace(
+            speculative_algorithm="DDTREE", speculative_eagle_topk=None
+        )
+        monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", context)
+    else:
+        server_args = types.ModuleType("sglang.srt.server_args")
+        server_args.get_global_server_args = lambda: resolved
+        monkeypatch.setitem(sys.modules, "sglang.srt.server_args", server_args)
+
+
 @pytest.mark.parametrize("version", WIRED)
 def test_every_snapshot_pool_keeps_none_in_flat_mode(version, flat, monkeypatch):
     files = patched_files(version)
-    server_args = types.ModuleType("sglang.srt.server_args")
-    server_args.get_global_server_args = lambda: types.SimpleNamespace(
-        speculative_algorithm="DDTREE", speculative_eagle_topk=2
-    )
-    monkeypatch.setitem(sys.modules, "sglang.srt.server_args", server_args)
+    publish_ddtree_server(monkeypatch, version)
     pools = [path for path in POOLS if path in files]
     assert POOLS[0] in pools and (version == "0.5.14" or POOLS[1] in pools)
     for path in pools:
@@ -129,7 +155,5 @@ def test_the_memory_split_reserves_verify_tokens_and_the_runner_installs_after_t
     assert 0 <= pools_made < install.index("install_flat_state(self)")
 
 
-@pytest.mark.parametrize("version", NOT_WIRED)
-def test_releases_not_wired_keep_the_refusal(version):
-    patch_set = load_patch_set(REPO_ROOT / "manifests" / f"{version}.toml", require_file_table=False)
-    assert not any(b"ddtree_gdn_tree" in patch.content for patch in patch_set.patches)
+def test_every_bundled_release_is_wired():
+    assert sorted(path.stem for path in (REPO_ROOT / "manifests").glob("*.toml")) == sorted(WIRED)

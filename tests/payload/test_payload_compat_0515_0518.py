@@ -4,7 +4,6 @@ get_batch_sizes_to_capture)."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import types
 from contextlib import contextmanager
@@ -13,21 +12,15 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-from payload_modules import OVERLAY, load_payload_module
+from payload_modules import OVERLAY, load_compat_shim
 
 SHIM = OVERLAY / "shims/sglang-0.5.15-0.5.18/ddtree_compat.py"
 BATCH_SIZES = [1, 2, 4, 8, 16]
 
 
 def load_shim(monkeypatch: pytest.MonkeyPatch, release: tuple[int, ...], shim: Path = SHIM) -> types.ModuleType:
-    """A family's shim as it loads under ``release``."""
-    contract = load_payload_module("sglang.srt.speculative.ddtree_contract")
-    monkeypatch.setattr(contract, "installed_release", lambda: release)
-    load_payload_module("sglang.srt.speculative.ddtree_utils")  # the shims' replaced_attribute
-    spec = importlib.util.spec_from_file_location(f"ddtree_compat_{'_'.join(map(str, release))}", shim)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """A family's shim as it loads under ``release`` (this family's by default)."""
+    return load_compat_shim(monkeypatch, release, shim)
 
 
 class Bag(types.SimpleNamespace):

@@ -16,7 +16,7 @@ import sys
 import types
 
 import pytest
-from payload_modules import load_payload_module, triton_interpreter
+from payload_modules import OVERLAY, load_compat_shim, load_payload_module, triton_interpreter
 
 torch = pytest.importorskip("torch")
 with triton_interpreter():
@@ -248,6 +248,20 @@ def test_no_parent_links_verify_a_chain():
     layer = Layer(2, 5, seed=7)
     torch.testing.assert_close(layer.verify(None), layer.verify(chain(2, 5)), atol=0, rtol=0)
 
+
+
+def test_strided_views_of_the_projection_verify_as_contiguous_inputs():
+    """0.5.21+ may hand q, k, v as views of the mixed projection [T, q | k | v] (not copied)."""
+    layer = Layer(2, 6, heads=2, value_heads=4, seed=9)
+    parents = random_parents(2, 6, depth_cap=4, seed=9)
+    expected = layer.verify(parents)
+    t = layer.q.shape[1]
+    mixed = torch.cat([x.reshape(t, -1) for x in (layer.q, layer.k, layer.v)], dim=-1)
+    widths = [x[0, 0].numel() for x in (layer.q, layer.k, layer.v)]
+    views = torch.split(mixed, widths, dim=-1)
+    layer.q, layer.k, layer.v = (x.view(1, t, *y.shape[2:]) for x, y in zip(views, (layer.q, layer.k, layer.v), strict=True))
+    assert not layer.q.is_contiguous()
+    torch.testing.assert_close(layer.verify(parents), expected, atol=0, rtol=0)
 
 def test_a_padded_request_reads_a_zero_state():
     layer = Layer(2, 4, seed=8)
@@ -537,6 +551,49 @@ def ddtree_args(algorithm="DDTREE", topk=2, width=33, block_size=16):
     )
 
 
+COMPAT = "sglang.srt.speculative.ddtree_compat"
+
+
+def install_shim(monkeypatch, family, release):
+    """The family's ddtree_compat as the installed release has it: what the wiring reads the
+    speculative flags through."""
+    shim = load_compat_shim(monkeypatch, release, OVERLAY / "shims" / family / "ddtree_compat.py")
+    monkeypatch.setitem(sys.modules, COMPAT, shim)
+    return shim
+
+
+@pytest.fixture
+def compat_0514(monkeypatch):
+    """0.5.14's shim (the base's answers): the flags are the server args' attributes."""
+    return install_shim(monkeypatch, "sglang-0.5.14", (0, 5, 14))
+
+
+def publish_0519(monkeypatch, spec, record=None):
+    """0.5.19+'s runtime context: the spec bag holds what resolution declared; the record (the
+    operator's input) is what get_server_args returns, None where nothing was published."""
+    context = types.ModuleType("sglang.srt.runtime_context")
+    context.get_spec = lambda: spec
+
+    def get_server_args():
+        if record is None:
+            raise ValueError("Global server args is not set yet!")
+        return record
+
+    context.get_server_args = get_server_args
+    monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", context)
+
+
+@pytest.fixture
+def compat_0519(monkeypatch):
+    """The 0.5.19 - 0.5.23 shim; DDTREE's hook declared the tree top-k, the verify width and the
+    block into the spec bag, so the record holds none of them (reading it finds no tree)."""
+    shim = install_shim(monkeypatch, "sglang-0.5.19-0.5.23", (0, 5, 19))
+    record = ddtree_args(topk=None, width=None, block_size=None)
+    publish_0519(monkeypatch, ddtree_args(), record)
+    return types.SimpleNamespace(shim=shim, record=record)
+
+
+@pytest.mark.usefixtures("compat_0514")
 def test_flat_mode_applies_to_ddtree_on_a_gdn_target_only(monkeypatch):
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
     assert flat.flat_state_requested(ddtree_args())
@@ -547,6 +604,7 @@ def test_flat_mode_applies_to_ddtree_on_a_gdn_target_only(monkeypatch):
     assert not flat.flat_state_requested(ddtree_args())
 
 
+@pytest.mark.usefixtures("compat_0514")
 def test_the_memory_split_reserves_conv_windows_and_stash_per_flat_node_and_the_scratch(monkeypatch):
     params = qwen36_cache_params()
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
@@ -566,6 +624,7 @@ def test_the_memory_split_reserves_conv_windows_and_stash_per_flat_node_and_the_
     assert params.mamba_cache_per_req / per_node == pytest.approx(41.0, abs=0.1)
 
 
+@pytest.mark.usefixtures("compat_0514")
 @pytest.mark.parametrize("width", [16, 33, 65])
 def test_the_bench_states_the_flat_memory_the_payload_reserves(monkeypatch, width):
     """bench.state_memory restates these formulas (the bench runs without triton): at Qwen3.6-27B's
@@ -592,6 +651,7 @@ def test_the_bench_states_the_flat_memory_the_payload_reserves(monkeypatch, widt
         assert bench["per_request_bytes"] / 2**20 == pytest.approx(163.1, abs=0.05)
 
 
+@pytest.mark.usefixtures("compat_0514")
 def test_the_pool_keeps_no_ssm_snapshots_in_flat_mode(monkeypatch):
     server_args = types.ModuleType("sglang.srt.server_args")
     server_args.get_global_server_args = ddtree_args
@@ -626,6 +686,7 @@ def fake_model_runner(*, draft=False, block_size=16):
     )
 
 
+@pytest.mark.usefixtures("compat_0514")
 def test_install_gives_the_target_a_stash_before_its_graphs(monkeypatch):
     monkeypatch.setattr(flat, "_flat_tree_verify", None)
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
@@ -641,12 +702,59 @@ def test_install_gives_the_target_a_stash_before_its_graphs(monkeypatch):
     assert tuple(verify.scratch.shape) == (3, 2, 2, 8, 8) and verify.scratch.dtype == torch.float32
 
 
+@pytest.mark.usefixtures("compat_0514")
 def test_install_leaves_snapshot_mode_alone(monkeypatch):
     monkeypatch.setattr(flat, "_flat_tree_verify", None)
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
     flat.install_flat_state(fake_model_runner())
     assert flat.flat_tree_verify() is None
 
+
+
+def test_0519_family_reads_the_flags_from_the_spec_bag(monkeypatch, compat_0519):
+    record = compat_0519.record
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    assert flat.flat_state_requested(record)
+    publish_0519(monkeypatch, ddtree_args(topk=1), record)  # a dense target: no tree top-k
+    assert not flat.flat_state_requested(record)
+    publish_0519(monkeypatch, ddtree_args(algorithm="EAGLE"), record)
+    assert not flat.flat_state_requested(record)
+    publish_0519(monkeypatch, ddtree_args(), record)
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
+    assert not flat.flat_state_requested(record)
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    install_shim(monkeypatch, "sglang-0.5.14", (0, 5, 14))  # the record alone holds no tree
+    assert not flat.flat_state_requested(record)
+
+
+def test_0519_family_pool_keeps_no_ssm_snapshots_in_flat_mode(monkeypatch, compat_0519):
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    assert flat.ssm_snapshot_tokens(33) == 0
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
+    assert flat.ssm_snapshot_tokens(33) == 33
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    publish_0519(monkeypatch, ddtree_args(), None)  # a pool made outside a server
+    assert flat.ssm_snapshot_tokens(33) == 33
+
+
+def test_0519_family_split_and_install_take_the_width_and_block_from_the_spec_bag(
+    monkeypatch, compat_0519
+):
+    params = qwen36_cache_params()
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
+    per_node = 48 * ((2 * 16 * 128 + 48 * 128) * 3 * 2 + (16 * 128 + 48 * 128) * 2 + 2 * 48 * 4)
+    scratch = 15 * 48 * 128 * 128 * 4  # width 33, block 16: 15 open branch nodes
+    tokens = flat.verify_memory_tokens(compat_0519.record, params, torch.bfloat16)
+    assert tokens * params.mamba_cache_per_req == pytest.approx(33 * per_node + scratch)
+
+    monkeypatch.setattr(flat, "_flat_tree_verify", None)
+    publish_0519(monkeypatch, ddtree_args(block_size=10), compat_0519.record)
+    runner = fake_model_runner()
+    runner.server_args = compat_0519.record
+    flat.install_flat_state(runner)
+    verify = flat.flat_tree_verify()
+    assert verify.max_path == flat.max_path_len(10)
+    assert tuple(verify.scratch.shape) == (3, flat.branch_slots(5, 10), 2, 8, 8)
 
 AOT_SCRIPT = """
 import json

@@ -92,6 +92,7 @@ class Sglang0519To0523Shim(CompatShim):
         "sglang.srt.arg_groups.model_override_base:resolving_view": {"params": ("server_args",)},
         "sglang.srt.arg_groups.model_override_base:attention_backends_of": {"params": ("cfg",)},
         "sglang.srt.runtime_context:get_spec": {},
+        "sglang.srt.runtime_context:get_server_args": {},
         # Where a narrower verify width's backend and graph runner read its width and batch sizes
         # (verify_width_scope overrides them there).
         "sglang.srt.model_executor.runner.base_cuda_graph_runner:get_batch_sizes_to_capture": {
@@ -171,6 +172,13 @@ class Sglang0519To0523Shim(CompatShim):
         from sglang.srt.runtime_context import get_spec
 
         return getattr(get_spec(), name)
+
+    def published_server_args(self):
+        """The raw record (0.5.20+ retire get_global_server_args); what it resolved to, read
+        through ``spec_arg``, is the spec bag's."""
+        from sglang.srt.runtime_context import get_server_args
+
+        return get_server_args()
 
     @contextmanager
     def draft_width_during_init(self, server_args, block_size: int):

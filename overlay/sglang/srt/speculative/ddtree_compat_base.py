@@ -44,6 +44,7 @@ INTERFACE = (
     "declare",
     "attention_backends",
     "spec_arg",
+    "published_server_args",
     "draft_width_during_init",
     "draft_width_scope",
     "verify_width_scope",
@@ -86,6 +87,7 @@ class CompatShim:
             ),
         },
         "sglang.srt.server_args:ServerArgs": {"members": ("get_attention_backends",)},
+        "sglang.srt.server_args:get_global_server_args": {},
     }
 
     def module_names(self) -> Dict[str, object]:
@@ -144,6 +146,13 @@ class CompatShim:
     def spec_arg(self, server_args, name: str):
         """A resolved speculative flag, as the worker reads it at construction."""
         return getattr(server_args, name)
+
+    def published_server_args(self):
+        """The server args this process published, for code handed none (a pool's constructor);
+        ValueError where none were published (a pool made outside a server)."""
+        from sglang.srt.server_args import get_global_server_args
+
+        return get_global_server_args()
 
     @contextmanager
     def draft_width_during_init(self, server_args, block_size: int):

@@ -35,22 +35,23 @@ none of that:
 
 The conv1d windows stay SGLang's per-node windows (see ``ddtree_hybrid.RecurrentStateCommit``).
 
-Wiring (the patch sets of 0.5.14 to 0.5.18): the pool - and 0.5.15+'s unified pool - allocates no
+Wiring (the patch sets of 0.5.14 to 0.5.23): the pool - and 0.5.15+'s unified pool - allocates no
 SSM snapshots (``ssm_snapshot_tokens``), the hybrid memory split (the model runner's KV-cache
 mixin; 0.5.16+ ``KVCacheConfigurator``) reserves a flat node's bytes and a request's scratch
 (``verify_memory_tokens``), the target's model runner installs the stash, the scratch and this
 verify right after its pools (``install_flat_state``, before any CUDA graph is captured), the
 GDN backend's target verify calls ``flat_tree_verify()`` when one is installed, and the DDTREE
-worker's commit replays (``ddtree_hybrid``). 0.5.19+ are not wired: ``flat_tree_verify()`` stays
-None there and the worker refuses the switch.
+worker's commit replays (``ddtree_hybrid``). The speculative flags are read as the release
+resolved them, through its ``ddtree_compat`` (0.5.19+: the spec bag, not the server args).
 
 Switch: ``SGLANG_DDTREE_HYBRID_STATE=flat|snapshot`` (``ddtree_envs``; snapshot, SGLang's own
 tree path, stays the default until the flat path has been checked on a GPU against it:
 ``ddtree_overlay/bench/checks.py`` preset ``hybrid-flat``).
-Layouts are SGLang 0.5.14's (0.5.15 to 0.5.18 pass the same, q, k, v possibly without the
-leading 1): q, k [1, T, H, K], v [1, T, HV, V], a, b [T, HV] (token-major,
-heads packed), recurrent state [slots, HV, V, K] with K contiguous, ``retrieve_parent_token``
-[bs, N] as the conv kernel fills it (node 0 is the root; parents before children).
+Layouts are SGLang 0.5.14's (0.5.15 to 0.5.23 pass the same, q, k, v possibly without the
+leading 1; 0.5.21+ may pass them as strided views of the projection, heads still contiguous):
+q, k [1, T, H, K], v [1, T, HV, V], a, b [T, HV] (token-major, heads packed), recurrent state
+[slots, HV, V, K] with K contiguous, ``retrieve_parent_token`` [bs, N] as the conv kernel fills
+it (node 0 is the root; parents before children).
 
 One module past 500 lines: the torch oracle, the stash, the walk, the verify and commit kernels
 and the wiring share one state layout (the stash's per-node inputs, the committed slot), and a
@@ -724,20 +725,23 @@ def replay_commit(
 
 def flat_state_requested(server_args) -> bool:
     """Whether these server args run DDTREE's flat GDN tree verify: DDTREE on a Gated-DeltaNet
-    target (its hook set a tree top-k) and the switch at ``flat``."""
-    if server_args is None or str(getattr(server_args, "speculative_algorithm", None)) != "DDTREE":
+    target (its hook set a tree top-k) and the switch at ``flat``. The flags are read as the
+    release resolved them (``ddtree_compat.spec_arg``: 0.5.19+ the spec bag's)."""
+    from sglang.srt.speculative.ddtree_compat import spec_arg
+
+    if server_args is None or str(spec_arg(server_args, "speculative_algorithm")) != "DDTREE":
         return False
-    if int(getattr(server_args, "speculative_eagle_topk", None) or 1) <= 1:
+    if int(spec_arg(server_args, "speculative_eagle_topk") or 1) <= 1:
         return False
     return envs.SGLANG_DDTREE_HYBRID_STATE.get() == "flat"
 
 
 def ssm_snapshot_tokens(speculative_num_draft_tokens: int) -> int:
     """Verify tokens the recurrent-state pool keeps SSM snapshots for: none in flat mode."""
-    from sglang.srt.server_args import get_global_server_args
+    from sglang.srt.speculative.ddtree_compat import published_server_args
 
     try:
-        server_args = get_global_server_args()
+        server_args = published_server_args()
     except ValueError:  # a pool made outside a server (SGLang's own tests, tools): not DDTREE
         return speculative_num_draft_tokens
     return 0 if flat_state_requested(server_args) else speculative_num_draft_tokens
@@ -751,7 +755,11 @@ def verify_memory_tokens(
     mode what a request's flat nodes hold (conv windows and stashed inputs) and its branch
     scratch (one layer's), in units of that state. ``num_draft_tokens``: the width the split
     itself reads where that is not the server args' (0.5.17+: the spec bag's)."""
-    tokens = server_args.speculative_num_draft_tokens if num_draft_tokens is None else num_draft_tokens
+    from sglang.srt.speculative.ddtree_compat import spec_arg
+
+    tokens = num_draft_tokens
+    if tokens is None:
+        tokens = spec_arg(server_args, "speculative_num_draft_tokens")
     if not flat_state_requested(server_args):
         return tokens
     value_heads, v_dim, k_dim = cache_params.shape.temporal
@@ -768,7 +776,7 @@ def verify_memory_tokens(
     )
     scratch = scratch_bytes_per_request(
         width=tokens,
-        block_size=server_args.speculative_dflash_block_size,
+        block_size=spec_arg(server_args, "speculative_dflash_block_size"),
         value_heads=value_heads,
         v_dim=v_dim,
         k_dim=k_dim,
@@ -815,6 +823,8 @@ def install_flat_state(model_runner) -> None:
     """After a model runner made its pools: under DDTREE's flat recurrent state, the target's
     input stash, branch scratch and the tree verify its GDN layers call from then on (one target
     per process). Before any CUDA graph is captured, so the captured verify is this one."""
+    from sglang.srt.speculative.ddtree_compat import spec_arg
+
     global _flat_tree_verify
     server_args = model_runner.server_args
     pool = model_runner.req_to_token_pool
@@ -825,7 +835,7 @@ def install_flat_state(model_runner) -> None:
     ):
         return
     stash = GDNInputStash.for_pool(pool.get_speculative_mamba2_params_all_layers(), model_runner.dtype)
-    block_size = int(server_args.speculative_dflash_block_size)
+    block_size = int(spec_arg(server_args, "speculative_dflash_block_size"))
     _, _, value_heads, v_dim = stash.v.shape
     scratch = allocate_branch_scratch(
         rows=stash.rows,

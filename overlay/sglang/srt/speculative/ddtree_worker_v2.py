@@ -185,7 +185,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             import sglang
 
             raise ValueError(
-                f"SGLANG_DDTREE_HYBRID_STATE=flat is wired for sglang 0.5.14 to 0.5.18, not "
+                f"SGLANG_DDTREE_HYBRID_STATE=flat is wired for sglang 0.5.14 to 0.5.23, not "
                 f"{getattr(sglang, '__version__', 'this release')}: unset it or set snapshot."
             )
         return RecurrentStateCommit.flat(spec_state, verify.stash, verify.max_path, verify.scratch)
