@@ -150,6 +150,10 @@ CASES = {
     "chain_switch_typo": {"env": {"SGLANG_DDTREE_TREE_SHAPE": "chains"}},
     "splitkv_flashinfer": {"attention_backend": "flashinfer", "env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}},
     "verify_attention_typo": {"env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "split"}},
+    "splitkv_deterministic": {
+        "enable_deterministic_inference": True, "env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"},
+    },
+    "splitkv": {"env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}},
 }
 for name, changes in CASES.items():
     env = changes.pop("env", {})
@@ -234,6 +238,12 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
     assert ddtree_report["cases"]["tp2"] == ddtree_report["cases"]["default"]
 
 
+def test_splitkv_verify_attention_is_accepted_on_triton_without_deterministic_inference(
+    ddtree_report: dict,
+) -> None:
+    assert ddtree_report["cases"]["splitkv"] == ddtree_report["cases"]["default"]
+
+
 @pytest.mark.parametrize(
     ("case", "fragment"),
     [
@@ -260,6 +270,7 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
         ("verify_attention_typo", "SGLANG_DDTREE_VERIFY_ATTENTION must be 'extend' or 'splitkv', got 'split'"),
         ("hybrid_flashinfer_gdn", "--linear-attn-decode-backend flashinfer has none"),
         ("hybrid_replayssm", "does not support --enable-linear-replayssm-spec"),
+        ("splitkv_deterministic", "splitkv does not support --enable-deterministic-inference"),
         ("hybrid_conv5", "got linear_conv_kernel_dim=5"),
     ],
 )

@@ -158,6 +158,13 @@ def _unsupported_ddtree_settings(cfg):
                 "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv is a triton-backend kernel: pass "
                 f"--attention-backend triton (got {prefill_backend} prefill, {decode_backend} decode)."
             )
+        if tail_mask and getattr(cfg, "enable_deterministic_inference", False):
+            # The triton backend's deterministic path runs before the split-KV hunk and would
+            # read the tail-only mask as the FULL layout.
+            yield (
+                "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv does not support "
+                "--enable-deterministic-inference: unset one of them."
+            )
     if _attention_dp(cfg):
         # DFlash allows it from 0.5.20 (NPU) / 0.5.23 (CUDA). DDTREE's top-K runs collectives
         # over the whole TP group each round, which attention-DP ranks (other batches, or
