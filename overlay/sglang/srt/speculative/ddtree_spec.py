@@ -239,11 +239,13 @@ def _unsupported_hybrid_settings(cfg, target_config):
         envs.SGLANG_DDTREE_HYBRID_STATE.get()  # read again by the pool and the worker
     except ValueError as bad_value:
         yield str(bad_value)
-    if getattr(cfg, "enable_linear_replayssm_spec", False):
-        yield (
-            "DDTREE does not support --enable-linear-replayssm-spec: ReplaySSM verifies "
-            "linear chains only."
-        )
+    # 0.5.16 spells the flag --enable-gdn-replayssm-spec; 0.5.17+ --enable-linear-replayssm-spec.
+    for flag in ("enable_linear_replayssm_spec", "enable_gdn_replayssm_spec"):
+        if getattr(cfg, flag, False):
+            yield (
+                f"DDTREE does not support --{flag.replace('_', '-')}: ReplaySSM verifies "
+                "linear chains only."
+            )
 
 
 def _attention_dp(cfg) -> bool:
