@@ -140,6 +140,7 @@ CASES = {
     "hybrid_adaptive": {"model_path": HYBRID, "speculative_ddtree_adaptive_budgets": "8,32"},
     "hybrid_flashinfer_gdn": {"model_path": HYBRID, "linear_attn_decode_backend": "flashinfer"},
     "hybrid_replayssm": {"model_path": HYBRID, "enable_linear_replayssm_spec": True},
+    "hybrid_gdn_replayssm": {"model_path": HYBRID, "enable_gdn_replayssm_spec": True},
     "hybrid_conv5": {"model_path": os.path.join(MODELS, "hybrid_conv5")},
     "schedule_chain": {"speculative_ddtree_budget_schedule": "1:64,17:chain"},
     "schedule_only_chain": {"speculative_ddtree_budget_schedule": "1:chain"},
@@ -150,6 +151,10 @@ CASES = {
     "chain_switch_typo": {"env": {"SGLANG_DDTREE_TREE_SHAPE": "chains"}},
     "splitkv_flashinfer": {"attention_backend": "flashinfer", "env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}},
     "verify_attention_typo": {"env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "split"}},
+    "splitkv_deterministic": {
+        "enable_deterministic_inference": True, "env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"},
+    },
+    "splitkv": {"env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}},
 }
 for name, changes in CASES.items():
     env = changes.pop("env", {})
@@ -234,6 +239,12 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
     assert ddtree_report["cases"]["tp2"] == ddtree_report["cases"]["default"]
 
 
+def test_splitkv_verify_attention_is_accepted_on_triton_without_deterministic_inference(
+    ddtree_report: dict,
+) -> None:
+    assert ddtree_report["cases"]["splitkv"] == ddtree_report["cases"]["default"]
+
+
 @pytest.mark.parametrize(
     ("case", "fragment"),
     [
@@ -260,6 +271,8 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
         ("verify_attention_typo", "SGLANG_DDTREE_VERIFY_ATTENTION must be 'extend' or 'splitkv', got 'split'"),
         ("hybrid_flashinfer_gdn", "--linear-attn-decode-backend flashinfer has none"),
         ("hybrid_replayssm", "does not support --enable-linear-replayssm-spec"),
+        ("hybrid_gdn_replayssm", "does not support --enable-gdn-replayssm-spec"),
+        ("splitkv_deterministic", "splitkv does not support --enable-deterministic-inference"),
         ("hybrid_conv5", "got linear_conv_kernel_dim=5"),
     ],
 )

@@ -158,6 +158,13 @@ def _unsupported_ddtree_settings(cfg):
                 "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv is a triton-backend kernel: pass "
                 f"--attention-backend triton (got {prefill_backend} prefill, {decode_backend} decode)."
             )
+        if tail_mask and getattr(cfg, "enable_deterministic_inference", False):
+            # The triton backend's deterministic path runs before the split-KV hunk and would
+            # read the tail-only mask as the FULL layout.
+            yield (
+                "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv does not support "
+                "--enable-deterministic-inference: unset one of them."
+            )
     if _attention_dp(cfg):
         # DFlash allows it from 0.5.20 (NPU) / 0.5.23 (CUDA). DDTREE's top-K runs collectives
         # over the whole TP group each round, which attention-DP ranks (other batches, or
@@ -232,11 +239,13 @@ def _unsupported_hybrid_settings(cfg, target_config):
         envs.SGLANG_DDTREE_HYBRID_STATE.get()  # read again by the pool and the worker
     except ValueError as bad_value:
         yield str(bad_value)
-    if getattr(cfg, "enable_linear_replayssm_spec", False):
-        yield (
-            "DDTREE does not support --enable-linear-replayssm-spec: ReplaySSM verifies "
-            "linear chains only."
-        )
+    # 0.5.16 spells the flag --enable-gdn-replayssm-spec; 0.5.17+ --enable-linear-replayssm-spec.
+    for flag in ("enable_linear_replayssm_spec", "enable_gdn_replayssm_spec"):
+        if getattr(cfg, flag, False):
+            yield (
+                f"DDTREE does not support --{flag.replace('_', '-')}: ReplaySSM verifies "
+                "linear chains only."
+            )
 
 
 def _attention_dp(cfg) -> bool:
