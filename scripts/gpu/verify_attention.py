@@ -2,6 +2,7 @@
 
     python3 scripts/gpu/verify_attention.py [--out DIR] [--batch-sizes 1,4,16] [--prefixes 1024,8192]
         [--widths 16,17,33] [--shapes qwen3-8b,qwen3.6-27b]
+    python3 scripts/gpu/verify_attention.py --plot DIR   # redraw DIR/verify_attention.png from its JSON
 
 For each attention shape (Qwen3-8B: 32 q / 8 kv heads, dim 128; Qwen3.6-27B's attention layers:
 24 q / 4 kv heads, dim 256), batch size, prefix length and verify width N, random bf16 queries,
@@ -94,14 +95,52 @@ class Case:
         return mask
 
 
+def write_plot(out: Path) -> Path | None:
+    """verify_attention.png beside the JSON: ms per call of each kernel per (shape, batch size,
+    prefix), one panel per shape; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = json.loads((out / "verify_attention.json").read_text())["rows"]
+    shapes = list(dict.fromkeys(r["shape"] for r in rows))
+    fig, axes = plt.subplots(1, len(shapes), figsize=(7 * len(shapes), 4.5), squeeze=False)
+    for ax, shape in zip(axes[0], shapes, strict=True):
+        mine = [r for r in rows if r["shape"] == shape]
+        cases = list(dict.fromkeys((r["bs"], r["prefix"]) for r in mine))
+        bars = {"chain 16 (DFLASH)": {(r["bs"], r["prefix"]): r["chain16_ms"] for r in mine}}
+        for n in sorted({r["n"] for r in mine}):
+            of_n = [r for r in mine if r["n"] == n]
+            bars[f"extend, tree N={n}"] = {(r["bs"], r["prefix"]): r["extend_ms"] for r in of_n}
+            bars[f"split-KV, tree N={n}"] = {(r["bs"], r["prefix"]): r["splitkv_ms"] for r in of_n}
+        step = 0.8 / len(bars)
+        for i, (label, ms) in enumerate(bars.items()):
+            ax.bar([x + i * step for x in range(len(cases))], [ms[c] for c in cases], step, label=label)
+        ax.set_xticks([x + 0.4 - step / 2 for x in range(len(cases))], [f"bs {bs}\n{prefix} ctx" for bs, prefix in cases])
+        ax.set_ylabel("GPU ms per layer call")
+        ax.set_title(shape)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "verify_attention.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--plot", type=Path, help="redraw DIR/verify_attention.png from DIR/verify_attention.json")
     ap.add_argument("--batch-sizes", type=ints, default=[1, 4, 16])
     ap.add_argument("--prefixes", type=ints, default=[1024, 8192])
     ap.add_argument("--widths", type=ints, default=[16, 17, 33])
     ap.add_argument("--shapes", default="qwen3-8b,qwen3.6-27b")
     args = ap.parse_args()
+    if args.plot:
+        return 0 if write_plot(args.plot) else 1
 
     import torch
     from sglang.srt.layers.attention.triton_ops.extend_attention import extend_attention_fwd
@@ -163,6 +202,7 @@ def main() -> int:
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "verify_attention.json").write_text(json.dumps({"gpu": props.name, "rows": rows}, indent=1))
+        write_plot(args.out)
     return 1 if failed else 0
 
 

@@ -312,3 +312,27 @@ def test_nextn_and_the_fused_commit_on_the_hybrid_pair_as_cited():
     ]
     assert " / ".join(f"{v:.3f}" for v in accept) == "0.036 / 0.035"
     assert "**0.036 / 0.035 ms**" in page()
+
+
+def test_the_split_kv_verify_attention_as_cited(tmp_path, monkeypatch):
+    """The kernel microbenchmark's record: the ratios the page cites, and its plot redrawn."""
+    import runpy
+    import shutil
+    import sys
+
+    record = BENCH / "2026-12-02-verify-attention-splitkv"
+    rows = {
+        (r["shape"], r["bs"], r["prefix"], r["n"]): r
+        for r in json.loads((record / "verify_attention.json").read_text())["rows"]
+    }
+    best, worst = rows[("qwen3.6-27b", 1, 8192, 17)], rows[("qwen3.6-27b", 16, 8192, 33)]
+    assert x(best["extend_ms"] / best["splitkv_ms"]) == "4.62×" and "4.62×" in page()
+    assert x(worst["extend_ms"] / worst["splitkv_ms"]) == "0.86×" and "0.86×" in page()
+    assert max(max(r["max_abs_diff"], r["chain_max_abs_diff"]) for r in rows.values()) <= 2e-3
+    pytest.importorskip("matplotlib")
+    shutil.copy(record / "verify_attention.json", tmp_path)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "verify_attention.py"
+    monkeypatch.setattr(sys, "argv", [str(script), "--plot", str(tmp_path)])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(script), run_name="__main__")
+    assert done.value.code == 0 and (tmp_path / "verify_attention.png").stat().st_size > 0
