@@ -179,6 +179,46 @@ def test_a_node_whose_mask_row_is_empty_still_sees_itself():
     torch.testing.assert_close(out.double(), verify.reference(), atol=1e-5, rtol=1e-5)
 
 
+def backend_call(verify: Verify, **layer) -> torch.Tensor:
+    """The call a patched triton backend's forward_extend makes (TreeVerifyAttention)."""
+    o = torch.empty_like(verify.q)
+    with triton_interpreter():
+        va.TreeVerifyAttention(max_prefix_len=4 * SPLIT, sm_count=8)(
+            verify.q, verify.k, verify.v, o, layer.pop("k_buffer", verify.k_buffer),
+            layer.pop("v_buffer", verify.v_buffer), verify.kv_indptr, verify.kv_indices,
+            verify.ancestors.reshape(-1), num_verify_tokens=verify.n, sm_scale=verify.sm_scale,
+            k_scale=1.0, v_scale=1.0, **layer,
+        )
+    return o
+
+
+def test_the_backend_call_computes_a_plain_causal_layer():
+    verify = Verify(4, 2, 128, 9, [SPLIT + 3, 5], dtype=torch.float32, seed=9)
+    torch.testing.assert_close(backend_call(verify).double(), verify.reference(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("layer", "named"),
+    [
+        ({"causal": False}, "a non-causal layer"),
+        ({"logit_cap": 30.0}, "a logit cap"),
+        ({"sliding_window_size": 128}, "a sliding window"),
+        ({"sinks": torch.zeros(4)}, "attention sinks"),
+        ({"score_mod": lambda score, *index: score}, "a score_mod"),
+        # --enable-unified-memory's page-major view, [pages, page size 1, kv heads, dim]: a
+        # slot * stride(0) address with stride(1) taken for the head would read other heads.
+        ("page_major", "a page-major KV pool"),
+    ],
+    ids=lambda case: case if isinstance(case, str) else None,
+)
+def test_the_backend_call_refuses_what_the_kernel_does_not_compute(layer, named):
+    verify = Verify(4, 2, 128, 9, [SPLIT + 3], dtype=torch.float32, seed=10)
+    if layer == "page_major":
+        layer = {"k_buffer": verify.k_buffer.unsqueeze(1), "v_buffer": verify.v_buffer.unsqueeze(1)}
+    with pytest.raises(ValueError, match=f"splitkv does not compute {named}: unset it"):
+        backend_call(verify, **layer)
+
+
 # SGLang's kernel divides its padded query rows (BLOCK_M past N) by zero; they are never stored.
 SGLANG_PADDED_ROWS = pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
 

@@ -330,6 +330,7 @@ class TreeVerifyAttention:
         self, q, k, v, o, k_buffer, v_buffer, kv_indptr, kv_indices, tail_mask, *,
         num_verify_tokens, sm_scale, k_scale, v_scale,
         causal=True, logit_cap=0.0, sliding_window_size=-1, sinks=None, xai_temperature_len=-1,
+        score_mod=None,
     ):
         unsupported = [
             name
@@ -339,6 +340,10 @@ class TreeVerifyAttention:
                 ("a sliding window", sliding_window_size is not None and sliding_window_size > 0),
                 ("attention sinks", sinks is not None),
                 ("xai temperature", xai_temperature_len is not None and xai_temperature_len > 0),
+                ("a score_mod", score_mod is not None),
+                # Page-major [pages, page size, heads, dim] views (--enable-unified-memory):
+                # the kernel addresses a pool slot as slot * stride(0).
+                ("a page-major KV pool", k_buffer.dim() != 3 or v_buffer.dim() != 3),
             )
             if present
         ]
@@ -359,8 +364,10 @@ class TreeVerifyAttention:
 def tree_verify_for(model_runner, sm_count: int) -> Optional[TreeVerifyAttention]:
     """The tree verify a triton backend of this model runner calls: DDTREE's target, with the
     switch at ``splitkv``; None otherwise (the draft, other algorithms: SGLang's path)."""
-    server_args = model_runner.server_args
-    if model_runner.is_draft_worker or str(server_args.speculative_algorithm) != "DDTREE":
+    from sglang.srt.speculative.ddtree_compat import spec_arg  # 0.5.19+: the spec bag's
+
+    algorithm = spec_arg(model_runner.server_args, "speculative_algorithm")
+    if model_runner.is_draft_worker or str(algorithm) != "DDTREE":
         return None
     if not tail_mask_requested():
         return None
@@ -381,7 +388,7 @@ def wired_problem(attn_backend) -> Optional[str]:
     import sglang
 
     return (
-        "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv is wired for the triton attention backend of "
-        f"sglang 0.5.14 only, not {type(backend).__name__} on "
+        "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv runs in the triton attention backend as DDTREE's "
+        f"patch set wires it (sglang 0.5.14 - 0.5.23), not {type(backend).__name__} on "
         f"{getattr(sglang, '__version__', 'this release')}: unset it."
     )
