@@ -154,7 +154,9 @@ CASES = {
     "splitkv_deterministic": {
         "enable_deterministic_inference": True, "env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"},
     },
+    "splitkv_dcp": {"dcp_size": 2, "env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}},
     "splitkv": {"env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}},
+    "dcp": {"dcp_size": 2},
 }
 for name, changes in CASES.items():
     env = changes.pop("env", {})
@@ -239,10 +241,11 @@ def test_tensor_parallel_is_accepted_and_resolves_like_one_rank(ddtree_report: d
     assert ddtree_report["cases"]["tp2"] == ddtree_report["cases"]["default"]
 
 
-def test_splitkv_verify_attention_is_accepted_on_triton_without_deterministic_inference(
+def test_splitkv_verify_attention_and_dcp_are_each_accepted_on_triton(
     ddtree_report: dict,
 ) -> None:
     assert ddtree_report["cases"]["splitkv"] == ddtree_report["cases"]["default"]
+    assert ddtree_report["cases"]["dcp"] == ddtree_report["cases"]["default"]  # extend: no refusal
 
 
 @pytest.mark.parametrize(
@@ -273,6 +276,7 @@ def test_splitkv_verify_attention_is_accepted_on_triton_without_deterministic_in
         ("hybrid_replayssm", "does not support --enable-linear-replayssm-spec"),
         ("hybrid_gdn_replayssm", "does not support --enable-gdn-replayssm-spec"),
         ("splitkv_deterministic", "splitkv does not support --enable-deterministic-inference"),
+        ("splitkv_dcp", "splitkv does not support decode context parallelism (--dcp-size 2)"),
         ("hybrid_conv5", "got linear_conv_kernel_dim=5"),
     ],
 )

@@ -165,6 +165,13 @@ def _unsupported_ddtree_settings(cfg):
                 "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv does not support "
                 "--enable-deterministic-inference: unset one of them."
             )
+        if tail_mask and getattr(cfg, "dcp_size", 1) > 1:
+            # The backend's decode-context-parallel extend (0.5.15+) also runs before the hunk,
+            # on rank-sharded prefixes, and would read the tail-only mask as the FULL layout.
+            yield (
+                "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv does not support decode context "
+                f"parallelism (--dcp-size {cfg.dcp_size}): unset one of them."
+            )
     if _attention_dp(cfg):
         # DFlash allows it from 0.5.20 (NPU) / 0.5.23 (CUDA). DDTREE's top-K runs collectives
         # over the whole TP group each round, which attention-DP ranks (other batches, or
