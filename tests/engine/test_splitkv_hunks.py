@@ -35,7 +35,9 @@ WIRED = (
 BACKEND = "sglang/srt/layers/attention/triton_backend.py"
 BRANCH = "if self.ddtree_tree_verify is not None and forward_batch.forward_mode.is_target_verify()"
 # What forward_extend runs after DDTREE's branch on a target verify, per release.
-SGLANG_VERIFY = ("self.verify_splitkv_fwd(", "verify_fwd(", "self.extend_attention_fwd(", "self._forward_extend_kernel(")
+SGLANG_VERIFY = (
+    "self.verify_splitkv_fwd(", "verify_fwd(", "self.extend_attention_fwd(", "self._forward_extend_kernel(",
+)  # fmt: skip
 # Paths that return before the branch, each refused by the server-args hook with the switch on.
 EARLIER = ("return self._forward_extend_unified(", "return self._forward_extend_dcp(")
 
@@ -106,9 +108,10 @@ def test_the_ddtree_branch_runs_before_sglangs_verify_and_extend_kernels(version
     kwargs = {k.arg: ast.unparse(k.value) for k in ours.keywords}
     assert kwargs["num_verify_tokens"] == "self.forward_metadata.max_extend_len"
     extend = next(
-        n for n in ast.walk(node)
-        if isinstance(n, ast.Call) and ast.unparse(n.func) in ("self.extend_attention_fwd", "self._forward_extend_kernel")
-    )  # fmt: skip
+        n
+        for n in ast.walk(node)
+        if isinstance(n, ast.Call) and ast.unparse(n.func).endswith(("extend_attention_fwd", "_forward_extend_kernel"))
+    )
     extend_kwargs = {k.arg: ast.unparse(k.value) for k in extend.keywords}
     features = {"logit_cap", "sliding_window_size", "sinks", "xai_temperature_len", "score_mod"}
     for feature in features & set(extend_kwargs):
