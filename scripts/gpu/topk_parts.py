@@ -17,33 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from ddtree_overlay.bench.cuda_timing import gpu_ms  # noqa: E402
 from ddtree_overlay.bench.payload_modules import load_payload_module  # noqa: E402
 
 BATCH_SIZES = (1, 4, 16, 32)
 KS = (16, 32, 256)
-
-
-def gpu_ms(fn, *, warmup: int = 3, iters: int = 20) -> float:
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main() -> int:

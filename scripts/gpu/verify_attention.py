@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from functools import partial
 from pathlib import Path
@@ -31,24 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from ddtree_overlay.bench.cuda_timing import gpu_ms  # noqa: E402
+
 SHAPES = {"qwen3-8b": (32, 8, 128), "qwen3.6-27b": (24, 4, 256)}
 TOLERANCE = 2e-2
-
-
-def gpu_ms(fn, *, warmup: int = 3, iters: int = 20) -> float:
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def ints(text: str) -> list:
@@ -58,7 +43,7 @@ def ints(text: str) -> list:
 class Case:
     """One verify's inputs in the triton backend's layouts, on the GPU."""
 
-    def __init__(self, q_heads, kv_heads, dim, bs, prefix, n, *, chain=False, seed=0):
+    def __init__(self, du, q_heads, kv_heads, dim, bs, prefix, n, *, chain=False, seed=0):
         import torch
 
         gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -76,8 +61,9 @@ class Case:
         steps = torch.arange(bs + 1, device=dev, dtype=torch.int32)
         self.kv_indptr, self.qo_indptr = steps * prefix, steps * n
         self.ancestors = torch.stack([self._ancestors(n, chain, gen) for _ in range(bs)]).to(dev)
-        prefix_cols = torch.ones(bs, n, prefix, dtype=torch.bool, device=dev)
-        self.full_mask = torch.cat([prefix_cols, self.ancestors], dim=2).reshape(-1)
+        # the FULL-layout mask as DDTREE's default path builds it (du: the payload's ddtree_utils)
+        seq_lens = torch.full((bs,), prefix, device=dev)
+        self.full_mask = du.build_tree_custom_mask(self.ancestors, seq_lens, bs * n * (prefix + n))
         self.mask_indptr = steps.to(torch.int64) * n * (prefix + n)
         self.sm_scale = dim**-0.5
 
@@ -148,6 +134,7 @@ def main() -> int:
     from ddtree_overlay.bench.payload_modules import load_payload_module
 
     va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
+    du = load_payload_module("sglang.srt.speculative.ddtree_utils")
     props = torch.cuda.get_device_properties(0)
     context = 40960  # the Qwen3 models' context: the backend's cap on the split count
     policy = va.TreeVerifyAttention(context, props.multi_processor_count)
@@ -176,14 +163,14 @@ def main() -> int:
         q_heads, kv_heads, dim = SHAPES[shape]
         for bs in args.batch_sizes:
             for prefix in args.prefixes:
-                chain = Case(q_heads, kv_heads, dim, bs, prefix, 16, chain=True, seed=1)
+                chain = Case(du, q_heads, kv_heads, dim, bs, prefix, 16, chain=True, seed=1)
                 o_chain, o_ours = torch.empty_like(chain.q), torch.empty_like(chain.q)
                 chain_ms = gpu_ms(partial(extend, chain, o_chain, None))
                 splitkv(chain, o_ours, chain.ancestors.reshape(-1))
                 chain_diff = float((o_ours.float() - o_chain.float()).abs().max())
                 del chain
                 for n in args.widths:
-                    case = Case(q_heads, kv_heads, dim, bs, prefix, n, seed=n)
+                    case = Case(du, q_heads, kv_heads, dim, bs, prefix, n, seed=n)
                     o_ours, o_ext = torch.empty_like(case.q), torch.empty_like(case.q)
                     tail = case.ancestors.reshape(-1)
                     splits = splitkv(case, o_ours, tail)
