@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ddtree_overlay.bench.payload_modules import OVERLAY, load_payload_module
 
-__all__ = ["OVERLAY", "load_compat_shim", "load_payload_module", "triton_interpreter"]
+__all__ = ["OVERLAY", "load_compat_shim", "load_payload_module", "skip_unless_interpreted", "triton_interpreter"]
 
 
 def load_compat_shim(monkeypatch, release: tuple[int, ...], shim: Path) -> types.ModuleType:
@@ -43,3 +43,17 @@ def triton_interpreter():
             del os.environ["TRITON_INTERPRET"]
         else:
             os.environ["TRITON_INTERPRET"] = before
+
+
+def skip_unless_interpreted(triton: types.ModuleType) -> None:
+    """Skip the calling test module when Triton was imported before its interpreter was turned on
+    (Triton reads TRITON_INTERPRET at its first import): its kernels would then need a GPU."""
+    import pytest
+    from triton.runtime.interpreter import InterpretedFunction
+
+    if not isinstance(triton.language.zeros, InterpretedFunction):
+        pytest.skip(
+            "triton was imported before this module could turn its interpreter on; "
+            "run this file in a process of its own",
+            allow_module_level=True,
+        )

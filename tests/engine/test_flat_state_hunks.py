@@ -20,18 +20,16 @@ import re
 import sys
 import types
 import zipfile
-from pathlib import Path
 
 import pytest
 from overlay_helpers import REPO_ROOT
 from payload_modules import load_compat_shim, load_payload_module, triton_interpreter
+from release_wheels import apply_at_own_lines, release_diffs, stock_wheel
 
-from ddtree_overlay.engine.hunks import apply_hunks
 from ddtree_overlay.engine.patchset import load_patch_set
 
 pytestmark = pytest.mark.sglang
 
-WHEELS = Path.home() / ".cache" / "ddtree-overlay" / "matrix" / "wheels"
 WIRED = (
     "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18",
     "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23",
@@ -48,20 +46,11 @@ LATER_SPLIT = ("kv_cache_configurator.py", "_handle_max_mamba_cache", "alloc_mem
 
 def patched_files(version: str) -> dict[str, str]:
     """Every file the release's patches touch, patched, from the stock wheel."""
-    wheel = next(iter(sorted(WHEELS.glob(f"sglang-{version}-*.whl"))), None)
-    if wheel is None:
-        pytest.skip(f"no sglang {version} wheel in {WHEELS} (run `ddtree-overlay matrix` once)")
-    patch_set = load_patch_set(REPO_ROOT / "manifests" / f"{version}.toml", require_file_table=False)
-    out = {}
-    with zipfile.ZipFile(wheel) as archive:
-        for patch in patch_set.patches:
-            for diff in patch.diffs:
-                target = diff.target_path.removeprefix("b/")
-                outcome = apply_hunks(archive.read(target), diff.hunks)
-                assert outcome.applied, (patch.path, [h.describe() for h in outcome.hunks])
-                assert all(h.offset == 0 for h in outcome.hunks), (patch.path, [h.describe() for h in outcome.hunks])
-                out[target] = outcome.after.decode()
-    return out
+    with zipfile.ZipFile(stock_wheel(version)) as archive:
+        return {
+            target: apply_at_own_lines(archive.read(target), diff, patch)
+            for patch, diff, target in release_diffs(version)
+        }
 
 
 def function(source: str, name: str) -> ast.FunctionDef:

@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import ast
 import zipfile
-from pathlib import Path
 
 import pytest
 from overlay_helpers import REPO_ROOT
-
-from ddtree_overlay.engine.hunks import apply_hunks
-from ddtree_overlay.engine.patchset import load_patch_set
+from release_wheels import apply_at_own_lines, release_diffs, stock_wheel
 
 pytestmark = pytest.mark.sglang
 
-WHEELS = Path.home() / ".cache" / "ddtree-overlay" / "matrix" / "wheels"
 WIRED = (
     "0.5.14", "0.5.15", "0.5.15.post1", "0.5.16", "0.5.17", "0.5.18",
     "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23",
@@ -43,23 +39,11 @@ EARLIER = ("return self._forward_extend_unified(", "return self._forward_extend_
 
 
 def stock_and_patched(version: str) -> tuple[str, str]:
-    wheel = next(iter(sorted(WHEELS.glob(f"sglang-{version}-*.whl"))), None)
-    if wheel is None:
-        pytest.skip(f"no sglang {version} wheel in {WHEELS} (run `ddtree-overlay matrix` once)")
-    patch_set = load_patch_set(REPO_ROOT / "manifests" / f"{version}.toml", require_file_table=False)
-    diffs = [
-        diff
-        for patch in patch_set.patches
-        for diff in patch.diffs
-        if diff.target_path.removeprefix("b/") == BACKEND
-    ]
-    assert len(diffs) == 1, [patch.path for patch in patch_set.patches]
-    with zipfile.ZipFile(wheel) as archive:
+    diffs = [(patch, diff) for patch, diff, target in release_diffs(version) if target == BACKEND]
+    assert len(diffs) == 1, [patch for patch, _, _ in release_diffs(version)]
+    with zipfile.ZipFile(stock_wheel(version)) as archive:
         stock = archive.read(BACKEND)
-    outcome = apply_hunks(stock, diffs[0].hunks)
-    assert outcome.applied, [h.describe() for h in outcome.hunks]
-    assert all(h.offset == 0 for h in outcome.hunks), [h.describe() for h in outcome.hunks]
-    return stock.decode(), outcome.after.decode()
+    return stock.decode(), apply_at_own_lines(stock, diffs[0][1], diffs[0][0])
 
 
 def method(source: str, name: str) -> ast.FunctionDef:

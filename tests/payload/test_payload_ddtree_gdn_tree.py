@@ -16,22 +16,22 @@ import sys
 import types
 
 import pytest
-from payload_modules import OVERLAY, load_compat_shim, load_payload_module, triton_interpreter
+from payload_modules import (
+    OVERLAY,
+    load_compat_shim,
+    load_payload_module,
+    skip_unless_interpreted,
+    triton_interpreter,
+)
 
 torch = pytest.importorskip("torch")
 with triton_interpreter():
     triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
     flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
 from ddtree_overlay.reference import gdn  # noqa: E402
 
-if not isinstance(triton.language.zeros, InterpretedFunction):
-    pytest.skip(
-        "triton was imported before this module could turn its interpreter on; "
-        "run this file in a process of its own",
-        allow_module_level=True,
-    )
+skip_unless_interpreted(triton)
 
 ATOL = RTOL = 2e-5
 BLOCK = 16  # the drafter's block: paths of at most 16 nodes

@@ -17,21 +17,15 @@ import types
 
 import pytest
 from aot_sm90 import run_aot_script
-from payload_modules import load_payload_module, triton_interpreter
+from payload_modules import load_payload_module, skip_unless_interpreted, triton_interpreter
 
 torch = pytest.importorskip("torch")
 with triton_interpreter():
     triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
     gdn_tree = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
     hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
-if not isinstance(triton.language.zeros, InterpretedFunction):
-    pytest.skip(
-        "triton was imported before this module could turn its interpreter on; "
-        "run this file in a process of its own",
-        allow_module_level=True,
-    )
+skip_unless_interpreted(triton)
 
 LAYERS, LIVE_SLOTS, SPEC_SLOTS, MAX_WIDTH = 3, 9, 4, 8
 SSM_ROW, CONV_ROW = (2, 3, 5), (6, 3)

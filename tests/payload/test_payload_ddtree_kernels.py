@@ -15,7 +15,12 @@ import textwrap
 
 import pytest
 from aot_sm90 import run_aot_script
-from payload_modules import OVERLAY, load_payload_module, triton_interpreter
+from payload_modules import (
+    OVERLAY,
+    load_payload_module,
+    skip_unless_interpreted,
+    triton_interpreter,
+)
 from tree_oracle import (
     DEGENERATE,
     budgets_for,
@@ -33,14 +38,8 @@ torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
 with triton_interpreter():
     triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 
-if not isinstance(triton.language.zeros, InterpretedFunction):
-    pytest.skip(
-        "triton was imported before this module could turn its interpreter on; "
-        "run this file in a process of its own",
-        allow_module_level=True,
-    )
+skip_unless_interpreted(triton)
 
 du = load_payload_module("sglang.srt.speculative.ddtree_utils")
 KERNELS_PATH = OVERLAY / "sglang/srt/speculative/ddtree_kernels.py"

@@ -26,20 +26,14 @@ import types
 import zipfile
 
 import pytest
-from payload_modules import load_payload_module, triton_interpreter
+from payload_modules import load_payload_module, skip_unless_interpreted, triton_interpreter
 
 torch = pytest.importorskip("torch")
 with triton_interpreter():
     triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
     va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
-from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
-
-if not isinstance(triton.language.zeros, InterpretedFunction):
-    pytest.skip(
-        "triton was imported before this module could turn its interpreter on; "
-        "run this file in a process of its own",
-        allow_module_level=True,
-    )
+    du = load_payload_module("sglang.srt.speculative.ddtree_utils")
+skip_unless_interpreted(triton)
 
 SPLIT = va.MIN_SPLIT_TOKENS
 # (q heads, kv heads, head dim, N, prefix lengths): a row block and a tail tile short of one,
@@ -103,14 +97,22 @@ class Verify:
     def prefix_slots(self, b):
         return self.kv_indices[int(self.kv_indptr[b]) : int(self.kv_indptr[b + 1])]
 
-    def full_mask(self) -> tuple:
-        """SGLang's FULL layout (per request [N, prefix + N], prefix columns True) and its indptr."""
-        blocks = [
-            torch.cat([torch.ones(self.n, p, dtype=torch.bool), self.ancestors[b]], dim=1).reshape(-1)
-            for b, p in enumerate(self.prefix_lens)
-        ]
-        sizes = torch.tensor([0] + [blk.numel() for blk in blocks])
-        return torch.cat(blocks), sizes.cumsum(0)
+    def sglang_extend(self, sglang_extend) -> torch.Tensor:
+        """SGLang's extend_attention_fwd on DDTREE's FULL-layout mask (per request [N, prefix + N],
+        prefix columns True, as the payload's ``build_tree_custom_mask`` makes it)."""
+        prefix_lens = torch.tensor(self.prefix_lens)
+        sizes = self.n * (prefix_lens + self.n)
+        full_mask = du.build_tree_custom_mask(self.ancestors, prefix_lens, int(sizes.sum()))
+        mask_indptr = torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)])
+        qo_indptr = torch.arange(0, (self.bs + 1) * self.n, self.n, dtype=torch.int32)
+        out = torch.empty_like(self.q)
+        with triton_interpreter():
+            sglang_extend.extend_attention_fwd(
+                self.q, self.k, self.v, out, self.k_buffer, self.v_buffer,
+                qo_indptr, self.kv_indptr, self.kv_indices, full_mask, True, mask_indptr,
+                self.n, 1.0, 1.0, self.sm_scale,
+            )
+        return out
 
     def reference(self, k_scale=1.0, v_scale=1.0) -> torch.Tensor:
         """fp64: node i of request b attends to its prefix and its ancestors-or-self."""
@@ -229,31 +231,13 @@ def test_fp16_matches_the_plain_attention_and_sglangs_extend_kernel(shape, sglan
     verify = Verify(*shape, dtype=torch.float16, seed=shape[3] + 1)
     out = verify.run(num_splits=3)
     torch.testing.assert_close(out.double(), verify.reference(), atol=5e-3, rtol=5e-3)
-    full_mask, mask_indptr = verify.full_mask()
-    qo_indptr = torch.arange(0, (verify.bs + 1) * verify.n, verify.n, dtype=torch.int32)
-    o_sglang = torch.empty_like(verify.q)
-    with triton_interpreter():
-        sglang_extend.extend_attention_fwd(
-            verify.q, verify.k, verify.v, o_sglang, verify.k_buffer, verify.v_buffer,
-            qo_indptr, verify.kv_indptr, verify.kv_indices, full_mask, True, mask_indptr,
-            verify.n, 1.0, 1.0, verify.sm_scale,
-        )
-    torch.testing.assert_close(out, o_sglang, atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(out, verify.sglang_extend(sglang_extend), atol=2e-3, rtol=2e-3)
 
 
 @SGLANG_PADDED_ROWS
 def test_fp32_matches_sglangs_extend_kernel_on_a_long_gqa_batch(sglang_extend):
     verify = Verify(8, 2, 128, 17, [3 * SPLIT + 5, 0, 40], dtype=torch.float32, seed=9)
-    full_mask, mask_indptr = verify.full_mask()
-    qo_indptr = torch.arange(0, (verify.bs + 1) * verify.n, verify.n, dtype=torch.int32)
-    o_sglang = torch.empty_like(verify.q)
-    with triton_interpreter():
-        sglang_extend.extend_attention_fwd(
-            verify.q, verify.k, verify.v, o_sglang, verify.k_buffer, verify.v_buffer,
-            qo_indptr, verify.kv_indptr, verify.kv_indices, full_mask, True, mask_indptr,
-            verify.n, 1.0, 1.0, verify.sm_scale,
-        )
-    torch.testing.assert_close(verify.run(num_splits=4), o_sglang, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(verify.run(num_splits=4), verify.sglang_extend(sglang_extend), atol=1e-5, rtol=1e-5)
 
 
 SGLANG_EXTEND = "sglang/srt/layers/attention/triton_ops/extend_attention.py"
