@@ -336,3 +336,50 @@ def test_the_split_kv_verify_attention_as_cited(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as done:
         runpy.run_path(str(script), run_name="__main__")
     assert done.value.code == 0 and (tmp_path / "verify_attention.png").stat().st_size > 0
+
+
+def steady(run: str, group: str, concurrency: int) -> dict:
+    return next(r for r in report(run)["steady"]["rows"] if r["name"] == f"{group}/c{concurrency}/t0")
+
+
+@pytest.mark.parametrize(
+    ("run", "cited"),
+    [
+        ("2026-12-02-steady-state-adaptive-hybrid", "**1.47× / 1.06× / 1.97× / 1.57× / 1.76×**"),
+        ("2026-12-02-steady-state-adaptive-fixture", "**1.07× / 1.38× / 1.24× / 1.34× / 0.97×**"),
+    ],
+)
+def test_the_steady_state_adaptive_ratios_as_cited(run, cited):
+    ratios = []
+    for c in (1, 4, 16, 32, 64):
+        ddtree, dflash = steady(run, "ddtree-adaptive-chain-16-32", c), steady(run, "dflash", c)
+        assert abs(ddtree["mean_running"] - c) < 0.01 and abs(dflash["mean_running"] - c) < 0.01
+        ratios.append(ddtree["tok_per_s"] / dflash["tok_per_s"])
+    assert "**" + " / ".join(x(v) for v in ratios) + "**" == cited
+    assert cited in summary()
+
+
+def test_the_27b_shape_flat_against_snapshot_as_cited():
+    run = "2026-12-02-27b-shape-flat-vs-snapshot"
+
+    def step(state: str, group: str, batch_size: int) -> float:
+        return next(c for c in report(f"{run}/{state}")["cells"] if c["name"] == f"{group}/bs{batch_size}/t0")["step_ms"]
+
+    flat, snapshot, dflash = ([step(s, g, bs) for bs in (1, 4)] for s, g in (("flat", "ddtree-b32"), ("snapshot", "ddtree-b32"), ("dflash", "dflash")))
+    assert " / ".join(f"{v:.2f}" for v in flat) == "26.88 / 31.86"
+    assert " / ".join(f"{v:.2f}" for v in snapshot) == "28.42 / 34.94"
+    assert " / ".join(f"{v:.2f}" for v in dflash) == "24.68 / 28.17"
+    assert " / ".join(x(f / s) for f, s in zip(flat, snapshot)) == "0.95× / 0.91×"
+    assert " / ".join(x(f / d) for f, d in zip(flat, dflash)) == "1.09× / 1.13×"
+    assert "**0.95× / 0.91×**" in summary() and "1.09× / 1.13×" in summary()
+
+
+def test_the_chain_control_verifies_dflashs_chain():
+    run = "2026-12-02-hybrid-adaptive-chain-control"
+
+    def per_round(group: str, batch_size: int) -> float:
+        return next(c for c in report(run)["cells"] if c["name"] == f"{group}/bs{batch_size}/t0")["tokens_per_round"]
+
+    ratios = [per_round("ddtree-b15-chain", bs) / per_round("dflash", bs) for bs in (1, 16)]
+    assert " / ".join(f"{v:.2f}" for v in ratios) == "0.98 / 0.99"
+    assert "**0.98 / 0.99**" in summary()
