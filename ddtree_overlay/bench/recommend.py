@@ -117,7 +117,7 @@ def ddtree_candidates(rows: Sequence[Mapping[str, Any]]) -> list[Candidate]:
     """Per scheduling mode: the schedule of the fastest fixed budget at each batch size, then
     every adaptive and schedule arm measured."""
     candidates = []
-    ddtree = [r for r in rows if r["algorithm"] == DDTREE]
+    ddtree = [r for r in rows if r["algorithm"] == DDTREE and not r.get("chain")]  # a control, not a budget
     for overlap in (True, False):
         mode = [r for r in ddtree if bool(r["overlap"]) == overlap]
         fixed = [r for r in mode if BudgetPolicy.of_row(r).budget is not None]

@@ -174,3 +174,14 @@ def test_the_terminal_gets_one_line_per_served_range() -> None:
         "  16 and more concurrent requests: serve NEXTN (measured at batch size 16); DDTREE was not faster there",
     ]
     assert summary_lines(None) == []
+
+
+def test_the_chain_control_is_never_served_as_its_budget() -> None:
+    """The control runs DFLASH's chain through DDTREE (an env switch, not a budget): its speed
+    says nothing about a B = 15 tree, so no schedule step may take it."""
+    cells = [*baselines(1, 100, 300, 250), *baselines(16, 1200, 2500, 2600),
+             cell(Arm.parse("ddtree-b15-chain"), 1, 600), cell(Arm.ddtree(32), 1, 500),
+             cell(Arm.ddtree(32), 16, 3000)]
+    rec = recommend(report(cells), PLAIN)
+    assert rec is not None and rec["ddtree"]["policy"] == "B=32"
+    assert all("chain" not in s["ddtree"]["arm"] for s in rec["per_batch_size"] if s.get("ddtree"))
