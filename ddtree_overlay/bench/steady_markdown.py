@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddtree_overlay.bench.arms import Arm
+from ddtree_overlay.bench.policy_markdown import policy_lines
 
 DASH = "\u2013"
 
@@ -118,5 +119,11 @@ def steady_section(report: Mapping[str, Any]) -> list[str]:
         steady_table(steady),
         "",
         steady_detail_table(steady),
+        *policy_lines(
+            steady["rows"],
+            "Budgets the adaptive and schedule arms' profiled rounds took inside each cell's timed window "
+            "(the median engine's; rounds per budget):",
+            "the window's last profiled rounds",
+        ),
         "",
     ]
