@@ -14,9 +14,10 @@ from ddtree_overlay.bench.policy_markdown import policy_lines
 from ddtree_overlay.bench.projection import projection_markdown
 from ddtree_overlay.bench.recommend import markdown_section
 from ddtree_overlay.bench.state_memory import HYBRID_STATE_ENV, SNAPSHOT
-from ddtree_overlay.bench.steady_markdown import steady_section
+from ddtree_overlay.bench.steady_markdown import STEADY_TITLE, steady_section, steady_table
 
 DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md
+THROUGHPUT_TITLE = "Output tokens/s (x target-only; DDTREE also x DFLASH)"
 
 
 def _fmt(value: Any, spec: str = ".2f", empty: str = DASH) -> str:
@@ -55,6 +56,17 @@ def throughput_table(report: Mapping[str, Any]) -> str:
             texts.append(text + (f" ({', '.join(extra)})" if extra else ""))
         lines.append(f"| {label} | " + " | ".join(texts) + " |")
     return "\n".join(lines)
+
+
+def summary_tables(report: Mapping[str, Any]) -> str:
+    """What the bench prints when it ends, each table under its bench.md title: the waves cells'
+    tok/s, and the continuous-batching cells' (x DFLASH, x target-only), whichever the run has."""
+    parts = []
+    if report["cells"]:
+        parts.append(f"{THROUGHPUT_TITLE}:\n{throughput_table(report)}")
+    if report.get("steady"):
+        parts.append(f"{STEADY_TITLE}:\n{steady_table(report['steady'])}")
+    return "\n\n".join(parts)
 
 
 def _mode_text(entry: Mapping[str, Any]) -> str:
@@ -363,7 +375,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
     if not report["cells"]:
         return _closing(report, parts)
     parts += [
-        "## Output tokens/s (x target-only; DDTREE also x DFLASH)",
+        f"## {THROUGHPUT_TITLE}",
         "",
         throughput_table(report),
         "",

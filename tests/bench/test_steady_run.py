@@ -11,6 +11,8 @@ import difflib
 import shutil
 from pathlib import Path
 
+from overlay_helpers import run_cli
+
 from ddtree_overlay.bench.markdown import markdown_report
 from ddtree_overlay.bench.reanalysis import reanalysed_report
 from ddtree_overlay.commands.bench import reanalyse
@@ -34,6 +36,27 @@ def test_the_adaptive_arms_budgets_count_the_profiled_rounds_inside_each_timed_w
         "-> B=32; bs 64: round ms chain:3.50 16:3.88 32:4.47 + gap 4.49 -> B=32; Φ̄ 4.01/4.74/5.23; c 0.96"
     ) in text
     assert "- dflash/" not in text  # no policy, no profile
+
+
+def steady_table_of(bench_md: str) -> list[str]:
+    """The first table under bench.md's steady-state heading: tok/s per arm and concurrency."""
+    section = bench_md.split("## Steady-state serving: continuous batching", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(section) if line.startswith("| arm |"))
+    end = next(i for i in range(start, len(section)) if not section[i].startswith("|"))
+    return section[start:end]
+
+
+def test_the_printed_summary_of_a_concurrency_only_run_is_its_steady_state_table(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    done = run_cli("bench", "--reanalyse", str(run))
+    assert done.returncode == 0, done.stderr
+    printed = done.stdout.splitlines()
+    table = steady_table_of((RUN / "bench.md").read_text())  # as the run itself wrote it
+    assert len(table) == 4 and table[2].startswith("| DFLASH | 1176 | 3284 |")
+    at = printed.index("Steady-state serving: continuous batching:")
+    assert printed[at + 1 : at + 1 + len(table)] == table
+    assert "| arm |  |" not in printed  # the waves table of a run without waves cells
 
 
 def test_reanalysis_only_adds_to_the_runs_own_bench_md(tmp_path: Path) -> None:
