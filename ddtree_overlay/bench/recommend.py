@@ -33,7 +33,10 @@ from ddtree_overlay.bench.arms import (
     NEXTN,
     TARGET_ONLY,
     Arm,
+    Budget,
     BudgetPolicy,
+    budget_order,
+    drafted_nodes,
     verify_width,
 )
 from ddtree_overlay.bench.plan import asks_for_widest_batch
@@ -229,11 +232,11 @@ def _policy_entry(candidate: Candidate) -> dict[str, Any]:
         "flags": _policy_flags(candidate.policy),
         "overlap": candidate.overlap,
         "measured": candidate.measured,
-        "widths": sorted({verify_width(b) for b in _budgets(candidate.policy)}),
+        "widths": sorted({verify_width(drafted_nodes(b)) for b in _budgets(candidate.policy)}),
     }
 
 
-def _budgets(policy: BudgetPolicy) -> list[int]:
+def _budgets(policy: BudgetPolicy) -> list[Budget]:
     return list(policy.adaptive) or [b for _, b in policy.schedule] or [int(policy.budget or 0)]
 
 
@@ -262,8 +265,8 @@ def recurrent_state(
     for segment in served:
         algorithm = segment["algorithm"]
         if algorithm == DDTREE and chosen is not None:
-            for budget in sorted(set(_budgets(chosen.policy))):
-                widths[f"DDTREE B={budget}"] = (algorithm, verify_width(budget))
+            for budget in sorted(set(_budgets(chosen.policy)), key=budget_order):
+                widths[f"DDTREE B={budget}"] = (algorithm, verify_width(drafted_nodes(budget)))
         elif algorithm == DFLASH:
             widths["DFLASH"] = (algorithm, BLOCK_SIZE)
         elif algorithm in (NEXTN, EAGLE3):

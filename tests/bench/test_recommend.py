@@ -130,6 +130,18 @@ def test_hybrid_targets_get_the_snapshot_memory_of_every_served_width() -> None:
     assert "DDTREE's state is snapshot (`SGLANG_DDTREE_HYBRID_STATE`)" in text
 
 
+def test_an_adaptive_arm_choosing_the_chain_verifies_a_block_there() -> None:
+    adaptive = Arm.ddtree(BudgetPolicy(adaptive=("chain", 32)))
+    rec = recommend(report([*baselines(1, 100, 300, 250), cell(adaptive, 1, 500)]), HYBRID)
+    assert rec is not None and rec["ddtree"]["policy"] == "adaptive chain/32"
+    assert rec["ddtree"]["widths"] == [16, 33]  # the chain: DFLASH's block of 16
+    per_node = (48 * 48 * 128 * 128 * 4 + 48 * (2 * 16 * 128 + 48 * 128) * 3 * 2)
+    assert [(e["config"], e["verify_tokens"], e["bytes"]) for e in rec["recurrent_state"]["per_request"]] == [
+        ("DDTREE B=chain", 16, 16 * per_node), ("DDTREE B=32", 33, 33 * per_node),
+    ]
+    assert "--speculative-ddtree-adaptive-budgets chain,32" in rec["launch"][0]["command"]
+
+
 def test_a_flat_state_run_recommends_ddtree_with_its_switch_and_states_its_memory() -> None:
     rec = recommend(report(hybrid_cells(), hybrid_state="flat"), HYBRID)
     assert rec is not None
