@@ -57,6 +57,11 @@ def test_the_printed_summary_of_a_concurrency_only_run_is_its_steady_state_table
     at = printed.index("Steady-state serving: continuous batching:")
     assert printed[at + 1 : at + 1 + len(table)] == table
     assert "| arm |  |" not in printed  # the waves table of a run without waves cells
+    # DDTREE beat DFLASH at every concurrency (x1.06 to x1.97 in the run's own table)
+    at = printed.index("recommendation (T = 0; launch commands in bench.md):")
+    assert printed[at + 1] == (
+        "  1 and more concurrent requests: serve DDTREE adaptive chain/16/32 (measured at concurrency 1, 4, 16, 32, 64)"
+    )
 
 
 def test_reanalysis_only_adds_to_the_runs_own_bench_md(tmp_path: Path) -> None:
