@@ -7,15 +7,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddtree_overlay.bench.analysis import STAGES
-from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy, policy_label
+from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy
 from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
 from ddtree_overlay.bench.plan import capture_batch_sizes
+from ddtree_overlay.bench.policy_markdown import policy_lines
 from ddtree_overlay.bench.projection import projection_markdown
 from ddtree_overlay.bench.recommend import markdown_section
 from ddtree_overlay.bench.state_memory import HYBRID_STATE_ENV, SNAPSHOT
-from ddtree_overlay.bench.steady_markdown import steady_section
+from ddtree_overlay.bench.steady_markdown import STEADY_TITLE, steady_section, steady_table
 
 DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md
+THROUGHPUT_TITLE = "Output tokens/s (x target-only; DDTREE also x DFLASH)"
 
 
 def _fmt(value: Any, spec: str = ".2f", empty: str = DASH) -> str:
@@ -54,6 +56,17 @@ def throughput_table(report: Mapping[str, Any]) -> str:
             texts.append(text + (f" ({', '.join(extra)})" if extra else ""))
         lines.append(f"| {label} | " + " | ".join(texts) + " |")
     return "\n".join(lines)
+
+
+def summary_tables(report: Mapping[str, Any]) -> str:
+    """What the bench prints when it ends, each table under its bench.md title: the waves cells'
+    tok/s, and the continuous-batching cells' (x DFLASH, x target-only), whichever the run has."""
+    parts = []
+    if report["cells"]:
+        parts.append(f"{THROUGHPUT_TITLE}:\n{throughput_table(report)}")
+    if report.get("steady"):
+        parts.append(f"{STEADY_TITLE}:\n{steady_table(report['steady'])}")
+    return "\n\n".join(parts)
 
 
 def _mode_text(entry: Mapping[str, Any]) -> str:
@@ -106,40 +119,6 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
     for label, row in texts.items():
         lines.append(f"| {label} | " + " | ".join(row.get(key, DASH) for key in columns) + " |")
     return "\n".join(lines)
-
-
-def _policy_lines(report: Mapping[str, Any]) -> list[str]:
-    """Which budgets the adaptive and schedule arms' rounds took, per cell (from the profiled
-    rounds)."""
-    rows = [r for r in report["cells"] if policy_label(r) and (r.get("profile") or {}).get("budgets")]
-    if not rows:
-        return []
-    lines = ["", "Budgets the adaptive and schedule arms' profiled rounds took (rounds per budget):", ""]
-    for row in rows:
-        counts = ", ".join(f"B={b}: {n}" for b, n in row["profile"]["budgets"].items())
-        lines.append(f"- {row['name']}: {counts}")
-        view = row["profile"].get("adaptive")
-        if view:
-            lines.append(f"  - policy at the cell's end: {_policy_view(view)}")
-    return lines
-
-
-def _policy_view(view: Mapping[str, Any]) -> str:
-    """One line of an adaptive policy's snapshot: per graph batch size, round ms per width plus
-    the shared gap and the width it chooses; then Φ̄ per width and c."""
-    parts = []
-    for bucket, widths in view.get("round_ms", {}).items():
-        rounds = " ".join(f"{w}:{ms:.2f}" for w, ms in widths.items())
-        gap = view.get("gap_ms", {}).get(bucket)
-        gap_text = f" + gap {gap:.2f}" if gap is not None else ""
-        choice = view.get("choice", {}).get(bucket)
-        choice_text = f" -> B={choice}" if choice is not None else ""
-        parts.append(f"bs {bucket}: round ms {rounds}{gap_text}{choice_text}")
-    phi = view.get("phi")
-    if phi:
-        parts.append("Φ̄ " + "/".join(f"{v:.2f}" for v in phi))
-    parts.append(f"c {view.get('scale', 1.0):.2f}")
-    return "; ".join(parts)
 
 
 BUSY_PROCESS = 0.05  # CPU s per wall s below which an engine process is left out of the host table
@@ -396,7 +375,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
     if not report["cells"]:
         return _closing(report, parts)
     parts += [
-        "## Output tokens/s (x target-only; DDTREE also x DFLASH)",
+        f"## {THROUGHPUT_TITLE}",
         "",
         throughput_table(report),
         "",
@@ -428,7 +407,11 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         "divergence with the target's top1-top2 margin on that run (T = 0).",
         "",
         cells_table(report),
-        *_policy_lines(report),
+        *policy_lines(
+            report["cells"],
+            "Budgets the adaptive and schedule arms' profiled rounds took (rounds per budget):",
+            "the cell's end",
+        ),
         "",
         "## Acceptance-length histograms",
         "",

@@ -5,7 +5,9 @@ recurrent-state memory its verify keeps on a hybrid target (DDTREE's in the mode
 switch in front when the run had it).
 
 Only measured cells count: those that ran, at the lowest temperature measured (T = 0 when
-there), and, where greedy outputs were judged, passed. The DDTREE policy is one server's: a
+there), and, where greedy outputs were judged, passed. They are the waves cells; a sweep without
+any is recommended from its continuous-batching cells (tok/s the median over engines, outputs
+not judged), their concurrencies in the batch sizes' place. The DDTREE policy is one server's: a
 single scheduling mode, and either the schedule made of the fastest fixed budget at each batch
 size (its expected tok/s are those fixed-budget cells'), or an adaptive or schedule arm the sweep
 measured; of these the one with the highest geometric-mean tok/s over the batch sizes the
@@ -33,7 +35,10 @@ from ddtree_overlay.bench.arms import (
     NEXTN,
     TARGET_ONLY,
     Arm,
+    Budget,
     BudgetPolicy,
+    budget_order,
+    drafted_nodes,
     verify_width,
 )
 from ddtree_overlay.bench.plan import asks_for_widest_batch
@@ -47,6 +52,7 @@ from ddtree_overlay.bench.state_memory import (
 from ddtree_overlay.bench.target_config import TargetConfig
 
 BASELINES = (TARGET_ONLY, DFLASH, NEXTN, EAGLE3)
+WAVES, STEADY = "waves", "continuous batching"  # the cells a recommendation is made from
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ def recommend(report: Mapping[str, Any], target: TargetConfig) -> dict[str, Any]
     """The recommendation as JSON-ready data, or None when nothing real was measured."""
     if not report["setting"].get("real_weights"):
         return None
-    rows = [r for r in report["cells"] if _servable(r)]
+    rows, cells = _measured(report)
     if not rows:
         return None
     temperature = min(float(r["temperature"]) for r in rows)
@@ -82,6 +88,7 @@ def recommend(report: Mapping[str, Any], target: TargetConfig) -> dict[str, Any]
     served = serving_segments(per_bs)
     ddtree_state = str(config.get("hybrid_state", SNAPSHOT))  # reports from before the flat state: snapshots
     return {
+        "cells": cells,
         "temperature": temperature,
         "batch_sizes": sizes,
         "ddtree": _policy_entry(chosen) if chosen else None,
@@ -95,11 +102,21 @@ def recommend(report: Mapping[str, Any], target: TargetConfig) -> dict[str, Any]
                 ddtree_flags=_policy_flags(chosen.policy) if chosen else [],
                 hybrid=target.gated_deltanet is not None,
                 widest_batch=max(sizes),
+                streaming=cells == STEADY,
                 ddtree_state=ddtree_state,
             )
             for segment in _distinct_configs(served)
         ],
     }
+
+
+def _measured(report: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], str]:
+    """The cells to recommend from and which they are: the waves cells, or, in a sweep without
+    any, the continuous-batching cells, each with its concurrency as ``batch_size``."""
+    if report["cells"]:
+        return [r for r in report["cells"] if _servable(r)], WAVES
+    steady = (report.get("steady") or {}).get("rows") or ()
+    return [dict(r, batch_size=r["concurrency"]) for r in steady if _servable(r)], STEADY
 
 
 def _servable(row: Mapping[str, Any]) -> bool:
@@ -229,11 +246,11 @@ def _policy_entry(candidate: Candidate) -> dict[str, Any]:
         "flags": _policy_flags(candidate.policy),
         "overlap": candidate.overlap,
         "measured": candidate.measured,
-        "widths": sorted({verify_width(b) for b in _budgets(candidate.policy)}),
+        "widths": sorted({verify_width(drafted_nodes(b)) for b in _budgets(candidate.policy)}),
     }
 
 
-def _budgets(policy: BudgetPolicy) -> list[int]:
+def _budgets(policy: BudgetPolicy) -> list[Budget]:
     return list(policy.adaptive) or [b for _, b in policy.schedule] or [int(policy.budget or 0)]
 
 
@@ -262,8 +279,8 @@ def recurrent_state(
     for segment in served:
         algorithm = segment["algorithm"]
         if algorithm == DDTREE and chosen is not None:
-            for budget in sorted(set(_budgets(chosen.policy))):
-                widths[f"DDTREE B={budget}"] = (algorithm, verify_width(budget))
+            for budget in sorted(set(_budgets(chosen.policy)), key=budget_order):
+                widths[f"DDTREE B={budget}"] = (algorithm, verify_width(drafted_nodes(budget)))
         elif algorithm == DFLASH:
             widths["DFLASH"] = (algorithm, BLOCK_SIZE)
         elif algorithm in (NEXTN, EAGLE3):
@@ -297,11 +314,13 @@ def launch_command(
     ddtree_flags: Sequence[str],
     hybrid: bool,
     widest_batch: int,
+    streaming: bool,
     ddtree_state: str,
 ) -> dict[str, Any]:
     """The `python -m sglang.launch_server` line serving ``segment``'s configuration with the
     engine settings the bench measured it under (``ddtree_flags``: the DDTREE budget policy's;
-    on a hybrid target DDTREE's flat state's switch in front, as the run had it)."""
+    on a hybrid target DDTREE's flat state's switch in front, as the run had it; ``streaming``:
+    measured in continuous-batching cells, at --max-running-requests their widest concurrency)."""
     setting, config = report["setting"], report["config"]
     algorithm = segment["algorithm"]
     flat = algorithm == DDTREE and hybrid and ddtree_state == FLAT
@@ -324,7 +343,7 @@ def launch_command(
         words.append("--disable-overlap-schedule")
     elif hybrid:
         words += ["--mamba-radix-cache-strategy", "extra_buffer"]
-    if algorithm != TARGET_ONLY and asks_for_widest_batch(widest_batch, hybrid=hybrid):
+    if algorithm != TARGET_ONLY and asks_for_widest_batch(widest_batch, hybrid=hybrid, streaming=streaming):
         words += ["--max-running-requests", str(widest_batch)]
     return {"algorithm": algorithm, "overlap": segment["overlap"], "command": _shell(words, env)}
 
@@ -365,17 +384,35 @@ def summary_lines(recommendation: Mapping[str, Any] | None) -> list[str]:
     return [head, *(f"  {_segment_text(s, recommendation)}".replace("**", "") for s in recommendation["serve"])]
 
 
+def _unit(rec: Mapping[str, Any]) -> str:
+    """What the recommendation's batch sizes are: continuous-batching cells' are concurrencies."""
+    return "concurrency" if rec.get("cells") == STEADY else "batch size"
+
+
+def _measured_at(rec: Mapping[str, Any], sizes: Sequence[int]) -> str:
+    unit = _unit(rec)
+    plural = "s" if len(sizes) > 1 and unit == "batch size" else ""
+    return f"{unit}{plural} {', '.join(map(str, sizes))}"
+
+
 def _basis(rec: Mapping[str, Any]) -> str:
     ddtree = rec["ddtree"]
-    text = (
-        f"From the cells measured at T = {rec['temperature']:g} that ran and kept target-only's greedy "
-        f"output (batch sizes {', '.join(map(str, rec['batch_sizes']))}). "
-    )
+    if rec.get("cells") == STEADY:
+        text = (
+            f"From the continuous-batching cells measured at T = {rec['temperature']:g} that ran "
+            f"({_measured_at(rec, rec['batch_sizes'])}; their outputs are not judged against target-only's: "
+            "waves cells judge them). "
+        )
+    else:
+        text = (
+            f"From the cells measured at T = {rec['temperature']:g} that ran and kept target-only's greedy "
+            f"output ({_measured_at(rec, rec['batch_sizes'])}). "
+        )
     if ddtree is None:
-        return text + "No DDTREE arm was measured: the fastest baseline per batch size."
+        return text + f"No DDTREE arm was measured: the fastest baseline per {_unit(rec)}."
     how = (
         "measured as such" if ddtree["measured"]
-        else "its expected tok/s are the fixed-budget engines' at each batch size"
+        else f"its expected tok/s are the fixed-budget engines' at each {_unit(rec)}"
     )
     mode = "overlap scheduling" if ddtree["overlap"] else "without overlap scheduling"
     return text + f"DDTREE policy: {ddtree['policy']}, {mode} ({how}); a baseline wherever it is not faster."
@@ -398,8 +435,7 @@ def _config_name(entry: Mapping[str, Any], rec: Mapping[str, Any]) -> str:
 
 
 def _segment_text(segment: Mapping[str, Any], rec: Mapping[str, Any]) -> str:
-    sizes = segment["measured_batch_sizes"]
-    measured = f"batch size{'s' if len(sizes) > 1 else ''} {', '.join(map(str, sizes))}"
+    measured = _measured_at(rec, segment["measured_batch_sizes"])
     text = f"{_range(segment)}: serve **{_config_name(segment, rec)}** (measured at {measured})"
     if segment["algorithm"] != DDTREE and rec["ddtree"]:
         text += "; DDTREE was not faster there"
@@ -408,7 +444,7 @@ def _segment_text(segment: Mapping[str, Any], rec: Mapping[str, Any]) -> str:
 
 def _speedup_table(rec: Mapping[str, Any]) -> list[str]:
     present = [a for a in BASELINES if any(a in c["baselines"] for c in rec["per_batch_size"])]
-    head = "| batch size | serve | DDTREE tok/s | " + " | ".join(f"x {Arm(a).label}" for a in present) + " |"
+    head = f"| {_unit(rec)} | serve | DDTREE tok/s | " + " | ".join(f"x {Arm(a).label}" for a in present) + " |"
     lines = [head, "|---" * (3 + len(present)) + "|"]
     for column in rec["per_batch_size"]:
         ddtree = column["ddtree"]

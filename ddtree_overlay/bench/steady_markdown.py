@@ -6,8 +6,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddtree_overlay.bench.arms import Arm
+from ddtree_overlay.bench.policy_markdown import policy_lines
 
 DASH = "\u2013"
+STEADY_TITLE = "Steady-state serving: continuous batching"
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -97,7 +99,7 @@ def steady_section(report: Mapping[str, Any]) -> list[str]:
     order = {"alternate": "every other round reversed", "cycle": "the same order every round",
              "shuffle": f"shuffled per round (seed {report['config'].get('order_seed', 0)})"}[steady["engine_order"]]
     return [
-        "## Steady-state serving: continuous batching",
+        f"## {STEADY_TITLE}",
         "",
         f"Each cell keeps `c` requests running ({report['config']['max_new_tokens']} new tokens on average, "
         "each request's length spread over 0.5 to 1.5x that so requests end apart, ignore_eos), a finished "
@@ -118,5 +120,11 @@ def steady_section(report: Mapping[str, Any]) -> list[str]:
         steady_table(steady),
         "",
         steady_detail_table(steady),
+        *policy_lines(
+            steady["rows"],
+            "Budgets the adaptive and schedule arms' profiled rounds took inside each cell's timed window "
+            "(the median engine's; rounds per budget):",
+            "the window's last profiled rounds",
+        ),
         "",
     ]

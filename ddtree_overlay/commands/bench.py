@@ -243,7 +243,7 @@ def _result(report: dict[str, Any], out: Path, acceptance_curve: AcceptanceCurve
     data = {
         "out": str(out),
         "files": sorted(str(p) for p in [out / "bench.json", out / "bench.md", *files]),
-        "table": markdown.throughput_table(report),
+        "table": markdown.summary_tables(report),
         "recommendation": summary_lines(report["recommendation"]),
         "report": report,
     }

@@ -130,6 +130,18 @@ def test_hybrid_targets_get_the_snapshot_memory_of_every_served_width() -> None:
     assert "DDTREE's state is snapshot (`SGLANG_DDTREE_HYBRID_STATE`)" in text
 
 
+def test_an_adaptive_arm_choosing_the_chain_verifies_a_block_there() -> None:
+    adaptive = Arm.ddtree(BudgetPolicy(adaptive=("chain", 32)))
+    rec = recommend(report([*baselines(1, 100, 300, 250), cell(adaptive, 1, 500)]), HYBRID)
+    assert rec is not None and rec["ddtree"]["policy"] == "adaptive chain/32"
+    assert rec["ddtree"]["widths"] == [16, 33]  # the chain: DFLASH's block of 16
+    per_node = (48 * 48 * 128 * 128 * 4 + 48 * (2 * 16 * 128 + 48 * 128) * 3 * 2)
+    assert [(e["config"], e["verify_tokens"], e["bytes"]) for e in rec["recurrent_state"]["per_request"]] == [
+        ("DDTREE B=chain", 16, 16 * per_node), ("DDTREE B=32", 33, 33 * per_node),
+    ]
+    assert "--speculative-ddtree-adaptive-budgets chain,32" in rec["launch"][0]["command"]
+
+
 def test_a_flat_state_run_recommends_ddtree_with_its_switch_and_states_its_memory() -> None:
     rec = recommend(report(hybrid_cells(), hybrid_state="flat"), HYBRID)
     assert rec is not None
@@ -164,6 +176,35 @@ def test_random_weights_or_nothing_measured_get_no_recommendation() -> None:
     assert recommend(random, PLAIN) is None
     assert recommend(report([cell(Arm(DFLASH), 1, 300, status="skipped")]), PLAIN) is None
     assert markdown_section(None) == []
+
+
+def steady(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """A report of continuous-batching cells only: ``cells``' batch sizes as their concurrencies."""
+    rows = [{k: v for k, v in c.items() if k != "batch_size"} | {"concurrency": c["batch_size"]} for c in cells]
+    return report([]) | {"steady": {"rows": rows}}
+
+
+def test_a_sweep_of_continuous_batching_cells_only_is_recommended_from_them() -> None:
+    rec = recommend(steady(mixed()), PLAIN)
+    assert rec is not None and rec["cells"] == "continuous batching"
+    waves = recommend(report(mixed()), PLAIN)
+    assert waves is not None and waves["cells"] == "waves"
+    assert rec["serve"] == waves["serve"] and rec["per_batch_size"] == waves["per_batch_size"]
+    text = "\n".join(markdown_section(rec))
+    assert "From the continuous-batching cells measured at T = 0 that ran (concurrency 1, 4, 16; their outputs" in text
+    assert "- 1-15 concurrent requests: serve **DDTREE schedule 1:64,4:32** (measured at concurrency 1, 4)" in text
+    assert "| concurrency | serve | DDTREE tok/s |" in text
+    # the engines kept the widest concurrency running: so does the server
+    assert all(launch["command"].endswith("--max-running-requests 16") for launch in rec["launch"])
+    assert not any("--max-running-requests" in launch["command"] for launch in waves["launch"])
+
+
+def test_waves_cells_when_there_are_any_and_none_that_ran_means_no_recommendation() -> None:
+    streams = steady([cell(Arm.ddtree(32), 1, 900)])["steady"]
+    rec = recommend(report(baselines(1, 100, 300, 250)) | {"steady": streams}, PLAIN)
+    assert rec is not None and rec["cells"] == "waves" and rec["ddtree"] is None  # the stream is not read
+    failed = report([cell(Arm(DFLASH), 1, 300, status="failed")]) | {"steady": streams}
+    assert recommend(failed, PLAIN) is None
 
 
 def test_the_terminal_gets_one_line_per_served_range() -> None:

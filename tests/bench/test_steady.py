@@ -12,6 +12,7 @@ import pytest
 from ddtree_overlay.bench import analysis, settings
 from ddtree_overlay.bench import markdown as md
 from ddtree_overlay.bench import plan as bp
+from ddtree_overlay.bench.steady_markdown import steady_table
 from ddtree_overlay.bench.supervision import write_report
 from ddtree_overlay.commands.bench import reanalyse
 
@@ -147,6 +148,12 @@ def test_waves_and_streams_report_side_by_side(tmp_path: Path) -> None:
     text = md.markdown_report(report)
     assert "## Output tokens/s" in text and "## Steady-state serving" in text
     assert "One engine per arm" in text
+    summary = md.summary_tables(report).split("\n\n")
+    assert summary == [
+        f"Output tokens/s (x target-only; DDTREE also x DFLASH):\n{md.throughput_table(report)}",
+        f"Steady-state serving: continuous batching:\n{steady_table(report['steady'])}",
+    ]
+    assert "| T=0 bs=1 |" in summary[0] and "| T=0 c=1 | T=0 c=16 |" in summary[1]
 
 
 def test_reanalyse_rebuilds_the_steady_section_from_the_records(tmp_path: Path) -> None:
