@@ -2,8 +2,8 @@
 pair on an H200 (2026-12-02), DFLASH against DDTREE adaptive chain/16/32 at concurrency 1 to 64
 (`bench --setting hybrid --budgets 32 --ddtree-adaptive chain,16,32 --concurrency 1,4,16,32,64
 --temperatures 0 --warmup-s 5 --window-s 10 --only dflash,ddtree-adaptive-chain-16-32`).
-data/2026-12-02-hybrid-concurrency holds the run's bench.json and bench.md as it wrote them and
-its records.jsonl, xz-packed."""
+docs/bench/2026-12-02-steady-state-adaptive-hybrid holds the run's bench.json and bench.md as it
+wrote them and its records.jsonl, xz-packed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ddtree_overlay.bench.markdown import markdown_report
 from ddtree_overlay.bench.reanalysis import reanalysed_report
 from ddtree_overlay.commands.bench import reanalyse
 
-RUN = Path(__file__).resolve().parent / "data" / "2026-12-02-hybrid-concurrency"
+RUN = Path(__file__).resolve().parents[2] / "docs" / "bench" / "2026-12-02-steady-state-adaptive-hybrid"
 ARM = "ddtree-adaptive-chain-16-32"
 
 
