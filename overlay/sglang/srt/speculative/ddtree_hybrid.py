@@ -9,10 +9,11 @@ input carries those links (node 0 the root, parents before children, siblings
 in index order), so the tree verify is SGLang's own.
 
 What differs is the commit, and what a node keeps (``SGLANG_DDTREE_HYBRID_STATE``):
+- ``flat`` (the default; ddtree_gdn_tree): no snapshots; the GDN verify walks each request's
+  tree depth-first from the committed state and stashes the nodes' inputs, and the commit
+  replays the accepted path.
 - ``snapshot``: SGLang's per-node recurrent-state snapshots; the commit copies the last
   accepted node's snapshot (and the prefix-cache tracking node's) into the persistent slots.
-- ``flat`` (ddtree_gdn_tree): no snapshots; the GDN verify walks each request's tree depth-first
-  from the committed state and stashes the nodes' inputs, and the commit replays the accepted path.
 SGLang's kernels write a node's snapshot and conv window at the pool's pitch (the widest
 verify width) whatever the round's width (budget schedule, adaptive budgets); the commit
 reads them there. The commit runs eagerly every round, so it is one launch per two pool
@@ -214,11 +215,12 @@ class RecurrentStateCommit:
     """The target's recurrent-state pools as row views, and the tree commit over them.
 
     Two ways to keep a verify's SSM state (``SGLANG_DDTREE_HYBRID_STATE``, see
-    ddtree_gdn_tree): ``snapshot`` - SGLang's per-node snapshots, the commit copies the last
-    accepted node's; ``flat`` - no snapshots, the verify stashes each node's inputs and the
-    commit replays the accepted path. Either way each node keeps SGLang's conv window, which the
-    commit copies: a window is (kernel width - 1) raw inputs per channel, 2 % of a snapshot at
-    Qwen3.6-27B shape, and SGLang's conv kernel already writes them for every node."""
+    ddtree_gdn_tree): ``flat`` (the default) - no snapshots, the verify stashes each node's
+    inputs and the commit replays the accepted path; ``snapshot`` - SGLang's per-node
+    snapshots, the commit copies the last accepted node's. Either way each node keeps SGLang's
+    conv window, which the commit copies: a window is (kernel width - 1) raw inputs per
+    channel, 2 % of a snapshot at Qwen3.6-27B shape, and SGLang's conv kernel already writes
+    them for every node."""
 
     ssm: torch.Tensor  # [L, slots, R] persistent state
     ssm_nodes: Optional[torch.Tensor]  # snapshot: [L, spec slots * max width, R]; flat: None
