@@ -386,7 +386,8 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
     verify state (snapshots, or in flat mode conv windows + stashed inputs; one per verify token
     per request, plus flat mode's branch scratch per request) from one budget, then caps the
     concurrency to what that budget holds; DDTREE refuses to start with fewer requests than
-    were asked for."""
+    were asked for. In snapshot mode the message also points to the default flat state, which
+    keeps no SSM snapshots."""
     requested = getattr(model_runner.server_args, "max_running_requests", None)
     fitted = int(model_runner.max_running_requests)
     mamba_ratio = getattr(model_runner, "_calculate_mamba_ratio", None)
@@ -405,8 +406,13 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
         fits = f"the largest budget that fits {requested} requests is {widest - 1}"
     else:
         fits = f"no tree budget fits {requested} requests"
+    flat = (
+        " The default flat state keeps no SSM snapshots: unset SGLANG_DDTREE_HYBRID_STATE."
+        if commit.mode == "snapshot"
+        else ""
+    )
     return (
         f"DDTREE's verify width {commit.max_verify_tokens} keeps {commit.describe()}; with them "
         f"only {fitted} of the requested {requested} concurrent requests fit: {fits}, or pass "
-        f"--max-running-requests {fitted} (or raise --mem-fraction-static)."
+        f"--max-running-requests {fitted} (or raise --mem-fraction-static).{flat}"
     )
