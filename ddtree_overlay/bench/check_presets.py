@@ -23,8 +23,9 @@ WAVES = {"max_running_requests": 32}
 SAMPLED_DRAWS = 512
 TORCH_TREE = {"SGLANG_DDTREE_TREE_KERNEL": "torch"}  # the default is the Triton kernels
 NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
-FLAT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "flat"}  # the GDN verify's state (ddtree_gdn_tree)
-SNAPSHOT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}
+# The GDN verify's state (ddtree_gdn_tree): flat is the default, named where an arm compares it
+FLAT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "flat"}
+SNAPSHOT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}  # SGLang's per-node snapshots
 # B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
 SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
 ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
@@ -194,21 +195,27 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),
     ),
     # A Gated-DeltaNet hybrid target (run with --pair hybrid): the tree verify through SGLang's
-    # linear-attention tree kernels and the recurrent-state commit, with CUDA graphs, overlap
-    # and the radix cache on (every arm decodes its prompts twice, the timed pass from cached
-    # prefixes), at one width, two, and adaptive widths; greedy and T = 1.
+    # linear-attention tree kernels (the snapshot state, named: the default is the flat state,
+    # which hybrid-flat and hybrid-settings run) and the recurrent-state commit, with CUDA
+    # graphs, overlap and the radix cache on (every arm decodes its prompts twice, the timed
+    # pass from cached prefixes), at one width, two, and adaptive widths; greedy and T = 1.
     "hybrid": (
         PLAIN,
-        _ddtree("ddtree-b32", 32, on_fail=_ddtree("ddtree-b32-eager", 32, engine={"disable_cuda_graph": True})),
+        _ddtree(
+            "ddtree-b32",
+            32,
+            env=SNAPSHOT_STATE,
+            on_fail=_ddtree("ddtree-b32-eager", 32, env=SNAPSHOT_STATE, engine={"disable_cuda_graph": True}),
+        ),
         _dflash("dflash"),
-        _ddtree("ddtree-b16", 16),
-        _ddtree("ddtree-adaptive", HYBRID_ADAPTIVE, env=NO_SYNC),
+        _ddtree("ddtree-b16", 16, env=SNAPSHOT_STATE),
+        _ddtree("ddtree-adaptive", HYBRID_ADAPTIVE, env=SNAPSHOT_STATE | NO_SYNC),
         PLAIN_T1,
-        _ddtree("ddtree-b32-t1", 32, sampled=True),
+        _ddtree("ddtree-b32-t1", 32, env=SNAPSHOT_STATE, sampled=True),
     ),
-    # The hybrid's flat GDN recurrent state (SGLANG_DDTREE_HYBRID_STATE=flat: no per-node SSM
-    # snapshots, tree-walk verify, replay commit) against the snapshot path and target-only, at
-    # one width and adaptive widths (narrower rounds read the stash at the pool's pitch); T = 1.
+    # The hybrid's flat GDN recurrent state (the default: no per-node SSM snapshots, tree-walk
+    # verify, replay commit; named here) against the snapshot path and target-only, at one
+    # width and adaptive widths (narrower rounds read the stash at the pool's pitch); T = 1.
     "hybrid-flat": (
         PLAIN,
         _ddtree("ddtree-b32-snapshot", 32, env=SNAPSHOT_STATE),
@@ -224,8 +231,9 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         PLAIN_T1,
         _ddtree("ddtree-b32-flat-t1", 32, env=FLAT_STATE, sampled=True),
     ),
-    # The hybrid's other serving settings: paged KV (the mamba track interval then follows the
-    # page), no overlap, a budget schedule switching widths mid-run, flashinfer attention.
+    # The hybrid's other serving settings, in the default (flat) state: paged KV (the mamba
+    # track interval then follows the page), no overlap, a budget schedule switching widths
+    # mid-run, flashinfer attention.
     "hybrid-settings": (
         PLAIN,
         _ddtree("ddtree-b32-page16", 32, engine={"page_size": 16}),

@@ -53,6 +53,7 @@ from ddtree_overlay.bench.arms import (
 )
 from ddtree_overlay.bench.estimates import estimate_cell_s, estimate_stream_cell_s
 from ddtree_overlay.bench.settings import CostModel, Setting
+from ddtree_overlay.bench.state_memory import DEFAULT_HYBRID_STATE
 
 DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 128, 256)
 DEFAULT_BATCH_SIZES = (1, 4, 16)
@@ -114,9 +115,9 @@ class BenchConfig:
     # of the reference code, which stops there); the bench decodes max_new_tokens always.
     stop_at_eos: bool = False
     primer: bool = True  # an untimed engine before the timed ones (`primer_run`)
-    # DDTREE's verify state on a Gated-DeltaNet target, snapshot or flat: the engines inherit
+    # DDTREE's verify state on a Gated-DeltaNet target, flat or snapshot: the engines inherit
     # SGLANG_DDTREE_HYBRID_STATE from the bench's environment, read at plan time (`bench.state_memory`)
-    hybrid_state: str = "snapshot"
+    hybrid_state: str = DEFAULT_HYBRID_STATE
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from ddtree_overlay.bench.correctness import parity_issue
 from ddtree_overlay.bench.plan import BenchConfig, plan_sweep
 from ddtree_overlay.bench.records import read_records
 from ddtree_overlay.bench.settings import make_setting
+from ddtree_overlay.bench.state_memory import SNAPSHOT
 from ddtree_overlay.bench.supervision import load_references
 
 PROMPTS_FILE = "prompts.json"  # the chat prompts' token ids, in a run's --out
@@ -26,10 +27,12 @@ PROMPTS_FILE = "prompts.json"  # the chat prompts' token ids, in a run's --out
 def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
     """The config a bench report records (its ``config``), as the plan that made it read it:
     lists as tuples, the schedule from its flag text, absent fields (older reports) at their
-    defaults, but for the primer, which they did not run."""
+    defaults, but for the primer, which they did not run, and DDTREE's hybrid state, which was
+    the snapshot one before reports recorded it."""
     known = {f.name for f in dataclasses.fields(BenchConfig)}
     values = {key: tuple(v) if isinstance(v, list) else v for key, v in raw.items() if key in known}
     values.setdefault("primer", False)
+    values.setdefault("hybrid_state", SNAPSHOT)
     schedule = values.get("budget_schedule")
     if isinstance(schedule, str):
         values["budget_schedule"] = BudgetPolicy.parse_schedule(schedule).schedule if schedule else ()

@@ -1,8 +1,9 @@
 """The deployment recommendation that ends a bench report: what to serve at each measured
 concurrency, what it is expected to gain there against every baseline measured, the
 recurrent-state memory its verify keeps on a hybrid target (DDTREE's in the mode the run had,
-`bench.state_memory`), and the `sglang.launch_server` command (DDTREE's with the flat state's
-switch in front when the run had it).
+`bench.state_memory`), and the `sglang.launch_server` command (DDTREE's with
+`SGLANG_DDTREE_HYBRID_STATE=snapshot` in front when the run measured the snapshots; the flat
+state is the payload's default).
 
 Only measured cells count: those that ran, at the lowest temperature measured (T = 0 when
 there), and, where greedy outputs were judged, passed. They are the waves cells; a sweep without
@@ -43,7 +44,7 @@ from ddtree_overlay.bench.arms import (
 )
 from ddtree_overlay.bench.plan import asks_for_widest_batch
 from ddtree_overlay.bench.state_memory import (
-    FLAT,
+    DEFAULT_HYBRID_STATE,
     HYBRID_STATE_ENV,
     SNAPSHOT,
     state_of,
@@ -319,12 +320,13 @@ def launch_command(
 ) -> dict[str, Any]:
     """The `python -m sglang.launch_server` line serving ``segment``'s configuration with the
     engine settings the bench measured it under (``ddtree_flags``: the DDTREE budget policy's;
-    on a hybrid target DDTREE's flat state's switch in front, as the run had it; ``streaming``:
-    measured in continuous-batching cells, at --max-running-requests their widest concurrency)."""
+    on a hybrid target, where the run measured DDTREE in a state other than the payload's
+    default, the snapshot one, its switch in front; ``streaming``: measured in continuous-batching
+    cells, at --max-running-requests their widest concurrency)."""
     setting, config = report["setting"], report["config"]
     algorithm = segment["algorithm"]
-    flat = algorithm == DDTREE and hybrid and ddtree_state == FLAT
-    env = [f"{HYBRID_STATE_ENV}={FLAT}"] if flat else []
+    named = algorithm == DDTREE and hybrid and ddtree_state != DEFAULT_HYBRID_STATE
+    env = [f"{HYBRID_STATE_ENV}={ddtree_state}"] if named else []
     words = ["python", "-m", "sglang.launch_server", "--model-path", setting["target"]]
     if algorithm == DDTREE:
         words += ["--speculative-algorithm", DDTREE, "--speculative-draft-model-path", setting["draft"]]

@@ -4,14 +4,14 @@ its config.json (`target_config.GatedDeltaNet`), in either of DDTREE's two modes
 ``SGLANG_DDTREE_HYBRID_STATE`` (the payload's switch, ``ddtree_envs``; the engines inherit it
 from the bench's environment) picks DDTREE's mode; DFLASH and NEXTN always keep snapshots.
 
-- snapshot (SGLang's path, the default): one recurrent-state snapshot per verify token
+- flat (``ddtree_gdn_tree``, the default): per verify node the conv window and a stash of the
+  node's inputs (k [key heads, K] and v [value heads, V] in the model dtype, g and beta [value
+  heads] fp32), every GDN layer; plus one layer's branch scratch per request, shared by all
+  layers: min((width - 1) // 2, block - 1) slots (at least one) of value heads x V x K fp32.
+- snapshot (SGLang's path): one recurrent-state snapshot per verify token
   (``intermediate_ssm_state_cache``: value heads x key dim x value dim in ``mamba_ssm_dtype``)
   and one conv window per verify token (``intermediate_conv_window``: conv channels x (kernel
   - 1) in the model dtype), every GDN layer.
-- flat (``ddtree_gdn_tree``): per verify node the conv window and a stash of the node's inputs
-  (k [key heads, K] and v [value heads, V] in the model dtype, g and beta [value heads] fp32),
-  every GDN layer; plus one layer's branch scratch per request, shared by all layers:
-  min((width - 1) // 2, block - 1) slots (at least one) of value heads x V x K fp32.
 
 So per request on each GPU: width x (bytes per node) [+ the scratch], divided by the TP size
 (the heads split over the ranks); a pool holds the requests and one spare slot. The flat
@@ -35,7 +35,8 @@ from ddtree_overlay.engine import errors
 
 HYBRID_STATE_ENV = "SGLANG_DDTREE_HYBRID_STATE"
 SNAPSHOT, FLAT = "snapshot", "flat"
-HYBRID_STATES = (SNAPSHOT, FLAT)  # the payload's choices; unset means the first
+HYBRID_STATES = (FLAT, SNAPSHOT)  # the payload's choices; unset means the first
+DEFAULT_HYBRID_STATE = HYBRID_STATES[0]
 SCRATCH_BYTES = 4  # the branch scratch is fp32 whatever the state dtype
 GIB = 1 << 30
 MIB = 1 << 20
@@ -46,7 +47,7 @@ def hybrid_state_from_env() -> str:
     refuses any other value (an empty one too), so the bench does before an engine starts."""
     raw = os.environ.get(HYBRID_STATE_ENV)
     if raw is None:
-        return SNAPSHOT
+        return DEFAULT_HYBRID_STATE
     if raw not in HYBRID_STATES:
         raise errors.bad_setting(HYBRID_STATE_ENV, raw, " or ".join(f"`{s}`" for s in HYBRID_STATES))
     return raw

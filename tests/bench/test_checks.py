@@ -15,6 +15,7 @@ import pytest
 from bench_fakes import install_fake_sglang
 
 from ddtree_overlay.bench import check_presets, checks
+from ddtree_overlay.bench.arms import DDTREE
 
 PYTHON = Path(sys.executable)
 
@@ -71,6 +72,21 @@ def test_the_hybrid_flat_preset_sets_the_state_switch_per_arm() -> None:
     }
     assert arms["ddtree-b32-flat-t1"]["sampling"]["temperature"] == 1.0
     assert "env" not in arms["plain"]
+
+
+def test_the_hybrid_preset_names_the_snapshot_state_and_hybrid_settings_runs_the_default() -> None:
+    """The flat state is the payload's default: `hybrid` (SGLang's tree kernels, as its recorded
+    runs had them) sets the snapshot state on every DDTREE engine, its fallback too; the other
+    serving settings run whatever the default is."""
+    ddtree = [arm for arm in check_presets.PRESETS["hybrid"] if arm.arm.algorithm == DDTREE]
+    engines = ddtree + [arm.on_fail for arm in ddtree if arm.on_fail]
+    assert {arm.name for arm in engines} == {
+        "ddtree-b32", "ddtree-b32-eager", "ddtree-b16", "ddtree-adaptive", "ddtree-b32-t1"
+    }
+    for arm in engines:
+        assert arm.runner_arm(128)["env"]["SGLANG_DDTREE_HYBRID_STATE"] == "snapshot", arm.name
+    for arm in check_presets.PRESETS["hybrid-settings"]:
+        assert "SGLANG_DDTREE_HYBRID_STATE" not in arm.runner_arm(128).get("env", {}), arm.name
 
 
 def test_the_arms_the_gpu_scripts_name_are_in_their_presets() -> None:

@@ -110,8 +110,9 @@ def hybrid_cells() -> list[dict[str, Any]]:
             cell(Arm(EAGLE3), 64, 6100)]
 
 
-def test_hybrid_targets_get_the_snapshot_memory_of_every_served_width() -> None:
-    rec = recommend(report(hybrid_cells()), HYBRID)
+@pytest.mark.parametrize("config", [{}, {"hybrid_state": "snapshot"}])  # {}: a report from before the flat state
+def test_a_snapshot_state_run_recommends_ddtree_with_its_switch_and_the_snapshot_memory(config) -> None:
+    rec = recommend(report(hybrid_cells(), **config), HYBRID)
     assert rec is not None
     state = rec["recurrent_state"]
     assert state["ddtree_state"] == "snapshot"
@@ -122,17 +123,23 @@ def test_hybrid_targets_get_the_snapshot_memory_of_every_served_width() -> None:
         "NEXTN": ("snapshot", 4, 4 * per_node),
     }
     ddtree, nextn = rec["launch"]
-    assert ddtree["command"].startswith("python -m sglang.launch_server \\\n")
+    # the flat state is the default: the line names the snapshot state the run measured
+    assert ddtree["command"].startswith("SGLANG_DDTREE_HYBRID_STATE=snapshot python -m sglang.launch_server \\\n")
     assert "--mamba-radix-cache-strategy extra_buffer \\\n    --max-running-requests 64" in ddtree["command"]
     assert nextn["algorithm"] == NEXTN
+    assert "HYBRID_STATE" not in nextn["command"]  # only DDTREE reads the switch
     text = "\n".join(markdown_section(rec))
     assert "DDTREE B=32 (snapshot): 33 x 147 MiB = 4.7 GiB; " in text
     assert "DDTREE's state is snapshot (`SGLANG_DDTREE_HYBRID_STATE`)" in text
+    plain = recommend(report(mixed(), **config), PLAIN)  # the switch means nothing there
+    assert plain is not None and plain["recurrent_state"] is None
+    assert not any("HYBRID_STATE" in launch["command"] for launch in plain["launch"])
 
 
 def test_an_adaptive_arm_choosing_the_chain_verifies_a_block_there() -> None:
     adaptive = Arm.ddtree(BudgetPolicy(adaptive=("chain", 32)))
-    rec = recommend(report([*baselines(1, 100, 300, 250), cell(adaptive, 1, 500)]), HYBRID)
+    cells = [*baselines(1, 100, 300, 250), cell(adaptive, 1, 500)]
+    rec = recommend(report(cells, hybrid_state="snapshot"), HYBRID)
     assert rec is not None and rec["ddtree"]["policy"] == "adaptive chain/32"
     assert rec["ddtree"]["widths"] == [16, 33]  # the chain: DFLASH's block of 16
     per_node = (48 * 48 * 128 * 128 * 4 + 48 * (2 * 16 * 128 + 48 * 128) * 3 * 2)
@@ -142,7 +149,7 @@ def test_an_adaptive_arm_choosing_the_chain_verifies_a_block_there() -> None:
     assert "--speculative-ddtree-adaptive-budgets chain,32" in rec["launch"][0]["command"]
 
 
-def test_a_flat_state_run_recommends_ddtree_with_its_switch_and_states_its_memory() -> None:
+def test_a_flat_state_run_recommends_ddtree_without_a_switch_and_states_its_memory() -> None:
     rec = recommend(report(hybrid_cells(), hybrid_state="flat"), HYBRID)
     assert rec is not None
     state = rec["recurrent_state"]
@@ -152,15 +159,12 @@ def test_a_flat_state_run_recommends_ddtree_with_its_switch_and_states_its_memor
     assert per_request["DDTREE B=32"]["bytes"] / MIB == pytest.approx(163.1, abs=0.05)
     assert per_request["NEXTN"]["state"] == "snapshot"  # only DDTREE reads the switch
     ddtree, nextn = rec["launch"]
-    assert ddtree["command"].startswith("SGLANG_DDTREE_HYBRID_STATE=flat python -m sglang.launch_server \\\n")
-    assert "HYBRID_STATE" not in nextn["command"]
+    assert ddtree["command"].startswith("python -m sglang.launch_server \\\n")  # the default state
+    assert "HYBRID_STATE" not in ddtree["command"] + nextn["command"]
     text = "\n".join(markdown_section(rec))
     assert "DDTREE B=32 (flat): 33 x 3.58 MiB + 45 MiB scratch = 163 MiB; " in text
     assert "NEXTN (snapshot): 4 x 147 MiB = 587 MiB" in text
     assert "DDTREE's state is flat (`SGLANG_DDTREE_HYBRID_STATE`)" in text
-    plain = recommend(report(mixed(), hybrid_state="flat"), PLAIN)  # the switch means nothing there
-    assert plain is not None and plain["recurrent_state"] is None
-    assert not any("HYBRID_STATE" in launch["command"] for launch in plain["launch"])
 
 
 def test_the_lowest_temperature_measured_is_the_basis() -> None:

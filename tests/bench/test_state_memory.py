@@ -95,12 +95,15 @@ def test_a_memory_line_says_the_mode_the_pool_and_the_live_states() -> None:
 
 def test_the_mode_comes_from_the_environment_as_the_payload_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(HYBRID_STATE_ENV, raising=False)
+    assert state_memory.hybrid_state_from_env() == FLAT  # the payload's default
+    assert bp.BenchConfig().hybrid_state == FLAT
+    monkeypatch.setenv(HYBRID_STATE_ENV, "snapshot")
     assert state_memory.hybrid_state_from_env() == SNAPSHOT
     monkeypatch.setenv(HYBRID_STATE_ENV, "flat")
     assert state_memory.hybrid_state_from_env() == FLAT
     for bad in ("dense", "", "FLAT"):  # the payload refuses an empty value too
         monkeypatch.setenv(HYBRID_STATE_ENV, bad)
-        with pytest.raises(BadSetting, match=f"{HYBRID_STATE_ENV}={bad!r} is not `snapshot` or `flat`") as raised:
+        with pytest.raises(BadSetting, match=f"{HYBRID_STATE_ENV}={bad!r} is not `flat` or `snapshot`") as raised:
             state_memory.hybrid_state_from_env()
         assert raised.value.exit_code == ExitCode.BAD_PATCH_SET
 

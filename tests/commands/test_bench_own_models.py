@@ -189,12 +189,22 @@ def test_a_hybrid_sweep_runs_nextn_and_ends_with_a_recommendation(tmp_path: Path
     assert rec["batch_sizes"] == [1, 2] and rec["ddtree"]["policy"] in policies
     assert set(rec["per_batch_size"][0]["speedup"]) == {"target-only", "DFLASH", "NEXTN"}
     state = rec["recurrent_state"]
-    per_node = 6 * 6 * 64 * 64 * 4 + 6 * (2 * 2 * 64 + 6 * 64) * 3 * 2  # a snapshot and a conv window
-    assert state["ddtree_state"] == "snapshot"  # per_request: the served widths (none if target-only won)
-    assert all(e["bytes"] == e["verify_tokens"] * per_node for e in state["per_request"])
+    conv = 6 * (2 * 2 * 64 + 6 * 64) * 3 * 2  # a conv window per node, 6 GDN layers
+    snapshot = 6 * 6 * 64 * 64 * 4 + conv  # a recurrent state and a conv window
+    flat = 6 * ((2 * 64 + 6 * 64) * 2 + 2 * 6 * 4) + conv  # k, v bf16 and g, beta fp32, a conv window
+    slot = 6 * 64 * 64 * 4  # one layer's state, fp32: a branch scratch slot
+    assert state["ddtree_state"] == "flat"  # the default; per_request: the served widths (none if target-only won)
+    for entry in state["per_request"]:
+        n = entry["verify_tokens"]
+        if entry["config"].startswith("DDTREE"):
+            want = ("flat", n * flat + max(1, min((n - 1) // 2, 15)) * slot)
+        else:
+            want = ("snapshot", n * snapshot)
+        assert (entry["state"], entry["bytes"]) == want, entry
     markdown = (out / "bench.md").read_text()
     assert markdown.rstrip().endswith("```") and "## Recommendation" in markdown
     assert "python -m sglang.launch_server" in markdown and "64 chat prompts" in markdown
+    assert "SGLANG_DDTREE_HYBRID_STATE=" not in markdown  # the default state needs no switch
 
 
 def test_mem_fraction_static_reaches_every_engine() -> None:

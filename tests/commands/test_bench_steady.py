@@ -47,10 +47,11 @@ def test_prompt_tokens_and_a_prompts_file_exclude_each_other(tmp_path: Path) -> 
     assert done.returncode == ExitCode.USAGE and "exclude each other" in done.stderr, done.stderr
 
 
-def test_a_27b_dry_run_plans_streams_only_and_shows_the_snapshot_memory() -> None:
+def test_a_27b_dry_run_under_the_snapshot_state_plans_streams_only_and_shows_the_snapshot_memory() -> None:
     done = run_cli(*DRY, "--setting", "qwen3.6-27b-random", "--budgets", "15,32", "--concurrency", "1,16",
                    "--temperatures", "0", "--engines-per-arm", "2", "--engine-order", "shuffle", "--chain-control",
-                   "--only", "dflash,ddtree-b32,ddtree-b15-chain", "--prompt-tokens", "1024")
+                   "--only", "dflash,ddtree-b32,ddtree-b15-chain", "--prompt-tokens", "1024",
+                   env_vars={"SGLANG_DDTREE_HYBRID_STATE": "snapshot"})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("bench plan (qwen3.6-27b-random, 128 new tokens): 6 engines (3 groups x 2 engines each")
@@ -65,9 +66,12 @@ def test_a_27b_dry_run_plans_streams_only_and_shows_the_snapshot_memory() -> Non
     assert plan["data"]["plan"]["state_memory"] is None  # not a hybrid
 
 
-def test_a_27b_dry_run_under_the_flat_state_shows_ddtrees_flat_memory_and_dflashs_snapshots() -> None:
+def test_a_27b_dry_run_by_default_shows_ddtrees_flat_memory_and_dflashs_snapshots(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SGLANG_DDTREE_HYBRID_STATE", raising=False)  # the flat state is the default
     done = run_cli(*DRY, "--setting", "qwen3.6-27b-random", "--budgets", "32", "--concurrency", "16",
-                   "--temperatures", "0", "--only", "dflash,ddtree-b32", env_vars={"SGLANG_DDTREE_HYBRID_STATE": "flat"})
+                   "--temperatures", "0", "--only", "dflash,ddtree-b32")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert ("verify recurrent state per GPU (DDTREE: flat, SGLANG_DDTREE_HYBRID_STATE; the others: snapshot), "
@@ -85,7 +89,7 @@ def test_a_malformed_hybrid_state_stops_the_bench_before_it_plans(tmp_path: Path
     done = run_cli(*args, "--setting", "qwen3.6-27b-random", "--out", str(tmp_path / "out"),
                    env_vars={"SGLANG_DDTREE_HYBRID_STATE": value})
     assert done.returncode == ExitCode.BAD_PATCH_SET, done.stderr
-    assert done.stderr.startswith(f"error: SGLANG_DDTREE_HYBRID_STATE={value!r} is not `snapshot` or `flat`\n")
+    assert done.stderr.startswith(f"error: SGLANG_DDTREE_HYBRID_STATE={value!r} is not `flat` or `snapshot`\n")
     assert "Traceback" not in done.stderr and done.stdout == ""
     assert not (tmp_path / "out").exists()
 

@@ -5,7 +5,7 @@ matrix/wheels; `ddtree-overlay matrix` fills it).
 Each hunk must apply at its own line (no offset), and the patched files must do what the flat
 state needs: the GDN target verify dispatches to ``flat_tree_verify()`` before SGLang's kernel,
 every pool that allocates per-node SSM snapshots sizes them by ``ssm_snapshot_tokens`` (0 in
-flat mode, evaluated here through the payload's own function), the hybrid memory split
+flat mode - the default - evaluated here through the payload's own function), the hybrid memory split
 multiplies by ``verify_tokens`` wherever it multiplied by the verify width, and the model
 runner installs the flat state right after its pools. The pools read the switch through the
 release's own ``ddtree_compat`` (the one its manifest installs), with a server whose DDTREE hook
@@ -124,6 +124,8 @@ def test_every_snapshot_pool_keeps_none_in_flat_mode(version, flat, monkeypatch)
         assert eval(tokens, scope) == 0
         monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
         assert eval(tokens, scope) == 33
+        monkeypatch.delenv("SGLANG_DDTREE_HYBRID_STATE")  # the default: flat
+        assert eval(tokens, scope) == 0
 
 
 @pytest.mark.parametrize("version", WIRED)

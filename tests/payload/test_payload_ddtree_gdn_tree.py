@@ -522,14 +522,14 @@ def test_layers_of_one_forward_share_the_walk_built_at_the_first(monkeypatch):
         call(7, inputs[0], parents.clone())
 
 
-def test_the_mode_switch(monkeypatch):
+def test_the_mode_switch_defaults_to_flat(monkeypatch):
     monkeypatch.delenv("SGLANG_DDTREE_HYBRID_STATE", raising=False)
     switch = flat.envs.SGLANG_DDTREE_HYBRID_STATE
-    assert switch.get() == "snapshot"
-    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
     assert switch.get() == "flat"
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
+    assert switch.get() == "snapshot"
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "dense")
-    with pytest.raises(ValueError, match="SGLANG_DDTREE_HYBRID_STATE must be 'snapshot' or 'flat'"):
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_HYBRID_STATE must be 'flat' or 'snapshot'"):
         switch.get()
 
 
@@ -602,6 +602,9 @@ def test_flat_mode_applies_to_ddtree_on_a_gdn_target_only(monkeypatch):
     assert not flat.flat_state_requested(None)
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
     assert not flat.flat_state_requested(ddtree_args())
+    monkeypatch.delenv("SGLANG_DDTREE_HYBRID_STATE")  # the default
+    assert flat.flat_state_requested(ddtree_args())
+    assert not flat.flat_state_requested(ddtree_args(topk=1))
 
 
 @pytest.mark.usefixtures("compat_0514")
@@ -614,6 +617,8 @@ def test_the_memory_split_reserves_conv_windows_and_stash_per_flat_node_and_the_
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "flat")
     tokens = flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16)
     assert flat.verify_memory_tokens(ddtree_args(width=17), params, torch.bfloat16, num_draft_tokens=33) == tokens
+    monkeypatch.delenv("SGLANG_DDTREE_HYBRID_STATE")  # the default: flat
+    assert flat.verify_memory_tokens(ddtree_args(), params, torch.bfloat16) == tokens
     per_node = 48 * ((2 * 16 * 128 + 48 * 128) * 3 * 2 + (16 * 128 + 48 * 128) * 2 + 2 * 48 * 4)
     scratch = 15 * 48 * 128 * 128 * 4  # one layer's state for each of 15 open branch nodes
     assert tokens * params.mamba_cache_per_req == pytest.approx(33 * per_node + scratch)
@@ -660,6 +665,8 @@ def test_the_pool_keeps_no_ssm_snapshots_in_flat_mode(monkeypatch):
     assert flat.ssm_snapshot_tokens(33) == 0
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
     assert flat.ssm_snapshot_tokens(33) == 33
+    monkeypatch.delenv("SGLANG_DDTREE_HYBRID_STATE")  # the default: flat
+    assert flat.ssm_snapshot_tokens(33) == 0
 
     def unset():
         raise ValueError("Global server args is not set yet!")
@@ -708,6 +715,9 @@ def test_install_leaves_snapshot_mode_alone(monkeypatch):
     monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", "snapshot")
     flat.install_flat_state(fake_model_runner())
     assert flat.flat_tree_verify() is None
+    monkeypatch.delenv("SGLANG_DDTREE_HYBRID_STATE")  # the default: flat
+    flat.install_flat_state(fake_model_runner())
+    assert flat.flat_tree_verify() is not None
 
 
 

@@ -361,6 +361,7 @@ def test_concurrency_problem_names_what_fits():
     assert "only 3 of the requested 8 concurrent requests fit" in problem
     assert f"largest budget that fits 8 requests is {widest - 1}" in problem
     assert "--max-running-requests 3" in problem
+    assert problem.endswith(" The default flat state keeps no SSM snapshots: unset SGLANG_DDTREE_HYBRID_STATE.")
 
 
 def test_concurrency_problem_leaves_each_request_its_flat_branch_scratch():
@@ -372,6 +373,7 @@ def test_concurrency_problem_leaves_each_request_its_flat_branch_scratch():
     widest = int((share - commit.scratch_bytes_per_request) // commit.bytes_per_verify_token)
     assert widest < int(share // commit.bytes_per_verify_token)  # the scratch costs a node here
     assert f"largest budget that fits 5 requests is {widest - 1}" in problem
+    assert problem.endswith("(or raise --mem-fraction-static).")  # already the flat state
 
 
 def test_concurrency_problem_is_quiet_when_the_state_is_not_the_cap():

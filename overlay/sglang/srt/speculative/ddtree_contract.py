@@ -96,7 +96,8 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
     },
     "sglang.srt.model_executor.cuda_graph_config:PhaseConfig": {"fields": ("bs",)},
     # Hybrid Gated-DeltaNet targets: the hook reads the target's config as DFlash reads its
-    # drafter's, the pools keep per-node snapshots, and the commit copies from them.
+    # drafter's, the pools keep per-node conv windows (and SSM snapshots in snapshot mode), and
+    # the commit copies from them.
     "sglang.srt.utils.hf_transformers_utils:get_config": {
         "params": ("model", "trust_remote_code", "revision", "model_override_args"),
     },

@@ -93,9 +93,10 @@ class DDTreeEnvs:
 
     # Gated-DeltaNet hybrid targets
     SGLANG_DDTREE_HYBRID_STATE = DDTreeEnvChoice(
-        ("snapshot", "flat"),
-        "how a tree verify keeps the GDN recurrent state: SGLang's per-node snapshots, or flat "
-        "(depth-first tree-walk verify from the committed state, replay commit; ddtree_gdn_tree)",
+        ("flat", "snapshot"),
+        "how a tree verify keeps the GDN recurrent state: flat (no per-node snapshots: "
+        "depth-first tree-walk verify from the committed state, replay commit; ddtree_gdn_tree), "
+        "or SGLang's per-node snapshots",
     )
 
     # CUDA graphs of the round's fixed-shape stages

@@ -9,10 +9,11 @@ input carries those links (node 0 the root, parents before children, siblings
 in index order), so the tree verify is SGLang's own.
 
 What differs is the commit, and what a node keeps (``SGLANG_DDTREE_HYBRID_STATE``):
+- ``flat`` (the default; ddtree_gdn_tree): no snapshots; the GDN verify walks each request's
+  tree depth-first from the committed state and stashes the nodes' inputs, and the commit
+  replays the accepted path.
 - ``snapshot``: SGLang's per-node recurrent-state snapshots; the commit copies the last
   accepted node's snapshot (and the prefix-cache tracking node's) into the persistent slots.
-- ``flat`` (ddtree_gdn_tree): no snapshots; the GDN verify walks each request's tree depth-first
-  from the committed state and stashes the nodes' inputs, and the commit replays the accepted path.
 SGLang's kernels write a node's snapshot and conv window at the pool's pitch (the widest
 verify width) whatever the round's width (budget schedule, adaptive budgets); the commit
 reads them there. The commit runs eagerly every round, so it is one launch per two pool
@@ -214,11 +215,12 @@ class RecurrentStateCommit:
     """The target's recurrent-state pools as row views, and the tree commit over them.
 
     Two ways to keep a verify's SSM state (``SGLANG_DDTREE_HYBRID_STATE``, see
-    ddtree_gdn_tree): ``snapshot`` - SGLang's per-node snapshots, the commit copies the last
-    accepted node's; ``flat`` - no snapshots, the verify stashes each node's inputs and the
-    commit replays the accepted path. Either way each node keeps SGLang's conv window, which the
-    commit copies: a window is (kernel width - 1) raw inputs per channel, 2 % of a snapshot at
-    Qwen3.6-27B shape, and SGLang's conv kernel already writes them for every node."""
+    ddtree_gdn_tree): ``flat`` (the default) - no snapshots, the verify stashes each node's
+    inputs and the commit replays the accepted path; ``snapshot`` - SGLang's per-node
+    snapshots, the commit copies the last accepted node's. Either way each node keeps SGLang's
+    conv window, which the commit copies: a window is (kernel width - 1) raw inputs per
+    channel, 2 % of a snapshot at Qwen3.6-27B shape, and SGLang's conv kernel already writes
+    them for every node."""
 
     ssm: torch.Tensor  # [L, slots, R] persistent state
     ssm_nodes: Optional[torch.Tensor]  # snapshot: [L, spec slots * max width, R]; flat: None
@@ -384,7 +386,8 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
     verify state (snapshots, or in flat mode conv windows + stashed inputs; one per verify token
     per request, plus flat mode's branch scratch per request) from one budget, then caps the
     concurrency to what that budget holds; DDTREE refuses to start with fewer requests than
-    were asked for."""
+    were asked for. In snapshot mode the message also points to the default flat state, which
+    keeps no SSM snapshots."""
     requested = getattr(model_runner.server_args, "max_running_requests", None)
     fitted = int(model_runner.max_running_requests)
     mamba_ratio = getattr(model_runner, "_calculate_mamba_ratio", None)
@@ -403,8 +406,13 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
         fits = f"the largest budget that fits {requested} requests is {widest - 1}"
     else:
         fits = f"no tree budget fits {requested} requests"
+    flat = (
+        " The default flat state keeps no SSM snapshots: unset SGLANG_DDTREE_HYBRID_STATE."
+        if commit.mode == "snapshot"
+        else ""
+    )
     return (
         f"DDTREE's verify width {commit.max_verify_tokens} keeps {commit.describe()}; with them "
         f"only {fitted} of the requested {requested} concurrent requests fit: {fits}, or pass "
-        f"--max-running-requests {fitted} (or raise --mem-fraction-static)."
+        f"--max-running-requests {fitted} (or raise --mem-fraction-static).{flat}"
     )

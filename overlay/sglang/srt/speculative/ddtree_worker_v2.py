@@ -178,15 +178,16 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         return commit
 
     def _flat_recurrent_state(self, spec_state) -> RecurrentStateCommit:
-        """SGLANG_DDTREE_HYBRID_STATE=flat: the commit over the stash the target's pools got
-        (ddtree_gdn_tree.install_flat_state, from the release's patch set)."""
+        """The flat state (SGLANG_DDTREE_HYBRID_STATE unset or flat): the commit over the stash
+        the target's pools got (ddtree_gdn_tree.install_flat_state, from the release's patch set)."""
         verify = flat_tree_verify()
         if verify is None:
             import sglang
 
             raise ValueError(
-                f"SGLANG_DDTREE_HYBRID_STATE=flat is wired for sglang 0.5.14 to 0.5.23, not "
-                f"{getattr(sglang, '__version__', 'this release')}: unset it or set snapshot."
+                f"DDTREE's flat recurrent state (SGLANG_DDTREE_HYBRID_STATE unset or flat) is wired "
+                f"for sglang 0.5.14 to 0.5.23, not {getattr(sglang, '__version__', 'this release')}: "
+                "set SGLANG_DDTREE_HYBRID_STATE=snapshot."
             )
         return RecurrentStateCommit.flat(spec_state, verify.stash, verify.max_path, verify.scratch)
 
@@ -590,8 +591,8 @@ class DDTreeWorkerV2(DFlashWorkerV2):
 
     def _commit_recurrent_state(self, batch, accept_index, accept_lens, prefix_lens, n) -> None:
         """Each request's recurrent state := its state after the accepted path (and the
-        prefix-cache tracking slot's, where the round crossed a tracking boundary): the last
-        accepted node's snapshot, or in flat mode the path replayed from the stashed inputs."""
+        prefix-cache tracking slot's, where the round crossed a tracking boundary): in flat mode
+        the path replayed from the stashed inputs, in snapshot mode the last accepted node's."""
         track_indices = getattr(batch, "mamba_track_indices", None)
         pool = self.target_worker.model_runner.req_to_token_pool
         self.recurrent_state.commit(
