@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ddtree_overlay.bench.plan import BenchConfig, SweepPlan, plan_sweep
 from ddtree_overlay.bench.settings import make_setting
+from ddtree_overlay.bench.state_memory import hybrid_state_from_env
 from ddtree_overlay.compare.runfile import OfflineRun, arm_of
 
 REPLAY_BATCH_SIZE = 1
@@ -32,6 +33,7 @@ def replay_config(run: OfflineRun) -> BenchConfig:
         only=tuple(arm_of(key).name for key in run.method_keys),
         stop_at_eos=True,
         primer=False,  # outputs and acceptance are compared, not speed
+        hybrid_state=hybrid_state_from_env(),  # the engines inherit the switch, as the bench's do
     )
 
 

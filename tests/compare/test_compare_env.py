@@ -22,7 +22,7 @@ from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.commands import compare as compare_module
 from ddtree_overlay.compare.records import acceptance_length
 from ddtree_overlay.compare.runfile import read_run
-from ddtree_overlay.compare.sglang_plan import replay_plan
+from ddtree_overlay.compare.sglang_plan import replay_config, replay_plan
 from ddtree_overlay.engine.errors import ExitCode
 
 RUN = Path(__file__).with_name("data") / "ddtree-benchmark-fixture-dense.pt"
@@ -206,3 +206,9 @@ def test_without_a_gpu_the_replay_says_skipped(sglang_env: Path, tmp_path: Path)
     assert done.stdout.strip() == "compare: skipped (no GPU)"
     assert done.stderr.strip().startswith("note: compare skipped (no GPU): ModuleNotFoundError")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("state", ["snapshot", "flat"])
+def test_the_replay_records_the_hybrid_state_its_engines_inherit(monkeypatch, state: str) -> None:
+    monkeypatch.setenv("SGLANG_DDTREE_HYBRID_STATE", state)
+    assert replay_config(read_run(RUN)).hybrid_state == state
