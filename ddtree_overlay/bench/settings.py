@@ -92,13 +92,15 @@ QWEN3_8B_COST = CostModel(
     per_verify_token_us=25.0,
     prefill_token_us=30.0,  # ~2 x 8 G FLOP per token at ~550 TFLOP/s
 )
-# Not measured yet: scaled from the 8B by the weights read per step (54 against 16 GB) and the
-# verify's FLOPs per token (2 x 27 G at ~700 TFLOP/s), plus the recurrent-state snapshot each
-# verify token writes (147 MiB at ~4 TB/s: ~38 us; DDTREE's flat state writes a 3.6 MiB conv
-# window and input stash per node instead, so it estimates high for that mode), plus loading
-# 54 GB of dummy weights and capturing the graphs at the start.
+# The rounds scaled from the 8B by the weights read per step (54 against 16 GB) and the verify's
+# FLOPs per token (2 x 27 G at ~700 TFLOP/s), plus the recurrent-state snapshot each verify token
+# writes (147 MiB at ~4 TB/s: ~38 us; DDTREE's flat state writes a 3.6 MiB conv window and input
+# stash per node instead, so it estimates high for that mode). On an H200 (2026-12-02, 1 K-token
+# prompts) DFLASH's step took 24.68 / 28.17 / 40.09 ms at bs 1 / 4 / 8 and DDTREE B = 32's (flat)
+# 26.88 / 31.86 / 47.91; engines started in 21-47 s after a primer, the first on a fresh machine
+# in 86-130 s (docs/BENCHMARKS.md).
 QWEN3_6_27B_COST = CostModel(
-    engine_start_s=150,
+    engine_start_s=60,
     first_start_extra_s=90,
     engine_overhead_s=30,
     plain_step_ms=17.0,
