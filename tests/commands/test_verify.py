@@ -41,6 +41,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_gdn_tree",
     "sglang.srt.speculative.ddtree_cuda_graph_runner",
     "sglang.srt.speculative.ddtree_verify_attention",
+    "sglang.srt.speculative.ddtree_warmup",
 ]
 
 

@@ -40,6 +40,7 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/speculative/ddtree_adaptive_tp.py",
         "sglang/srt/speculative/ddtree_cuda_graph_runner.py",
         "sglang/srt/speculative/ddtree_verify_attention.py",
+        "sglang/srt/speculative/ddtree_warmup.py",
     )
     assert patch_set.expectation("sglang/srt/speculative/ddtree_utils.py").pre_sha256 is None
 

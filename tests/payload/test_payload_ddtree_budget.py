@@ -53,6 +53,17 @@ def test_a_schedules_widths_and_trees_follow_its_steps():
     assert policy.top_k(1000) == 64 and policy.top_k(40) == 40
 
 
+def test_a_policys_rounds_are_each_shape_with_the_tree_stage_it_is_verified_from():
+    adaptive = Policy.parse_adaptive("32,chain,16")
+    both = db.DraftStage(32, True)
+    assert adaptive.rounds() == ((both, CHAIN), (both, 16), (both, 32))
+    schedule = Policy.parse_schedule("1:64,4:chain,8:64,16:8")
+    assert schedule.rounds() == (
+        (db.DraftStage(64, False), 64), (db.DraftStage(0, True), CHAIN), (db.DraftStage(8, False), 8)
+    )
+    assert Policy.fixed(CHAIN).rounds() == ((db.DraftStage(0, True), CHAIN),)
+
+
 @pytest.mark.parametrize("text", ["", "256", "1:", "1:64,x:8", "1:64,8:-1", "1:chains"])
 def test_a_malformed_schedule_is_refused_naming_the_bad_step(text):
     with pytest.raises(ValueError, match="is not BATCH_SIZE:BUDGET"):

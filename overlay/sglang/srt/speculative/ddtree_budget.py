@@ -16,8 +16,9 @@ A policy is one of
 and ``SGLANG_DDTREE_TREE_SHAPE=chain`` makes every round verify the chain, whatever the flags.
 
 The spec hook sizes the target's verify from the policy; the worker asks it what the tree
-stage builds at a batch size (``drafts_at``) and what a round verifies (``shape_at``); the graph
-runner captures a verify width per shape. The tool side (ddtree_overlay/bench/arms.py) parses and
+stage builds at a batch size (``drafts_at``) and what a round verifies (``shape_at``), and warms
+every round it can run before serving (``rounds``, ddtree_warmup); the graph runner captures a
+verify width per shape. The tool side (ddtree_overlay/bench/arms.py) parses and
 labels the same flag grammar.
 """
 
@@ -217,6 +218,13 @@ class BudgetPolicy:
         shapes = self.choices or (self.shape_at(batch_size),)
         trees = [int(s) for s in shapes if s != CHAIN]
         return DraftStage(max(trees, default=0), CHAIN in shapes)
+
+    def rounds(self) -> Tuple[Tuple[DraftStage, Shape], ...]:
+        """Every (tree stage, shape) a round may run: adaptive, each choice verified from the one
+        tree stage; a fixed policy or a schedule, each step's shape from its own."""
+        if self.is_adaptive:
+            return tuple((self.drafts_at(1), shape) for shape in self.choices)
+        return tuple(dict.fromkeys((self.drafts_at(bs), shape) for bs, shape in self.steps))
 
     def top_k(self, vocab_size: int) -> int:
         """The widest top-K any batch size's tree stage needs."""

@@ -57,6 +57,8 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
         "params": ("verify_input", "batch", "logits_output"),
         "reads_subset_of": ("verify_input", "sglang.srt.speculative.ddtree_info:DDTreeVerifyInput"),
     },
+    # The startup warm-up (ddtree_warmup) reads the round's root-token dtype off an idle input.
+    "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2.create_idle_input": {"params": ("device",)},
     # The commit moves the accepted nodes' target KV with the pool's own mover.
     "sglang.srt.mem_cache.memory_pool:MHATokenToKVPool.move_kv_cache": {"params": ("tgt_loc", "src_loc")},
     FORWARD_BATCH: {"fields": FORWARD_BATCH_FIELDS},

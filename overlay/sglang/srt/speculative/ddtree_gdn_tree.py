@@ -584,8 +584,9 @@ def tracking_position(accept_len, prefix_len, track_interval):
     return tl.where(crossed, boundary - prefix_len - 1, -1)
 
 
-# not specialised on the round's verify width: adaptive widths compile once, none mid-serving
-@triton.jit(do_not_specialize=["n_tokens"])
+# not specialised on the round's verify width (adaptive widths compile once, none mid-serving)
+# nor on the tracking interval (ddtree_warmup compiles it before a batch says which)
+@triton.jit(do_not_specialize=["n_tokens", "track_interval"])
 def _replay_commit_kernel(
     state_ptr,  # [L, slots, HV, V, K]
     stash_k_ptr,  # [L, rows * width, H, K]

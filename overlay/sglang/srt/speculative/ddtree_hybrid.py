@@ -75,8 +75,9 @@ def _copy_row_chunk(dst, src, chunk, row_numel, valid, BLOCK: tl.constexpr):
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
 
 
-# not specialised on the round's verify width: adaptive widths compile once, none mid-serving
-@triton.jit(do_not_specialize=["n_tokens"])
+# not specialised on the round's verify width (adaptive widths compile once, none mid-serving)
+# nor on the tracking interval (ddtree_warmup compiles it before a batch says which)
+@triton.jit(do_not_specialize=["n_tokens", "track_interval"])
 def _commit_rows_kernel(
     a_dst_ptr,  # [L, slots, Ra] persistent state
     a_src_ptr,  # [L, spec slots * pitch, Ra] per verify node

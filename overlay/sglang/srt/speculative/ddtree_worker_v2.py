@@ -28,6 +28,7 @@ spec workers do; what is not the round's order lives in the sibling ddtree_* mod
 from __future__ import annotations
 
 import logging
+import time
 from typing import Optional
 
 import torch
@@ -80,6 +81,7 @@ from sglang.srt.speculative.ddtree_tp import (
 from sglang.srt.speculative.ddtree_tree_stage import select_tree_stage
 from sglang.srt.speculative.ddtree_utils import DDTreeDrafts, DDTreeDraftTopK
 from sglang.srt.speculative.ddtree_verify_attention import tail_mask_requested, wired_problem
+from sglang.srt.speculative.ddtree_warmup import warm_round_kernels
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 from sglang.srt.speculative.eagle_utils import eagle_sample
@@ -203,6 +205,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         if self.budget_policy.is_adaptive:
             self.adaptive_budget = self._adaptive_budget(torch.device(self.device))
         self._capture_stage_graphs()
+        self._warm_round_kernels()
 
     def _adaptive_budget(self, device: torch.device):
         """The per-round policy; under TP it runs on rank 0 only and every rank verifies its
@@ -282,6 +285,30 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 self.commit_graphs = self._capture_stage(
                     self._eager_commit_draft_kv, sizes, inputs, device
                 )
+
+    def _warm_round_kernels(self) -> None:
+        """Compile what a round launches outside the graphs for every shape the policy can pick,
+        so that no shape's first round compiles it mid-serving (ddtree_warmup)."""
+        start = time.perf_counter()
+        device = torch.device(self.device)
+        warm_round_kernels(
+            self.tree_stage,
+            self.budget_policy,
+            block_size=int(self.block_size),
+            vocab_size=self.vocab_size,
+            logits_dtype=self.target_worker.model_runner.model.lm_head.weight.dtype,
+            root_dtype=root_tokens(DFlashDraftInputV2.create_idle_input(device)).dtype,
+            mask_token_id=int(self._mask_token_id),
+            req_to_token=self.model_runner.req_to_token_pool.req_to_token,
+            tail_only=self.tail_mask,
+            recurrent_state=self.recurrent_state,
+        )
+        if getattr(self, "tp_rank", 0) == 0:
+            logger.info(
+                "DDTREE round kernels warmed for shapes %s in %.1f s",
+                "/".join(str(shape) for _, shape in self.budget_policy.rounds()),
+                time.perf_counter() - start,
+            )
 
     def _capture_tp_tree(self, sizes, inputs, device):
         """Under TP: this rank's top-K pieces, and the combine + tree build, as graphs; the
