@@ -291,18 +291,22 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         so that no shape's first round compiles it mid-serving (ddtree_warmup)."""
         start = time.perf_counter()
         device = torch.device(self.device)
-        warm_round_kernels(
-            self.tree_stage,
-            self.budget_policy,
-            block_size=int(self.block_size),
-            vocab_size=self.vocab_size,
-            logits_dtype=self.target_worker.model_runner.model.lm_head.weight.dtype,
-            root_dtype=root_tokens(DFlashDraftInputV2.create_idle_input(device)).dtype,
-            mask_token_id=int(self._mask_token_id),
-            req_to_token=self.model_runner.req_to_token_pool.req_to_token,
-            tail_only=self.tail_mask,
-            recurrent_state=self.recurrent_state,
-        )
+        try:
+            warm_round_kernels(
+                self.tree_stage,
+                self.budget_policy,
+                block_size=int(self.block_size),
+                vocab_size=self.vocab_size,
+                logits_dtype=self.target_worker.model_runner.model.lm_head.weight.dtype,
+                root_dtype=root_tokens(DFlashDraftInputV2.create_idle_input(device)).dtype,
+                mask_token_id=int(self._mask_token_id),
+                req_to_token=self.model_runner.req_to_token_pool.req_to_token,
+                tail_only=self.tail_mask,
+                recurrent_state=self.recurrent_state,
+            )
+        except Exception as e:  # as a failed capture: each shape's first round compiles instead
+            logger.warning("DDTREE round kernels not warmed, first rounds compile them: %s", e)
+            return
         if getattr(self, "tp_rank", 0) == 0:
             logger.info(
                 "DDTREE round kernels warmed for shapes %s in %.1f s",
