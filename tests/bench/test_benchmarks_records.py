@@ -369,8 +369,8 @@ def test_the_27b_shape_flat_against_snapshot_as_cited():
     assert " / ".join(f"{v:.2f}" for v in flat) == "26.88 / 31.86"
     assert " / ".join(f"{v:.2f}" for v in snapshot) == "28.42 / 34.94"
     assert " / ".join(f"{v:.2f}" for v in dflash) == "24.68 / 28.17"
-    assert " / ".join(x(f / s) for f, s in zip(flat, snapshot)) == "0.95× / 0.91×"
-    assert " / ".join(x(f / d) for f, d in zip(flat, dflash)) == "1.09× / 1.13×"
+    assert " / ".join(x(f / s) for f, s in zip(flat, snapshot, strict=True)) == "0.95× / 0.91×"
+    assert " / ".join(x(f / d) for f, d in zip(flat, dflash, strict=True)) == "1.09× / 1.13×"
     assert "**0.95× / 0.91×**" in summary() and "1.09× / 1.13×" in summary()
 
 
