@@ -75,4 +75,8 @@ def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str,
         report["issues"] += [issue for row in old["parity"] if (issue := parity_issue(row, repeats))]
         report["notes"].append("acceptance parity as the run itself judged it (no --reference-dir)")
     report["setting"] |= {"prompts": recorded.get("prompts"), "eagle3_draft": recorded.get("eagle3_draft")}
+    # what the run noted while planning (time box, primer, overlay): runs from before they were
+    # kept have none
+    report["plan_notes"] = old.get("plan_notes", [])
+    report["notes"] = [*report["plan_notes"], *report["notes"]]
     return report

@@ -127,6 +127,7 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         env.python, ready.plan, request.out, context=ready.context, on_event=on_event,
         reference_dir=request.reference_dir,
     )
+    report["plan_notes"] = list(ready.notes)  # kept by --reanalyse: the records do not carry them
     report["notes"] = [*ready.notes, *report["notes"]]
     report["setting"] |= {"prompts": prompt_note, "eagle3_draft": _text(request.eagle3_draft)}
     return _result(report, request.out, request.acceptance_curve)

@@ -438,6 +438,8 @@ def test_bench_skips_ddtree_where_the_overlay_is_not_applied(
     assert [g["name"] for g in result.data["report"]["groups"]] == ["target-only", "dflash", "dflash-no-overlap"]
     assert any("DDTREE arms skipped" in m and "ddtree-overlay apply" in m for m in result.messages)
     assert result.data["report"]["context"]["gpu"] == "Fake GPU"
+    again = bench_module.reanalyse(tmp_path / "out")  # the plan's notes are not in the records
+    assert [n for n in again.messages if "DDTREE arms skipped" in n] == result.data["report"]["plan_notes"]
 
 
 def _fast(run_bench):
