@@ -26,6 +26,7 @@ with triton_interpreter():
     gdn_tree = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
     hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
     warmup = load_payload_module("sglang.srt.speculative.ddtree_warmup")
+    kv_move = load_payload_module("sglang.srt.speculative.ddtree_kv_move")
 
 skip_unless_interpreted(triton)
 
@@ -38,7 +39,7 @@ BLOCK, VOCAB, LOGITS_DTYPE, ROOT_DTYPE, MASK_TOKEN = 8, 40, torch.float32, torch
 GRAPH_BS = (1, 2, 4, 8)  # the tree graphs' batch sizes; 9 and 10 build their trees eagerly
 ROUND_BS = range(1, 11)
 TRACK_INTERVAL = 256  # SGLang's default --mamba-track-interval
-POOL_ROWS, CONTEXT = 12, 96
+POOL_ROWS, CONTEXT, KV_SLOTS = 12, 96, 1000
 LAYERS, STATE_SLOTS, HEADS, VALUE_HEADS, DIM, CONV = 1, 12, 1, 1, 4, 3
 CHANNELS = 2 * HEADS * DIM + VALUE_HEADS * DIM
 
@@ -82,7 +83,7 @@ class RecordedKernel:
 def launches(monkeypatch):
     """Every Triton launch of the round's modules while the test runs, by specialisation."""
     log = []
-    for module in (kernels, gdn_tree, hybrid):
+    for module in (kernels, gdn_tree, hybrid, kv_move):
         for name, value in list(vars(module).items()):
             if isinstance(value, InterpretedFunction) and name.endswith("_kernel"):
                 monkeypatch.setattr(module, name, RecordedKernel(value, log))
@@ -127,10 +128,21 @@ def state_tensors(pool, commit) -> list:
 
 def req_to_token():
     gen = torch.Generator().manual_seed(4)
-    return torch.randint(0, 1000, (POOL_ROWS, CONTEXT), dtype=torch.int32, generator=gen)
+    return torch.randint(0, KV_SLOTS, (POOL_ROWS, CONTEXT), dtype=torch.int32, generator=gen)
 
 
-def warm(policy, *, tree_stage, table, commit=None, tail_only=False):
+def kv_pool():
+    """The target's KV as SGLang's tiled copy sees it: a K and a V buffer of KV_SLOTS rows."""
+    gen = torch.Generator().manual_seed(6)
+    buffers = [torch.randn(KV_SLOTS, 2, 4, generator=gen).bfloat16() for _ in range(2)]
+    return types.SimpleNamespace(
+        buffers=buffers,
+        data_ptrs=torch.tensor([b.data_ptr() for b in buffers], dtype=torch.uint64),
+        data_strides=torch.tensor([b.stride(0) * b.element_size() for b in buffers]),
+    )
+
+
+def warm(policy, *, tree_stage, table, commit=None, tail_only=False, kv=None):
     warmup.warm_round_kernels(
         tree_stage,
         policy,
@@ -142,6 +154,7 @@ def warm(policy, *, tree_stage, table, commit=None, tail_only=False):
         req_to_token=table,
         tail_only=tail_only,
         recurrent_state=commit,
+        move_accepted_kv=None if kv is None else kv_move.TiledKVMover(kv),
     )
 
 
@@ -156,9 +169,10 @@ class Round:
     slots feeding the accept bookkeeping, and the trees the first rows of the graph batch size's
     (``first_rows``, then ``verified``)."""
 
-    def __init__(self, policy, tree_stage, table, commit, tail_only):
+    def __init__(self, policy, tree_stage, table, commit, tail_only, kv):
         self.policy, self.tree_stage, self.table = policy, tree_stage, table
         self.commit, self.tail_only = commit, tail_only
+        self.move_accepted_kv = kv_move.TiledKVMover(kv)
         self.trees = {}
         self.gen = torch.Generator().manual_seed(5)
 
@@ -181,7 +195,8 @@ class Round:
         accept_index = torch.full((bs, width), -1, dtype=torch.int32)
         accept_index[:, 0] = torch.arange(bs) * n
         accept_lens = torch.zeros(bs, dtype=torch.int32) + 1
-        kernels.accepted_paths(predict, accept_index, accept_lens, prefix_lens, cache_loc_2d)
+        accepted = kernels.accepted_paths(predict, accept_index, accept_lens, prefix_lens, cache_loc_2d)
+        self.move_accepted_kv(accepted.kv_target, accepted.kv_source, width)
         if self.commit is not None:
             slots = torch.arange(STATE_SLOTS, dtype=torch.int32)[req_pool_indices]
             track = (slots.long() + 1) % STATE_SLOTS if tracking else None
@@ -227,11 +242,12 @@ def test_after_the_warm_up_no_round_of_any_shape_or_batch_size_compiles_a_kernel
     table = req_to_token()
     pool = fake_pool(policy.widest_verify_tokens(BLOCK))
     commit = None if mode is None else recurrent_state(mode, pool)
-    warm(policy, tree_stage=tree_stage, table=table, commit=commit, tail_only=tail_only)
+    kv = kv_pool()
+    warm(policy, tree_stage=tree_stage, table=table, commit=commit, tail_only=tail_only, kv=kv)
     warmed = set(launches)
     launches.clear()
 
-    rounds = Round(policy, tree_stage, table, commit, tail_only)
+    rounds = Round(policy, tree_stage, table, commit, tail_only, kv)
     for bs in ROUND_BS:
         for shape in round_shapes(policy, bs):
             for tracking in (False, True) if commit is not None else (False,):
@@ -240,7 +256,8 @@ def test_after_the_warm_up_no_round_of_any_shape_or_batch_size_compiles_a_kernel
     assert not compiled_mid_serving, "\n".join(map(repr, compiled_mid_serving))
     launched = {key[0] for key in launches}
     assert launched >= {
-        "_draft_block_kernel", "_row_logsumexp_kernel", "_verify_inputs_kernel", "_accepted_kernel"
+        "_draft_block_kernel", "_row_logsumexp_kernel", "_verify_inputs_kernel", "_accepted_kernel",
+        "_move_accepted_kv_kernel",
     }
     assert ("_commit_rows_kernel" in launched) == (commit is not None)
     assert ("_replay_commit_kernel" in launched) == (mode == "flat")
@@ -280,9 +297,10 @@ def test_the_warm_up_leaves_the_pools_and_the_recurrent_state_as_they_were(launc
     pool = fake_pool(policy.widest_verify_tokens(BLOCK))
     commit = recurrent_state(mode, pool)
     table = req_to_token()
-    before = [t.clone() for t in (table, *state_tensors(pool, commit))]
-    warm(policy, tree_stage=ts.select_tree_stage("triton"), table=table, commit=commit)
-    after = (table, *state_tensors(pool, commit))
+    kv = kv_pool()
+    before = [t.clone() for t in (table, *kv.buffers, *state_tensors(pool, commit))]
+    warm(policy, tree_stage=ts.select_tree_stage("triton"), table=table, commit=commit, kv=kv)
+    after = (table, *kv.buffers, *state_tensors(pool, commit))
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
     commits = [dict(key[1]) for key in launches if key[0] in ("_commit_rows_kernel", "_replay_commit_kernel")]
     assert commits, "the recurrent-state commit was not warmed"

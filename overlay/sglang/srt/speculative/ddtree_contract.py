@@ -59,8 +59,16 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
     },
     # The startup warm-up (ddtree_warmup) reads the round's root-token dtype off an idle input.
     "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2.create_idle_input": {"params": ("device",)},
-    # The commit moves the accepted nodes' target KV with the pool's own mover.
+    # The commit moves the accepted nodes' target KV (ddtree_kv_move) over the tables and tiling
+    # of SGLang's tiled copy, through a hybrid pool to its full-attention pool, and with the
+    # pool's own mover where SGLang moves another way.
     "sglang.srt.mem_cache.memory_pool:MHATokenToKVPool.move_kv_cache": {"params": ("tgt_loc", "src_loc")},
+    "sglang.srt.mem_cache.memory_pool:MHATokenToKVPool._init_kv_copy_and_warmup": {
+        "source_reads": ('"bytes_per_tile"', '"num_warps"', "self.data_strides"),
+    },
+    "sglang.srt.mem_cache.memory_pool:HybridLinearKVPool.move_kv_cache": {
+        "source_reads": ("self.full_kv_pool.move_kv_cache(",),
+    },
     FORWARD_BATCH: {"fields": FORWARD_BATCH_FIELDS},
     "sglang.srt.managers.utils:GenerationBatchResult": {
         "fields": (

@@ -3,8 +3,8 @@
 Startup captures most of a round in CUDA graphs, and capturing ran each of them first: the
 target's verify per width, the top-K + tree build, the draft-KV commit. A round also launches
 Triton kernels outside any graph: the draft block's slots (``prepare_draft_block``), the
-verify inputs (``write_verify_inputs``), the accept bookkeeping (``accepted_paths``), on a
-hybrid target the recurrent-state commit (``RecurrentStateCommit.commit``), and the top-K +
+verify inputs (``write_verify_inputs``), the accept bookkeeping (``accepted_paths``), the
+target KV's move (``ddtree_kv_move``), on a hybrid target the recurrent-state commit (``RecurrentStateCommit.commit``), and the top-K +
 tree build at a batch size no tree graph covers. Triton compiles a kernel at its first launch
 with a new specialisation: a constexpr (the verify width's ``next_power_of_2`` blocks, the
 tail-only mask), an int argument newly == 1 or divisible by 16 (the width N, the budget), a
@@ -18,8 +18,9 @@ can run (``BudgetPolicy.rounds``), on scratch inputs of the dtypes a round recei
 sizes 1 and 2. The batch size reaches a specialisation only through alignment: a launch's
 int64 outputs are carved from one allocation (a tree's ``parents`` after its ``tokens``), so
 such a pointer is 16-byte aligned or not as the batch size is even or odd. The warm-up writes
-only tensors it allocates: it reads ``req_to_token``, and gives the recurrent-state commit no
-slot (-1), which its kernels skip. tests/payload/test_payload_ddtree_warmup.py replays the
+only tensors it allocates: it reads ``req_to_token``, moves each KV slot onto itself (which
+``TiledKVMover`` skips, and SGLang's mover copies in place), and gives the recurrent-state commit
+no slot (-1), which its kernels skip. tests/payload/test_payload_ddtree_warmup.py replays the
 round's launches at every batch size and checks that none needs a kernel the warm-up did not
 compile.
 """
@@ -35,6 +36,7 @@ from sglang.srt.speculative.ddtree_kernels import accepted_paths, prepare_draft_
 
 if TYPE_CHECKING:
     from sglang.srt.speculative.ddtree_hybrid import RecurrentStateCommit
+    from sglang.srt.speculative.ddtree_kv_move import MoveAcceptedKV
     from sglang.srt.speculative.ddtree_tree_stage import TreeStage
 
 WARM_BATCH_SIZES = (1, 2)  # an odd and an even batch: every alignment a round's outputs take
@@ -60,6 +62,7 @@ def warm_round_kernels(
     req_to_token: torch.Tensor,
     tail_only: bool = False,
     recurrent_state: Optional["RecurrentStateCommit"] = None,
+    move_accepted_kv: Optional["MoveAcceptedKV"] = None,
 ) -> None:
     """Launch a round's eager kernels for every round ``policy`` can run, at each warm batch
     size, as ``DDTreeWorkerV2._tree_round`` launches them.
@@ -100,7 +103,9 @@ def warm_round_kernels(
             accept_index = torch.full((bs, accept_width), -1, dtype=_SAMPLE_DTYPE, device=device)
             accept_index[:, 0] = torch.arange(0, bs * n, n, device=device)
             accept_lens = torch.ones((bs,), dtype=_SAMPLE_DTYPE, device=device)
-            accepted_paths(predict, accept_index, accept_lens, prefix_lens, cache_loc_2d)
+            accepted = accepted_paths(predict, accept_index, accept_lens, prefix_lens, cache_loc_2d)
+            if move_accepted_kv is not None:  # the root stays in its slot: every move is in place
+                move_accepted_kv(accepted.kv_target, accepted.kv_source, accept_width)
             if recurrent_state is None:
                 continue
             no_slot = torch.full((bs,), -1, dtype=_STATE_SLOT_DTYPE, device=device)

@@ -71,6 +71,7 @@ from sglang.srt.speculative.ddtree_kernels import (
     accepted_paths,
     prepare_draft_block,
 )
+from sglang.srt.speculative.ddtree_kv_move import accepted_kv_mover
 from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler, get_round_sync_guard
 from sglang.srt.speculative.ddtree_tp import (
     combine_topk_pieces,
@@ -115,6 +116,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self.accept_width = self.budget_policy.accept_width(self.block_size)
         self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
         self.recurrent_state = None  # set by init_attention_backends on hybrid targets
+        self.move_accepted_kv = accepted_kv_mover(
+            self.target_worker.model_runner.token_to_kv_pool_allocator.get_kvcache()
+        )
         tp_group = get_tp_group()
         # Under TP the target lm_head holds one vocabulary shard per rank.
         self._vocab_parallel_group = tp_group.device_group if tp_group.world_size > 1 else None
@@ -303,6 +307,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 req_to_token=self.model_runner.req_to_token_pool.req_to_token,
                 tail_only=self.tail_mask,
                 recurrent_state=self.recurrent_state,
+                move_accepted_kv=self.move_accepted_kv,
             )
         except Exception as e:  # as a failed capture: each shape's first round compiles instead
             logger.warning("DDTREE round kernels not warmed, first rounds compile them: %s", e)
@@ -593,9 +598,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         Draft: project the accepted nodes' target features (root included) and
         write them as context KV at the same slots and positions prefix + r.
         """
-        self.target_worker.model_runner.token_to_kv_pool_allocator.get_kvcache().move_kv_cache(
-            accepted.kv_target, accepted.kv_source
-        )
+        self.move_accepted_kv(accepted.kv_target, accepted.kv_source, self.accept_width)
         hidden = logits_output.hidden_states
         if hidden is None:
             raise RuntimeError("DDTREE verify requires target hidden states, but got None.")
