@@ -18,6 +18,7 @@ DDTREE_KERNELS = frozenset({
     "_chain_kernel",
     "_commit_rows_kernel",
     "_draft_block_kernel",
+    "_move_accepted_kv_kernel",
     "_replay_commit_kernel",
     "_row_logsumexp_kernel",
     "_tree_attention_merge_kernel",
