@@ -61,7 +61,7 @@ def runner_plan(
             "profile": group.arm.algorithm == DDTREE,
             "cells": cells,
         }
-        env = group.arm.engine_env()
+        env = group.arm.engine_env(hybrid=plan.setting.hybrid)
         arms.append(arm | ({"env": env} if env else {}) | ({"primer": True} if run.primer else {}))
     n_prompts = max((c.prompts for c in plan.cells), default=0)
     return {

@@ -81,8 +81,9 @@ def refusal(arm: Arm, setting: Setting, sglang_version: str | None) -> str | Non
 
 
 def parse_arms(text: str, setting: Setting, sglang_version: str | None) -> list:
-    """(name, arm, environment) per comma-separated arm; a bad name, or an arm the setting
-    cannot run, stops before any engine starts."""
+    """(name, arm, environment: the arm's as the bench sets it, the name's settings over it) per
+    comma-separated arm; a bad name, or an arm the setting cannot run, stops before any engine
+    starts."""
     arms = []
     for name in (a for a in text.split(",") if a):
         try:
@@ -92,7 +93,7 @@ def parse_arms(text: str, setting: Setting, sglang_version: str | None) -> list:
         why = refusal(arm, setting, sglang_version)
         if why:
             raise SystemExit(f"round_trace: {name}: {why}")
-        arms.append((name, arm, env))
+        arms.append((name, arm, arm.engine_env(hybrid=setting.hybrid) | env))
     return arms
 
 
