@@ -50,7 +50,7 @@ from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import asks_for_widest_batch, baseline_draft
 from ddtree_overlay.bench.settings import SETTINGS, Setting, make_setting
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
-from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment
+from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment, requests_at_once
 
 BASE = {**BASE_ENGINE, "attention_backend": "triton", "disable_prefill_cuda_graph": True}
 
@@ -173,6 +173,7 @@ def run_arm(name: str, arm: Arm, env: dict, setting: Setting, args, out: Path) -
     engine, start_s = start_engine(arm, env, setting, args)
     record = {"arm": name, "tp_size": args.tp_size, "start_s": start_s}
     try:
+        record["requests_at_once"] = requests_at_once(engine)  # SGLang's cap: a wave wider than it queues
         decode_waves(engine, waves, greedy)  # the timed decode's own shapes: nothing compiles while timed
         t1 = time.perf_counter()
         metas = decode_waves(engine, waves, greedy)
