@@ -18,6 +18,13 @@ from typing import Any
 from ddtree_overlay.bench.arms import TARGET_ONLY, Arm
 from ddtree_overlay.bench.state_memory import SNAPSHOT, state_of
 
+# What a dry run on a hybrid target with DDTREE engines says of them
+DRY_RUN_LINE = (
+    "DDTREE engines serve SGLang's cap of concurrent requests where their verify state does not fit a "
+    "cell's batch, as DFLASH's do (SGLANG_DDTREE_SERVE_FEWER_REQUESTS=1); the report says how many "
+    "each engine served at once"
+)
+
 
 def fewest_at_once(groups: Iterable[Mapping[str, Any]]) -> int | None:
     """The fewest requests at once any engine run of ``groups`` (report rows) served; None when
