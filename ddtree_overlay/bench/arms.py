@@ -50,7 +50,7 @@ NO_OVERLAP = "-no-overlap"
 CHAIN_CONTROL = "-chain"  # the chain control arm's name suffix
 CHAIN_ENV = {"SGLANG_DDTREE_TREE_SHAPE": "chain"}
 # On a hybrid target SGLang caps every engine's concurrent requests to what its recurrent state
-# holds; DDTREE refuses to start under that cap unless told to serve it, as DFLASH does.
+# holds; DDTREE refuses to start under that cap unless told to serve it, as DFLASH always does.
 SERVE_FEWER_ENV = {"SGLANG_DDTREE_SERVE_FEWER_REQUESTS": "1"}
 
 

@@ -3,8 +3,8 @@ asked for.
 
 SGLang caps --max-running-requests to what its memory holds (the KV cache, and on a hybrid
 target the recurrent-state pool, which a speculative engine's per-verify-token snapshots or
-DDTREE's flat verify state share) and queues the rest of a wider wave, silently for DFLASH and
-NEXTN; the bench's DDTREE engines do the same on hybrid settings (`arms.SERVE_FEWER_ENV`)
+DDTREE's flat verify state share) and queues the rest of a wider wave. DFLASH and NEXTN
+engines always do; the bench's DDTREE engines do on hybrid settings (`arms.SERVE_FEWER_ENV`),
 where they would otherwise refuse to start. The runner records each engine's cap
 (``requests_at_once``); the report shows it beside each engine and says which served fewer
 requests than a cell asked for, and the recommended launch command asks for no more.
