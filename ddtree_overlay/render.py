@@ -303,6 +303,8 @@ def _state_memory_lines(plan: Mapping[str, Any]) -> None:
     for group, entries in memory.items():
         for entry in entries:
             stdout.print(f"  {group:<22} {entry['text']}")
+    if plan.get("capacity"):
+        stdout.print(plan["capacity"])
 
 
 def _repeat_text(event: Mapping[str, Any]) -> str:

@@ -14,6 +14,8 @@ Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
   start_sleep_s:      seconds each engine start takes
   fail_health:        the engine raises on the health-check request (max_new_tokens == 4)
   request_s:          seconds each async_generate() request takes (continuous-batching cells)
+  at_once:            {engine: N}: the requests the engine's scheduler runs at once (engine named
+                      as in replies; default its max_running_requests, else 48)
   replies:            a JSON file {engine: {prompt: {"tokens": [...], "rounds": n}}} (engine
                       "target-only", "DFLASH" or "DDTREE-<B>", prompt its ids joined by commas):
                       those prompts' outputs and verify rounds instead (compare's replays)
@@ -54,10 +56,11 @@ class Engine:
             raise RuntimeError(f"fake start failure at B={self.budget}")
         self.profile = os.environ.get("SGLANG_DDTREE_PROFILE") if self.algo == "DDTREE" else None
         self.replies = {}
+        engine = "target-only" if self.algo is None else self.algo + (f"-{self.budget}" if self.budget else "")
         if self.b.get("replies"):
             with open(self.b["replies"]) as f:
-                engine = "target-only" if self.algo is None else self.algo + (f"-{self.budget}" if self.budget else "")
                 self.replies = json.load(f).get(engine, {})
+        self.at_once = self.b.get("at_once", {}).get(engine, kwargs.get("max_running_requests") or 48)
         logged = dict(kwargs)
         if os.environ.get("SGLANG_DDTREE_TREE_KERNEL"):  # an arm's "env", as the scheduler would see it
             logged["env:SGLANG_DDTREE_TREE_KERNEL"] = os.environ["SGLANG_DDTREE_TREE_KERNEL"]
@@ -115,6 +118,9 @@ class Engine:
     async def async_generate(self, input_ids, sampling_params):
         await asyncio.sleep(self.b.get("request_s", 0.01))
         return self.generate([input_ids], sampling_params)[0]
+
+    def get_server_info(self):
+        return {"internal_states": [{"effective_max_running_requests_per_dp": self.at_once}]}
 
     def start_profile(self, **kwargs):
         pass

@@ -33,6 +33,8 @@ REPORT_VERSION = 1
 # Stages of a DDTREE round, as ddtree_profile records them; "other" is the rest of the round.
 STAGES = ("draft", "topk", "tree", "verify", "accept", "commit")
 REPEAT_SPREAD = 1.10  # a cell whose repeats' tok/s differ by more gets a note
+# An engine run's record as the engines table shows it; requests_at_once: SGLang's cap (`bench.capacity`)
+RUN_FIELDS = ("start_s", "requests_at_once", "health")
 PROFILE_HINT = (
     "no DDTREE profile windows were recorded: is ddtree_profile wired into the worker's "
     "_tree_round (SGLANG_DDTREE_PROFILE)?"
@@ -315,11 +317,11 @@ def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | Non
         "engine": dict(group.engine),
         "status": status,
         "reason": reason,
-        "start_s": (engine or {}).get("start_s"),
-        "health": (engine or {}).get("health"),
+        **{key: (engine or {}).get(key) for key in RUN_FIELDS},
         "traceback": (engine or {}).get("traceback"),
+        "widest_batch": max((c.batch_size for c in group.cells), default=None),  # against requests_at_once
         "repeats": [
-            {"repeat": k, "status": st, "reason": why, "start_s": (e or {}).get("start_s"), "health": (e or {}).get("health")}
+            {"repeat": k, "status": st, "reason": why, **{key: (e or {}).get(key) for key in RUN_FIELDS}}
             for k, e, st, why in runs
         ],
     }
@@ -337,8 +339,7 @@ def primer_row(plan: SweepPlan, engines: Records) -> dict[str, Any] | None:
         "group": plan.primer.group.name,
         "status": status,
         "reason": reason,
-        "start_s": (engine or {}).get("start_s"),
-        "health": (engine or {}).get("health"),
+        **{key: (engine or {}).get(key) for key in RUN_FIELDS},
     }
 
 

@@ -49,6 +49,9 @@ Schedule = tuple[tuple[int, Budget], ...]  # a budget schedule's (smallest batch
 NO_OVERLAP = "-no-overlap"
 CHAIN_CONTROL = "-chain"  # the chain control arm's name suffix
 CHAIN_ENV = {"SGLANG_DDTREE_TREE_SHAPE": "chain"}
+# On a hybrid target SGLang caps every engine's concurrent requests to what its recurrent state
+# holds; DDTREE refuses to start under that cap unless told to serve it, as DFLASH always does.
+SERVE_FEWER_ENV = {"SGLANG_DDTREE_SERVE_FEWER_REQUESTS": "1"}
 
 
 def verify_width(budget: int, block_size: int = BLOCK_SIZE) -> int:
@@ -334,9 +337,13 @@ class Arm:
             args["disable_overlap_schedule"] = True
         return args
 
-    def engine_env(self) -> dict[str, str]:
-        """The environment the arm's engine starts with (the payload's switches)."""
-        return dict(CHAIN_ENV) if self.chain else {}
+    def engine_env(self, *, hybrid: bool) -> dict[str, str]:
+        """The environment the arm's engine starts with (the payload's switches) on a target
+        with (``hybrid``) or without Gated-DeltaNet layers."""
+        env = dict(CHAIN_ENV) if self.chain else {}
+        if hybrid and self.algorithm == DDTREE:
+            env |= SERVE_FEWER_ENV
+        return env
 
     def row(self) -> dict[str, Any]:
         """The arm's fields in a report row or plan description."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from ddtree_overlay.bench.analysis import STAGES
 from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy
+from ddtree_overlay.bench.capacity import served_fewer_notes
 from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
 from ddtree_overlay.bench.plan import capture_batch_sizes
 from ddtree_overlay.bench.policy_markdown import policy_lines
@@ -271,37 +272,31 @@ def _parity_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _primer_cells(report: Mapping[str, Any]) -> list[str]:
-    """The primer's engine, status, start s and health cells, or none without a primer."""
-    primer = report.get("primer")
-    if not primer:
-        return []
-    status = primer["status"] + (f": {primer['reason']}" if primer["reason"] else "")
-    return [f"primer (untimed): {primer['group']}", status, _fmt(primer["start_s"], ".1f"), primer["health"] or DASH]
+def _run_cells(run: Mapping[str, Any], at_once: bool) -> list[str]:
+    """An engine run's status, start s, requests at once (when ``at_once``) and health cells."""
+    status = run["status"] + (f": {run['reason']}" if run["reason"] else "")
+    served = [_fmt(run.get("requests_at_once"), "d")] if at_once else []
+    return [status, _fmt(run["start_s"], ".1f"), *served, run["health"] or DASH]
 
 
 def _engines_table(report: Mapping[str, Any]) -> str:
-    """A row per engine group, the untimed primer first; with several repeats, a row per engine run."""
-    primer = _primer_cells(report)
-    if report["config"].get("repeats", 1) == 1:
-        lines = ["| engine | status | start s | health |", "|---|---|---|---|"]
-        lines += ["| " + " | ".join(primer) + " |"] if primer else []
-        for group in report["groups"]:
-            status = group["status"] + (f": {group['reason']}" if group["reason"] else "")
-            lines.append(
-                f"| {group['name']} | {status} | {_fmt(group['start_s'], '.1f')} | {group['health'] or DASH} |"
-            )
-        return "\n".join(lines)
-    lines = ["| engine | repeat | status | start s | health |", "|---|---|---|---|---|"]
-    lines += ["| " + " | ".join([primer[0], DASH, *primer[1:]]) + " |"] if primer else []
+    """A row per engine group, the untimed primer first; with several repeats, a row per engine
+    run; the requests each served at once where the runs recorded them, and the engines that
+    served fewer than a cell asked for."""
+    repeats = report["config"].get("repeats", 1) > 1
+    rows = []  # (first cells, run)
+    if report.get("primer"):
+        rows.append(([f"primer (untimed): {report['primer']['group']}", *([DASH] if repeats else [])], report["primer"]))
     for group in report["groups"]:
-        for run in group["repeats"]:
-            status = run["status"] + (f": {run['reason']}" if run["reason"] else "")
-            lines.append(
-                f"| {group['name']} | {run['repeat']} | {status} | {_fmt(run['start_s'], '.1f')} | "
-                f"{run['health'] or DASH} |"
-            )
-    return "\n".join(lines)
+        for run in group["repeats"] if repeats else [group]:
+            rows.append(([group["name"], *([str(run["repeat"])] if repeats else [])], run))
+    at_once = any(run.get("requests_at_once") is not None for _, run in rows)  # runs from before: not recorded
+    columns = ["engine", *(["repeat"] if repeats else []), "status", "start s", *(["requests at once"] if at_once else []),
+               "health"]
+    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    lines += ["| " + " | ".join([*first, *_run_cells(run, at_once)]) + " |" for first, run in rows]
+    fewer = served_fewer_notes(report)
+    return "\n".join(lines + ([""] + [f"- {note}" for note in fewer] if fewer else []))
 
 
 def _repeats_bullet(config: Mapping[str, Any]) -> list[str]:

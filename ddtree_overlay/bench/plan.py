@@ -77,7 +77,9 @@ def asks_for_widest_batch(widest: int, *, hybrid: bool, streaming: bool = False)
     """Whether an engine passes --max-running-requests = its widest batch: when SGLang's cap of
     48 would cut a wave, when cells keep a concurrency running, and on a hybrid target, where a
     DDTREE engine refuses to start if its verify state leaves fewer requests than asked for and
-    SGLang's default of 48 counts as asked (the Qwen3.6-27B shape's B = 32 snapshots hold 6)."""
+    SGLang's default of 48 counts as asked (the Qwen3.6-27B shape's B = 32 snapshots hold 6). The
+    bench's own DDTREE engines serve SGLang's cap there instead (`Arm.engine_env`); a launch
+    command a user pastes does not."""
     return widest > SPEC_DEFAULT_MAX_RUNNING or streaming or hybrid
 
 

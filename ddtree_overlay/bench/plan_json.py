@@ -17,6 +17,7 @@ from ddtree_overlay.bench.arms import (
     TARGET_ONLY,
     verify_width,
 )
+from ddtree_overlay.bench.capacity import DRY_RUN_LINE
 from ddtree_overlay.bench.plan import SweepPlan
 from ddtree_overlay.bench.state_memory import memory_entry, shape_of, state_of
 
@@ -61,7 +62,7 @@ def runner_plan(
             "profile": group.arm.algorithm == DDTREE,
             "cells": cells,
         }
-        env = group.arm.engine_env()
+        env = group.arm.engine_env(hybrid=plan.setting.hybrid)
         arms.append(arm | ({"env": env} if env else {}) | ({"primer": True} if run.primer else {}))
     n_prompts = max((c.prompts for c in plan.cells), default=0)
     return {
@@ -106,7 +107,8 @@ def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
 
 def describe_plan(plan: SweepPlan) -> dict[str, Any]:
     """JSON-ready summary: the groups, every engine run in order (the primer first, tagged), the
-    estimates, and on a hybrid target DDTREE's state mode and each group's verify state."""
+    estimates, and on a hybrid target DDTREE's state mode, each group's verify state and, with
+    DDTREE engines, that they serve SGLang's cap of concurrent requests (``capacity``)."""
     fits = list(zip(plan.runs, plan.expected_to_fit, strict=True))
     timed = [(r, f) for r, f in fits if not r.primer]
     first_runs: dict[str, Any] = {}
@@ -143,5 +145,6 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
         ],
         "hybrid_state": plan.config.hybrid_state if plan.setting.hybrid else None,
         "state_memory": state_memory(plan),
+        "capacity": DRY_RUN_LINE if plan.setting.hybrid and any(g.arm.algorithm == DDTREE for g in plan.groups) else None,
         "notes": list(plan.notes),
     }

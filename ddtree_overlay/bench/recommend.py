@@ -3,7 +3,8 @@ concurrency, what it is expected to gain there against every baseline measured, 
 recurrent-state memory its verify keeps on a hybrid target (DDTREE's in the mode the run had,
 `bench.state_memory`), and the `sglang.launch_server` command (DDTREE's with
 `SGLANG_DDTREE_HYBRID_STATE=snapshot` in front when the run measured the snapshots; the flat
-state is the payload's default).
+state is the payload's default), asking for no more concurrent requests than its engines served
+at once: a DDTREE server asked for more on a hybrid target refuses to start.
 
 Only measured cells count: those that ran, at the lowest temperature measured (T = 0 when
 there), and, where greedy outputs were judged, passed. They are the waves cells; a sweep without
@@ -42,6 +43,7 @@ from ddtree_overlay.bench.arms import (
     drafted_nodes,
     verify_width,
 )
+from ddtree_overlay.bench.capacity import launch_max_running
 from ddtree_overlay.bench.plan import asks_for_widest_batch
 from ddtree_overlay.bench.state_memory import (
     DEFAULT_HYBRID_STATE,
@@ -103,6 +105,7 @@ def recommend(report: Mapping[str, Any], target: TargetConfig) -> dict[str, Any]
                 ddtree_flags=_policy_flags(chosen.policy) if chosen else [],
                 hybrid=target.gated_deltanet is not None,
                 widest_batch=max(sizes),
+                engines=_engines_of(segment, chosen, report),
                 streaming=cells == STEADY,
                 ddtree_state=ddtree_state,
             )
@@ -241,6 +244,19 @@ def _distinct_configs(segments: Sequence[Mapping[str, Any]]) -> list[Mapping[str
     return distinct
 
 
+def _engines_of(
+    segment: Mapping[str, Any], chosen: Candidate | None, report: Mapping[str, Any]
+) -> list[Mapping[str, Any]]:
+    """The engine groups (report rows) that measured ``segment``'s configuration: every one the
+    chosen DDTREE policy's rows came from (one server runs them all), or the baseline's in its
+    scheduling mode."""
+    groups = report.get("groups") or ()
+    if segment["algorithm"] == DDTREE and chosen is not None:
+        names = {row["group"] for row in chosen.rows.values()}
+        return [g for g in groups if g["name"] in names]
+    return [g for g in groups if g["algorithm"] == segment["algorithm"] and bool(g["overlap"]) == segment["overlap"]]
+
+
 def _policy_entry(candidate: Candidate) -> dict[str, Any]:
     return {
         "policy": candidate.policy.label,
@@ -315,6 +331,7 @@ def launch_command(
     ddtree_flags: Sequence[str],
     hybrid: bool,
     widest_batch: int,
+    engines: Sequence[Mapping[str, Any]],
     streaming: bool,
     ddtree_state: str,
 ) -> dict[str, Any]:
@@ -322,7 +339,8 @@ def launch_command(
     engine settings the bench measured it under (``ddtree_flags``: the DDTREE budget policy's;
     on a hybrid target, where the run measured DDTREE in a state other than the payload's
     default, the snapshot one, its switch in front; ``streaming``: measured in continuous-batching
-    cells, at --max-running-requests their widest concurrency)."""
+    cells), at --max-running-requests the widest batch, or what its ``engines`` served at once
+    where that was fewer (`capacity.launch_max_running`)."""
     setting, config = report["setting"], report["config"]
     algorithm = segment["algorithm"]
     named = algorithm == DDTREE and hybrid and ddtree_state != DEFAULT_HYBRID_STATE
@@ -346,7 +364,7 @@ def launch_command(
     elif hybrid:
         words += ["--mamba-radix-cache-strategy", "extra_buffer"]
     if algorithm != TARGET_ONLY and asks_for_widest_batch(widest_batch, hybrid=hybrid, streaming=streaming):
-        words += ["--max-running-requests", str(widest_batch)]
+        words += ["--max-running-requests", str(launch_max_running(engines, widest_batch))]
     return {"algorithm": algorithm, "overlap": segment["overlap"], "command": _shell(words, env)}
 
 

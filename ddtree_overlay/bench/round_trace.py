@@ -50,7 +50,7 @@ from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import asks_for_widest_batch, baseline_draft
 from ddtree_overlay.bench.settings import SETTINGS, Setting, make_setting
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
-from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment
+from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment, requests_at_once
 
 BASE = {**BASE_ENGINE, "attention_backend": "triton", "disable_prefill_cuda_graph": True}
 
@@ -81,8 +81,9 @@ def refusal(arm: Arm, setting: Setting, sglang_version: str | None) -> str | Non
 
 
 def parse_arms(text: str, setting: Setting, sglang_version: str | None) -> list:
-    """(name, arm, environment) per comma-separated arm; a bad name, or an arm the setting
-    cannot run, stops before any engine starts."""
+    """(name, arm, environment: the arm's as the bench sets it, the name's settings over it) per
+    comma-separated arm; a bad name, or an arm the setting cannot run, stops before any engine
+    starts."""
     arms = []
     for name in (a for a in text.split(",") if a):
         try:
@@ -92,7 +93,7 @@ def parse_arms(text: str, setting: Setting, sglang_version: str | None) -> list:
         why = refusal(arm, setting, sglang_version)
         if why:
             raise SystemExit(f"round_trace: {name}: {why}")
-        arms.append((name, arm, env))
+        arms.append((name, arm, arm.engine_env(hybrid=setting.hybrid) | env))
     return arms
 
 
@@ -172,6 +173,7 @@ def run_arm(name: str, arm: Arm, env: dict, setting: Setting, args, out: Path) -
     engine, start_s = start_engine(arm, env, setting, args)
     record = {"arm": name, "tp_size": args.tp_size, "start_s": start_s}
     try:
+        record["requests_at_once"] = requests_at_once(engine)  # SGLang's cap: a wave wider than it queues
         decode_waves(engine, waves, greedy)  # the timed decode's own shapes: nothing compiles while timed
         t1 = time.perf_counter()
         metas = decode_waves(engine, waves, greedy)

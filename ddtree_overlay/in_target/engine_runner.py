@@ -37,7 +37,8 @@ and appends a ``{"kind": "cell", ...}`` line (``CELL`` on
 stdout), with ``host``: what the machine did meanwhile (Linux ``/proc``: load
 average, busy cores, and the engine processes' CPU time and CPU sets), since
 host-bound arms move far more between engines than between budgets. The engine
-appends a ``{"kind": "engine", ...}`` line (``ENGINE``) with its start time, health check and, when the plan has ``profile_path`` and
+appends a ``{"kind": "engine", ...}`` line (``ENGINE``) with its start time, the requests
+its scheduler runs at once (``requests_at_once``: SGLang's cap), health check and, when the plan has ``profile_path`` and
 the arm ``profile``, the DDTREE profile windows written while it ran
 (``SGLANG_DDTREE_PROFILE``, see ddtree_profile.py). With a plan-level
 ``deadline`` (unix time), engines and cells that would not finish by then are
@@ -142,6 +143,15 @@ def environment(overrides: dict):
                 os.environ[name] = value
 
 
+def requests_at_once(engine) -> int | None:
+    """How many requests the engine's scheduler runs at once: SGLang's own cap, --max-running-
+    requests as far as the KV cache and, on a hybrid target, the recurrent-state pool hold it,
+    summed over the data-parallel groups; None where the release does not report it."""
+    states = engine.get_server_info().get("internal_states") or []
+    caps = [state.get("effective_max_running_requests_per_dp") for state in states]
+    return sum(caps) if caps and None not in caps else None
+
+
 def run_arm(plan: dict, arm: dict) -> dict:
     with environment(arm.get("env", {})):
         return _run_arm(plan, arm)
@@ -235,7 +245,7 @@ def _emit_cell(out_path: str, record: dict) -> None:
 
 
 def _emit_engine(out_path: str, record: dict) -> None:
-    keys = ("arm", "repeat", "ok", "skipped", "error", "start_s", "health")
+    keys = ("arm", "repeat", "ok", "skipped", "error", "start_s", "requests_at_once", "health")
     _emit(out_path, "ENGINE", dict(record, kind="engine"), keys)
 
 
@@ -591,6 +601,7 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
     try:
         box.start_s = engine_record["start_s"] = time.perf_counter() - t0
         box.starts += 1
+        engine_record["requests_at_once"] = requests_at_once(engine)
         _warm_up(engine, plan, arm)
         sent = itertools.count()  # stream requests across the engine's cells: none shares a prefix
         while pending:

@@ -757,3 +757,26 @@ def test_a_parity_row_off_the_reference_or_without_one_is_an_issue() -> None:
         "dflash: no offline reference to compare with (no file)"
     )
     assert parity_issue({"group": "dflash", "status": "ok"}, 1) is None
+
+
+# --- requests served at once (bench.capacity) -------------------------------------------------
+
+
+def test_each_engine_shows_the_requests_it_served_at_once_and_a_note_where_fewer_than_asked(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path, repeats=2, only=("dflash", "ddtree-b8"))
+    cells, engines = synthetic(plan)
+    assert "requests at once" not in md.markdown_report(analysis.analyse(plan, cells, engines))  # none recorded
+    for (name, repeat), engine in engines.items():
+        engine["requests_at_once"] = 1 if (name, repeat) == ("dflash", 2) else 2
+    report = analysis.analyse(plan, cells, engines)
+    groups = {g["name"]: g for g in report["groups"]}
+    assert [r["requests_at_once"] for r in groups["dflash"]["repeats"]] == [2, 1]
+    assert groups["dflash"]["widest_batch"] == 2
+    table = md.markdown_report(report).split("## Engines")[1].split("## ")[0].splitlines()
+    assert "| engine | repeat | status | start s | requests at once | health |" in table
+    assert "| dflash | 2 | ok | 40.0 | 1 | ok |" in table and "| ddtree-b8 | 1 | ok | 40.0 | 2 | ok |" in table
+    notes = [line for line in table if line.startswith("- ")]
+    assert notes == [
+        "- DFLASH served at most 1 of 2 requests at once: its KV cache fills the memory; its cells wider than 1 "
+        "queued the rest"
+    ]

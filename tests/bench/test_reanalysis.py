@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import json
+import lzma
 import shutil
 from pathlib import Path
 
+from ddtree_overlay.bench.markdown import markdown_report
 from ddtree_overlay.bench.reanalysis import reanalysed_report
 
 RUN = Path(__file__).resolve().parents[2] / "docs/bench/2026-11-29-stage-graphs-tp2-allgather/bench-fixture-bs1"
@@ -21,3 +23,16 @@ def test_without_references_the_runs_own_parity_and_its_issues_stay(tmp_path: Pa
     assert f"{group}: tokens per round 3.000 against the offline reference's 6.000 (x0.500, tolerance +-10%)" in report["issues"]
     assert "acceptance parity as the run itself judged it (no --reference-dir)" in report["notes"]
     assert [r["status"] for r in report["cells"]] == [r["status"] for r in old["cells"]]
+
+
+def test_the_requests_each_engine_served_at_once_reach_the_report(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    lines = [json.loads(line) for line in lzma.decompress((run / "records.jsonl.xz").read_bytes()).splitlines()]
+    for line in lines:
+        if line.get("kind") == "engine":
+            line["requests_at_once"] = 11 if line["arm"] == "dflash" else 48
+    (run / "records.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))  # read before the .xz
+    report = reanalysed_report(run)
+    assert {g["name"]: g["requests_at_once"] for g in report["groups"]}["dflash"] == 11
+    assert "| dflash | ok | 26.8 | 11 | ok |" in markdown_report(report)

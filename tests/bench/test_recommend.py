@@ -136,6 +136,19 @@ def test_a_snapshot_state_run_recommends_ddtree_with_its_switch_and_the_snapshot
     assert not any("HYBRID_STATE" in launch["command"] for launch in plain["launch"])
 
 
+def test_the_launch_command_asks_for_no_more_requests_than_its_engines_served_at_once() -> None:
+    """A DDTREE server asked for more than its hybrid target's state holds refuses to start; the
+    schedule's server runs every budget's width, so the fewest any of its engines served."""
+    served = {"ddtree-b256": 20, "ddtree-b32": 38, "nextn": 11, "dflash": 11, "target-only": 200}
+    arms = [Arm.ddtree(256), Arm.ddtree(32), Arm(NEXTN), Arm(DFLASH), Arm(TARGET_ONLY), Arm(EAGLE3)]
+    groups = [{"name": a.name, **a.row(), "repeats": [{"repeat": 1, "requests_at_once": served.get(a.name)}]}
+              for a in arms]
+    rec = recommend(report(hybrid_cells(), hybrid_state="flat") | {"groups": groups}, HYBRID)
+    assert rec is not None and rec["ddtree"]["policy"] == "schedule 1:256,64:32"
+    ddtree, nextn = rec["launch"]
+    assert ddtree["command"].endswith("--max-running-requests 20") and nextn["command"].endswith("--max-running-requests 11")
+
+
 def test_an_adaptive_arm_choosing_the_chain_verifies_a_block_there() -> None:
     adaptive = Arm.ddtree(BudgetPolicy(adaptive=("chain", 32)))
     cells = [*baselines(1, 100, 300, 250), cell(adaptive, 1, 500)]

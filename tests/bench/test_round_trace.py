@@ -48,11 +48,19 @@ def test_an_arm_the_setting_cannot_run_stops_before_any_engine(
         round_trace.parse_arms(arms, made, version)
 
 
-def test_what_the_setting_runs_is_parsed_with_its_environment(tmp_path: Path) -> None:
+def test_what_the_setting_runs_is_parsed_with_its_environment_over_the_bench_arms(tmp_path: Path) -> None:
     hybrid = settings.make_setting("hybrid", scratch=tmp_path)
     parsed = round_trace.parse_arms("nextn,ddtree-b32@SGLANG_X=1", hybrid, "0.5.17")
-    assert parsed == [("nextn", Arm.parse("nextn"), {}), ("ddtree-b32@SGLANG_X=1", Arm.ddtree(32), {"SGLANG_X": "1"})]
+    serve_fewer = {"SGLANG_DDTREE_SERVE_FEWER_REQUESTS": "1"}  # as the bench starts DDTREE on a hybrid
+    assert parsed == [
+        ("nextn", Arm.parse("nextn"), {}),
+        ("ddtree-b32@SGLANG_X=1", Arm.ddtree(32), serve_fewer | {"SGLANG_X": "1"}),
+    ]
     assert round_trace.parse_arms("nextn-no-overlap", hybrid, "0.5.14")[0][1] == Arm.parse("nextn-no-overlap")
+    dense = settings.make_setting("fixture", scratch=tmp_path)
+    (_, _, env), = round_trace.parse_arms("ddtree-b15-chain@SGLANG_DDTREE_TREE_SHAPE=tree", dense, "0.5.17")
+    assert env == {"SGLANG_DDTREE_TREE_SHAPE": "tree"}  # the name's setting wins over the chain control's
+    assert round_trace.parse_arms("ddtree-b15-chain", dense, "0.5.17")[0][2] == {"SGLANG_DDTREE_TREE_SHAPE": "chain"}
 
 
 def trace(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[dict], list[dict]]:
@@ -80,6 +88,7 @@ def test_an_untimed_primer_of_the_first_arm_starts_before_the_measured_ones(tmp_
         ("nextn-no-overlap", True), ("nextn-no-overlap", False), ("ddtree-b32", False),
     ]
     assert "tok_per_s" not in records[0] and records[0]["start_s"] >= 0
+    assert records[2]["requests_at_once"] == 1  # --batch-size 1 asked for on a hybrid target
     rows = [line for line in done.stdout.splitlines() if line.startswith("| nextn-no-overlap |")]
     assert len(rows) == 1  # the table lists the measured arm once
     done, records, engines = trace(tmp_path / "without", "--arms", "nextn-no-overlap,ddtree-b32", "--no-primer")

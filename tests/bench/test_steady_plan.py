@@ -107,6 +107,15 @@ def test_chain_control_is_one_more_ddtree_arm_with_the_payload_switch(tmp_path: 
     assert Arm.of_row(group.arm.row()) == group.arm
 
 
+def test_on_a_hybrid_target_ddtree_engines_serve_sglangs_cap_like_dflash(tmp_path: Path) -> None:
+    plan = plan_for(tmp_path, "qwen3.6-27b-random", budgets=(32,), batch_sizes=(16, 64), chain_control=True)
+    envs = {a["name"]: a.get("env") for a in plan_json.runner_plan(plan, deadline=None, profile_path=None)["arms"]}
+    serve_fewer = {"SGLANG_DDTREE_SERVE_FEWER_REQUESTS": "1"}
+    assert envs["ddtree-b32"] == serve_fewer
+    assert envs["ddtree-b15-chain"] == {"SGLANG_DDTREE_TREE_SHAPE": "chain"} | serve_fewer
+    assert envs["dflash"] is None and envs["target-only"] is None
+
+
 def test_only_keeps_the_named_arms_and_names_the_unknown(tmp_path: Path) -> None:
     plan = plan_for(tmp_path, only=("dflash", "ddtree-b32"))
     assert [g.name for g in plan.groups] == ["dflash", "ddtree-b32"]

@@ -63,7 +63,7 @@ def test_a_27b_dry_run_under_the_snapshot_state_plans_streams_only_and_shows_the
     assert ("  dflash                 snapshot: 16 x 147 MiB = 2.3 GiB per request, 4.6 GiB at concurrency 1 "
             "(+ 147 MiB live)") in lines
     plan = json.loads(run_cli(*DRY, "--json", "--setting", "qwen3-8b-random", "--concurrency", "4").stdout)
-    assert plan["data"]["plan"]["state_memory"] is None  # not a hybrid
+    assert plan["data"]["plan"]["state_memory"] is None and plan["data"]["plan"]["capacity"] is None  # not a hybrid
 
 
 def test_a_27b_dry_run_by_default_shows_ddtrees_flat_memory_and_dflashs_snapshots(
@@ -80,6 +80,11 @@ def test_a_27b_dry_run_by_default_shows_ddtrees_flat_memory_and_dflashs_snapshot
             "concurrency 16 (+ 2.3 GiB live)") in lines
     assert ("  dflash                 snapshot: 16 x 147 MiB = 2.3 GiB per request, 39.0 GiB at concurrency 16 "
             "(+ 2.3 GiB live)") in lines
+    assert lines[-2].startswith("DDTREE engines serve SGLang's cap of concurrent requests where their verify state "
+                                "does not fit a cell's batch, as DFLASH's do (SGLANG_DDTREE_SERVE_FEWER_REQUESTS=1)")
+    dflash_only = run_cli(*DRY, "--json", "--setting", "qwen3.6-27b-random", "--budgets", "32", "--concurrency", "16",
+                          "--only", "dflash")
+    assert json.loads(dflash_only.stdout)["data"]["plan"]["capacity"] is None  # no DDTREE engine to say it of
 
 
 @pytest.mark.parametrize("dry_run", [True, False])

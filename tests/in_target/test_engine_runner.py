@@ -113,6 +113,30 @@ def test_one_engine_serves_every_cell_in_waves(tmp_path: Path) -> None:
     assert "SGLANG_DDTREE_PROFILE" not in os.environ
 
 
+def test_every_engine_records_how_many_requests_its_scheduler_runs_at_once(tmp_path: Path) -> None:
+    plain = arm("target-only", {"max_running_requests": 64}, [cell("target-only/bs2/t0", 2)])
+    dflash = arm("dflash", {"speculative_algorithm": "DFLASH", "max_running_requests": 64}, [cell("dflash/bs2/t0", 2)])
+    done, records, _ = run_runner(tmp_path, {"arms": [plain, dflash, ddtree(32)]}, {"at_once": {"DFLASH": 11}})
+    assert done.returncode == 0, done.stderr
+    engines = by_arm(records, "engine")
+    assert {name: e["requests_at_once"] for name, e in engines.items()} == {"target-only": 64, "dflash": 11, "ddtree-b32": 48}
+    assert '"requests_at_once": 11' in next(line for line in done.stdout.splitlines() if '"dflash"' in line and "ENGINE" in line)
+
+
+@pytest.mark.parametrize(
+    ("states", "at_once"),
+    [([{"effective_max_running_requests_per_dp": 11}], 11),
+     ([{"effective_max_running_requests_per_dp": 8}, {"effective_max_running_requests_per_dp": 8}], 16),
+     ([{"last_gen_throughput": 1.0}], None), ([], None)],
+)
+def test_requests_at_once_sum_sglangs_cap_over_its_data_parallel_groups(states: list, at_once: int | None) -> None:
+    class Engine:
+        def get_server_info(self) -> dict[str, Any]:
+            return {"internal_states": states}
+
+    assert engine_runner.requests_at_once(Engine()) == at_once
+
+
 def test_a_past_deadline_skips_engines_without_starting_them(tmp_path: Path) -> None:
     plan = {"deadline": time.time() - 1, "arms": [ddtree(8), ddtree(16)]}
     done, records, engines = run_runner(tmp_path, plan)

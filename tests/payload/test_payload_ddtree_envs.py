@@ -24,6 +24,7 @@ def test_unset_switches_read_their_defaults(monkeypatch):
     assert envs.SGLANG_DDTREE_PROFILE.get() == "" and envs.SGLANG_DDTREE_PROFILE_EVERY.get() == 1
     assert envs.SGLANG_DDTREE_SYNC_DEBUG.get() == ""
     assert envs.SGLANG_DDTREE_HYBRID_STATE.get() == "flat"
+    assert envs.SGLANG_DDTREE_SERVE_FEWER_REQUESTS.get() is False
 
 
 def test_set_switches_parse(monkeypatch):

@@ -384,6 +384,25 @@ def test_concurrency_problem_is_quiet_when_the_state_is_not_the_cap():
     assert hybrid.concurrency_problem(fake_model_runner(3, 2, 3), commit, block_size=2) is None
 
 
+def test_too_few_requests_refuse_to_start_unless_told_to_serve_the_cap(monkeypatch):
+    commit = hybrid.RecurrentStateCommit.from_pool(fake_pool())
+    problem = hybrid.concurrency_problem(fake_model_runner(8, 3, 3), commit, block_size=2)
+    monkeypatch.delenv("SGLANG_DDTREE_SERVE_FEWER_REQUESTS", raising=False)
+    with pytest.raises(ValueError) as refused:
+        hybrid.check_concurrency(fake_model_runner(8, 3, 3), commit, block_size=2)
+    assert str(refused.value) == problem
+    monkeypatch.setenv("SGLANG_DDTREE_SERVE_FEWER_REQUESTS", "1")
+    warning = hybrid.check_concurrency(fake_model_runner(8, 3, 3), commit, block_size=2)
+    assert warning == f"{problem} SGLANG_DDTREE_SERVE_FEWER_REQUESTS=1: serving SGLang's cap of 3 concurrent requests instead."
+
+
+def test_requests_that_fit_start_quietly_with_or_without_the_switch(monkeypatch):
+    commit = hybrid.RecurrentStateCommit.from_pool(fake_pool())
+    for value in ("0", "1"):
+        monkeypatch.setenv("SGLANG_DDTREE_SERVE_FEWER_REQUESTS", value)
+        assert hybrid.check_concurrency(fake_model_runner(3, 3, 3), commit, block_size=2) is None
+
+
 @pytest.mark.parametrize(
     ("config", "layers"),
     [

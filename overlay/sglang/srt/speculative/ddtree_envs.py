@@ -98,6 +98,11 @@ class DDTreeEnvs:
         "depth-first tree-walk verify from the committed state, replay commit; ddtree_gdn_tree), "
         "or SGLang's per-node snapshots",
     )
+    SGLANG_DDTREE_SERVE_FEWER_REQUESTS = DDTreeEnvSwitch(
+        False,
+        "1: where the verify width's recurrent state leaves fewer concurrent requests than "
+        "--max-running-requests asks for, warn and serve SGLang's cap instead of refusing to start",
+    )
 
     # CUDA graphs of the round's fixed-shape stages
     SGLANG_DDTREE_TREE_GRAPH = DDTreeEnvSwitch(

@@ -32,6 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
+from sglang.srt.speculative.ddtree_envs import envs
 from sglang.srt.speculative.ddtree_gdn_tree import GDNInputStash, replay_commit, tracking_position
 
 logger = logging.getLogger(__name__)
@@ -387,7 +388,7 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
     verify state (snapshots, or in flat mode conv windows + stashed inputs; one per verify token
     per request, plus flat mode's branch scratch per request) from one budget, then caps the
     concurrency to what that budget holds; DDTREE refuses to start with fewer requests than
-    were asked for. In snapshot mode the message also points to the default flat state, which
+    were asked for, unless told to serve the cap (`check_concurrency`). In snapshot mode the message also points to the default flat state, which
     keeps no SSM snapshots."""
     requested = getattr(model_runner.server_args, "max_running_requests", None)
     fitted = int(model_runner.max_running_requests)
@@ -416,4 +417,19 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
         f"DDTREE's verify width {commit.max_verify_tokens} keeps {commit.describe()}; with them "
         f"only {fitted} of the requested {requested} concurrent requests fit: {fits}, or pass "
         f"--max-running-requests {fitted} (or raise --mem-fraction-static).{flat}"
+    )
+
+
+def check_concurrency(model_runner, commit: RecurrentStateCommit, *, block_size: int) -> Optional[str]:
+    """None when the requested concurrent requests fit (`concurrency_problem`); where they do
+    not, the warning to log before serving SGLang's cap under SGLANG_DDTREE_SERVE_FEWER_REQUESTS=1,
+    and otherwise the problem raised: nobody gets fewer requests than asked for unless they say so."""
+    problem = concurrency_problem(model_runner, commit, block_size=block_size)
+    if problem is None:
+        return None
+    if not envs.SGLANG_DDTREE_SERVE_FEWER_REQUESTS.get():
+        raise ValueError(problem)
+    return (
+        f"{problem} SGLANG_DDTREE_SERVE_FEWER_REQUESTS=1: serving SGLang's cap of "
+        f"{int(model_runner.max_running_requests)} concurrent requests instead."
     )

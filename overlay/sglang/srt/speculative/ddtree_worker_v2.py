@@ -64,7 +64,7 @@ from sglang.srt.speculative.ddtree_cuda_graph_runner import (
 )
 from sglang.srt.speculative.ddtree_envs import envs
 from sglang.srt.speculative.ddtree_gdn_tree import flat_tree_verify
-from sglang.srt.speculative.ddtree_hybrid import RecurrentStateCommit, concurrency_problem
+from sglang.srt.speculative.ddtree_hybrid import RecurrentStateCommit, check_concurrency
 from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
 from sglang.srt.speculative.ddtree_kernels import (
     DDTreeAccepted,
@@ -176,10 +176,10 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             commit = self._flat_recurrent_state(spec_state)
         else:
             commit = RecurrentStateCommit.from_pool(spec_state)
-        problem = concurrency_problem(model_runner, commit, block_size=int(self.block_size))
-        if problem is not None:
-            raise ValueError(problem)
+        warning = check_concurrency(model_runner, commit, block_size=int(self.block_size))
         if getattr(self, "tp_rank", 0) == 0:
+            if warning is not None:
+                logger.warning(warning)
             logger.info("DDTREE on a hybrid target, %s mode: %s", commit.mode, commit.describe())
         return commit
 
