@@ -45,7 +45,6 @@ def _schedule_text(schedule: Sequence[tuple[int, int]]) -> str:
     return BudgetPolicy(schedule=tuple(schedule)).schedule_text if schedule else ""
 
 
-
 def _status(record: Mapping[str, Any] | None) -> tuple[str, str | None]:
     if record is None:
         return "not run", None

@@ -52,10 +52,6 @@ health check) override the pauses. An arm with ``"primer": true`` (the bench's u
 engine before the timed ones) runs like any other, its records carry ``primer``, and its
 cells do not rescale the time box's estimates (a first engine can run slow).
 
-One file past 500 lines on purpose: the target env runs it by path and need not have
-ddtree_overlay installed, while the tool and the GPU scripts import it as a module, so it
-cannot split its host sampling into a sibling module that both ways would find.
-
 One file past 500 lines on purpose: the tool imports it as
 ``ddtree_overlay.in_target.engine_runner`` (``PROFILE_ENV``, ``profile_windows``) and the
 target env's python executes it by path, and no sibling module imports the same way in both,
