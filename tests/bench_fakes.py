@@ -16,6 +16,8 @@ Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
   request_s:          seconds each async_generate() request takes (continuous-batching cells)
   at_once:            {engine: N}: the requests the engine's scheduler runs at once (engine named
                       as in replies; default its max_running_requests, else 48)
+  default_backend:    the attention backend an engine given none resolves to (default fa3, as
+                      on an H200), in ``server_args.attention_backend`` as SGLang's parent has it
   replies:            a JSON file {engine: {prompt: {"tokens": [...], "rounds": n}}} (engine
                       "target-only", "DFLASH" or "DDTREE-<B>", prompt its ids joined by commas):
                       those prompts' outputs and verify rounds instead (compare's replays)
@@ -29,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 
 FAKE_SGLANG = r'''
-import asyncio, json, math, os, time
+import asyncio, json, math, os, time, types
 
 VOCAB = 272
 
@@ -44,6 +46,8 @@ class Engine:
         self.algo = kwargs.get("speculative_algorithm")
         self.budget = kwargs.get("speculative_ddtree_budget")
         self.b = _behaviour()
+        backend = kwargs.get("attention_backend") or self.b.get("default_backend", "fa3")
+        self.server_args = types.SimpleNamespace(attention_backend=backend)
         time.sleep(self.b.get("start_sleep_s", 0.0))
         self.loop = asyncio.new_event_loop()
         if self.algo == "DDTREE" and self.budget in self.b.get("die_start_budgets", []):

@@ -24,6 +24,7 @@ from ddtree_overlay.bench.arms import (
     budget_order,
     parse_budget,
 )
+from ddtree_overlay.bench.attention import planned_backend, ran_backend
 from ddtree_overlay.bench.correctness import judge
 from ddtree_overlay.bench.plan import PRIMER, Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
@@ -310,17 +311,20 @@ def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | Non
     repeat, engine, status, reason = min(runs, key=lambda run: rank[run[2]])  # the first of the rank
     if status == "failed" and len(runs) > 1:
         reason = f"repeat {repeat}: {reason}"
+    planned = planned_backend(group.engine)
     return {
         "name": group.name,
         **group.arm.row(),
         "engine": dict(group.engine),
+        "attention_backend": ran_backend(planned, engines.values()),
         "status": status,
         "reason": reason,
         **{key: (engine or {}).get(key) for key in RUN_FIELDS},
         "traceback": (engine or {}).get("traceback"),
         "widest_batch": max((c.batch_size for c in group.cells), default=None),  # against requests_at_once
         "repeats": [
-            {"repeat": k, "status": st, "reason": why, **{key: (e or {}).get(key) for key in RUN_FIELDS}}
+            {"repeat": k, "status": st, "reason": why, **{key: (e or {}).get(key) for key in RUN_FIELDS},
+             "attention_backend": ran_backend(planned, [e])}
             for k, e, st, why in runs
         ],
     }
@@ -339,6 +343,7 @@ def primer_row(plan: SweepPlan, engines: Records) -> dict[str, Any] | None:
         "status": status,
         "reason": reason,
         **{key: (engine or {}).get(key) for key in RUN_FIELDS},
+        "attention_backend": ran_backend(planned_backend(plan.primer.group.engine), [engine]),
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ddtree_overlay.bench import attention
 from ddtree_overlay.bench.analysis import STAGES
 from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy
 from ddtree_overlay.bench.capacity import served_fewer_notes
@@ -36,13 +37,14 @@ def _columns(report: Mapping[str, Any]) -> list[tuple[float, int]]:
 def throughput_table(report: Mapping[str, Any]) -> str:
     """Arms x (T, batch): output tokens/s, with x target-only (and x DFLASH for DDTREE)."""
     columns = _columns(report)
-    head = "| arm | " + " | ".join(f"T={t:g} bs={bs}" for t, bs in columns) + " |"
-    lines = [head, "|---" * (len(columns) + 1) + "|"]
+    backends = attention.arm_backends(report["groups"])
+    head = "| arm | " + ("attention | " if backends else "") + " | ".join(f"T={t:g} bs={bs}" for t, bs in columns) + " |"
+    lines = [head, "|---" * (len(columns) + 1 + bool(backends)) + "|"]
     by_arm: dict[str, dict[tuple[float, int], Mapping[str, Any]]] = {}
     for row in report["cells"]:
         by_arm.setdefault(Arm.of_row(row).label, {})[(float(row["temperature"]), int(row["batch_size"]))] = row
     for label, cells in by_arm.items():
-        texts = []
+        texts = [attention.backend_text(backends[next(iter(cells.values()))["group"]])] if backends else []
         for key in columns:
             row = cells.get(key)
             if row is None or row["status"] != "ok":
@@ -66,7 +68,7 @@ def summary_tables(report: Mapping[str, Any]) -> str:
     if report["cells"]:
         parts.append(f"{THROUGHPUT_TITLE}:\n{throughput_table(report)}")
     if report.get("steady"):
-        parts.append(f"{STEADY_TITLE}:\n{steady_table(report['steady'])}")
+        parts.append(f"{STEADY_TITLE}:\n{steady_table(report['steady'], attention.arm_backends(report['groups']))}")
     return "\n\n".join(parts)
 
 
@@ -272,17 +274,19 @@ def _parity_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run_cells(run: Mapping[str, Any], at_once: bool) -> list[str]:
-    """An engine run's status, start s, requests at once (when ``at_once``) and health cells."""
+def _run_cells(run: Mapping[str, Any], at_once: bool, named: bool) -> list[str]:
+    """An engine run's status, start s, requests at once (when ``at_once``), health and attention
+    backend (when ``named``) cells."""
     status = run["status"] + (f": {run['reason']}" if run["reason"] else "")
     served = [_fmt(run.get("requests_at_once"), "d")] if at_once else []
-    return [status, _fmt(run["start_s"], ".1f"), *served, run["health"] or DASH]
+    backend = [attention.backend_text(run["attention_backend"])] if named else []
+    return [status, _fmt(run["start_s"], ".1f"), *served, run["health"] or DASH, *backend]
 
 
 def _engines_table(report: Mapping[str, Any]) -> str:
     """A row per engine group, the untimed primer first; with several repeats, a row per engine
-    run; the requests each served at once where the runs recorded them, and the engines that
-    served fewer than a cell asked for."""
+    run; the requests each served at once where the runs recorded them, the attention backend each
+    ran where the arms ran more than one, and the engines that served fewer than a cell asked for."""
     repeats = report["config"].get("repeats", 1) > 1
     rows = []  # (first cells, run)
     if report.get("primer"):
@@ -291,10 +295,11 @@ def _engines_table(report: Mapping[str, Any]) -> str:
         for run in group["repeats"] if repeats else [group]:
             rows.append(([group["name"], *([str(run["repeat"])] if repeats else [])], run))
     at_once = any(run.get("requests_at_once") is not None for _, run in rows)  # runs from before: not recorded
+    named = attention.arm_backends(report["groups"]) is not None
     columns = ["engine", *(["repeat"] if repeats else []), "status", "start s", *(["requests at once"] if at_once else []),
-               "health"]
+               "health", *(["attention"] if named else [])]
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
-    lines += ["| " + " | ".join([*first, *_run_cells(run, at_once)]) + " |" for first, run in rows]
+    lines += ["| " + " | ".join([*first, *_run_cells(run, at_once, named)]) + " |" for first, run in rows]
     fewer = served_fewer_notes(report)
     return "\n".join(lines + ([""] + [f"- {note}" for note in fewer] if fewer else []))
 
@@ -333,6 +338,28 @@ def _hybrid_state_text(setting: Mapping[str, Any], config: Mapping[str, Any]) ->
     return f" DDTREE's Gated-DeltaNet verify state: {state} (`{HYBRID_STATE_ENV}`); DFLASH's and NEXTN's: {SNAPSHOT}."
 
 
+def _and(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def _backends_text(report: Mapping[str, Any]) -> str:
+    """The Engines line's attention backend and tensor-parallel size: one backend for every arm,
+    or each backend with the algorithms whose engines ran it, SGLang's choice named as such."""
+    config, groups = report["config"], report["groups"]
+    tp = f"tensor-parallel size {config['tp_size']}"
+    if attention.arm_backends(groups) is None:
+        backend = groups[0]["attention_backend"] if groups else config["attention_backend"]
+        return f"attention backend {attention.backend_text(backend, '`')} and {tp} for every arm"
+    sglangs = config.get("baseline_attention_backend") == attention.AUTO  # the baselines' was SGLang's choice
+    parts = []
+    for backend, algorithms in attention.algorithms_on(groups).items():
+        chosen = sglangs and backend != attention.AUTO and DDTREE not in algorithms
+        names = [a if a == DDTREE else Arm(a).label for a in algorithms]
+        note = f" ({attention.AUTO_TEXT})" if chosen else ""
+        parts.append(f"{attention.backend_text(backend, '`')} for {_and(names)}{note}")
+    return f"attention backend {', '.join(parts)}; {tp} for every arm"
+
+
 def markdown_report(report: Mapping[str, Any]) -> str:
     setting, config, context = report["setting"], report["config"], report["context"]
     parts = [
@@ -341,8 +368,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         f"- **Setting**: {setting['note']}.",
         f"- **When / where**: {context.get('started', '?')}; {context.get('gpu', '?')}; "
         f"sglang {context.get('sglang', '?')}, torch {context.get('torch', '?')}.",
-        f"- **Engines**: attention backend `{config['attention_backend']}` and tensor-parallel size "
-        f"{config['tp_size']} for every arm, decode CUDA "
+        f"- **Engines**: {_backends_text(report)}, decode CUDA "
         f"graphs on (captured for batch sizes {_captured(config)}), prefill "
         "graphs off, "
         "one engine per (algorithm, budget, scheduling) serving every cell; "
@@ -365,7 +391,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         ),
         *_repeats_bullet(config),
         "",
-        *steady_section(report),
+        *steady_section(report, attention.arm_backends(report["groups"])),
     ]
     if not report["cells"]:
         return _closing(report, parts)
@@ -385,7 +411,8 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             ""
             if config.get("ddtree_no_overlap")
             else " DDTREE ran with overlap scheduling only (`--ddtree-no-overlap` adds the other mode)."
-        ),
+        )
+        + (f" Attention: {versus}." if (versus := attention.versus_backends(report["groups"])) else ""),
         "",
         fastest_modes_table(report),
         *_schedule_lines(report.get("recommended_schedule")),
@@ -430,10 +457,12 @@ def _closing(report: Mapping[str, Any], parts: list[str]) -> str:
     """The projection, host, engines, issues, notes and recommendation sections after ``parts``,
     as one text."""
     if report.get("projection"):
+        versus = attention.versus_backends(report["groups"])
         parts += [
             "## Projection: DDTREE ÷ DFLASH with another pair's acceptance",
             "",
             projection_markdown(report["projection"]),
+            *(["", f"Round costs measured with {versus}."] if versus else []),
             "",
         ]
     host = host_table(report)

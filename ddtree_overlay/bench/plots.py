@@ -1,5 +1,6 @@
 """The bench report's PNG plots (needs matplotlib): speedup and acceptance length against the
-budget, and DDTREE's round time by stage."""
+budget (titled with DDTREE's and DFLASH's attention backends where they differ), and DDTREE's
+round time by stage."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from ddtree_overlay.bench.analysis import STAGES
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, BudgetPolicy, policy_label
+from ddtree_overlay.bench.attention import versus_backends
 
 MATPLOTLIB_MISSING = (
     "plots skipped: matplotlib is not installed in the tool's interpreter "
@@ -100,7 +102,8 @@ def _plot_vs_budget(plt: Any, report: Mapping[str, Any], *, key: str, ylabel: st
         ax.set_title(f"{title}, T={temp:g}")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    fig.suptitle(f"{report['setting']['name']}: {title}")
+    versus = versus_backends(report["groups"])
+    fig.suptitle(f"{report['setting']['name']}: {title}" + (f" ({versus})" if versus else ""))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

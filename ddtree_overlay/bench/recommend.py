@@ -3,8 +3,9 @@ concurrency, what it is expected to gain there against every baseline measured, 
 recurrent-state memory its verify keeps on a hybrid target (DDTREE's in the mode the run had,
 `bench.state_memory`), and the `sglang.launch_server` command (DDTREE's with
 `SGLANG_DDTREE_HYBRID_STATE=snapshot` in front when the run measured the snapshots; the flat
-state is the payload's default), asking for no more concurrent requests than its engines served
-at once: a DDTREE server asked for more on a hybrid target refuses to start.
+state is the payload's default), each on the attention backend its engines ran and asking for
+no more concurrent requests than its engines served at once: a DDTREE server asked for more on a
+hybrid target refuses to start.
 
 Only measured cells count: those that ran, at the lowest temperature measured (T = 0 when
 there), and, where greedy outputs were judged, passed. They are the waves cells; a sweep without
@@ -43,6 +44,7 @@ from ddtree_overlay.bench.arms import (
     drafted_nodes,
     verify_width,
 )
+from ddtree_overlay.bench.attention import AUTO
 from ddtree_overlay.bench.capacity import launch_max_running
 from ddtree_overlay.bench.plan import asks_for_widest_batch
 from ddtree_overlay.bench.state_memory import (
@@ -356,7 +358,9 @@ def launch_command(
         words += ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(draft)]
         for key, value in CHAIN_DRAFT.items():
             words += ["--" + key.replace("_", "-"), str(value)]
-    words += ["--attention-backend", config["attention_backend"]]
+    # a baseline on the backend its engine ran, whether asked for or SGLang's default there
+    backend = config["attention_backend"] if algorithm == DDTREE else engines[0]["attention_backend"]
+    words += [] if backend == AUTO else ["--attention-backend", backend]
     if int(config.get("tp_size", 1)) > 1:
         words += ["--tp-size", str(config["tp_size"])]
     if not segment["overlap"]:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddtree_overlay.bench.arms import Arm
+from ddtree_overlay.bench.attention import backend_text
 from ddtree_overlay.bench.policy_markdown import policy_lines
 
 DASH = "\u2013"
@@ -37,15 +38,18 @@ def _cell_text(row: Mapping[str, Any]) -> str:
     return text + (f"; {', '.join(extra)}" if extra else "")
 
 
-def steady_table(steady: Mapping[str, Any]) -> str:
-    """Arms x (T, concurrency): median tok/s (slowest to fastest engine), ratios of medians."""
+def steady_table(steady: Mapping[str, Any], backends: Mapping[str, str] | None = None) -> str:
+    """Arms x (T, concurrency): median tok/s (slowest to fastest engine), ratios of medians; with
+    ``backends`` (group name -> attention backend, `attention.arm_backends`), each arm's."""
     columns = _columns(steady)
     by_arm: dict[str, dict[tuple[float, int], Mapping[str, Any]]] = {}
     for row in steady["rows"]:
         by_arm.setdefault(Arm.of_row(row).label, {})[(float(row["temperature"]), int(row["concurrency"]))] = row
-    lines = ["| arm | " + " | ".join(f"T={t:g} c={c}" for t, c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    head = "| arm | " + ("attention | " if backends else "") + " | ".join(f"T={t:g} c={c}" for t, c in columns) + " |"
+    lines = [head, "|---" * (len(columns) + 1 + bool(backends)) + "|"]
     for label, cells in by_arm.items():
-        texts = [_cell_text(cells[key]) if key in cells else DASH for key in columns]
+        texts = [backend_text(backends[next(iter(cells.values()))["group"]])] if backends else []
+        texts += [_cell_text(cells[key]) if key in cells else DASH for key in columns]
         lines.append(f"| {label} | " + " | ".join(texts) + " |")
     return "\n".join(lines)
 
@@ -90,8 +94,9 @@ def steady_detail_table(steady: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def steady_section(report: Mapping[str, Any]) -> list[str]:
-    """The section's lines; none when the report has no continuous-batching cells."""
+def steady_section(report: Mapping[str, Any], backends: Mapping[str, str] | None = None) -> list[str]:
+    """The section's lines (``backends`` as `steady_table` takes them); none when the report has
+    no continuous-batching cells."""
     steady = report.get("steady")
     if not steady:
         return []
@@ -117,7 +122,7 @@ def steady_section(report: Mapping[str, Any]) -> list[str]:
         )
         + " Ratios hold within this command only.",
         "",
-        steady_table(steady),
+        steady_table(steady, backends),
         "",
         steady_detail_table(steady),
         *policy_lines(

@@ -37,8 +37,9 @@ and appends a ``{"kind": "cell", ...}`` line (``CELL`` on
 stdout), with ``host``: what the machine did meanwhile (Linux ``/proc``: load
 average, busy cores, and the engine processes' CPU time and CPU sets), since
 host-bound arms move far more between engines than between budgets. The engine
-appends a ``{"kind": "engine", ...}`` line (``ENGINE``) with its start time, the requests
-its scheduler runs at once (``requests_at_once``: SGLang's cap), health check and, when the plan has ``profile_path`` and
+appends a ``{"kind": "engine", ...}`` line (``ENGINE``) with its start time, the attention
+backend it ran, the requests its scheduler runs at once (``requests_at_once``: SGLang's cap),
+health check and, when the plan has ``profile_path`` and
 the arm ``profile``, the DDTREE profile windows written while it ran
 (``SGLANG_DDTREE_PROFILE``, see ddtree_profile.py). With a plan-level
 ``deadline`` (unix time), engines and cells that would not finish by then are
@@ -597,6 +598,8 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
     try:
         box.start_s = engine_record["start_s"] = time.perf_counter() - t0
         box.starts += 1
+        # the parent's ServerArgs resolved the default where the arm asked for no backend
+        engine_record["attention_backend"] = engine.server_args.attention_backend
         engine_record["requests_at_once"] = requests_at_once(engine)
         _warm_up(engine, plan, arm)
         sent = itertools.count()  # stream requests across the engine's cells: none shares a prefix

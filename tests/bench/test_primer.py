@@ -151,7 +151,8 @@ def test_the_primers_records_reach_no_table_ratio_or_check(tmp_path: Path) -> No
     for key in ("cells", "groups", "fastest_modes", "recommended_schedule", "issues", "parity"):
         assert report[key] == alone[key], key
     assert report["primer"] == {"name": "primer", "group": "ddtree-b32", "status": "ok", "reason": None,
-                                "start_s": 131.0, "requests_at_once": None, "health": "ok"}
+                                "start_s": 131.0, "requests_at_once": None, "health": "ok",
+                                "attention_backend": "triton"}
     assert alone["primer"]["status"] == "not run"
     note = next(n for n in report["notes"] if "primer" in n)
     assert note.startswith("an untimed primer engine (ddtree-b32's config, started in 131 s) ran before the timed ones")

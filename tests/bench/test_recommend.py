@@ -21,11 +21,15 @@ def cell(arm: Arm, bs: int, tok_per_s: float, *, temperature: float = 0.0, **ext
             "tok_per_s": tok_per_s} | extra
 
 
-def report(cells: list[dict[str, Any]], **config: Any) -> dict[str, Any]:
+def report(cells: list[dict[str, Any]], baseline_backend: str = "triton", **config: Any) -> dict[str, Any]:
+    """The cells' report, DDTREE's engines on triton, the others' on ``baseline_backend``."""
+    arms = {c["group"]: Arm.of_row(c) for c in cells}
     return {
         "setting": {"name": "custom", "target": "/models/qwen", "draft": "/models/dflash", "real_weights": True,
                     "eagle3_draft": "/models/eagle3"},
         "config": {"attention_backend": "triton", "tp_size": 1} | config,
+        "groups": [{"name": name, **arm.row(), "attention_backend": "triton" if arm.algorithm == DDTREE else baseline_backend}
+                   for name, arm in arms.items()],
         "cells": cells,
     }
 
@@ -64,6 +68,21 @@ def test_ddtree_is_served_where_it_is_faster_and_the_best_baseline_elsewhere() -
         "    --speculative-num-steps 3 \\", "    --speculative-eagle-topk 1 \\",
         "    --speculative-num-draft-tokens 4 \\", "    --attention-backend triton",
     ]
+
+
+def attention_flags(command: str) -> list[str]:
+    words = command.split()
+    return [f"{w} {words[i + 1]}" for i, w in enumerate(words) if w == "--attention-backend"]
+
+
+@pytest.mark.parametrize(("ran", "flags"), [("fa3", ["--attention-backend fa3"]), ("auto", [])])
+def test_a_baseline_is_launched_on_the_backend_its_engine_ran_and_ddtree_on_its_own(ran: str, flags: list[str]) -> None:
+    rec = recommend(report(mixed(), baseline_backend=ran, baseline_attention_backend="auto"), PLAIN)
+    assert rec is not None
+    ddtree, nextn = (attention_flags(launch["command"]) for launch in rec["launch"])
+    assert ddtree == ["--attention-backend triton"]
+    # "auto": SGLang chose and no record names it, so the command leaves the choice to SGLang again
+    assert nextn == flags
 
 
 def test_a_ddtree_that_never_beats_a_baseline_is_never_recommended() -> None:
@@ -141,8 +160,8 @@ def test_the_launch_command_asks_for_no_more_requests_than_its_engines_served_at
     schedule's server runs every budget's width, so the fewest any of its engines served."""
     served = {"ddtree-b256": 20, "ddtree-b32": 38, "nextn": 11, "dflash": 11, "target-only": 200}
     arms = [Arm.ddtree(256), Arm.ddtree(32), Arm(NEXTN), Arm(DFLASH), Arm(TARGET_ONLY), Arm(EAGLE3)]
-    groups = [{"name": a.name, **a.row(), "repeats": [{"repeat": 1, "requests_at_once": served.get(a.name)}]}
-              for a in arms]
+    groups = [{"name": a.name, **a.row(), "attention_backend": "triton",
+               "repeats": [{"repeat": 1, "requests_at_once": served.get(a.name)}]} for a in arms]
     rec = recommend(report(hybrid_cells(), hybrid_state="flat") | {"groups": groups}, HYBRID)
     assert rec is not None and rec["ddtree"]["policy"] == "schedule 1:256,64:32"
     ddtree, nextn = rec["launch"]
@@ -198,7 +217,7 @@ def test_random_weights_or_nothing_measured_get_no_recommendation() -> None:
 def steady(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """A report of continuous-batching cells only: ``cells``' batch sizes as their concurrencies."""
     rows = [{k: v for k, v in c.items() if k != "batch_size"} | {"concurrency": c["batch_size"]} for c in cells]
-    return report([]) | {"steady": {"rows": rows}}
+    return report([]) | {"groups": report(cells)["groups"], "steady": {"rows": rows}}
 
 
 def test_a_sweep_of_continuous_batching_cells_only_is_recommended_from_them() -> None:

@@ -133,6 +133,18 @@ def test_the_markdown_shows_medians_spreads_ratios_and_the_chain_control(tmp_pat
     assert "captured for batch sizes [1, 2, 4, 8, 16]" in text
 
 
+def test_arms_that_ran_different_attention_backends_name_them_in_the_steady_table(tmp_path: Path) -> None:
+    plan = steady_plan(tmp_path, chain_control=False)
+    cells, engines = synthetic(plan)
+    for (name, _), engine in engines.items():
+        engine["attention_backend"] = "triton" if name.startswith("ddtree") else "fa3"
+    report = analysis.analyse(plan, cells, engines)
+    table = md.summary_tables(report).removeprefix("Steady-state serving: continuous batching:\n")
+    assert table.splitlines()[:2] == ["| arm | attention | T=0 c=1 | T=0 c=16 |", "|---|---|---|---|"]
+    assert "| DFLASH | fa3 | 200 (180\u2013260);" in table and "| DDTREE B=32 | triton | 300 (240\u2013330);" in table
+    assert table in md.markdown_report(report)
+
+
 def test_waves_and_streams_report_side_by_side(tmp_path: Path) -> None:
     plan = steady_plan(tmp_path, batch_sizes=(1,), repeats=1, chain_control=False)
     cells, engines = synthetic(plan)

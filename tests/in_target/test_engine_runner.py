@@ -106,6 +106,8 @@ def test_one_engine_serves_every_cell_in_waves(tmp_path: Path) -> None:
     assert not margins["timed"] and margins["top2_margins"][0] == [pytest.approx(5.0)] * 6
     assert cells["ddtree-b8/bs1/t0"]["meta"][0]["spec_correct_drafts_histogram"][3] > 0
     assert engine_records["target-only"]["health"] == "ok" and engine_records["target-only"]["profile"] == []
+    # the backend each engine ran: the one asked for, or the one SGLang resolved (the stand-in's fa3)
+    assert [engine_records[a]["attention_backend"] for a in ("target-only", "ddtree-b8")] == ["triton", "fa3"]
     windows = engine_records["ddtree-b8"]["profile"]
     assert len(windows) >= 2 and all(w["t_first"] >= cells["ddtree-b8/bs1/t0"]["t_start"] - 5 for w in windows)
     tags = [line.split(" ", 1)[0] for line in done.stdout.splitlines()]

@@ -1,0 +1,62 @@
+"""The attention backend of each bench arm: the one its engine is asked for, and the one it ran.
+
+An engine given no backend (`AUTO`) runs SGLang's own default for the GPU. The parent process's
+`ServerArgs.__post_init__` resolves that before the engine starts, so the runner records what
+each engine ran (`engine.server_args.attention_backend`, `in_target/engine_runner`).
+
+A report names the backend per arm where its arms ran more than one (`arm_backends`); where they
+ran one, the report's Engines line names it for every arm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ddtree_overlay.bench.arms import DDTREE, DFLASH
+
+AUTO = "auto"  # pass no backend: SGLang's default for the GPU
+AUTO_TEXT = "SGLang's default for the GPU"
+
+
+def planned_backend(engine: Mapping[str, Any]) -> str:
+    """The backend an engine's keywords ask for: `AUTO` without one."""
+    return engine.get("attention_backend", AUTO)
+
+
+def ran_backend(planned: str, records: Iterable[Mapping[str, Any] | None]) -> str:
+    """What an engine ran: the first of its ``records`` that names it, else the planned backend
+    (records from before the runner wrote it, and engines that did not start, name none)."""
+    return next((r["attention_backend"] for r in records if r and r.get("attention_backend")), planned)
+
+
+def arm_backends(groups: Sequence[Mapping[str, Any]]) -> dict[str, str] | None:
+    """A report's group name -> the backend its engines ran; None when every group ran the same."""
+    backends = {g["name"]: g["attention_backend"] for g in groups}
+    return backends if len(set(backends.values())) > 1 else None
+
+
+def algorithms_on(groups: Sequence[Mapping[str, Any]], algorithms: Sequence[str] | None = None) -> dict[str, list[str]]:
+    """A report's backends -> the algorithms (of ``algorithms``, or all) whose engines ran each,
+    each once, in the groups' order."""
+    on: dict[str, list[str]] = {}
+    for group in groups:
+        algorithm = group["algorithm"]
+        if algorithms is None or algorithm in algorithms:
+            names = on.setdefault(group["attention_backend"], [])
+            names += [] if algorithm in names else [algorithm]
+    return on
+
+
+def versus_backends(groups: Sequence[Mapping[str, Any]]) -> str | None:
+    """DDTREE's and DFLASH's backends where they differ ("DDTREE on triton, DFLASH on fa3"), for
+    the tables and plots that set one against the other; None where they ran one."""
+    on = algorithms_on(groups, (DDTREE, DFLASH))
+    if len(on) < 2:
+        return None
+    return ", ".join(f"{' and '.join(algorithms)} on {backend_text(backend)}" for backend, algorithms in on.items())
+
+
+def backend_text(backend: str, quote: str = "") -> str:
+    """``backend`` in prose, its name between ``quote``s: `AUTO` as SGLang's default."""
+    return AUTO_TEXT if backend == AUTO else f"{quote}{backend}{quote}"
