@@ -151,6 +151,12 @@ def _bench_plan() -> Any:
     return plan
 
 
+def _bench_attention() -> Any:
+    from ddtree_overlay.bench import attention
+
+    return attention
+
+
 def _acceptance_curve(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
     """The curve read at parse time: a bad file is a usage error before anything is written."""
     if path is not None:
@@ -390,10 +396,19 @@ def bench(
         str,
         typer.Option(
             "--attention-backend",
-            callback=_choice(lambda: _bench_plan().ATTENTION_BACKENDS),
-            help="the same backend for every arm",
+            callback=_choice(lambda: _bench_attention().DDTREE_BACKENDS),
+            help="the DDTREE arms' attention backend (DDTREE refuses the others, FA3 among them)",
         ),
     ] = "triton",
+    baseline_attention_backend: Annotated[
+        str,
+        typer.Option(
+            "--baseline-attention-backend",
+            callback=_choice(lambda: _bench_attention().BASELINE_BACKENDS),
+            help="every other arm's (target-only, DFLASH, NEXTN, EAGLE-3): auto lets SGLang pick its "
+            "default for the GPU (fa3 on Hopper), as a DFLASH service runs; triton compares on one backend",
+        ),
+    ] = "auto",
     tp_size: Annotated[
         int,
         typer.Option("--tp-size", min=1, help="tensor-parallel GPUs per engine, the same for every arm"),
@@ -584,6 +599,7 @@ def bench(
         batch_sizes=batch_sizes,  # type: ignore[arg-type]
         temperatures=temperatures,  # type: ignore[arg-type]
         attention_backend=attention_backend,
+        baseline_attention_backend=baseline_attention_backend,
         tp_size=tp_size,
         max_new_tokens=max_new_tokens,
         prompts_per_cell=prompts_per_cell,

@@ -279,6 +279,8 @@ def _bench_view(data: Mapping[str, Any]) -> None:
             else:
                 name, repeat = run["group"], f"repeat {run['repeat']}  " if repeats > 1 else ""
             stdout.print(f"  {i:>2}. {name:<22} {repeat}{run['cells']} cells  ~{run['estimated_s']} s{cut}")
+        backends = (f"{entry['text']} ({', '.join(entry['groups'])})" for entry in plan["attention_backends"])
+        stdout.print(f"attention backend: {', '.join(backends)}")
         _state_memory_lines(plan)
         stdout.print(f"results would go to {data['out']}")
         return

@@ -462,6 +462,7 @@ def analyse(
             "batch_sizes": list(plan.config.batch_sizes),
             "temperatures": list(plan.config.temperatures),
             "attention_backend": plan.config.attention_backend,
+            "baseline_attention_backend": plan.config.baseline_attention_backend,
             "tp_size": plan.config.tp_size,
             "max_new_tokens": plan.max_new_tokens,
             "prompts_per_cell": max((c.prompts for c in plan.cells), default=0),

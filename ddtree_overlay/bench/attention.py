@@ -1,8 +1,14 @@
 """The attention backend of each bench arm: the one its engine is asked for, and the one it ran.
 
-An engine given no backend (`AUTO`) runs SGLang's own default for the GPU. The parent process's
-`ServerArgs.__post_init__` resolves that before the engine starts, so the runner records what
-each engine ran (`engine.server_args.attention_backend`, `in_target/engine_runner`).
+DDTREE arms run ``--attention-backend``, one of `DDTREE_BACKENDS` (DDTREE refuses the others,
+FA3 among them). Every other arm (target-only, DFLASH in both scheduling modes, NEXTN, EAGLE-3)
+runs ``--baseline-attention-backend``, by default `AUTO`: the engine is given none and SGLang
+picks its own default for the GPU, as a DFLASH service does. In 0.5.14
+(`ServerArgs._get_default_attn_backend`) that is fa3 on Hopper for these targets (none drafts
+with a top-k above 1), trtllm_mha on Blackwell for most, else flashinfer where it is installed,
+else triton. The parent process's `ServerArgs.__post_init__` resolves it before the engine
+starts, so the runner records what each engine ran (`engine.server_args.attention_backend`,
+`in_target/engine_runner`).
 
 A report names the backend per arm where its arms ran more than one (`arm_backends`); where they
 ran one, the report's Engines line names it for every arm.
@@ -17,6 +23,13 @@ from ddtree_overlay.bench.arms import DDTREE, DFLASH
 
 AUTO = "auto"  # pass no backend: SGLang's default for the GPU
 AUTO_TEXT = "SGLang's default for the GPU"
+DDTREE_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask is wired for
+BASELINE_BACKENDS = (AUTO, "triton", "flashinfer", "fa3", "fa4", "trtllm_mha", "torch_native")
+
+
+def engine_keywords(backend: str) -> dict[str, str]:
+    """The `sglang.Engine` keyword asking for ``backend``: none for `AUTO`."""
+    return {} if backend == AUTO else {"attention_backend": backend}
 
 
 def planned_backend(engine: Mapping[str, Any]) -> str:

@@ -13,7 +13,8 @@ buffer (max tokens x context length), which it overflows at the largest captured
 overlap scheduling (v1) sizes the mask from the batch's real sequence lengths. From 0.5.17 the
 hybrid backend forwards the full-attention backend's `verify_mask` (read in the stock sources of
 0.5.14 to 0.5.23). flashinfer has no such buffer to hand out on any target, so a hybrid target
-changes nothing there.
+changes nothing there, and neither have fa3 and trtllm_mha: SGLang's own default for a NEXTN
+engine (the bench's `auto` baseline backend, `bench.attention`) on Hopper and Blackwell.
 """
 
 from __future__ import annotations

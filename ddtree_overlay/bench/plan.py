@@ -51,6 +51,7 @@ from ddtree_overlay.bench.arms import (
     BudgetPolicy,
     Schedule,
 )
+from ddtree_overlay.bench.attention import AUTO, engine_keywords
 from ddtree_overlay.bench.estimates import estimate_cell_s, estimate_stream_cell_s
 from ddtree_overlay.bench.settings import CostModel, Setting
 from ddtree_overlay.bench.state_memory import DEFAULT_HYBRID_STATE
@@ -62,12 +63,11 @@ DEFAULT_TEMPERATURES = (0.0, 1.0)
 # (A B C, A B C); or a seeded shuffle per round.
 ENGINE_ORDERS = ("alternate", "cycle", "shuffle")
 CHAIN_BUDGET = 15  # the chain control verifies DFLASH's block: 16 tokens
-ATTENTION_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask is wired for
 
-# Every arm gets the same engine options: decode CUDA graphs captured only for the batch sizes
-# the sweep uses and the powers of two below them (a wave that shrinks as its requests finish
-# pads up to the next one), prefill graphs off (prefill is not what is measured). Both cut the
-# engine start, which is most of the sweep's time.
+# Every arm gets the same engine options but its attention backend (`bench.attention`): decode
+# CUDA graphs captured only for the batch sizes the sweep uses and the powers of two below them (a
+# wave that shrinks as its requests finish pads up to the next one), prefill graphs off (prefill is
+# not what is measured). Both cut the engine start, which is most of the sweep's time.
 ENGINE_COMMON: Mapping[str, Any] = {"disable_prefill_cuda_graph": True}
 # SGLang caps a speculative engine at 48 running requests unless told otherwise.
 SPEC_DEFAULT_MAX_RUNNING = 48
@@ -94,7 +94,8 @@ class BenchConfig:
     budgets: tuple[int, ...] = DEFAULT_BUDGETS
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
-    attention_backend: str = "triton"
+    attention_backend: str = "triton"  # the DDTREE arms'
+    baseline_attention_backend: str = AUTO  # every other arm's (`bench.attention`)
     tp_size: int = 1  # tensor-parallel GPUs per engine, every arm alike
     max_new_tokens: int | None = None  # the setting's default when None
     prompts_per_cell: int | None = None
@@ -301,8 +302,9 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, max_new_tokens: i
                 warmup_s=config.warmup_s,
             )
         )
+    backend = config.attention_backend if algorithm == DDTREE else config.baseline_attention_backend
     engine: dict[str, Any] = {
-        "attention_backend": config.attention_backend,
+        **engine_keywords(backend),
         "tp_size": config.tp_size,
         "cuda_graph_bs_decode": capture_batch_sizes(served_batch_sizes(config)),
         **ENGINE_COMMON,

@@ -1,6 +1,6 @@
 """A sweep plan (`bench.plan`) as JSON: the plan file `in_target/engine_runner.py` reads, and
-the description a dry run prints (with, on a hybrid target, each group's verify state: snapshots,
-or DDTREE's flat state, per `bench.state_memory`)."""
+the description a dry run prints (with each group's attention backend, and, on a hybrid target,
+each group's verify state: snapshots, or DDTREE's flat state, per `bench.state_memory`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ddtree_overlay.bench.arms import (
     TARGET_ONLY,
     verify_width,
 )
+from ddtree_overlay.bench.attention import backend_text, planned_backend
 from ddtree_overlay.bench.capacity import DRY_RUN_LINE
 from ddtree_overlay.bench.plan import SweepPlan
 from ddtree_overlay.bench.state_memory import memory_entry, shape_of, state_of
@@ -105,6 +106,15 @@ def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
     return memory
 
 
+def attention_backends(plan: SweepPlan) -> list[dict[str, Any]]:
+    """Each planned attention backend (`bench.attention`), in prose, with the groups that ask for
+    it, in plan order."""
+    groups: dict[str, list[str]] = {}
+    for group in plan.groups:
+        groups.setdefault(planned_backend(group.engine), []).append(group.name)
+    return [{"backend": backend, "text": backend_text(backend), "groups": names} for backend, names in groups.items()]
+
+
 def describe_plan(plan: SweepPlan) -> dict[str, Any]:
     """JSON-ready summary: the groups, every engine run in order (the primer first, tagged), the
     estimates, and on a hybrid target DDTREE's state mode, each group's verify state and, with
@@ -125,6 +135,7 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
                 "name": g.name,
                 **g.arm.row(),
                 "engine": dict(g.engine),
+                "attention_backend": planned_backend(g.engine),
                 "cells": [c.name for c in g.cells],
                 "estimated_s": round(first_runs[g.name].est_s),
                 "expected_to_fit": any(f for r, f in timed if r.group.name == g.name and r.repeat == 1),
@@ -143,6 +154,7 @@ def describe_plan(plan: SweepPlan) -> dict[str, Any]:
             }
             for r, fit in fits
         ],
+        "attention_backends": attention_backends(plan),
         "hybrid_state": plan.config.hybrid_state if plan.setting.hybrid else None,
         "state_memory": state_memory(plan),
         "capacity": DRY_RUN_LINE if plan.setting.hybrid and any(g.arm.algorithm == DDTREE for g in plan.groups) else None,

@@ -27,12 +27,14 @@ PROMPTS_FILE = "prompts.json"  # the chat prompts' token ids, in a run's --out
 def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
     """The config a bench report records (its ``config``), as the plan that made it read it:
     lists as tuples, the schedule from its flag text, absent fields (older reports) at their
-    defaults, but for the primer, which they did not run, and DDTREE's hybrid state, which was
-    the snapshot one before reports recorded it."""
+    defaults, but for the primer, which they did not run, DDTREE's hybrid state, which was
+    the snapshot one before reports recorded it, and the baseline arms' attention backend, which
+    was every arm's one before."""
     known = {f.name for f in dataclasses.fields(BenchConfig)}
     values = {key: tuple(v) if isinstance(v, list) else v for key, v in raw.items() if key in known}
     values.setdefault("primer", False)
     values.setdefault("hybrid_state", SNAPSHOT)
+    values.setdefault("baseline_attention_backend", values.get("attention_backend", BenchConfig.attention_backend))
     schedule = values.get("budget_schedule")
     if isinstance(schedule, str):
         values["budget_schedule"] = BudgetPolicy.parse_schedule(schedule).schedule if schedule else ()

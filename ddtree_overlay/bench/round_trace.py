@@ -52,6 +52,8 @@ from ddtree_overlay.bench.settings import SETTINGS, Setting, make_setting
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
 from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment, requests_at_once
 
+# Every arm on DDTREE's backend, the baselines too (the bench gives them SGLang's default,
+# `bench.attention`): the traces set the arms' kernels side by side on one backend.
 BASE = {**BASE_ENGINE, "attention_backend": "triton", "disable_prefill_cuda_graph": True}
 
 

@@ -5,8 +5,8 @@ the chat template and enable_thinking the reference code rendered them with are 
 run's max new tokens and temperature; a request also ends at the target's EOS, where the
 reference code stops. One engine per method the run recorded: target-only (at T = 0 with the
 bench's margins cell, the target's top1 - top2 margins), DFLASH, and DDTREE at each recorded
-budget, every engine with the bench's settings (triton attention, decode CUDA graphs, no
-prefill graphs). Batch 1: one request at a time, as the reference code decodes, so each
+budget, every engine with the bench's settings (triton attention, the baselines' too, decode
+CUDA graphs, no prefill graphs). Batch 1: one request at a time, as the reference code decodes, so each
 prompt's acceptance is comparable with the run's.
 """
 
@@ -33,6 +33,7 @@ def replay_config(run: OfflineRun) -> BenchConfig:
         only=tuple(arm_of(key).name for key in run.method_keys),
         stop_at_eos=True,
         primer=False,  # outputs and acceptance are compared, not speed
+        baseline_attention_backend="triton",  # every engine on DDTREE's backend: one set of numerics
         hybrid_state=hybrid_state_from_env(),  # the engines inherit the switch, as the bench's do
     )
 

@@ -21,8 +21,9 @@ NEW = 9
 
 def small_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
     setting = settings.make_setting("fixture", scratch=tmp_path)
+    # every arm on one attention backend: tables without an attention column
     defaults = {"budgets": (8, 32), "batch_sizes": (1, 2), "temperatures": (0.0, 1.0),
-                "max_new_tokens": NEW, "prompts_per_cell": PROMPTS}
+                "max_new_tokens": NEW, "prompts_per_cell": PROMPTS, "baseline_attention_backend": "triton"}
     return bp.plan_sweep(setting, bp.BenchConfig(**(defaults | config)))
 
 

@@ -35,13 +35,10 @@ def test_default_sweep_has_one_engine_per_algorithm_budget_and_scheduling(tmp_pa
     assert len(plan.cells) == 10 * 6 + 1  # plus target-only's margins cell
 
 
-def test_every_arm_uses_the_same_backend_and_cuda_graph_settings(tmp_path: Path) -> None:
-    plan = fixture_plan(tmp_path, attention_backend="flashinfer")
-    shared = {
-        (g.engine["attention_backend"], tuple(g.engine["cuda_graph_bs_decode"]), g.engine["disable_prefill_cuda_graph"])
-        for g in plan.groups
-    }
-    assert shared == {("flashinfer", (1, 2, 4, 8, 16), True)}
+def test_every_arm_uses_the_same_cuda_graph_settings(tmp_path: Path) -> None:
+    plan = fixture_plan(tmp_path)
+    shared = {(tuple(g.engine["cuda_graph_bs_decode"]), g.engine["disable_prefill_cuda_graph"]) for g in plan.groups}
+    assert shared == {((1, 2, 4, 8, 16), True)}
     assert not any("disable_cuda_graph" in g.engine for g in plan.groups)
     by_name = {g.name: g.engine for g in plan.groups}
     assert "speculative_algorithm" not in by_name["target-only"]
@@ -51,6 +48,24 @@ def test_every_arm_uses_the_same_backend_and_cuda_graph_settings(tmp_path: Path)
     assert by_name["ddtree-b64"]["speculative_algorithm"] == "DDTREE"
     assert by_name["ddtree-b64"]["speculative_ddtree_budget"] == 64
     assert "disable_overlap_schedule" not in by_name["ddtree-b64"]
+
+
+def test_ddtree_arms_run_their_backend_and_the_others_sglangs_default_or_the_one_asked_for(tmp_path: Path) -> None:
+    setting = settings.make_setting("hybrid", scratch=tmp_path, eagle3_draft=tmp_path)
+    baselines = ["target-only", "dflash", "dflash-no-overlap", "nextn", "eagle3"]
+
+    def backends(**config) -> dict[str, str | None]:
+        plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,), primer=False, **config))
+        return {g.name: g.engine.get("attention_backend") for g in plan.groups}
+
+    # auto: the engine is given no backend, and SGLang picks its default for the GPU
+    assert backends() == dict.fromkeys(baselines) | {"ddtree-b8": "triton"}
+    assert backends(attention_backend="flashinfer", baseline_attention_backend="triton") == (
+        dict.fromkeys(baselines, "triton") | {"ddtree-b8": "flashinfer"}
+    )
+    assert backends(baseline_attention_backend="fa3", ddtree_no_overlap=True, chain_control=True) == (
+        dict.fromkeys(baselines, "fa3") | dict.fromkeys(["ddtree-b8", "ddtree-b8-no-overlap", "ddtree-b15-chain"], "triton")
+    )
 
 
 def test_tp_size_reaches_every_engine_and_defaults_to_one_gpu(tmp_path: Path) -> None:

@@ -17,7 +17,8 @@ from ddtree_overlay.commands.bench import without_algorithm
 
 def fixture_plan(tmp_path: Path, **config: Any) -> bp.SweepPlan:
     setting = settings.make_setting("fixture", scratch=tmp_path)
-    defaults = {"budgets": (8, 32), "batch_sizes": (2, 1), "temperatures": (1.0, 0.0)}
+    # every arm on one attention backend: tables without an attention column
+    defaults = {"budgets": (8, 32), "batch_sizes": (2, 1), "temperatures": (1.0, 0.0), "baseline_attention_backend": "triton"}
     return bp.plan_sweep(setting, bp.BenchConfig(**(defaults | config)))
 
 

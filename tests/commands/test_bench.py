@@ -158,8 +158,8 @@ def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:
     assert lines[0].startswith("bench plan (fixture, 256 new tokens): 7 engines")
     assert lines[1].split() == ["1.", "target-only", "repeat", "1", "7", "cells", "~164", "s"]
     assert lines[5].split()[:4] == ["5.", "ddtree-b8", "repeat", "2"]  # round 2 starts with round 1's last
-    assert lines[7].split()[:4] == ["7.", "dflash", "repeat", "2"] and lines[8].startswith("results would go to")
-    assert [line for line in lines[1:] if "target-only" in line] == [lines[1]]  # one engine start
+    assert lines[7].split()[:4] == ["7.", "dflash", "repeat", "2"] and lines[9].startswith("results would go to")
+    assert [line for line in lines[1:8] if "target-only" in line] == [lines[1]]  # one engine start
     # 164 + 3 x 80 s in round 1, then 80 s each: the 10-minute box cuts round 2's last engine
     assert lines[7].endswith("(expected to be cut by --max-minutes)") and not lines[6].endswith(")")
     assert "leaves out: dflash (repeat 2) (the runner" in text.stderr and "target-only" not in text.stderr

@@ -47,19 +47,24 @@ def dry_run(*args: str, env_vars: dict[str, str] | None = None) -> Any:
 
 def test_a_hybrid_target_with_an_mtp_head_gets_a_nextn_arm() -> None:
     args = (*PAIR, "--budgets", "32", "--batch-sizes", "1,64", "--temperatures", "0")
-    # flashinfer: NEXTN with overlap scheduling, as on any target
-    done, envelope = dry_run(*args, "--attention-backend", "flashinfer")
+    # SGLang's default backend (fa3 on Hopper, not triton): NEXTN with overlap scheduling
+    done, envelope = dry_run(*args)
     assert done.returncode == 0, done.stderr
     groups = {g["name"]: g for g in envelope["data"]["plan"]["groups"]}
     assert list(groups) == ["target-only", "dflash", "dflash-no-overlap", "nextn", "ddtree-b32"]
     engine = groups["nextn"]["engine"]
     assert engine["speculative_algorithm"] == "NEXTN" and "disable_overlap_schedule" not in engine
+    assert "attention_backend" not in engine and groups["nextn"]["attention_backend"] == "auto"
     assert engine["speculative_draft_model_path"] == str(HYBRID / "target")  # SGLang loads the MTP head there
     chain = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
     assert [engine[key] for key in chain] == [3, 1, 4]
     assert all(g["engine"]["max_running_requests"] == 64 for g in groups.values())  # past SGLang's 48
+    # flashinfer: with overlap scheduling, as on any target
+    done, envelope = dry_run(*args, "--baseline-attention-backend", "flashinfer")
+    assert done.returncode == 0, done.stderr
+    assert "nextn" in {g["name"] for g in envelope["data"]["plan"]["groups"]}
     # triton, in an env whose sglang release is not known (none here): without overlap scheduling
-    done, envelope = dry_run(*args)
+    done, envelope = dry_run(*args, "--baseline-attention-backend", "triton")
     assert done.returncode == 0, done.stderr
     groups = {g["name"]: g for g in envelope["data"]["plan"]["groups"]}
     assert list(groups) == ["target-only", "dflash", "dflash-no-overlap", "nextn-no-overlap", "ddtree-b32"]
@@ -72,7 +77,8 @@ def test_nextn_with_overlap_on_a_hybrid_target_is_refused_for_the_releases_that_
 ) -> None:
     """The env holds stock sglang 0.5.14: its overlap EAGLE worker overflows the triton tree-mask
     buffer on a hybrid target (bench.nextn_overlap)."""
-    base = ("bench", "--env", str(pristine_sglang_env), "--dry-run", *PAIR, "--budgets", "32")
+    base = ("bench", "--env", str(pristine_sglang_env), "--dry-run", *PAIR, "--budgets", "32",
+            "--baseline-attention-backend", "triton")
     done = run_cli(*base, "--only", "nextn")
     assert done.returncode == ExitCode.USAGE
     first = done.stderr.splitlines()[0]
