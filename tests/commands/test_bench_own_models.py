@@ -224,7 +224,7 @@ def test_nextn_without_overlap_runs_so_and_survives_reanalysis(tmp_path: Path, f
     setting = settings.make_setting("hybrid", scratch=tmp_path / "models")
     why = crash_reason(hybrid=setting.hybrid, attention_backend="triton", sglang_version="0.5.14")
     config = bp.BenchConfig(budgets=(8,), batch_sizes=(2,), temperatures=(0.0,), max_new_tokens=9, prompts_per_cell=2,
-                            primer=False, only=("dflash", "nextn-no-overlap"))
+                            primer=False, only=("dflash", "nextn-no-overlap"), baseline_attention_backend="triton")
     plan = bp.plan_sweep(replace(setting, nextn_without_overlap=why), config)
     out = tmp_path / "out"
     report = supervision.run_bench(Path(sys.executable), plan, out, context={"gpu": "fake", "sglang": "0.5.14"},
