@@ -41,8 +41,21 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/speculative/ddtree_cuda_graph_runner.py",
         "sglang/srt/speculative/ddtree_verify_attention.py",
         "sglang/srt/speculative/ddtree_warmup.py",
+        "sglang/srt/speculative/ddtree_kv_move.py",
     )
     assert patch_set.expectation("sglang/srt/speculative/ddtree_utils.py").pre_sha256 is None
+
+
+def test_every_payload_module_is_installed_by_every_manifest_and_every_shim_by_one() -> None:
+    """A module added under overlay/ without its [[new_file]] entry applies cleanly and then
+    fails at import on the GPU host."""
+    sources = {m: {f.source for f in load_patch_set(m).new_files} for m in sorted((REPO_ROOT / "manifests").glob("*.toml"))}
+    payload = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "overlay" / "sglang").rglob("*.py")}
+    shims = {p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "overlay" / "shims").rglob("*.py")}
+    assert payload and shims
+    for manifest, installed in sources.items():
+        assert payload <= installed, (manifest.name, sorted(payload - installed))
+    assert shims <= set().union(*sources.values())
 
 
 @pytest.mark.parametrize("raw", ["../x", "/abs", "a/../../b", '"quoted"', "a\\b"])
