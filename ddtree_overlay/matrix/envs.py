@@ -46,6 +46,10 @@ CLOSURE_REQUIREMENTS = (
     "pybase64", "pydantic", "pyzmq", "requests", "sentencepiece", "setproctitle", "starlette",
     "tqdm", "transformers", "uvicorn", "xgrammar",
 )
+# Bounds on the base's own copies: every release pins its transformers in its pins layer, but
+# from 5.25 the base's would bring Hugging Face's `kernels`, which the releases' older
+# transformers import as an optional integration and fail on at import.
+BASE_BOUNDS = ("transformers<5.25",)
 WHEEL_PLATFORM = "manylinux_2_34_x86_64"
 STEP_TIMEOUT_S = 1800
 
@@ -126,13 +130,13 @@ class BaseEnv:
         if self._ready is not None:
             return self._ready
         marker = self.root / ".ddtree-matrix-complete"
-        wanted = "\n".join(_base_requirements()) + "\n"
+        wanted = "\n".join([*_base_requirements(), *BASE_BOUNDS]) + "\n"
         if not (marker.exists() and marker.read_text() == wanted):
             shutil.rmtree(self.root, ignore_errors=True)
             make_venv(self.root)
             python = self.root / "bin" / "python"
             constraints = self.root / "constraints.txt"
-            constraints.write_text(f"torch=={MATRIX_TORCH}\ntriton=={MATRIX_TRITON}\n")
+            constraints.write_text("".join(f"{c}\n" for c in (f"torch=={MATRIX_TORCH}", f"triton=={MATRIX_TRITON}", *BASE_BOUNDS)))
             pip(["--python", str(python), "install", "-c", str(constraints), *_base_requirements()],
                 what="install the matrix base env", progress=progress, timeout=STEP_TIMEOUT_S)
             pip(["--python", str(python), "install", "--no-deps", f"torchvision=={MATRIX_TORCHVISION}"],
@@ -146,6 +150,7 @@ class BaseEnv:
             "torch": MATRIX_TORCH, "triton": MATRIX_TRITON, "torchvision": MATRIX_TORCHVISION,
             "python": ".".join(map(str, sys.version_info[:3])),
             "closure_requirements": list(CLOSURE_REQUIREMENTS),
+            "bounds": list(BASE_BOUNDS),
         }
 
 

@@ -69,7 +69,8 @@ def _markdown_notes(report: dict[str, Any]) -> list[str]:
         "",
         f"- One cached base env: CPU torch {base['torch']}, triton {base['triton']} (torch's own pin),",
         f"  torchvision {base['torchvision']} installed without dependencies, and the unpinned packages",
-        f"  the import closure needs: {', '.join(base['closure_requirements'])}.",
+        f"  the import closure needs: {', '.join(base['closure_requirements'])}"
+        + (f" (the base's own held to {', '.join(base['bounds'])})." if base.get("bounds") else "."),
         "- Per release, a cached env with that release's own `==` pins of those packages (resolved by",
         "  pip over the base), and the scratch venv holding the release's wheel itself.",
         "- Not the release's torch: every row names the torch it pins; the import ran on "
