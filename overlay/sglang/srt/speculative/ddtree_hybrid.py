@@ -388,8 +388,8 @@ def concurrency_problem(model_runner, commit: RecurrentStateCommit, *, block_siz
     verify state (snapshots, or in flat mode conv windows + stashed inputs; one per verify token
     per request, plus flat mode's branch scratch per request) from one budget, then caps the
     concurrency to what that budget holds; DDTREE refuses to start with fewer requests than
-    were asked for, unless told to serve the cap (`check_concurrency`). In snapshot mode the message also points to the default flat state, which
-    keeps no SSM snapshots."""
+    were asked for, unless told to serve the cap (`check_concurrency`). In snapshot mode the
+    message also points to the default flat state, which keeps no SSM snapshots."""
     requested = getattr(model_runner.server_args, "max_running_requests", None)
     fitted = int(model_runner.max_running_requests)
     mamba_ratio = getattr(model_runner, "_calculate_mamba_ratio", None)
