@@ -42,6 +42,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_cuda_graph_runner",
     "sglang.srt.speculative.ddtree_verify_attention",
     "sglang.srt.speculative.ddtree_warmup",
+    "sglang.srt.speculative.ddtree_kv_move",
 ]
 
 
