@@ -70,6 +70,12 @@ def versus_backends(groups: Sequence[Mapping[str, Any]]) -> str | None:
     return ", ".join(f"{' and '.join(algorithms)} on {backend_text(backend)}" for backend, algorithms in on.items())
 
 
+def backend_cells(backends: Mapping[str, str] | None, rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """A table row's attention cell for the arm of ``rows`` (report rows naming their group), from
+    ``backends`` (`arm_backends`); no cell where the arms ran one backend."""
+    return [backend_text(backends[next(iter(rows))["group"]])] if backends else []
+
+
 def backend_text(backend: str, quote: str = "") -> str:
     """``backend`` in prose, its name between ``quote``s: `AUTO` as SGLang's default."""
     return AUTO_TEXT if backend == AUTO else f"{quote}{backend}{quote}"

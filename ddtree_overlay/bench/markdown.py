@@ -38,13 +38,13 @@ def throughput_table(report: Mapping[str, Any]) -> str:
     """Arms x (T, batch): output tokens/s, with x target-only (and x DFLASH for DDTREE)."""
     columns = _columns(report)
     backends = attention.arm_backends(report["groups"])
-    head = "| arm | " + ("attention | " if backends else "") + " | ".join(f"T={t:g} bs={bs}" for t, bs in columns) + " |"
-    lines = [head, "|---" * (len(columns) + 1 + bool(backends)) + "|"]
+    head = ["arm", *(["attention"] if backends else []), *(f"T={t:g} bs={bs}" for t, bs in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     by_arm: dict[str, dict[tuple[float, int], Mapping[str, Any]]] = {}
     for row in report["cells"]:
         by_arm.setdefault(Arm.of_row(row).label, {})[(float(row["temperature"]), int(row["batch_size"]))] = row
     for label, cells in by_arm.items():
-        texts = [attention.backend_text(backends[next(iter(cells.values()))["group"]])] if backends else []
+        texts = attention.backend_cells(backends, cells.values())
         for key in columns:
             row = cells.get(key)
             if row is None or row["status"] != "ok":

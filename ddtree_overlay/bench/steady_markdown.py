@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddtree_overlay.bench.arms import Arm
-from ddtree_overlay.bench.attention import backend_text
+from ddtree_overlay.bench.attention import backend_cells
 from ddtree_overlay.bench.policy_markdown import policy_lines
 
 DASH = "\u2013"
@@ -45,10 +45,10 @@ def steady_table(steady: Mapping[str, Any], backends: Mapping[str, str] | None =
     by_arm: dict[str, dict[tuple[float, int], Mapping[str, Any]]] = {}
     for row in steady["rows"]:
         by_arm.setdefault(Arm.of_row(row).label, {})[(float(row["temperature"]), int(row["concurrency"]))] = row
-    head = "| arm | " + ("attention | " if backends else "") + " | ".join(f"T={t:g} c={c}" for t, c in columns) + " |"
-    lines = [head, "|---" * (len(columns) + 1 + bool(backends)) + "|"]
+    head = ["arm", *(["attention"] if backends else []), *(f"T={t:g} c={c}" for t, c in columns)]
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for label, cells in by_arm.items():
-        texts = [backend_text(backends[next(iter(cells.values()))["group"]])] if backends else []
+        texts = backend_cells(backends, cells.values())
         texts += [_cell_text(cells[key]) if key in cells else DASH for key in columns]
         lines.append(f"| {label} | " + " | ".join(texts) + " |")
     return "\n".join(lines)

@@ -50,6 +50,7 @@ CLOSURE_REQUIREMENTS = (
 # from 5.25 the base's would bring Hugging Face's `kernels`, which the releases' older
 # transformers import as an optional integration and fail on at import.
 BASE_BOUNDS = ("transformers<5.25",)
+TORCH_PINS = (f"torch=={MATRIX_TORCH}", f"triton=={MATRIX_TRITON}")  # every layer's constraints
 WHEEL_PLATFORM = "manylinux_2_34_x86_64"
 STEP_TIMEOUT_S = 1800
 
@@ -136,7 +137,7 @@ class BaseEnv:
             make_venv(self.root)
             python = self.root / "bin" / "python"
             constraints = self.root / "constraints.txt"
-            constraints.write_text("".join(f"{c}\n" for c in (f"torch=={MATRIX_TORCH}", f"triton=={MATRIX_TRITON}", *BASE_BOUNDS)))
+            constraints.write_text("".join(f"{c}\n" for c in (*TORCH_PINS, *BASE_BOUNDS)))
             pip(["--python", str(python), "install", "-c", str(constraints), *_base_requirements()],
                 what="install the matrix base env", progress=progress, timeout=STEP_TIMEOUT_S)
             pip(["--python", str(python), "install", "--no-deps", f"torchvision=={MATRIX_TORCHVISION}"],
@@ -155,7 +156,7 @@ class BaseEnv:
 
 
 def _base_requirements() -> list[str]:
-    return [f"torch=={MATRIX_TORCH}", f"triton=={MATRIX_TRITON}", *CLOSURE_REQUIREMENTS]
+    return [*TORCH_PINS, *CLOSURE_REQUIREMENTS]
 
 
 def ensure_pins_env(pins: dict[str, str], base: BaseEnv, cache: Path, progress: Progress = QUIET) -> Path:
@@ -170,7 +171,7 @@ def ensure_pins_env(pins: dict[str, str], base: BaseEnv, cache: Path, progress: 
         _link_layers(root, [base.ensure()])
         if pins:
             constraints = root / "constraints.txt"
-            constraints.write_text(f"torch=={MATRIX_TORCH}\ntriton=={MATRIX_TRITON}\n")
+            constraints.write_text("".join(f"{c}\n" for c in TORCH_PINS))
             pip(["--python", str(root / "bin" / "python"), "install", "-c", str(constraints),
                  *(f"{n}=={v}" for n, v in sorted(pins.items()))],
                 what=f"install the release pins {key}", progress=progress, timeout=STEP_TIMEOUT_S)
