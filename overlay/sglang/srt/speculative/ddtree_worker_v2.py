@@ -116,9 +116,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self.accept_width = self.budget_policy.accept_width(self.block_size)
         self.vocab_size = int(self.target_worker.model_runner.model_config.vocab_size)
         self.recurrent_state = None  # set by init_attention_backends on hybrid targets
-        self.move_accepted_kv = accepted_kv_mover(
-            self.target_worker.model_runner.token_to_kv_pool_allocator.get_kvcache()
-        )
+        self.move_accepted_kv = None  # set by init_attention_backends, once the pools exist
         tp_group = get_tp_group()
         # Under TP the target lm_head holds one vocabulary shard per rank.
         self._vocab_parallel_group = tp_group.device_group if tp_group.world_size > 1 else None
@@ -131,10 +129,6 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         # SGLANG_DDTREE_VERIFY_ATTENTION=splitkv: the target's triton backend takes the
         # tail-only [bs, N, N] mask (ddtree_verify_attention); otherwise the FULL layout.
         self.tail_mask = tail_mask_requested()
-        if self.tail_mask:
-            problem = wired_problem(self.target_worker.model_runner.attn_backend)
-            if problem is not None:
-                raise ValueError(problem)
         self.tree_graphs = None  # set by init_cuda_graphs
         self.tp_tree_graphs = None  # (top-K pieces, combine + tree) under TP
         self.commit_graphs = None
@@ -153,7 +147,14 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             )
 
     def init_attention_backends(self):
-        # The scheduler sets up the target's backends and pools first, so the target is known.
+        # The scheduler sets up the target's pools and backends before this (and after
+        # __init__, where neither exists yet), so the target is known here.
+        model_runner = self.target_worker.model_runner
+        if self.tail_mask:
+            problem = wired_problem(model_runner.attn_backend)
+            if problem is not None:
+                raise ValueError(problem)
+        self.move_accepted_kv = accepted_kv_mover(model_runner.token_to_kv_pool_allocator.get_kvcache())
         self.recurrent_state = self._recurrent_state_commit()
         with draft_width_scope(self):
             super().init_attention_backends()
