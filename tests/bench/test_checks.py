@@ -217,3 +217,14 @@ def test_smoke_captures_decode_graphs_only_for_the_batches_it_reaches(prompts: i
     for arm in plan["arms"]:
         assert arm["engine"]["cuda_graph_bs_decode"] == graphs
         assert arm["sampling"]["max_new_tokens"] == 256
+
+
+def test_the_splitkv_preset_sets_the_switch_on_each_split_kv_engine_only() -> None:
+    arms = {arm.name: arm.runner_arm(128) for arm in check_presets.PRESETS["splitkv"]}
+    split = {name for name, arm in arms.items() if arm.get("env", {}).get("SGLANG_DDTREE_VERIFY_ATTENTION") == "splitkv"}
+    assert split == {name for name in arms if "splitkv" in name}
+    assert {"ddtree-b32", "plain", "plain-t1"} <= set(arms) - split
+    assert arms["ddtree-b32-splitkv"]["engine"]["attention_backend"] == "triton"
+    assert arms["ddtree-b32-splitkv-page16"]["engine"]["page_size"] == 16
+    assert arms["ddtree-adaptive-splitkv"]["env"]["SGLANG_DDTREE_SYNC_DEBUG"] == "error"
+    assert arms["ddtree-b32-splitkv-t1"]["sampling"]["temperature"] == 1.0
