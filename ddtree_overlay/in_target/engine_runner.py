@@ -149,6 +149,14 @@ def requests_at_once(engine) -> int | None:
     return sum(caps) if caps and None not in caps else None
 
 
+def engine_kwargs(plan: dict, engine: dict) -> dict:
+    """The `sglang.Engine` keywords of an arm whose ``engine`` keywords the plan gives."""
+    kwargs = dict(BASE_ENGINE, model_path=plan["target"], **engine)
+    if kwargs.get("speculative_algorithm"):
+        kwargs.setdefault("speculative_draft_model_path", plan["draft"])
+    return kwargs
+
+
 def run_arm(plan: dict, arm: dict) -> dict:
     with environment(arm.get("env", {})):
         return _run_arm(plan, arm)
@@ -157,9 +165,7 @@ def run_arm(plan: dict, arm: dict) -> dict:
 def _run_arm(plan: dict, arm: dict) -> dict:
     import sglang as sgl
 
-    kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))
-    if kwargs.get("speculative_algorithm"):
-        kwargs.setdefault("speculative_draft_model_path", plan["draft"])
+    kwargs = engine_kwargs(plan, arm.get("engine", {}))
     prompts = [p for p in plan["prompts"] for _ in range(int(arm.get("repeat", 1)))]
     sampling = dict({"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True}, **arm.get("sampling", {}))
     gen_extra = {"return_logprob": True, "top_logprobs_num": 2} if arm.get("top2") else {}
@@ -605,9 +611,7 @@ def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
 
 
 def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path) -> bool:
-    kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))
-    if kwargs.get("speculative_algorithm"):
-        kwargs.setdefault("speculative_draft_model_path", plan["draft"])
+    kwargs = engine_kwargs(plan, arm.get("engine", {}))
     engine_record = dict(_engine_base(arm), engine=arm.get("engine", {}), ok=False)
     since = time.time()
     pending = list(arm["cells"])
