@@ -24,6 +24,10 @@ Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
 `async_generate` (one request, not streamed) runs on the engine's own event loop, `loop`, as
 SGLang's does. `start_profile` and `stop_profile` (round_trace's torch-profiler trace) write no
 trace.
+
+`install_fake_fa3_env` writes the other stand-in, for the FA3 check before any engine starts
+(`bench.fa3_check`): an sgl_kernel with or without FA3 and an sglang whose `ServerArgs` picks
+the default attention backend.
 """
 
 from __future__ import annotations
@@ -142,4 +146,40 @@ def install_fake_sglang(root: Path) -> Path:
     package = root / "sglang"
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text(FAKE_SGLANG)
+    return root
+
+
+FAKE_SERVER_ARGS = r'''
+import os
+
+
+class ServerArgs:
+    """SGLang's default attention backend as 0.5.14 picks it for these targets: fa3 on Hopper
+    (compute capability 9.x, from FAKE_CAPABILITY), else flashinfer."""
+
+    def __init__(self, **kwargs):
+        if "FAKE_SERVER_ARGS_ERROR" in os.environ:
+            raise ValueError(os.environ["FAKE_SERVER_ARGS_ERROR"])
+        hopper = os.environ.get("FAKE_CAPABILITY", "9.0").split(".")[0] == "9"
+        self.attention_backend = kwargs.get("attention_backend") or ("fa3" if hopper else "flashinfer")
+'''
+
+
+def install_fake_fa3_env(root: Path, *, flash_ops: bool, sgl_kernel: bool = True) -> Path:
+    """A stand-in sgl_kernel (with its FA3 extension ``flash_ops`` or without; importing the
+    package itself fails, as loading CUDA libraries on a machine without a GPU would) and an
+    sglang whose `ServerArgs` resolves the default backend (`FAKE_SERVER_ARGS`), under ``root``;
+    put ``root`` on PYTHONPATH to use them."""
+    if sgl_kernel:
+        kernel = root / "sgl_kernel"
+        kernel.mkdir(parents=True, exist_ok=True)
+        (kernel / "__init__.py").write_text('raise ImportError("libcuda.so.1: cannot open shared object file")\n')
+        if flash_ops:
+            (kernel / "flash_ops.py").write_text("")
+    srt = root / "sglang" / "srt"
+    (srt / "plugins").mkdir(parents=True, exist_ok=True)
+    (root / "sglang" / "__init__.py").write_text("")
+    (srt / "__init__.py").write_text("")
+    (srt / "plugins" / "__init__.py").write_text("def load_plugins():\n    pass\n")
+    (srt / "server_args.py").write_text(FAKE_SERVER_ARGS)
     return root

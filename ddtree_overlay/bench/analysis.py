@@ -5,12 +5,12 @@ Inputs are the records (`records.read_records`), the sweep plan, and the offline
 decoder's JSON per algorithm; the output is the report dict (`analyse`) that `markdown` and
 `plots` render. With `--repeats` N > 1 a cell's tok/s and wall ms/step are the medians over the
 repeats it got, and every table, speedup, `fastest_modes` entry and plot uses them; its other
-fields (acceptance, round split) are the median repeat's. A repeat that failed fails the cell.
+fields (acceptance, round split) are the median repeat's. A repeat that failed fails the cell;
+one whose engine was compiling during the timed decode is left out (`bench.repeats`).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +28,7 @@ from ddtree_overlay.bench.attention import planned_backend, ran_backend
 from ddtree_overlay.bench.correctness import judge
 from ddtree_overlay.bench.plan import PRIMER, Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
+from ddtree_overlay.bench.repeats import combine_repeats, compiling_notes, repeat_rates
 from ddtree_overlay.bench.steady import steady_state
 
 REPORT_VERSION = 1
@@ -155,42 +156,6 @@ def cell_metrics(
     return row
 
 
-def _median(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return statistics.median(present) if present else None
-
-
-def combine_repeats(repeats: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One cell's row from its `cell_metrics` row per repeat (each with its ``repeat``).
-
-    A repeat that failed fails the cell. Otherwise the row is the median repeat's (by tok/s; of
-    two middle ones the slower), with tok_per_s and step_ms the medians over every repeat
-    measured; ``repeats`` lists each repeat's outcome and values, ``measured_repeats`` counts
-    those that ran.
-    """
-    ok = [r for r in repeats if r["status"] == "ok"]
-    failed = [r for r in repeats if r["status"] == "failed"]
-    if failed:
-        row = dict(failed[0])
-        if len(repeats) > 1:
-            row["reason"] = f"repeat {row['repeat']}: {row['reason']}"
-    elif ok:
-        timed = sorted((r for r in ok if r.get("tok_per_s") is not None), key=lambda r: r["tok_per_s"])
-        row = dict(timed[(len(timed) - 1) // 2] if timed else ok[0])
-        row["median_repeat"] = row["repeat"]
-        row["tok_per_s"] = _median(r.get("tok_per_s") for r in ok)
-        row["step_ms"] = _median(r.get("step_ms") for r in ok)
-    else:
-        row = dict(next((r for r in repeats if r["status"] == "skipped"), repeats[0]))
-    del row["repeat"]
-    row["repeats"] = [
-        {key: r.get(key) for key in ("repeat", "status", "reason", "tok_per_s", "step_ms", "host")}
-        for r in repeats
-    ]
-    row["measured_repeats"] = len(ok)
-    return row
-
-
 def _speedups(rows: list[dict[str, Any]]) -> None:
     def base(algorithm: str, overlap: bool = True) -> dict[tuple[int, float], float]:
         return {
@@ -266,11 +231,6 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         worst = _worst_case(arm_rows[best], [r for r in here if r["algorithm"] == DFLASH])
         columns.append(column | ({"worst_case": worst} if worst else {}))
     return columns
-
-
-def repeat_rates(row: Mapping[str, Any]) -> list[float]:
-    """A cell's tok/s in each repeat that measured it."""
-    return [e["tok_per_s"] for e in row.get("repeats") or () if e.get("status") == "ok" and e.get("tok_per_s")]
 
 
 def _worst_case(ddtree: Mapping[str, Any], dflash: Sequence[Mapping[str, Any]]) -> dict[str, float] | None:
@@ -416,7 +376,7 @@ def analyse(
     short = [
         f"{r['name']} ({r['measured_repeats']} of {len(planned[r['name']])})"
         for r in rows
-        if 0 < r["measured_repeats"] < len(planned.get(r["name"], ()))
+        if r["measured_repeats"] and r["measured_repeats"] + r["compiling_repeats"] < len(planned.get(r["name"], ()))
     ]
     if short:
         notes.append(
@@ -433,6 +393,7 @@ def analyse(
             f"the repeats of {len(spread)} cell(s) differ by more than {REPEAT_SPREAD - 1:.0%} in tok/s "
             f"(engine-to-engine spread: quote the worst case): {', '.join(spread)}"
         )
+    notes += compiling_notes(rows, repeats)
     primer = primer_row(plan, engines)
     notes += engine_notes(plan, primer)
     ddtree_ok = [r for r in rows if r["algorithm"] == DDTREE and r["status"] == "ok"]

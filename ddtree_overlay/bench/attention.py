@@ -8,7 +8,8 @@ picks its own default for the GPU, as a DFLASH service does. In 0.5.14
 with a top-k above 1), trtllm_mha on Blackwell for most, else flashinfer where it is installed,
 else triton. The parent process's `ServerArgs.__post_init__` resolves it before the engine
 starts, so the runner records what each engine ran (`engine.server_args.attention_backend`,
-`in_target/engine_runner`).
+`in_target/engine_runner`). Where the env's sgl_kernel has no FA3, `bench.fa3_check` resolves
+it the same way before any engine starts, and refuses a sweep that would run fa3.
 
 A report names the backend per arm where its arms ran more than one (`arm_backends`); where they
 ran one, the report's Engines line names it for every arm.

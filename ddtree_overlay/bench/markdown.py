@@ -10,6 +10,7 @@ from ddtree_overlay.bench import attention
 from ddtree_overlay.bench.analysis import STAGES
 from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy
 from ddtree_overlay.bench.capacity import served_fewer_notes
+from ddtree_overlay.bench.compiling import rate_text
 from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
 from ddtree_overlay.bench.plan import capture_batch_sizes
 from ddtree_overlay.bench.policy_markdown import policy_lines
@@ -144,7 +145,7 @@ def host_table(report: Mapping[str, Any]) -> str | None:
             allowed = (host.get("processes") or [{}])[0].get("cpus") or DASH
             load = " → ".join(f"{v:.2f}" for v in host["load1"])
             lines.append(
-                f"| {row['name']} | {run['repeat']} | {_fmt(run.get('tok_per_s'), '.0f')} | "
+                f"| {row['name']} | {run['repeat']} | {rate_text(run)} | "
                 f"{_fmt(run.get('step_ms'))} | {load} | {_fmt(host.get('busy_cores'))} of {host['cpus']} | "
                 f"{process} | {others} | {allowed} |"
             )
@@ -190,14 +191,8 @@ def _lossless_text(row: Mapping[str, Any]) -> str:
 
 
 def _per_repeat_text(row: Mapping[str, Any]) -> str:
-    """Each repeat's tok/s in order; a dash where it did not measure the cell."""
-    texts = []
-    for entry in row.get("repeats") or ():
-        if entry["status"] == "ok":
-            texts.append(_fmt(entry.get("tok_per_s"), ".0f"))
-        else:
-            texts.append("failed" if entry["status"] == "failed" else DASH)
-    return ", ".join(texts) or DASH
+    """Each repeat's tok/s in order (`compiling.rate_text`)."""
+    return ", ".join(rate_text(entry) for entry in row.get("repeats") or ()) or DASH
 
 
 def cells_table(report: Mapping[str, Any]) -> str:

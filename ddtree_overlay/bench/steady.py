@@ -6,7 +6,9 @@ counts the tokens emitted in a timed window (`in_target/engine_runner.run_stream
 several engines per arm (``--engines-per-arm``), a cell's tok/s is the median over its engines,
 with the slowest and fastest beside it; ratios between arms are ratios of those medians, and
 the worst case is one arm's slowest engine against the other's fastest. Ratios hold within one
-command only: the same arm moves far more between commands than between its engines.
+command only: the same arm moves far more between commands than between its engines. An engine
+that was compiling during its window (`bench.compiling`) is listed, marked, and left out of the
+cell's median and of every ratio and worst case.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY
+from ddtree_overlay.bench.compiling import compiling_note, window_compiler
 from ddtree_overlay.bench.plan import Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
 
+ALL_COMPILING = "every engine was compiling during its timed window"
 # A window whose requests ran this far below the concurrency asked for did not hold the batch
 # (SGLang capped the running requests, or the clients could not keep up): named in the notes.
 HELD_CONCURRENCY = 0.9
@@ -52,6 +56,7 @@ def _engine_entry(
         "requests": record.get("requests_in_window"),
         "tokens_per_round": completion / rounds if rounds and group.arm.algorithm != TARGET_ONLY else None,
         "host": record.get("host"),
+        "compiling": window_compiler(record.get("host")),
     }
     if group.arm.algorithm == DDTREE and engine is not None:
         entry["profile"] = profile_split(engine.get("profile") or (), record["t_start"], record["t_end"])
@@ -73,12 +78,15 @@ def steady_row(
     profile_split: ProfileSplit,
 ) -> dict[str, Any]:
     """A continuous-batching cell over its engines: median, slowest and fastest tok/s; the
-    median engine's tokens per round, requests running and round split; each engine's entry."""
+    median engine's tokens per round, requests running and round split; each engine's entry.
+    Engines that were compiling in their window count in none of these (``compiling_engines``);
+    where every engine that ran was, the cell's status is "compiling" and it has no tok/s."""
     per_engine = [
         _engine_entry(group, k, records.get((cell.name, k)), engines.get((group.name, k)), profile_split)
         for k in repeats
     ]
-    ok = [e for e in per_engine if e["status"] == "ok"]
+    ran = [e for e in per_engine if e["status"] == "ok"]
+    ok = [e for e in ran if not e["compiling"]]
     failed = [e for e in per_engine if e["status"] == "failed"]
     row: dict[str, Any] = {
         "name": cell.name,
@@ -90,9 +98,12 @@ def steady_row(
         "warmup_s": cell.warmup_s,
         "engines": per_engine,
         "measured_engines": len(ok),
+        "compiling_engines": len(ran) - len(ok),
     }
     if failed:
         return row | {"status": "failed", "reason": f"engine {failed[0]['repeat']}: {failed[0]['reason']}"}
+    if ran and not ok:
+        return row | {"status": "compiling", "reason": ALL_COMPILING}
     if not ok:
         first = per_engine[0] if per_engine else {"status": "not run", "reason": None}
         return row | {"status": first["status"], "reason": first["reason"]}
@@ -163,16 +174,21 @@ def steady_state(
             label = repeat_label(row["name"], entry["repeat"], repeats)
             if entry["status"] == "failed":
                 issues.append(f"{label}: {entry['reason']}")
+            if entry.get("compiling"):
+                notes.append(compiling_note(label, entry))
             running = entry.get("mean_running")
             if entry["status"] == "ok" and running is not None and running < HELD_CONCURRENCY * row["concurrency"]:
                 notes.append(
                     f"{label}: {running:.1f} requests running on average against {row['concurrency']} "
                     "asked for (SGLang capped its running batch, or the host could not keep the stream full)"
                 )
+        if row["status"] == "compiling":
+            notes.append(f"{row['name']}: no tok/s: {ALL_COMPILING}")
     short = [
         f"{row['name']} ({row['measured_engines']} of {len(row['engines'])})"
         for row in rows
-        if row["status"] != "failed" and row["measured_engines"] < len(row["engines"])
+        if row["status"] not in ("failed", "compiling")
+        and row["measured_engines"] + row["compiling_engines"] < len(row["engines"])
     ]
     if short:
         notes.append(

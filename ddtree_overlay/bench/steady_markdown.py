@@ -7,6 +7,7 @@ from typing import Any
 
 from ddtree_overlay.bench.arms import Arm
 from ddtree_overlay.bench.attention import backend_cells
+from ddtree_overlay.bench.compiling import rate_text
 from ddtree_overlay.bench.policy_markdown import policy_lines
 
 DASH = "\u2013"
@@ -55,10 +56,7 @@ def steady_table(steady: Mapping[str, Any], backends: Mapping[str, str] | None =
 
 
 def _per_engine(row: Mapping[str, Any]) -> str:
-    return ", ".join(
-        _fmt(e.get("tok_per_s"), ".0f") if e["status"] == "ok" else ("failed" if e["status"] == "failed" else DASH)
-        for e in row["engines"]
-    ) or DASH
+    return ", ".join(rate_text(e) for e in row["engines"]) or DASH
 
 
 def _host_text(host: Mapping[str, Any] | None) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 from ddtree_overlay.bench import chat_prompts, markdown, plots
 from ddtree_overlay.bench.acceptance_curve import AcceptanceCurve
+from ddtree_overlay.bench.fa3_check import check_fa3
 from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import (
     DDTREE,
@@ -147,7 +148,8 @@ class GpuSweep:
 
 def gpu_sweep(env: EnvInfo, sglang: SglangInstall, plan: SweepPlan) -> GpuSweep | str:
     """``plan`` made ready for ``env``'s GPU (`bench`, and `compare --env`), or why there is
-    no GPU to run it on."""
+    no GPU to run it on; `AttentionBackendMissing` where an arm would run FA3 and the env has
+    none (`bench.fa3_check`)."""
     probe = probe_gpu(env.python)
     if probe["gpu"] is None:
         return probe["error"] or "torch sees no CUDA device"
@@ -158,6 +160,7 @@ def gpu_sweep(env: EnvInfo, sglang: SglangInstall, plan: SweepPlan) -> GpuSweep 
             f"the DDTree overlay is not applied in `{env.requested}`: DDTREE arms skipped "
             f"(run `ddtree-overlay apply --env {env.requested}`)"
         )
+    notes += check_fa3(env.python, plan)
     context = {
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "gpu": probe["gpu"],

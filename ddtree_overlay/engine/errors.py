@@ -36,6 +36,7 @@ class ExitCode(IntEnum):
     BAD_RUN_FILE = 12
     SGLANG_DEPENDENCIES_MISSING = 13
     BAD_PROMPT_FILE = 14
+    ATTENTION_BACKEND_MISSING = 15
     INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
     TERMINATED = 143  # 128 + SIGTERM
 
@@ -59,6 +60,8 @@ EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
     ExitCode.SGLANG_DEPENDENCIES_MISSING: "sglang's own dependencies are missing in the env (not the overlay)",
     ExitCode.BAD_PROMPT_FILE: "a bench prompt file is unreadable or malformed, or its chat prompts cannot be "
     "tokenized with the target's tokenizer",
+    ExitCode.ATTENTION_BACKEND_MISSING: "a bench arm's attention backend is not installed in the env (FA3 without "
+    "sgl_kernel's flash_ops)",
     ExitCode.INTERRUPTED: "interrupted by Ctrl-C (SIGINT); the env was left exactly pristine or applied",
     ExitCode.TERMINATED: "terminated by SIGTERM; the env was left exactly pristine or applied",
 }
@@ -211,6 +214,11 @@ class RunFileInvalid(OverlayError):
 class BadPromptFile(OverlayError):
     exit_code = ExitCode.BAD_PROMPT_FILE
     code = "bad_prompt_file"
+
+
+class AttentionBackendMissing(OverlayError):
+    exit_code = ExitCode.ATTENTION_BACKEND_MISSING
+    code = "attention_backend_missing"
 
 
 class Interrupted(OverlayError):
@@ -766,3 +774,21 @@ def interrupted(signal_name: str, env: Path, outcome: str) -> Interrupted | Term
     """A SIGINT or SIGTERM the transaction finished or undid its step for; ``outcome`` says which."""
     kind = Terminated if signal_name == "SIGTERM" else Interrupted
     return kind(f"{signal_name} received; {outcome}", hint=f"{overlay_command('status', env)} shows the env's state")
+
+
+# AttentionBackendMissing
+
+
+def fa3_not_installed(algorithms: Sequence[str], python: Path, *, default: bool) -> AttentionBackendMissing:
+    """The arms of ``algorithms`` would run FA3, asked for or (``default``) as SGLang's default for
+    the GPU, and the env's sgl_kernel has no FA3 (found before any engine started)."""
+    if len(algorithms) == 1:
+        whose = f"{algorithms[0]}'s attention backend"
+    else:
+        whose = f"the attention backend of {', '.join(algorithms[:-1])} and {algorithms[-1]}"
+    chosen = " (SGLang's default for this GPU)" if default else ""
+    return AttentionBackendMissing(
+        f"{whose} here is fa3{chosen}, but `sgl_kernel` in `{python}` has no `flash_ops` (FA3 is not "
+        "installed): no engine was started",
+        hint="pass --baseline-attention-backend flashinfer or triton",
+    )

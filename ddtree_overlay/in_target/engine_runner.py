@@ -149,6 +149,14 @@ def requests_at_once(engine) -> int | None:
     return sum(caps) if caps and None not in caps else None
 
 
+def engine_kwargs(plan: dict, engine: dict) -> dict:
+    """The `sglang.Engine` keywords of an arm whose ``engine`` keywords the plan gives."""
+    kwargs = dict(BASE_ENGINE, model_path=plan["target"], **engine)
+    if kwargs.get("speculative_algorithm"):
+        kwargs.setdefault("speculative_draft_model_path", plan["draft"])
+    return kwargs
+
+
 def run_arm(plan: dict, arm: dict) -> dict:
     with environment(arm.get("env", {})):
         return _run_arm(plan, arm)
@@ -157,9 +165,7 @@ def run_arm(plan: dict, arm: dict) -> dict:
 def _run_arm(plan: dict, arm: dict) -> dict:
     import sglang as sgl
 
-    kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))
-    if kwargs.get("speculative_algorithm"):
-        kwargs.setdefault("speculative_draft_model_path", plan["draft"])
+    kwargs = engine_kwargs(plan, arm.get("engine", {}))
     prompts = [p for p in plan["prompts"] for _ in range(int(arm.get("repeat", 1)))]
     sampling = dict({"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True}, **arm.get("sampling", {}))
     gen_extra = {"return_logprob": True, "top_logprobs_num": 2} if arm.get("top2") else {}
@@ -186,14 +192,30 @@ def _run_arm(plan: dict, arm: dict) -> dict:
     return result
 
 
-class TimeBox:
-    """Skip what would end past ``deadline``; estimates are rescaled by what was measured."""
+# Warm engine starts of one arm vary between its engines (an H200, 2026-12-04: one DDTREE arm's
+# took 23.4 and 25.4 s): a measured start is padded by this much before an engine is started on it.
+START_SPREAD = 1.2
 
-    def __init__(self, deadline, cold_start_s=0.0):
+
+class TimeBox:
+    """Skip what would end past ``deadline``, judged by what was measured.
+
+    A cell takes what the same cell took in its last measured repeat, else its estimate rescaled
+    by what every cell so far took against its estimate. An engine takes, to start and warm up,
+    what this arm's last engine took, else what the slowest warm engine of any arm took, padded
+    by `START_SPREAD`; the first start (whichever arm it is) compiles kernels, so it is judged by
+    the cold-start estimate and the second by its own estimate. An engine starts only if one of
+    its cells then fits by the same measure the cells are held to: the runner runs its cells in
+    order, each one skipped that no longer fits, so an engine started serves at least one.
+    """
+
+    def __init__(self, deadline, cold_start_s=0.0, clock=time.time):
         self.deadline = deadline
         self.cold_start_s = cold_start_s
-        self.start_s = None  # the last measured engine start
+        self.clock = clock
         self.starts = 0
+        self.warm_starts = {}  # arm name -> its last engine's seconds to start and warm up
+        self.cell_seconds = {}  # cell name -> its last measured seconds
         self._estimated = 0.0
         self._measured = 0.0
 
@@ -204,25 +226,37 @@ class TimeBox:
         return min(4.0, max(0.25, self._measured / self._estimated))
 
     def fits(self, seconds: float) -> bool:
-        return self.deadline is None or time.time() + seconds <= self.deadline
+        return self.deadline is None or self.clock() + seconds <= self.deadline
+
+    def engine_s(self, arm: dict) -> float:
+        """Seconds ``arm``'s engine will take to start and warm up."""
+        estimate = float(arm.get("est_start_s", 0))
+        if self.starts == 0:
+            return max(estimate, self.cold_start_s)
+        measured = self.warm_starts.get(arm["name"], max(self.warm_starts.values(), default=None))
+        return estimate if measured is None else measured * START_SPREAD
+
+    def cell_s(self, cell: dict) -> float:
+        measured = self.cell_seconds.get(cell["name"])
+        return measured if measured is not None else float(cell.get("est_s", 0)) * self.scale
 
     def fits_engine(self, arm: dict) -> bool:
-        # The first start compiles kernels, whichever arm it is: from the second start on, the
-        # last one measured is the guess.
-        start = float(arm.get("est_start_s", 0))
-        if self.starts == 0:
-            start = max(start, self.cold_start_s)
-        elif self.starts >= 2:
-            start = self.start_s
-        cheapest = min((float(c.get("est_s", 0)) for c in arm["cells"]), default=0.0)
-        return self.fits(start + cheapest * self.scale)  # worth starting if one cell fits
+        cheapest = min((self.cell_s(c) for c in arm["cells"]), default=0.0)
+        return self.fits(self.engine_s(arm) + cheapest)  # worth starting if one cell fits
 
     def fits_cell(self, cell: dict) -> bool:
-        return self.fits(float(cell.get("est_s", 0)) * self.scale)
+        return self.fits(self.cell_s(cell))
 
-    def observe(self, estimated: float, measured: float) -> None:
-        self._estimated += estimated
-        self._measured += measured
+    def engine_ready(self, arm: dict, seconds: float) -> None:
+        """``arm``'s engine started and warmed up in ``seconds``."""
+        if self.starts:
+            self.warm_starts[arm["name"]] = seconds
+        self.starts += 1
+
+    def cell_done(self, cell: dict, seconds: float) -> None:
+        self.cell_seconds[cell["name"]] = seconds
+        self._estimated += float(cell.get("est_s", 0))
+        self._measured += seconds
 
 
 def _emit(out_path: str, tag: str, record: dict, keys: tuple) -> None:
@@ -577,9 +611,7 @@ def run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox) -> bool:
 
 
 def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path) -> bool:
-    kwargs = dict(BASE_ENGINE, model_path=plan["target"], **arm.get("engine", {}))
-    if kwargs.get("speculative_algorithm"):
-        kwargs.setdefault("speculative_draft_model_path", plan["draft"])
+    kwargs = engine_kwargs(plan, arm.get("engine", {}))
     engine_record = dict(_engine_base(arm), engine=arm.get("engine", {}), ok=False)
     since = time.time()
     pending = list(arm["cells"])
@@ -596,18 +628,19 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
         return False
     ok = True
     try:
-        box.start_s = engine_record["start_s"] = time.perf_counter() - t0
-        box.starts += 1
+        engine_record["start_s"] = time.perf_counter() - t0
         # the parent's ServerArgs resolved the default where the arm asked for no backend
         engine_record["attention_backend"] = engine.server_args.attention_backend
         engine_record["requests_at_once"] = requests_at_once(engine)
         _warm_up(engine, plan, arm)
+        box.engine_ready(arm, time.perf_counter() - t0)
         sent = itertools.count()  # stream requests across the engine's cells: none shares a prefix
         while pending:
             cell = pending.pop(0)
             if not box.fits_cell(cell):
                 _skip_cells(out_path, arm, [cell], "time box")
                 continue
+            t_cell = time.perf_counter()
             try:
                 if "stream" in cell:
                     record = run_stream_cell(engine, plan, arm, cell, sent)
@@ -622,7 +655,7 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
                 pending = []
                 break
             if not arm.get("primer"):
-                box.observe(float(cell.get("est_s", 0)), record.get("wall_s", record["decode_s"]))
+                box.cell_done(cell, time.perf_counter() - t_cell)
             _emit_cell(out_path, record)
         time.sleep(plan.get("health_idle_s", HEALTH_IDLE_S))  # SGLang's KV-leak check runs when idle
         engine.generate(input_ids=plan["prompts"][:1], sampling_params=HEALTH_CHECK)

@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench_fakes import install_fake_sglang
+from bench_fakes import install_fake_fa3_env, install_fake_sglang
 from overlay_helpers import run_cli
 
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench import settings, supervision
 from ddtree_overlay.bench.attention import AUTO_TEXT
 from ddtree_overlay.commands import bench as bench_module
-from ddtree_overlay.engine.errors import ExitCode
+from ddtree_overlay.engine.envprobe import probe_env
+from ddtree_overlay.engine.errors import AttentionBackendMissing, ExitCode
 
 DRY = ("bench", "--env", sys.executable, "--dry-run", "--budgets", "8")
 BASELINES = ("target-only", "dflash", "dflash-no-overlap")
@@ -128,3 +129,37 @@ def test_a_report_from_before_the_option_ran_every_arm_on_one_backend(out: Path)
     assert {g["attention_backend"] for g in report["groups"]} == {"triton"}
     assert "- **Engines**: attention backend `triton` and tensor-parallel size 1 for every arm," in text
     assert "| arm | T=0 bs=1 |" in text and "attention |" not in text and "Attention:" not in text
+
+
+@pytest.mark.parametrize(("capability", "refused"), [("9.0", True), ("8.0", False)])
+def test_a_sweep_that_would_run_fa3_without_it_stops_before_any_engine_starts(
+    sglang_env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capability: str, refused: bool
+) -> None:
+    """The env's sgl_kernel has no flash_ops and SGLang's default for DFLASH is fa3 on Hopper:
+    the bench stops with exit 15 before its first engine, leaving no records and no report; on
+    another GPU the default is not fa3 and the sweep goes on."""
+    monkeypatch.setenv("PYTHONPATH", str(install_fake_fa3_env(tmp_path / "site", flash_ops=False)))
+    monkeypatch.setenv("FAKE_CAPABILITY", capability)
+    monkeypatch.setattr(bench_module, "probe_gpu", lambda python: {"gpu": "NVIDIA H200", "torch": "2.11", "error": None})
+
+    class SweepStarted(Exception):
+        pass
+
+    def run_bench(*args: Any, **kwargs: Any) -> None:
+        raise SweepStarted
+
+    monkeypatch.setattr(bench_module, "run_bench", run_bench)
+    config = bp.BenchConfig(budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), max_new_tokens=5, prompts_per_cell=1)
+    request = bench_module.BenchRequest(config=config, out=tmp_path / "out")
+    if not refused:
+        with pytest.raises(SweepStarted):
+            bench_module.bench(probe_env(sglang_env), request)
+        return
+    with pytest.raises(AttentionBackendMissing) as stopped:
+        bench_module.bench(probe_env(sglang_env), request)
+    assert stopped.value.exit_code == ExitCode.ATTENTION_BACKEND_MISSING
+    assert stopped.value.message.startswith(
+        "the attention backend of target-only and DFLASH here is fa3 (SGLang's default for this GPU), but `sgl_kernel`"
+    )
+    written = sorted(p.name for p in (tmp_path / "out").iterdir()) if (tmp_path / "out").exists() else []
+    assert written in ([], ["models"])  # the fixture's models at most: no plan, records or report

@@ -114,6 +114,8 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "bench_plan_refused": lambda: errors.bench_plan_refused(
         "no arm nextn in this sweep (arms: target-only, dflash, dflash-no-overlap, ddtree-b32)"
     ),
+    "fa3_not_installed": lambda: errors.fa3_not_installed(["target-only", "DFLASH", "NEXTN"], PYTHON, default=True),
+    "fa3_not_installed_also": lambda: errors.fa3_not_installed(["DFLASH"], PYTHON, default=False),
     "interrupted": lambda: errors.interrupted("SIGINT", ENV, "`apply` stopped and undid what it had written"),
     "interrupted_also": lambda: errors.interrupted("SIGTERM", ENV, "`rollback` had already finished"),
 }

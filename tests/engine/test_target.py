@@ -18,7 +18,9 @@ PYTHON = Path(sys.executable)
 
 def test_every_in_target_script_but_the_runner_prints_the_one_result_mark() -> None:
     scripts = sorted(p.stem for p in IN_TARGET.glob("*.py") if p.stem not in {"__init__", "engine_runner"})
-    assert scripts == ["byte_compile", "chat_template", "env_probe", "gpu_probe", "import_check", "matrix_checks"]
+    assert scripts == [
+        "byte_compile", "chat_template", "env_probe", "fa3_probe", "gpu_probe", "import_check", "matrix_checks"
+    ]
     for name in scripts:
         assert RESULT_MARK.strip() in (IN_TARGET / f"{name}.py").read_text(), name
 
