@@ -22,7 +22,8 @@ Records = Mapping[RecordKey, Mapping[str, Any]]
 
 def read_records(path: Path) -> tuple[dict[RecordKey, dict[str, Any]], dict[RecordKey, dict[str, Any]]]:
     """(cells, engines), each by (name, repeat); the last line for a key wins. Records written
-    before `--repeats` carry no repeat: they are repeat 1."""
+    before `--repeats` carry no repeat: they are repeat 1. A last line still being written is
+    left out."""
     cells: dict[RecordKey, dict[str, Any]] = {}
     engines: dict[RecordKey, dict[str, Any]] = {}
     packed = path.with_name(path.name + ".xz")  # how docs/bench keeps finished runs' records
@@ -32,7 +33,11 @@ def read_records(path: Path) -> tuple[dict[RecordKey, dict[str, Any]], dict[Reco
         text = lzma.decompress(packed.read_bytes()).decode()
     else:
         return cells, engines
-    for line in text.splitlines():
+    # Every writer appends whole lines, but the supervisor reads while the runner writes: a
+    # line that crosses a page boundary can be seen half written. Such a last line, with no
+    # newline yet, is the runner's next record, read in full next time.
+    complete = text if text.endswith("\n") else text[: text.rfind("\n") + 1]
+    for line in complete.splitlines():
         if not line.strip():
             continue
         record = json.loads(line)

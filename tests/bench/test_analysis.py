@@ -258,6 +258,20 @@ def test_read_records_splits_cells_from_engines(tmp_path: Path) -> None:
     assert records.read_records(tmp_path / "missing.jsonl") == ({}, {})
 
 
+def test_read_records_leaves_out_a_last_line_still_being_written(tmp_path: Path) -> None:
+    """The supervisor reads records after each engine while the runner appends the next ones;
+    on the H200 (2026-12-04) it once read a line cut at 176 characters and the bench died with a
+    JSONDecodeError. A record without its newline is not there yet."""
+    path = tmp_path / "records.jsonl"
+    engine = json.dumps({"kind": "engine", "arm": "dflash", "ok": True}) + "\n"
+    skipped = json.dumps({"kind": "cell", "arm": "ddtree-b32/bs16/t0", "ok": False, "skipped": "time box"})
+    path.write_text(engine + skipped[:30])
+    cells, engines = records.read_records(path)
+    assert (cells, list(engines)) == ({}, [("dflash", 1)])
+    path.write_text(engine + skipped + "\n")
+    assert list(records.read_records(path)[0]) == [("ddtree-b32/bs16/t0", 1)]
+
+
 def test_read_records_reads_an_xz_packed_run_as_the_plain_one(tmp_path: Path) -> None:
     plain = tmp_path / "plain" / "records.jsonl"
     packed = tmp_path / "packed" / "records.jsonl"
