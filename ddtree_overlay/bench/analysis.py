@@ -35,8 +35,9 @@ REPORT_VERSION = 1
 # Stages of a DDTREE round, as ddtree_profile records them; "other" is the rest of the round.
 STAGES = ("draft", "topk", "tree", "verify", "accept", "commit")
 REPEAT_SPREAD = 1.10  # a cell whose repeats' tok/s differ by more gets a note
-# An engine run's record as the engines table shows it; requests_at_once: SGLang's cap (`bench.capacity`)
-RUN_FIELDS = ("start_s", "requests_at_once", "health")
+# An engine run's record as the engines table shows it; requests_at_once: SGLang's cap (`bench.capacity`);
+# warm_up_s: the untimed waves after the start (first-use compiles land there)
+RUN_FIELDS = ("start_s", "warm_up_s", "requests_at_once", "health")
 PROFILE_HINT = (
     "no DDTREE profile windows were recorded: is ddtree_profile wired into the worker's "
     "_tree_round (SGLANG_DDTREE_PROFILE)?"

@@ -269,13 +269,14 @@ def _parity_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run_cells(run: Mapping[str, Any], at_once: bool, named: bool) -> list[str]:
-    """An engine run's status, start s, requests at once (when ``at_once``), health and attention
-    backend (when ``named``) cells."""
+def _run_cells(run: Mapping[str, Any], warmed: bool, at_once: bool, named: bool) -> list[str]:
+    """An engine run's status, start s, warm-up s (when ``warmed``), requests at once (when
+    ``at_once``), health and attention backend (when ``named``) cells."""
     status = run["status"] + (f": {run['reason']}" if run["reason"] else "")
+    warm_up = [_fmt(run.get("warm_up_s"), ".1f")] if warmed else []
     served = [_fmt(run.get("requests_at_once"), "d")] if at_once else []
     backend = [attention.backend_text(run["attention_backend"])] if named else []
-    return [status, _fmt(run["start_s"], ".1f"), *served, run["health"] or DASH, *backend]
+    return [status, _fmt(run["start_s"], ".1f"), *warm_up, *served, run["health"] or DASH, *backend]
 
 
 def _engines_table(report: Mapping[str, Any]) -> str:
@@ -289,12 +290,14 @@ def _engines_table(report: Mapping[str, Any]) -> str:
     for group in report["groups"]:
         for run in group["repeats"] if repeats else [group]:
             rows.append(([group["name"], *([str(run["repeat"])] if repeats else [])], run))
-    at_once = any(run.get("requests_at_once") is not None for _, run in rows)  # runs from before: not recorded
+    # runs recorded before these fields existed have neither
+    warmed = any(run.get("warm_up_s") is not None for _, run in rows)
+    at_once = any(run.get("requests_at_once") is not None for _, run in rows)
     named = attention.arm_backends(report["groups"]) is not None
-    columns = ["engine", *(["repeat"] if repeats else []), "status", "start s", *(["requests at once"] if at_once else []),
-               "health", *(["attention"] if named else [])]
+    columns = ["engine", *(["repeat"] if repeats else []), "status", "start s", *(["warm-up s"] if warmed else []),
+               *(["requests at once"] if at_once else []), "health", *(["attention"] if named else [])]
     lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
-    lines += ["| " + " | ".join([*first, *_run_cells(run, at_once, named)]) + " |" for first, run in rows]
+    lines += ["| " + " | ".join([*first, *_run_cells(run, warmed, at_once, named)]) + " |" for first, run in rows]
     fewer = served_fewer_notes(report)
     return "\n".join(lines + ([""] + [f"- {note}" for note in fewer] if fewer else []))
 

@@ -152,7 +152,7 @@ def test_the_primers_records_reach_no_table_ratio_or_check(tmp_path: Path) -> No
     for key in ("cells", "groups", "fastest_modes", "recommended_schedule", "issues", "parity"):
         assert report[key] == alone[key], key
     assert report["primer"] == {"name": "primer", "group": "ddtree-b32", "status": "ok", "reason": None,
-                                "start_s": 131.0, "requests_at_once": None, "health": "ok",
+                                "start_s": 131.0, "warm_up_s": None, "requests_at_once": None, "health": "ok",
                                 "attention_backend": "triton"}
     assert alone["primer"]["status"] == "not run"
     note = next(n for n in report["notes"] if "primer" in n)

@@ -98,7 +98,8 @@ def test_each_engine_records_the_backend_it_ran_and_the_report_names_it_per_arm(
             "tensor-parallel size 1 for every arm, decode CUDA graphs") in text
     assert "| arm | attention | T=0 bs=1 |" in text and "| DFLASH | fa3 | " in text and "| DDTREE B=8 | triton | " in text
     assert "Attention: DFLASH on fa3, DDTREE on triton." in text
-    assert "| engine | status | start s | requests at once | health | attention |" in text
+    assert "| engine | status | start s | warm-up s | requests at once | health | attention |" in text
+    assert all(r["warm_up_s"] >= 0 for r in engine_records(out) if r["ok"])  # the untimed waves after the start
     assert "| primer (untimed): ddtree-b8 | ok |" in text and "| dflash | ok | " in text
     assert "| ok | fa3 |" in text and "| ok | triton |" in text
     again, again_text = reanalysed(out)
