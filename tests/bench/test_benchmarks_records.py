@@ -383,3 +383,43 @@ def test_the_chain_control_verifies_dflashs_chain():
     ratios = [per_round("ddtree-b15-chain", bs) / per_round("dflash", bs) for bs in (1, 16)]
     assert " / ".join(f"{v:.2f}" for v in ratios) == "0.98 / 0.99"
     assert "**0.98 / 0.99**" in summary()
+
+
+SPLIT_KV_CHECK_LABELS = {
+    "ddtree-b32": "B = 32, FULL mask",
+    "ddtree-b32-splitkv": "B = 32, split-KV",
+    "ddtree-b15-splitkv": "B = 15, split-KV",
+    "ddtree-b32-splitkv-page16": "B = 32, split-KV, page 16",
+    "ddtree-adaptive-splitkv": "adaptive 8/16/32, split-KV, sync guard",
+}
+
+
+@pytest.mark.parametrize("pair", ["dense", "hybrid"])
+def test_the_split_kv_check_table_is_the_records(pair):
+    run = f"2026-12-04-splitkv-check-{pair}"
+    by_name = arms(run)
+    verdicts = {v["arm"]: v for v in json.loads((BENCH / run / "summary.json").read_text())["lossless"]}
+    full_mask = by_name["ddtree-b32"]["outputs"]
+    text = page().split("### The split-KV verify in engines, both pairs, T = 0\n", 1)[1].split("\n### ", 1)[0]
+    for name, label in SPLIT_KV_CHECK_LABELS.items():
+        verdict = decode_compare.lossless_report(by_name["plain"], by_name[name])
+        assert verdict == verdicts[name]  # the summary's verdict, recomputed from the outputs
+        margins = [d["margin"] for d in verdict["divergences"]]
+        rounds = decode_compare.acceptance_summary(by_name[name])["mean_acceptance_length"]
+        same = sum(a == b for a, b in zip(by_name[name]["outputs"], full_mask, strict=True))
+        cells = [
+            pair, label, f"{verdict['identical']} / {verdict['prompts']}", f"{len(margins)} ({max(margins):g})",
+            str(verdict["unexplained"]), f"{rounds:.3f}", "–" if name == "ddtree-b32" else f"{same} / 32",
+        ]
+        assert "| " + " | ".join(cells) + " |" in text, cells
+
+
+def test_the_27b_shape_served_caps_and_dflash_steps_as_cited():
+    run = "2026-12-04-qwen3.6-27b-bs16-64-dflash-flashinfer"
+    groups = {g["name"]: g for g in report(run)["groups"]}
+    cells = {c["name"]: c for c in report(run)["cells"]}
+    text = page().split("### The Qwen3.6-27B shape at bs 16 and 64: DFLASH on flashinfer;", 1)[1].split("\n### ", 1)[0]
+    assert (report(run)["primer"]["requests_at_once"], groups["dflash"]["requests_at_once"]) == (38, 11)
+    dflash = [f"{cells[f'dflash/bs{bs}/t0']['tok_per_s']:.0f} ({cells[f'dflash/bs{bs}/t0']['step_ms']:.2f})" for bs in (16, 64)]
+    assert "| DFLASH, flashinfer | 80 s | **11** | " + " | ".join(dflash) + " |" in text
+    assert [cells[f"ddtree-b32/bs{bs}/t0"]["reason"] for bs in (16, 64)] == ["time box"] * 2
