@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ddtree_overlay.bench.table_cells import DASH
+
 # What a compile runs, by the name /proc gives a process: CUDA's compiler driver and its
 # stages, the host C and C++ compilers (and their drivers), and the build tool that runs them.
 COMPILER_PROCESSES = (
@@ -24,7 +26,6 @@ COMPILER_PROCESSES = (
 # CPU s per wall s from which a compiler process counts as busy in the window: a build tool
 # waiting on its children, or a compile that ended as the window opened, stays below it.
 COMPILING_CPU_PER_WALL = 0.1
-DASH = "\u2013"
 
 
 def window_compiler(host: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -18,15 +18,10 @@ from ddtree_overlay.bench.projection import projection_markdown
 from ddtree_overlay.bench.recommend import markdown_section
 from ddtree_overlay.bench.state_memory import HYBRID_STATE_ENV, SNAPSHOT
 from ddtree_overlay.bench.steady_markdown import STEADY_TITLE, steady_section, steady_table
+from ddtree_overlay.bench.table_cells import DASH, cell
 
-DASH = "\u2013"  # an empty table cell, as in docs/BENCHMARKS.md
 THROUGHPUT_TITLE = "Output tokens/s (x target-only; DDTREE also x DFLASH)"
 
-
-def _fmt(value: Any, spec: str = ".2f", empty: str = DASH) -> str:
-    if value is None:
-        return empty
-    return format(value, spec)
 
 
 def _columns(report: Mapping[str, Any]) -> list[tuple[float, int]]:
@@ -146,7 +141,7 @@ def host_table(report: Mapping[str, Any]) -> str | None:
             load = " → ".join(f"{v:.2f}" for v in host["load1"])
             lines.append(
                 f"| {row['name']} | {run['repeat']} | {rate_text(run)} | "
-                f"{_fmt(run.get('step_ms'))} | {load} | {_fmt(host.get('busy_cores'))} of {host['cpus']} | "
+                f"{cell(run.get('step_ms'))} | {load} | {cell(host.get('busy_cores'))} of {host['cpus']} | "
                 f"{process} | {others} | {allowed} |"
             )
     if not lines:
@@ -184,7 +179,7 @@ def _lossless_text(row: Mapping[str, Any]) -> str:
         text += f" ({lossless['undecoded']} prompts decoded by one side only, not compared)"
     first = lossless.get("first_divergence")
     if first:
-        text += f", first at {first['index']} (margin {_fmt(first['margin'], '.3f')})"
+        text += f", first at {first['index']} (margin {cell(first['margin'], '.3f')})"
     if len(row.get("repeats") or ()) > 1 and first:
         text += f" in repeat {lossless['repeat']}"
     return text
@@ -219,18 +214,18 @@ def cells_table(report: Mapping[str, Any]) -> str:
             Arm.of_row(row).label,
             str(row["batch_size"]),
             f"{row['temperature']:g}",
-            _fmt(row["tok_per_s"], ".0f"),
+            cell(row["tok_per_s"], ".0f"),
             *([_per_repeat_text(row)] if per_repeat else []),
-            _fmt(row.get("speedup_vs_target")),
-            _fmt(row.get("speedup_vs_dflash")),
-            _fmt(row.get("acceptance_length")),
-            _fmt(row.get("tokens_per_round")),
-            _fmt(row.get("rounds"), "d"),
-            _fmt(row.get("step_ms")),
-            *(_fmt(split.get(stage), ".3f") for stage in STAGES),
-            _fmt(split.get("other"), ".3f"),
-            _fmt((row.get("profile") or {}).get("host_ms_per_round"), ".3f"),
-            _fmt(graph, ".0%"),
+            cell(row.get("speedup_vs_target")),
+            cell(row.get("speedup_vs_dflash")),
+            cell(row.get("acceptance_length")),
+            cell(row.get("tokens_per_round")),
+            cell(row.get("rounds"), "d"),
+            cell(row.get("step_ms")),
+            *(cell(split.get(stage), ".3f") for stage in STAGES),
+            cell(split.get("other"), ".3f"),
+            cell((row.get("profile") or {}).get("host_ms_per_round"), ".3f"),
+            cell(graph, ".0%"),
             _lossless_text(row),
         ]
         lines.append("| " + " | ".join(cells) + " |")
@@ -255,15 +250,15 @@ def _parity_table(report: Mapping[str, Any]) -> str:
         if row["status"] == "missing":
             lines.append(f"| {row['group']} |" + f" {DASH} |" * 8 + f" missing: {row['reason']} |")
             continue
-        ratio = _fmt(row["ratio"], ".3f")
+        ratio = cell(row["ratio"], ".3f")
         if len(row.get("ratios") or ()) > 1:
-            each = ", ".join(_fmt(r["ratio"], ".3f") for r in row["ratios"])
+            each = ", ".join(cell(r["ratio"], ".3f") for r in row["ratios"])
             ratio += f" (repeat {row['repeat']}; each: {each})"
         lines.append(
-            f"| {row['group']} | {row['cell']} | {_fmt(row['sglang_tokens_per_round'], '.3f')} | "
-            f"{_fmt(row['reference_tokens_per_round'], '.3f')} | {ratio} | "
+            f"| {row['group']} | {row['cell']} | {cell(row['sglang_tokens_per_round'], '.3f')} | "
+            f"{cell(row['reference_tokens_per_round'], '.3f')} | {ratio} | "
             f"{row['per_prompt_within']} | {row['same_sequence_prompts']} | "
-            f"{row['same_sequence_within']} | {_fmt(row['same_sequence_max_rel_diff'], '.1%')} | "
+            f"{row['same_sequence_within']} | {cell(row['same_sequence_max_rel_diff'], '.1%')} | "
             f"{row['status']} |"
         )
     return "\n".join(lines)
@@ -273,10 +268,10 @@ def _run_cells(run: Mapping[str, Any], warmed: bool, at_once: bool, named: bool)
     """An engine run's status, start s, warm-up s (when ``warmed``), requests at once (when
     ``at_once``), health and attention backend (when ``named``) cells."""
     status = run["status"] + (f": {run['reason']}" if run["reason"] else "")
-    warm_up = [_fmt(run.get("warm_up_s"), ".1f")] if warmed else []
-    served = [_fmt(run.get("requests_at_once"), "d")] if at_once else []
+    warm_up = [cell(run.get("warm_up_s"), ".1f")] if warmed else []
+    served = [cell(run.get("requests_at_once"), "d")] if at_once else []
     backend = [attention.backend_text(run["attention_backend"])] if named else []
-    return [status, _fmt(run["start_s"], ".1f"), *warm_up, *served, run["health"] or DASH, *backend]
+    return [status, cell(run["start_s"], ".1f"), *warm_up, *served, run["health"] or DASH, *backend]
 
 
 def _engines_table(report: Mapping[str, Any]) -> str:

@@ -22,8 +22,7 @@ from typing import Any
 from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B, AcceptanceCurve
 from ddtree_overlay.bench.analysis import STAGES
 from ddtree_overlay.bench.arms import DDTREE, DFLASH
-
-DASH = "\u2013"
+from ddtree_overlay.bench.table_cells import DASH
 
 PAPER_SHAPE = "qwen3-8b-random"  # the bench setting whose round costs the paper's curve fits
 

@@ -54,6 +54,7 @@ from ddtree_overlay.bench.state_memory import (
     state_of,
     verify_state,
 )
+from ddtree_overlay.bench.table_cells import DASH
 from ddtree_overlay.bench.target_config import TargetConfig
 
 BASELINES = (TARGET_ONLY, DFLASH, NEXTN, EAGLE3)
@@ -474,11 +475,11 @@ def _speedup_table(rec: Mapping[str, Any]) -> list[str]:
         ddtree = column["ddtree"]
         ratios = [
             f"{column['speedup'][a]:.2f} ({column['baselines'][a]['tok_per_s']:.0f} tok/s)"
-            if a in column["speedup"] else "\u2013"
+            if a in column["speedup"] else DASH
             for a in present
         ]
-        serve = column["serve"]["arm"] if column["serve"] else "\u2013"
-        tok = f"{ddtree['tok_per_s']:.0f} ({ddtree['arm']})" if ddtree else "\u2013"
+        serve = column["serve"]["arm"] if column["serve"] else DASH
+        tok = f"{ddtree['tok_per_s']:.0f} ({ddtree['arm']})" if ddtree else DASH
         lines.append(f"| {column['batch_size']} | {serve} | {tok} | " + " | ".join(ratios) + " |")
     return lines
 

@@ -9,13 +9,9 @@ from ddtree_overlay.bench.arms import Arm
 from ddtree_overlay.bench.attention import backend_cells
 from ddtree_overlay.bench.compiling import rate_text
 from ddtree_overlay.bench.policy_markdown import policy_lines
+from ddtree_overlay.bench.table_cells import DASH, cell
 
-DASH = "\u2013"
 STEADY_TITLE = "Steady-state serving: continuous batching"
-
-
-def _fmt(value: Any, spec: str) -> str:
-    return DASH if value is None else format(value, spec)
 
 
 def _columns(steady: Mapping[str, Any]) -> list[tuple[float, int]]:
@@ -66,7 +62,7 @@ def _host_text(host: Mapping[str, Any] | None) -> str:
         return DASH
     busiest = (host.get("processes") or [None])[0]
     process = f"; {busiest['comm']} {busiest['cpu_per_wall']:.2f}" if busiest else ""
-    return f"{_fmt(host.get('busy_cores'), '.1f')} of {host['cpus']}{process}"
+    return f"{cell(host.get('busy_cores'), '.1f')} of {host['cpus']}{process}"
 
 
 def steady_detail_table(steady: Mapping[str, Any]) -> str:
@@ -80,14 +76,14 @@ def steady_detail_table(steady: Mapping[str, Any]) -> str:
     for row in steady["rows"]:
         split = (row.get("profile") or {}).get("ms_per_round") or {}
         round_text = (
-            " / ".join(_fmt(split.get(stage), ".2f") for stage in ("draft", "verify", "other")) if split else DASH
+            " / ".join(cell(split.get(stage), ".2f") for stage in ("draft", "verify", "other")) if split else DASH
         )
         reason = f": {row['reason']}" if row.get("reason") else ""
         lines.append(
             f"| {Arm.of_row(row).label} | {row['concurrency']} | {row['temperature']:g} | "
-            f"{_fmt(row.get('tok_per_s'), '.0f') if row['status'] == 'ok' else row['status'] + reason} | "
-            f"{_per_engine(row)} | {_fmt(row.get('mean_running'), '.1f')} | {_fmt(row.get('requests'), 'd')} | "
-            f"{_fmt(row.get('tokens_per_round'), '.2f')} | {round_text} | {_host_text(row.get('host'))} |"
+            f"{cell(row.get('tok_per_s'), '.0f') if row['status'] == 'ok' else row['status'] + reason} | "
+            f"{_per_engine(row)} | {cell(row.get('mean_running'), '.1f')} | {cell(row.get('requests'), 'd')} | "
+            f"{cell(row.get('tokens_per_round'), '.2f')} | {round_text} | {_host_text(row.get('host'))} |"
         )
     return "\n".join(lines)
 

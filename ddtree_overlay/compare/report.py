@@ -7,12 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.bench.markdown import DASH
 from ddtree_overlay.bench.plots import MATPLOTLIB_MISSING
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return DASH if value is None else format(value, spec)
+from ddtree_overlay.bench.table_cells import DASH, cell
 
 
 def _greedy(method: Mapping[str, Any]) -> str:
@@ -42,16 +38,16 @@ def markdown_table(result: Mapping[str, Any]) -> str:
     ]
     for m in result["methods"]:
         lines.append(
-            f"| {m['arm']} | {_greedy(m)} | {_fmt(m['offline_acceptance'], '.3f')} | {_fmt(m['acceptance'], '.3f')} "
-            f"| {_fmt(m['acceptance_ratio'], '.4f')} | {_verdict(m)} | {_fmt(m['offline_tokens_per_s'], '.1f')} "
-            f"| {_fmt(m['tokens_per_s'], '.1f')} | {_fmt(m['offline_speedup'], '.2f')}x | {_fmt(m['speedup'], '.2f')}x |"
+            f"| {m['arm']} | {_greedy(m)} | {cell(m['offline_acceptance'], '.3f')} | {cell(m['acceptance'], '.3f')} "
+            f"| {cell(m['acceptance_ratio'], '.4f')} | {_verdict(m)} | {cell(m['offline_tokens_per_s'], '.1f')} "
+            f"| {cell(m['tokens_per_s'], '.1f')} | {cell(m['offline_speedup'], '.2f')}x | {cell(m['speedup'], '.2f')}x |"
         )
     for row in result["prompts"]:
         if row["greedy"] == "diverged":
             d = row["divergence"]
             lines.append(
                 f"- {row['arm']}, turn {row['turn']}: first divergence at token {d['index']} "
-                f"({d['offline_token']} offline, {d['token']} here), target margin {_fmt(d['margin'], '.3f')}"
+                f"({d['offline_token']} offline, {d['token']} here), target margin {cell(d['margin'], '.3f')}"
             )
     for name in result["missing_arms"]:
         lines.append(f"- not replayed: {name}")

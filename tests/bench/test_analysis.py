@@ -793,7 +793,7 @@ def test_each_engine_shows_the_requests_it_served_at_once_and_a_note_where_fewer
     engines[("dflash", 2)]["warm_up_s"] = 124.0  # where first-use compiles land; not recorded before 2026-12-04
     table = md.markdown_report(analysis.analyse(plan, cells, engines)).split("## Engines")[1].split("## ")[0].splitlines()
     assert "| engine | repeat | status | start s | warm-up s | requests at once | health |" in table
-    assert "| dflash | 2 | ok | 40.0 | 124.0 | 1 | ok |" in table and "| dflash | 1 | ok | 40.0 | – | 2 | ok |" in table
+    assert "| dflash | 2 | ok | 40.0 | 124.0 | 1 | ok |" in table and "| dflash | 1 | ok | 40.0 | \u2013 | 2 | ok |" in table
     notes = [line for line in table if line.startswith("- ")]
     assert notes == [
         "- DFLASH served at most 1 of 2 requests at once: its KV cache fills the memory; its cells wider than 1 "
