@@ -246,10 +246,15 @@ def arm_progress(arms: int, *, enabled: bool) -> Iterator[Callable[[Mapping[str,
     """A line per GPU decode arm on stderr, and the engine starting now."""
     with progress(enabled=enabled) as shown:
         shown.begin(arms)
+        started = 0
 
         def on_arm(event: Mapping[str, Any]) -> None:
+            nonlocal started
             if event.get("event") == "start":
-                shown.step(f"starting the {event['arm']} engine (the first one compiles kernels)")
+                started += 1
+                first = " (the first one compiles kernels)" if started == 1 else ""
+                place = f"{started} of {arms}" if started <= arms else f"{started}: a failed arm's fallback"
+                shown.step(f"starting the {event['arm']} engine, {place}{first}")
                 return
             outcome = "ok" if event.get("ok") else f"failed: {event.get('error')}"
             shown.done(f"  {event['arm']}: {outcome}")

@@ -42,3 +42,18 @@ def test_the_bench_shows_each_engine_as_it_starts(capsys: pytest.CaptureFixture[
     assert "1 engine(s) to start, 2 cell(s) to decode" in err
     assert "starting engine ddtree-b8, ~45 s" in err
     assert "engine ddtree-b8: ok, started in 41 s" in err and "ddtree-b8/bs1/t0: 812 tok/s" in err
+
+
+def test_the_checks_name_each_engine_with_its_place_and_only_the_first_as_compiling(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each preset arm runs in its own runner, so every runner reports a first start; on the
+    H200 (2026-12-04) all eight engines of a preset were announced as the one that compiles."""
+    with render.arm_progress(2, enabled=True) as on_arm:
+        for arm in ("plain", "ddtree-b32"):
+            on_arm({"event": "start", "arm": arm})
+            on_arm({"arm": arm, "ok": True})
+    lines = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"\[ +0 s\] starting the plain engine, 1 of 2 \(the first one compiles kernels\)", lines[0])
+    assert re.fullmatch(r"\[ +0 s\] starting the ddtree-b32 engine, 2 of 2", lines[2])
+    assert lines[1::2] == ["  plain: ok", "  ddtree-b32: ok"]
