@@ -4,8 +4,14 @@ width). The engine runner rescales them by what it measures."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from ddtree_overlay.bench.arms import DFLASH, TARGET_ONLY, verify_width
 from ddtree_overlay.bench.settings import Setting
+
+if TYPE_CHECKING:
+    from ddtree_overlay.bench.plan import Cell  # plan imports this module
 
 
 def round_ms(setting: Setting, algorithm: str, budget: int | None, batch_size: int) -> float:
@@ -51,3 +57,18 @@ def estimate_stream_cell_s(
         + prompt_tokens * setting.cost.prefill_token_us / 1e6
     )
     return warmup_s + window_s + request_s + setting.cost.cell_overhead_s
+
+
+def estimate_overhead_s(setting: Setting, cells: Sequence[Cell]) -> float:
+    """An engine's seconds beyond its start and its cells: the health check, the shutdown and,
+    with waves cells, the runner's untimed warm-up (`engine_runner._warm_up`), one full-length
+    wave per (temperature, batch size), each a wave's share of its cell's estimate. At the
+    Qwen3.6-27B shape those waves alone took about 43 s of a DFLASH engine's warm-up (H200,
+    2026-12-04). Continuous-batching cells warm up inside their own time."""
+    waves: dict[tuple[float, int], float] = {}
+    for cell in cells:
+        if not cell.stream:
+            waves.setdefault((cell.temperature, cell.batch_size), cell.est_s / -(-cell.prompts // cell.batch_size))
+    if not waves:
+        return setting.cost.stream_only_overhead_s
+    return setting.cost.engine_overhead_s + sum(waves.values())

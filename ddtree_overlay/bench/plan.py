@@ -52,7 +52,11 @@ from ddtree_overlay.bench.arms import (
     Schedule,
 )
 from ddtree_overlay.bench.attention import AUTO, engine_keywords
-from ddtree_overlay.bench.estimates import estimate_cell_s, estimate_stream_cell_s
+from ddtree_overlay.bench.estimates import (
+    estimate_cell_s,
+    estimate_overhead_s,
+    estimate_stream_cell_s,
+)
 from ddtree_overlay.bench.settings import CostModel, Setting
 from ddtree_overlay.bench.state_memory import DEFAULT_HYBRID_STATE
 
@@ -315,14 +319,7 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, max_new_tokens: i
     widest = max(served_batch_sizes(config))
     if asks_for_widest_batch(widest, hybrid=setting.hybrid, streaming=bool(config.concurrencies)):
         engine["max_running_requests"] = widest
-    cost = setting.cost
-    return EngineGroup(
-        arm=arm,
-        engine=engine,
-        cells=tuple(cells),
-        # the waves' warm-up; continuous-batching cells warm up inside their own time
-        est_overhead_s=cost.engine_overhead_s if any(not c.stream for c in cells) else cost.stream_only_overhead_s,
-    )
+    return EngineGroup(arm=arm, engine=engine, cells=tuple(cells), est_overhead_s=estimate_overhead_s(setting, cells))
 
 
 def baseline_arms(setting: Setting) -> list[Arm]:

@@ -30,7 +30,9 @@ class CostModel:
 
     engine_start_s: float
     first_start_extra_s: float  # kernel compilation in a fresh machine
-    engine_overhead_s: float  # warm-up, health check, shutdown
+    # health check, shutdown, and a warm-up's cost beyond its waves' decode (first-use compiles);
+    # the waves themselves are estimated from the cells (`estimates.estimate_overhead_s`)
+    engine_overhead_s: float
     plain_step_ms: float
     spec_round_ms: float
     per_verify_token_us: float
@@ -78,7 +80,7 @@ class Setting:
 FIXTURE_COST = CostModel(
     engine_start_s=45,
     first_start_extra_s=85,
-    engine_overhead_s=10,  # full-length warm-up per temperature, health check, shutdown
+    engine_overhead_s=10,
     plain_step_ms=3.0,
     spec_round_ms=12.0,
     per_verify_token_us=2.0,
@@ -86,7 +88,7 @@ FIXTURE_COST = CostModel(
 QWEN3_8B_COST = CostModel(
     engine_start_s=60,
     first_start_extra_s=90,
-    engine_overhead_s=20,  # a full-length warm-up costs more at these shapes
+    engine_overhead_s=20,
     plain_step_ms=8.0,
     spec_round_ms=14.0,
     per_verify_token_us=25.0,

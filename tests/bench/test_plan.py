@@ -332,3 +332,19 @@ def test_runner_plan_has_an_arm_per_engine_run_with_its_repeat(tmp_path: Path) -
 def test_repeats_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="repeats must be at least 1"):
         fixture_plan(tmp_path, repeats=0)
+
+
+def test_the_warm_up_estimate_is_one_wave_per_temperature_and_batch_size(tmp_path: Path) -> None:
+    """The runner warms an engine with one full-length wave per (T, bs) of its waves cells; at
+    the Qwen3.6-27B shape those waves are tens of seconds (a bs 64 wave took 33 s, 2026-12-04)."""
+    setting = settings.make_setting("fixture", scratch=tmp_path)
+    cells = (
+        bp.Cell("a/bs16/t0", 16, 0.0, 64, est_s=40.0),  # four waves: 10 s each
+        bp.Cell("a/bs16/t0/margins", 16, 0.0, 64, est_s=80.0, top2=True),  # the same (T, bs): warmed once
+        bp.Cell("a/bs64/t0", 64, 0.0, 64, est_s=30.0),  # one wave
+        bp.Cell("a/bs64/t1", 64, 1.0, 64, est_s=25.0),
+        bp.Cell("a/c16/t0", 16, 0.0, 64, est_s=99.0, window_s=20.0),  # a stream warms up in its own time
+    )
+    fixed = setting.cost.engine_overhead_s
+    assert estimates.estimate_overhead_s(setting, cells) == pytest.approx(fixed + 10.0 + 30.0 + 25.0)
+    assert estimates.estimate_overhead_s(setting, cells[-1:]) == setting.cost.stream_only_overhead_s

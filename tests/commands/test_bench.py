@@ -74,12 +74,12 @@ def test_a_malformed_prompts_file_exits_14(tmp_path: Path) -> None:
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = run_cli("bench", "--env", sys.executable, "--dry-run", "--setting", "qwen3-8b-random",
-                   "--out", str(out), "--max-minutes", "5")
+                   "--out", str(out), "--max-minutes", "6")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("bench plan (qwen3-8b-random, 128 new tokens): 10 engines after an untimed primer")
     assert " 1. primer (ddtree-b32) " in done.stdout and " 2. dflash " in done.stdout
     assert "(expected to be cut by --max-minutes)" in done.stdout
-    assert "note: by the estimates, --max-minutes 5 leaves out" in done.stderr
+    assert "note: by the estimates, --max-minutes 6 leaves out" in done.stderr
     assert not out.exists()
     envelope = json.loads(run_cli("bench", "--env", sys.executable, "--dry-run", "--json").stdout)
     assert envelope["command"] == ["bench"] and envelope["status"] == "ok"
@@ -152,15 +152,15 @@ def test_dry_run_with_repeats_plans_every_group_once_per_round() -> None:
     later_round_s = sum(groups[g]["estimated_s"] for g in later)
     assert plan["estimated_minutes"] == pytest.approx(once["estimated_minutes"] + 2 * later_round_s / 60, abs=0.1)
     assert 2 * once["estimated_minutes"] < plan["estimated_minutes"] < 2.5 * once["estimated_minutes"]
-    text = run_cli(*args, "--repeats", "2", "--max-minutes", "10")
+    text = run_cli(*args, "--repeats", "2", "--max-minutes", "10.5")
     assert text.returncode == 0, text.stderr
     lines = text.stdout.splitlines()
     assert lines[0].startswith("bench plan (fixture, 256 new tokens): 7 engines")
-    assert lines[1].split() == ["1.", "target-only", "repeat", "1", "7", "cells", "~164", "s"]
+    assert lines[1].split() == ["1.", "target-only", "repeat", "1", "7", "cells", "~170", "s"]
     assert lines[5].split()[:4] == ["5.", "ddtree-b8", "repeat", "2"]  # round 2 starts with round 1's last
     assert lines[7].split()[:4] == ["7.", "dflash", "repeat", "2"] and lines[9].startswith("results would go to")
     assert [line for line in lines[1:8] if "target-only" in line] == [lines[1]]  # one engine start
-    # 164 + 3 x 80 s in round 1, then 80 s each: the 10-minute box cuts round 2's last engine
+    # 170 + 3 x 87 s in round 1, then about 88 s each: the 10.5-minute box cuts round 2's last engine
     assert lines[7].endswith("(expected to be cut by --max-minutes)") and not lines[6].endswith(")")
     assert "leaves out: dflash (repeat 2) (the runner" in text.stderr and "target-only" not in text.stderr
 
@@ -169,16 +169,16 @@ def test_dry_run_lists_the_primer_first_and_no_primer_or_a_tight_box_drops_it() 
     args = ("bench", "--env", sys.executable, "--dry-run", "--budgets", "8")
     lines = run_cli(*args).stdout.splitlines()
     assert lines[0].startswith("bench plan (fixture, 256 new tokens): 4 engines after an untimed primer, ~")
-    assert lines[1].split() == ["1.", "primer", "(ddtree-b8)", "1", "cells", "~141", "s"]  # 45 + 85 s to start cold
-    assert lines[2].split() == ["2.", "target-only", "7", "cells", "~78", "s"]
+    assert lines[1].split() == ["1.", "primer", "(ddtree-b8)", "1", "cells", "~149", "s"]  # 45 + 85 s to start cold, a warm-up wave, its cell
+    assert lines[2].split() == ["2.", "target-only", "7", "cells", "~85", "s"]
     engines = json.loads(run_cli(*args, "--json").stdout)["data"]["plan"]["engines"]
     assert engines[0]["primer"] and not any(e.get("primer") for e in engines[1:])
     plain = run_cli(*args, "--no-primer")
-    assert "primer" not in plain.stdout and plain.stdout.splitlines()[1].split()[1:] == ["target-only", "7", "cells", "~164", "s"]
-    # 141 + 78 s do not fit in 3 minutes: no primer, and the note says why
+    assert "primer" not in plain.stdout and plain.stdout.splitlines()[1].split()[1:] == ["target-only", "7", "cells", "~170", "s"]
+    # 149 + 85 s do not fit in 3 minutes: no primer, and the note says why
     tight = run_cli(*args, "--max-minutes", "3")
     assert tight.returncode == 0 and "primer" not in tight.stdout
-    assert "note: --max-minutes 3 cannot hold the untimed primer engine (~141 s) and one timed engine" in tight.stderr
+    assert "note: --max-minutes 3 cannot hold the untimed primer engine (~149 s) and one timed engine" in tight.stderr
 
 
 def test_an_env_without_sglang_is_refused_with_exit_3(tmp_path: Path, state_dir: Path) -> None:
