@@ -143,7 +143,11 @@ def run_checks(
             ddtree_broken = True
             if arm.on_fail:
                 _run_check_arm(python, arm.on_fail, out, target, draft, prompts, max_new_tokens, on_arm)
-        summary = summarize(read_arms(results), judged, reference_dir)
+        records = read_arms(results)
+        summary = summarize(records, judged, reference_dir)
+        # a run cut off by its time box ends with the arms it never reached listed here
+        recorded = {record["arm"] for record in records}
+        summary["not_run"] = [arm.name for arm in arms if arm.name not in recorded]
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
 

@@ -154,6 +154,29 @@ def test_presets_run_one_runner_per_arm_and_write_the_verdicts(
     assert len((tmp_path / "out" / "arms.jsonl").read_text().splitlines()) == 3
 
 
+def test_each_summary_lists_the_arms_not_run_yet_so_a_cut_off_run_says_what_it_missed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the H200 (2026-12-04) a preset cut off by the call's time limit left a summary.json
+    with no problems and no word of its T = 1 arms, which had never run."""
+    seen: list[list[str]] = []
+    summary_path = tmp_path / "out" / "summary.json"
+
+    def on_arm(event: dict[str, Any]) -> None:
+        if event.get("event") == "start" and summary_path.exists():  # the summary of the arms before
+            seen.append(json.loads(summary_path.read_text())["not_run"])
+
+    root = install_fake_sglang(tmp_path / "fake")
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setenv("FAKE_SGLANG", "{}")
+    summary = checks.run_checks(
+        PYTHON, check_presets.preset_arms(("lossless",), ("plain", "dflash", "ddtree-b15")),
+        out=tmp_path / "out", target=Path("/t"), draft=Path("/d"), prompts=[[1, 2, 3]], max_new_tokens=4,
+        reference_dir=None, on_arm=on_arm,
+    )
+    assert seen == [["dflash", "ddtree-b15"], ["ddtree-b15"]] and summary["not_run"] == []
+
+
 def test_a_failed_ddtree_arm_runs_its_fallback_and_skips_later_ddtree_arms(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
