@@ -22,6 +22,11 @@ def round_ms(setting: Setting, algorithm: str, budget: int | None, batch_size: i
     return cost.spec_round_ms + cost.per_verify_token_us * batch_size * width / 1000
 
 
+def waves(prompts: int, batch_size: int) -> int:
+    """How many waves of ``batch_size`` requests decode ``prompts`` prompts."""
+    return -(-prompts // batch_size)
+
+
 def estimate_cell_s(
     setting: Setting,
     *,
@@ -32,10 +37,10 @@ def estimate_cell_s(
     prompts: int,
     max_new_tokens: int,
 ) -> float:
-    waves = -(-prompts // batch_size)
+    count = waves(prompts, batch_size)
     rounds = max_new_tokens / setting.tau(algorithm, budget, temperature)
-    decode = waves * rounds * round_ms(setting, algorithm, budget, batch_size) / 1000
-    return decode + waves * setting.cost.wave_overhead_s + setting.cost.cell_overhead_s
+    decode = count * rounds * round_ms(setting, algorithm, budget, batch_size) / 1000
+    return decode + count * setting.cost.wave_overhead_s + setting.cost.cell_overhead_s
 
 
 def estimate_stream_cell_s(
@@ -65,10 +70,10 @@ def estimate_overhead_s(setting: Setting, cells: Sequence[Cell]) -> float:
     wave per (temperature, batch size), each a wave's share of its cell's estimate. At the
     Qwen3.6-27B shape those waves alone took about 43 s of a DFLASH engine's warm-up (H200,
     2026-12-04). Continuous-batching cells warm up inside their own time."""
-    waves: dict[tuple[float, int], float] = {}
+    warm_up: dict[tuple[float, int], float] = {}
     for cell in cells:
         if not cell.stream:
-            waves.setdefault((cell.temperature, cell.batch_size), cell.est_s / -(-cell.prompts // cell.batch_size))
-    if not waves:
+            warm_up.setdefault((cell.temperature, cell.batch_size), cell.est_s / waves(cell.prompts, cell.batch_size))
+    if not warm_up:
         return setting.cost.stream_only_overhead_s
-    return setting.cost.engine_overhead_s + sum(waves.values())
+    return setting.cost.engine_overhead_s + sum(warm_up.values())

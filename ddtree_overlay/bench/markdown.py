@@ -23,7 +23,6 @@ from ddtree_overlay.bench.table_cells import DASH, cell
 THROUGHPUT_TITLE = "Output tokens/s (x target-only; DDTREE also x DFLASH)"
 
 
-
 def _columns(report: Mapping[str, Any]) -> list[tuple[float, int]]:
     temps = report["config"]["temperatures"]
     sizes = report["config"]["batch_sizes"]

@@ -635,8 +635,9 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
         engine_record["attention_backend"] = engine.server_args.attention_backend
         engine_record["requests_at_once"] = requests_at_once(engine)
         _warm_up(engine, plan, arm)
-        engine_record["warm_up_s"] = time.perf_counter() - t0 - engine_record["start_s"]
-        box.engine_ready(arm, time.perf_counter() - t0)
+        ready_s = time.perf_counter() - t0
+        engine_record["warm_up_s"] = ready_s - engine_record["start_s"]
+        box.engine_ready(arm, ready_s)
         sent = itertools.count()  # stream requests across the engine's cells: none shares a prefix
         while pending:
             cell = pending.pop(0)
