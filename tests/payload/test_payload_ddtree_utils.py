@@ -372,3 +372,33 @@ def test_the_reference_walk_refuses_a_parent_after_its_child():
     # nodes 1 and 2 each other's parent: a walk over them would never end
     with pytest.raises(ValueError, match="node 1 has parent 2; parents must come first"):
         du.follow_verified_tree_cpu([0, 5, 6], [0, 2, 1], [5, 6, 5])
+
+
+class _RecordsProducts(torch.overrides.TorchFunctionMode):
+    """Every matrix product called inside, as (name, operand dims)."""
+
+    def __init__(self):
+        super().__init__()
+        self.products = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in {"mm", "matmul", "bmm", "__matmul__"}:
+            self.products.append((name, tuple(a.dim() for a in args[:2])))
+        return func(*args, **(kwargs or {}))
+
+
+def test_draft_logits_of_the_block_s_strided_draft_slots_are_one_2d_product():
+    # The worker passes draft slots 1..L of the block, a slice no 2-D view reaches: matmul
+    # would run one product per request, each reading the whole lm_head.
+    g = torch.Generator().manual_seed(3)
+    block = torch.randn(4, 16, 24, generator=g)
+    weight = torch.randn(50, 24, generator=g)
+    slots = block[:, 1:, :]
+    assert not slots.is_contiguous()
+    with _RecordsProducts() as recorded:
+        logits = du.draft_logits(slots, weight)
+    assert recorded.products == [("mm", (2, 2))]
+    assert logits.shape == (4, 15, 50)
+    expected = torch.stack([slots[r] @ weight.T for r in range(4)])
+    torch.testing.assert_close(logits, expected)

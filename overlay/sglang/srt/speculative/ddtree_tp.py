@@ -29,7 +29,11 @@ from typing import Any, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from sglang.srt.speculative.ddtree_utils import DDTreeDraftTopK, finite_log_normaliser
+from sglang.srt.speculative.ddtree_utils import (
+    DDTreeDraftTopK,
+    draft_logits,
+    finite_log_normaliser,
+)
 
 
 def local_topk_pieces(local_logits: torch.Tensor, *, vocab_start: int, k: int) -> torch.Tensor:
@@ -130,7 +134,7 @@ def _lm_head_local_logits(lm_head: Any, hidden: torch.Tensor) -> Tuple[torch.Ten
     """
     shard = lm_head.shard_indices
     weight = lm_head.weight[: shard.num_org_elements]
-    return torch.matmul(hidden.to(weight.dtype), weight.T), shard.org_vocab_start_index
+    return draft_logits(hidden, weight), shard.org_vocab_start_index
 
 
 def lm_head_topk_pieces(lm_head: Any, hidden: torch.Tensor, *, k: int) -> torch.Tensor:

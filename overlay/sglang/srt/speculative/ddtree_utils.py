@@ -145,6 +145,20 @@ class DDTreeVerifyBuffers(DDTreeVerifyTensors):
     ancestor_mask: torch.Tensor
 
 
+def draft_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Logits [bs, L, V] of the lm_head rows ``weight`` [V, H] over draft hidden states
+    [bs, L, H], as one 2-D GEMM.
+
+    The draft slots are a strided slice of the block, and ``torch.matmul`` does not fold a 3-D
+    operand it cannot view as 2-D: it runs a batched GEMM that reads the whole weight once per
+    request (Qwen3.6-27B's 2.5 GB lm_head at bs 16: 8.5 ms of a round). Flattening copies only
+    the hidden states.
+    """
+    bs, depth, width = hidden.shape
+    flat = hidden.reshape(bs * depth, width).to(weight.dtype)
+    return torch.mm(flat, weight.T).view(bs, depth, weight.shape[0])
+
+
 def compute_draft_topk(logits: torch.Tensor, k: int) -> DDTreeDraftTopK:
     """Top-K log-probabilities of the drafter with the full-vocabulary normaliser.
 

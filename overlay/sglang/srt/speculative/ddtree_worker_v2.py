@@ -80,7 +80,7 @@ from sglang.srt.speculative.ddtree_tp import (
     lm_head_topk_pieces,
 )
 from sglang.srt.speculative.ddtree_tree_stage import select_tree_stage
-from sglang.srt.speculative.ddtree_utils import DDTreeDrafts, DDTreeDraftTopK
+from sglang.srt.speculative.ddtree_utils import DDTreeDrafts, DDTreeDraftTopK, draft_logits
 from sglang.srt.speculative.ddtree_verify_attention import tail_mask_requested, wired_problem
 from sglang.srt.speculative.ddtree_warmup import warm_round_kernels
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
@@ -560,8 +560,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             )
         lm_head = self.target_worker.model_runner.model.lm_head
         weight = lm_head.weight[: self.vocab_size]  # drop vocab padding rows
-        logits = torch.matmul(draft_hidden.to(weight.dtype), weight.T)  # [bs, L, V]
-        return self.tree_stage.draft_topk(logits, k)
+        return self.tree_stage.draft_topk(draft_logits(draft_hidden, weight), k)
 
     def _verify(self, batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum):
         batch.out_cache_loc = cache_loc_2d.reshape(-1)
