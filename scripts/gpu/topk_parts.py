@@ -4,8 +4,9 @@
     python scripts/gpu/topk_parts.py [--out DIR] [--vocab 151936] [--depth 15] [--hidden 4096]
 
 Random bf16 logits [bs, depth, vocab] (a Qwen3-8B-shaped drafter's 15 draft positions) for
-batch sizes 1, 4, 16, 32 and K = 16, 32, 256: GPU ms per call (CUDA events, median of 20 after
-3 warm-ups) of the lm_head matmul that makes them, of ``compute_draft_topk`` and of its parts
+batch sizes 1, 4, 8, 16, 32, 64 and K = 16, 32, 256: GPU ms per call (CUDA events, median of 20 after
+3 warm-ups) of the lm_head product over the block's draft slots (a strided slice; as
+``torch.matmul`` and as ``ddtree_utils.draft_logits``), of ``compute_draft_topk`` and of its parts
 (fp32 copy, log-sum-exp, ``torch.topk`` over fp32 rows), and of ``ddtree_kernels.draft_topk``
 (``torch.topk`` over the bf16 rows, the normaliser from one Triton pass; bf16 -> fp32 is exact,
 so the same values come out and the ids agree except where values tie), with how far its
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from ddtree_overlay.bench.cuda_timing import gpu_ms  # noqa: E402
 from ddtree_overlay.bench.payload_modules import load_payload_module  # noqa: E402
 
-BATCH_SIZES = (1, 4, 16, 32)
+BATCH_SIZES = (1, 4, 8, 16, 32, 64)
 KS = (16, 32, 256)
 
 
@@ -44,11 +45,12 @@ def main() -> int:
     dk = load_payload_module("sglang.srt.speculative.ddtree_kernels")
     weight = torch.randn(args.vocab, args.hidden, device="cuda", dtype=torch.bfloat16) / 64
     rows = []
-    print("| bs | K | lm_head | compute_draft_topk | fp32 copy | logsumexp | topk fp32 | draft_topk (Triton) | max log-prob diff | same ids |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| bs | K | lm_head, matmul on the slots | lm_head, draft_logits | compute_draft_topk | fp32 copy | logsumexp | topk fp32 | draft_topk (Triton) | max log-prob diff | same ids |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for bs in BATCH_SIZES:
         g = torch.Generator(device="cuda").manual_seed(bs)
-        hidden = torch.randn(bs, args.depth, args.hidden, device="cuda", generator=g).to(torch.bfloat16)
+        block = torch.randn(bs, args.depth + 1, args.hidden, device="cuda", generator=g).to(torch.bfloat16)
+        slots = block[:, 1:, :]  # the draft slots, as the worker passes them: a strided slice
         logits = (torch.randn(bs, args.depth, args.vocab, device="cuda", generator=g) * 4).to(torch.bfloat16)
         wide = logits.float()
         for k in KS:
@@ -56,7 +58,8 @@ def main() -> int:
             got = dk.draft_topk(logits, k)
             row = {
                 "bs": bs, "k": k, "vocab": args.vocab, "depth": args.depth,
-                "lm_head_ms": gpu_ms(lambda h=hidden: torch.matmul(h, weight.T)),
+                "lm_head_matmul_ms": gpu_ms(lambda h=slots: torch.matmul(h, weight.T)),
+                "lm_head_ms": gpu_ms(lambda h=slots: du.draft_logits(h, weight)),
                 "compute_draft_topk_ms": gpu_ms(lambda x=logits, k=k: du.compute_draft_topk(x, k)),
                 "fp32_copy_ms": gpu_ms(lambda x=logits: x.float()),
                 "logsumexp_ms": gpu_ms(lambda x=wide: torch.logsumexp(x, dim=-1, keepdim=True)),
@@ -67,7 +70,7 @@ def main() -> int:
             }
             rows.append(row)
             print(
-                f"| {bs} | {k} | {row['lm_head_ms']:.3f} | {row['compute_draft_topk_ms']:.3f} | "
+                f"| {bs} | {k} | {row['lm_head_matmul_ms']:.3f} | {row['lm_head_ms']:.3f} | {row['compute_draft_topk_ms']:.3f} | "
                 f"{row['fp32_copy_ms']:.3f} | {row['logsumexp_ms']:.3f} | {row['topk_fp32_ms']:.3f} | "
                 f"{row['draft_topk_ms']:.3f} | {row['max_log_prob_diff']:.1e} | {row['same_ids']:.4f} |",
                 flush=True,
