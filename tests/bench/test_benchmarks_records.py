@@ -423,3 +423,85 @@ def test_the_27b_shape_served_caps_and_dflash_steps_as_cited():
     dflash = [f"{cells[f'dflash/bs{bs}/t0']['tok_per_s']:.0f} ({cells[f'dflash/bs{bs}/t0']['step_ms']:.2f})" for bs in (16, 64)]
     assert "| DFLASH, flashinfer | 80 s | **11** | " + " | ".join(dflash) + " |" in text
     assert [cells[f"ddtree-b32/bs{bs}/t0"]["reason"] for bs in (16, 64)] == ["time box"] * 2
+
+
+def round_trace(run: str) -> dict[str, dict]:
+    records = json.loads(lzma.decompress((BENCH / run / "round_trace.json.xz").read_bytes()))
+    return {r["arm"]: r for r in records}
+
+
+def section(title: str) -> str:
+    return page().split(f"### {title}\n", 1)[1].split("\n### ", 1)[0]
+
+
+def test_the_b16_split_kv_round_against_dflash_is_the_round_trace():
+    by_arm = round_trace("2026-12-04-qwen3-8b-bs16-b16-splitkv")
+    dflash = by_arm["dflash"]
+    text = section("Batch 16 at the Qwen3-8B shape with the split-KV verify: B = 16 and B = 15 against DFLASH")
+    rows = {"DDTREE B = 16, split-KV verify": "ddtree-b16", "DFLASH": "dflash", "DDTREE B = 15, split-KV verify": "ddtree-b15"}
+    families = ("attention", "gemm", "sampling/top-k", "ddtree", "norm/act/rope/elementwise")
+    wall, kernel = [], []
+    for label, prefix in rows.items():
+        record = next(r for arm, r in by_arm.items() if arm.split("@")[0] == prefix)
+        gpu = record["trace"]["gpu"]
+        ratios = ["–", "–"]
+        if prefix != "dflash":
+            wall.append(record["step_ms"] / dflash["step_ms"])
+            kernel.append(gpu["kernel_ms"] / dflash["trace"]["gpu"]["kernel_ms"])
+            ratios = [f"**{x(wall[-1])}**", x(kernel[-1])]
+        cells = [label, f"{record['step_ms']:.3f}", ratios[0], f"{gpu['kernel_ms']:.3f}", ratios[1]]
+        cells += [f"{gpu['families'][f]:.3f}" if f in gpu["families"] else "0" for f in families]
+        assert "| " + " | ".join(cells) + " |" in text, cells
+    assert " / ".join(map(x, wall)) == "1.07× / 0.90×" and " / ".join(map(x, kernel)) == "1.09× / 0.94×"
+    assert "**1.07× / 0.90×**" in summary() and "kernel ms 1.09× / 0.94×" in summary()
+
+
+def test_the_27b_shape_bs16_arms_in_one_command_as_cited():
+    run = "2026-12-04-qwen3.6-27b-bs16-dflash-ddtree"
+    cells = {c["name"]: c for c in report(run)["cells"]}
+    groups = {g["name"]: g for g in report(run)["groups"]}
+    ddtree, dflash = cells["ddtree-b32/bs16/t0"], cells["dflash/bs16/t0"]
+    assert (f"{ddtree['tok_per_s']:.0f}", f"{dflash['tok_per_s']:.0f}") == ("173", "209")
+    assert (f"{ddtree['step_ms']:.2f}", f"{dflash['step_ms']:.2f}") == ("93.14", "77.33")
+    assert x(ddtree["tok_per_s"] / dflash["tok_per_s"]) == "0.83×"
+    assert (groups["ddtree-b32"]["requests_at_once"], groups["dflash"]["requests_at_once"]) == (16, 11)
+    stages = ddtree["profile"]["ms_per_round"]
+    split = " / ".join(f"{stages[s]:.3f}" for s in ("draft", "topk", "verify", "accept", "commit"))
+    assert split == "3.865 / 10.136 / 64.724 / 1.421 / 0.219"
+    text = section("The Qwen3.6-27B shape at bs 16, DFLASH and DDTREE in one command: the draft lm_head read once per request")
+    assert "| **173** (0.83×) | 93.14 | 3.865 / **10.136** / 64.724 / 1.421 / 0.219 |" in text
+    assert "| **209** | 77.33 | – |" in text
+    assert "**0.83×** (173 against 209 tok/s; step 93.14 against 77.33 ms" in summary()
+
+
+def test_the_draft_lm_head_on_strided_slots_as_cited():
+    def rows(shape: str) -> dict[int, dict]:
+        data = json.loads((BENCH / "2026-12-04-draft-lm-head-strided-slots" / shape / "topk_parts.json").read_text())
+        return {r["bs"]: r for r in data["rows"] if r["k"] == 32}
+
+    big, small = rows("qwen3.6-27b"), rows("qwen3-8b")
+    text = section("The draft lm_head over the block's draft slots: one product, not one per request")
+    for bs in (1, 4, 8, 16, 32, 64):
+        cells = [f"{r[key]:.3f}" for r in (big[bs], small[bs]) for key in ("lm_head_matmul_ms", "lm_head_ms")]
+        line = f"| {bs} | " + " | ".join(cells) + " |"
+        assert line in text or line.replace(cells[1], f"**{cells[1]}**") in text, line
+    speedup = {name: [r[bs]["lm_head_matmul_ms"] / r[bs]["lm_head_ms"] for bs in (16, 64)] for name, r in (("27b", big), ("8b", small))}
+    assert [f"{v:.1f}" for v in speedup["27b"]] == ["11.1", "11.1"] and [f"{v:.1f}" for v in speedup["8b"]] == ["10.8", "12.3"]
+    assert "**11.1× / 11.1×** faster at the 27B vocabulary" in summary() and "10.8× / 12.3× at the 8B one" in summary()
+
+
+def test_the_hybrid_split_kv_t1_and_serving_settings_as_cited():
+    pytest.importorskip("scipy")
+    run = "2026-12-04-splitkv-hybrid-t1-and-settings"
+    t1 = arms(f"{run}/t1")
+    p = [decode_compare.distribution_test(t1["plain-t1"], t1["ddtree-b32-splitkv-t1"], k)["p_value"] for k in (1, 2, 3)]
+    cited = " / ".join(f"{v:.3f}" for v in p)
+    assert cited == "0.029 / 0.641 / 0.222" and min(p) > 0.01
+    assert f"χ² p = {cited}" in summary()
+    settings = arms(f"{run}/settings")
+    for name in ("ddtree-b32-page16", "ddtree-b32-no-overlap"):
+        verdict = decode_compare.lossless_report(settings["plain"], settings[name])
+        margins = [d["margin"] for d in verdict["divergences"]]
+        assert (verdict["identical"], len(margins), max(margins), verdict["unexplained"]) == (27, 5, 0.0625, 0)
+        rounds = decode_compare.acceptance_summary(settings[name])["mean_acceptance_length"]
+        assert f"{rounds:.3f}" == "5.347"
