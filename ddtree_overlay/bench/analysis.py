@@ -72,11 +72,33 @@ def _histogram(metas: Iterable[Mapping[str, Any]]) -> list[int] | None:
     return total or None
 
 
-def _steps(record: Mapping[str, Any], algorithm: str) -> int:
-    """Batch-level decode steps: per wave, the longest request's rounds (or tokens)."""
+def step_ratio(row: Mapping[str, Any], baseline: Mapping[str, Any]) -> float:
+    """``row``'s wall ms per step over ``baseline``'s, each per request running in a step: an
+    engine that serves fewer requests at once than the batch (SGLang's cap) runs its wave in
+    narrower steps."""
+
+    def per_request(r: Mapping[str, Any]) -> float:
+        return r["step_ms"] / (r.get("running") or r["batch_size"])  # reports before 2026-12-04: bs
+
+    return per_request(row) / per_request(baseline)
+
+
+def _steps(record: Mapping[str, Any], algorithm: str, at_once: int | None = None) -> tuple[int, float]:
+    """Batch-level decode steps (per wave, the longest request's rounds, or tokens) and the mean
+    requests running per step. An engine that runs fewer requests at once than the wave holds
+    (SGLang's cap, ``at_once``) admits them in order and starts the rest as slots free: counted
+    as sub-waves of ``at_once``, exact when the requests are equally long (``ignore_eos``)."""
     key = "completion_tokens" if algorithm == TARGET_ONLY else "spec_verify_ct"
-    waves = _waves(record["meta"], int(record["batch_size"]))
-    return sum(max(int(m.get(key) or 0) for m in wave) for wave in waves)
+    width = int(record["batch_size"])
+    if at_once:
+        width = min(width, int(at_once))
+    running = [
+        (len(sub), max(int(m.get(key) or 0) for m in sub))
+        for wave in _waves(record["meta"], int(record["batch_size"]))
+        for sub in _waves(wave, width)
+    ]
+    steps = sum(n for _, n in running)
+    return steps, sum(size * n for size, n in running) / steps if steps else 0.0
 
 
 def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: float) -> dict[str, Any] | None:
@@ -139,9 +161,9 @@ def cell_metrics(
         tok_per_s=record.get("tok_per_s"),
         decode_s=record.get("decode_s"),
         tokens=record.get("tokens"),
-        steps=_steps(record, group.arm.algorithm),
         host=record.get("host"),
     )
+    row["steps"], row["running"] = _steps(record, group.arm.algorithm, (engine or {}).get("requests_at_once"))
     row["step_ms"] = 1000 * record["decode_s"] / row["steps"] if row["steps"] else None
     if group.arm.algorithm != TARGET_ONLY:
         summary = decode_compare.acceptance_summary(record)
@@ -217,8 +239,8 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     # What continuous batching sees: tokens per round over the round's cost. tok/s
                     # counts fixed waves, each as long as its slowest request, which favours the
                     # algorithm whose requests finish closer together.
-                    step_ratio = row["step_ms"] / dflash["step_ms"]
-                    entry |= {"step_ratio": step_ratio, "per_round_speedup": ratio / step_ratio}
+                    steps = step_ratio(row, dflash)
+                    entry |= {"step_ratio": steps, "per_round_speedup": ratio / steps}
             budgets.append(entry)
         best = max(range(len(budgets)), key=lambda i: budgets[i]["tok_per_s"])
         column = {

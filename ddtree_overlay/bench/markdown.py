@@ -376,7 +376,8 @@ def markdown_report(report: Mapping[str, Any]) -> str:
                 f"- **Cells**: {config['prompts_per_cell']} prompts per cell, sent in waves of `bs` "
                 f"concurrent requests, {config['max_new_tokens']} new tokens each (ignore_eos). tok/s = "
                 "output tokens / decode wall time (each wave until its slowest request finishes); wall "
-                "ms/step = decode time / batch-level decode steps.",
+                "ms/step = decode time / batch-level decode steps (the steps of requests an engine queued "
+                "behind its cap counted too).",
             ]
             if report["cells"]
             else []

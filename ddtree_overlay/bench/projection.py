@@ -9,8 +9,10 @@ request gains τ tokens per round, so per batch size
 
     DDTREE ÷ DFLASH = (τ(B) ÷ τ_chain) ÷ (round(B, bs) ÷ round_chain(bs))
 
-with round = the measured wall ms per batch step of each arm in its faster scheduling mode,
-and the best budget B the run measured and the curve covers. ``ASSUMPTIONS`` are printed with
+with round = the measured wall ms per batch step of each arm in its faster scheduling mode, per
+request running in a step (fewer than bs where SGLang's cap queued the rest, as DFLASH's
+recurrent-state snapshots do on a hybrid), and the best budget B the run measured and the
+curve covers. ``ASSUMPTIONS`` are printed with
 every projection.
 """
 
@@ -20,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B, AcceptanceCurve
-from ddtree_overlay.bench.analysis import STAGES
+from ddtree_overlay.bench.analysis import STAGES, step_ratio
 from ddtree_overlay.bench.arms import DDTREE, DFLASH
 from ddtree_overlay.bench.table_cells import DASH
 
@@ -31,7 +33,9 @@ ASSUMPTIONS = (
     "scheduler gaps and host work included, measured with the run's own acceptance (random "
     "weights: 1 token per round, so a real round's commit of τ tokens per request is not in it)",
     "every request of the batch accepts the curve's mean τ, whatever the batch size, and keeps "
-    "its slot between rounds (continuous batching: tokens per second = bs x τ ÷ round cost)",
+    "its slot between rounds (continuous batching: tokens per second = requests running x τ ÷ "
+    "round cost; an engine capped below bs ran its wave in narrower steps, which cost it more "
+    "per request than steady serving at its cap would)",
     "τ between two budgets of the curve is linear in log2 B; budgets outside the curve are left out",
     "the curve's pair and workload stand for the deployment's (its name says which they are)",
 )
@@ -60,17 +64,17 @@ def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any]
             if row is None:
                 continue
             tau = curve.tau(budget)
-            step_ratio = row["step_ms"] / chain["step_ms"]
+            steps = step_ratio(row, chain)
             split = (row.get("profile") or {}).get("ms_per_round") or {}
             budgets.append({
                 "budget": budget,
                 "overlap": row["overlap"],
                 "step_ms": row["step_ms"],
-                "step_ratio": step_ratio,
+                "step_ratio": steps,
                 "stages_ms": {stage: split[stage] for stage in (*STAGES, "other") if stage in split},
                 "tau": tau,
-                "break_even_tau": curve.chain * step_ratio,
-                "speedup_vs_dflash": tau / curve.chain / step_ratio if tau is not None else None,
+                "break_even_tau": curve.chain * steps,
+                "speedup_vs_dflash": tau / curve.chain / steps if tau is not None else None,
             })
         projected = [b for b in budgets if b["speedup_vs_dflash"] is not None]
         best = max(projected, key=lambda b: b["speedup_vs_dflash"]) if projected else None
@@ -118,7 +122,7 @@ def projection_markdown(projection: Mapping[str, Any]) -> str:
         f"{curve['dflash']:.2f}, DDTREE {taus} (source: {curve['source']}). Round costs: this run "
         f"({projection['setting']}).",
         "",
-        "| bs | budget | DDTREE ms / step | DFLASH ms / step | step ratio | DDTREE GPU ms per stage | τ (curve) | τ to break even | projected DDTREE ÷ DFLASH |",
+        "| bs | budget | DDTREE ms / step | DFLASH ms / step | step ratio per request | DDTREE GPU ms per stage | τ (curve) | τ to break even | projected DDTREE ÷ DFLASH |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for column in projection["columns"]:

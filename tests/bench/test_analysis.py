@@ -777,6 +777,21 @@ def test_a_parity_row_off_the_reference_or_without_one_is_an_issue() -> None:
 # --- requests served at once (bench.capacity) -------------------------------------------------
 
 
+def test_a_wave_wider_than_the_engine_serves_counts_the_steps_of_its_queued_requests(tmp_path: Path) -> None:
+    # A bs 2 wave on an engine that runs one request at once decodes one request after the
+    # other: twice the steps, so half the wall ms per step of a wave counted as one.
+    plan = small_plan(tmp_path, only=("dflash", "ddtree-b8"))
+    cells, engines = synthetic(plan)
+    engines[("dflash", 1)]["requests_at_once"] = 1
+    rows = {r["name"]: r for r in analysis.analyse(plan, cells, engines)["cells"]}
+    capped, served = rows["dflash/bs2/t0"], rows["ddtree-b8/bs2/t0"]
+    assert capped["steps"] == PROMPTS * 4 and served["steps"] == PROMPTS // 2 * 4
+    assert capped["step_ms"] == pytest.approx(1000 * capped["decode_s"] / (PROMPTS * 4))
+    assert (capped["running"], served["running"]) == (1, 2)
+    assert analysis.step_ratio(served, capped) == pytest.approx((served["step_ms"] / 2) / capped["step_ms"])
+    assert rows["dflash/bs1/t0"]["steps"] == PROMPTS * 4  # one at a time either way
+
+
 def test_each_engine_shows_the_requests_it_served_at_once_and_a_note_where_fewer_than_asked(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, repeats=2, only=("dflash", "ddtree-b8"))
     cells, engines = synthetic(plan)
