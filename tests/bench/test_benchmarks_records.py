@@ -508,3 +508,20 @@ def test_the_hybrid_split_kv_t1_and_serving_settings_as_cited():
         assert (verdict["identical"], len(margins), max(margins), verdict["unexplained"]) == (27, 5, 0.0625, 0)
         rounds = decode_compare.acceptance_summary(settings[name])["mean_acceptance_length"]
         assert f"{rounds:.3f}" == "5.347"
+
+
+def test_the_27b_shape_projection_as_cited():
+    def ratio(ddtree_run: str, dflash_run: str, batch_size: int) -> float:
+        ddtree = next(c for c in report(ddtree_run)["cells"] if c["name"] == f"ddtree-b32/bs{batch_size}/t0")
+        dflash = next(c for c in report(dflash_run)["cells"] if c["name"] == f"dflash/bs{batch_size}/t0")
+        return step_ratio(ddtree, dflash)
+
+    flat, single = "2026-12-02-27b-shape-flat-vs-snapshot", "2026-12-04-qwen3.6-27b-bs16-dflash-ddtree"
+    steps = [ratio(f"{flat}/flat", f"{flat}/dflash", 1), ratio(f"{flat}/flat", f"{flat}/dflash", 4), ratio(single, single, 16)]
+    assert " / ".join(f"{r:.3f}×" for r in steps) == "1.089× / 1.131× / 1.204×"
+    paper = PAPER_QWEN3_8B.tau(32) / PAPER_QWEN3_8B.chain
+    assert " / ".join(x(paper / r) for r in steps) == "1.09× / 1.05× / 0.99×"
+    field = " / ".join(f"{1.05 / r:.2f}–{1.18 / r:.2f}×" for r in steps)
+    assert field == "0.96–1.08× / 0.93–1.04× / 0.87–0.98×"
+    text = projection_section()
+    assert "**1.089× / 1.131× / 1.204×**" in text and "**1.09× / 1.05× / 0.99×**" in text and f"**{field}**" in text
