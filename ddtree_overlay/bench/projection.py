@@ -12,8 +12,7 @@ request gains τ tokens per round, so per batch size
 with round = the measured wall ms per batch step of each arm in its faster scheduling mode, per
 request running in a step (fewer than bs where SGLang's cap queued the rest, as DFLASH's
 recurrent-state snapshots do on a hybrid), and the best budget B the run measured and the
-curve covers. ``ASSUMPTIONS`` are printed with
-every projection.
+curve covers. ``ASSUMPTIONS`` are printed with every projection.
 """
 
 from __future__ import annotations

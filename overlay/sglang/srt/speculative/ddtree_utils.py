@@ -151,8 +151,8 @@ def draft_logits(hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
     The draft slots are a strided slice of the block, and ``torch.matmul`` does not fold a 3-D
     operand it cannot view as 2-D: it runs a batched GEMM that reads the whole weight once per
-    request (Qwen3.6-27B's 2.5 GB lm_head at bs 16: 8.5 ms of a round). Flattening copies only
-    the hidden states.
+    request (Qwen3.6-27B's 2.5 GB lm_head at bs 16: 9.9 against 0.9 ms on an H200, 2026-12-04).
+    Flattening copies only the hidden states.
     """
     bs, depth, width = hidden.shape
     flat = hidden.reshape(bs * depth, width).to(weight.dtype)
