@@ -26,6 +26,8 @@ AUTO = "auto"  # pass no backend: SGLang's default for the GPU
 AUTO_TEXT = "SGLang's default for the GPU"
 DDTREE_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask is wired for
 BASELINE_BACKENDS = (AUTO, "triton", "flashinfer", "fa3", "fa4", "trtllm_mha", "torch_native")
+# Backends whose kernels compile at an engine's first use of them (fa3's ship built).
+COMPILED_AT_FIRST_USE = ("triton", "flashinfer")
 
 
 def engine_keywords(backend: str) -> dict[str, str]:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from ddtree_overlay.bench.arms import (
@@ -51,7 +52,7 @@ from ddtree_overlay.bench.arms import (
     BudgetPolicy,
     Schedule,
 )
-from ddtree_overlay.bench.attention import AUTO, engine_keywords
+from ddtree_overlay.bench.attention import AUTO, COMPILED_AT_FIRST_USE, engine_keywords
 from ddtree_overlay.bench.estimates import (
     estimate_cell_s,
     estimate_overhead_s,
@@ -363,21 +364,26 @@ def plan_runs(
     *,
     order: str = "alternate",
     seed: int = 0,
-    primed: bool = False,
+    primed: str | None = None,
 ) -> tuple[EngineRun, ...]:
     """Round k runs every group, in `round_order` (alternate: A B C, C B A, A B C, ...: over an
     even number of rounds every group's mean position is the same). The first run pays the
-    kernel compiles, unless a primer (``primed``) starts before it.
+    kernel compiles unless a primer (on backend ``primed``) ran first, and so does the first on
+    each backend compiled at first use (a DFLASH engine on flashinfer after a triton primer,
+    27B shape, H200, 2026-12-04: 124 s of warm-up).
 
     Target-only's waves cells run in round 1 only: they are the correctness reference and the
     x-target-only column, not the DDTREE-against-DFLASH comparison that repeats are for. Its
     continuous-batching cells run in every round, like every other arm's: their ratios are
     of medians over engines."""
-    runs = []
+    runs, compiled = [], {primed}
     for repeat in range(1, repeats + 1):
         for group in round_order(groups, repeat, order, seed):
-            if repeat == 1:  # whichever engine starts first compiles the kernels
-                start = cost.engine_start_s + (0 if runs or primed else cost.first_start_extra_s)
+            if repeat == 1:
+                backend = group.engine.get("attention_backend")
+                compiles = backend in COMPILED_AT_FIRST_USE and backend not in compiled
+                start = cost.engine_start_s + (cost.first_start_extra_s if compiles or not (runs or primed) else 0)
+                compiled.add(backend)
                 runs.append(EngineRun(group, repeat, group.cells, start))
                 continue
             if group.arm.algorithm == TARGET_ONLY:
@@ -468,22 +474,18 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     groups = tuple(_group(setting, config, arm=arm, max_new_tokens=max_new) for arm in arms)
     limit = None if config.max_minutes is None else config.max_minutes * 60
     notes = []
-
-    def timed_runs(primed: bool) -> tuple[EngineRun, ...]:
-        return plan_runs(
-            groups, config.repeats, setting.cost, order=config.engine_order, seed=config.order_seed, primed=primed
-        )
-
-    runs = timed_runs(primed=True)
+    timed_runs = partial(plan_runs, groups, config.repeats, setting.cost, order=config.engine_order, seed=config.order_seed)
+    runs = timed_runs()
     primer = primer_run(runs, setting, max_new) if config.primer else None
-    if primer is not None and limit is not None and primer.est_s + runs[0].est_s > limit:
+    primed = timed_runs(primed=primer.group.engine.get("attention_backend")) if primer else runs
+    if primer is not None and limit is not None and primer.est_s + primed[0].est_s > limit:
         notes.append(
             f"--max-minutes {config.max_minutes:g} cannot hold the untimed primer engine (~{primer.est_s:.0f} s) "
             f"and one timed engine: no primer, so the first {primer.group.arm.algorithm} engine may run slow "
             "(docs/bench.md#the-primer-engine)"
         )
         primer = None
-    runs = (primer, *runs) if primer else timed_runs(primed=False)
+    runs = (primer, *primed) if primer else runs
     fit, spent = [], 0.0
     for run in runs:
         spent += run.est_s

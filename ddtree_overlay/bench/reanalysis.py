@@ -15,7 +15,7 @@ from typing import Any
 from ddtree_overlay.bench.analysis import analyse
 from ddtree_overlay.bench.arms import BudgetPolicy
 from ddtree_overlay.bench.correctness import parity_issue
-from ddtree_overlay.bench.plan import BenchConfig, plan_sweep
+from ddtree_overlay.bench.plan import PRIMER, BenchConfig, plan_sweep
 from ddtree_overlay.bench.records import read_records
 from ddtree_overlay.bench.settings import make_setting
 from ddtree_overlay.bench.state_memory import SNAPSHOT
@@ -65,10 +65,13 @@ def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str,
     setting = replace(
         setting, nextn=bool(recorded.get("nextn")), nextn_without_overlap=recorded.get("nextn_without_overlap")
     )
-    plan = plan_sweep(setting, config)
     cells, engines = read_records(run / "records.jsonl")
+    # The engines the run started, not what today's estimates would fit in its time box: its
+    # primer where its records have one; cells it skipped say so in their own records.
+    plan = plan_sweep(setting, replace(config, primer=(PRIMER, 1) in engines, max_minutes=None))
     references = load_references(plan, reference_dir) if reference_dir else None
     report = analyse(plan, cells, engines, references=references, context=old["context"])
+    report["config"]["max_minutes"] = config.max_minutes
     if references is None and old.get("parity"):
         # The offline reference results rarely travel with the records: without them the run's
         # own parity rows (and their issues) stand, rather than vanishing.
