@@ -26,8 +26,10 @@ AUTO = "auto"  # pass no backend: SGLang's default for the GPU
 AUTO_TEXT = "SGLang's default for the GPU"
 DDTREE_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask is wired for
 BASELINE_BACKENDS = (AUTO, "triton", "flashinfer", "fa3", "fa4", "trtllm_mha", "torch_native")
-# Backends whose kernels compile at an engine's first use of them (fa3's ship built).
-COMPILED_AT_FIRST_USE = ("triton", "flashinfer")
+# Backends whose kernels compile at an engine's first use of them, after the first engine's
+# compiles: flashinfer's JIT (a DFLASH engine's warm-up after a triton primer took 124 s at the
+# Qwen3.6-27B shape, H200, 2026-12-04; a triton DDTREE engine after it, 14 s).
+COMPILED_AT_FIRST_USE = ("flashinfer",)
 
 
 def engine_keywords(backend: str) -> dict[str, str]:

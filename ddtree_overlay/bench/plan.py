@@ -369,8 +369,7 @@ def plan_runs(
     """Round k runs every group, in `round_order` (alternate: A B C, C B A, A B C, ...: over an
     even number of rounds every group's mean position is the same). The first run pays the
     kernel compiles unless a primer (on backend ``primed``) ran first, and so does the first on
-    each backend compiled at first use (a DFLASH engine on flashinfer after a triton primer,
-    27B shape, H200, 2026-12-04: 124 s of warm-up).
+    each backend compiled at first use (`attention.COMPILED_AT_FIRST_USE`).
 
     Target-only's waves cells run in round 1 only: they are the correctness reference and the
     x-target-only column, not the DDTREE-against-DFLASH comparison that repeats are for. Its

@@ -130,11 +130,9 @@ def test_ddtree_no_overlap_runs_each_budget_again_right_after_its_overlap_twin(t
         assert arm.engine["speculative_ddtree_budget"] == budget
         assert [c.name for c in arm.cells] == [c.name.replace(twin.name, arm.name, 1) for c in twin.cells]
         assert [c.est_s for c in arm.cells] == [c.est_s for c in twin.cells]
-        # the first DDTREE engine, on triton, compiles its kernels; its twin starts after it
-        compiles = plan.setting.cost.first_start_extra_s if budget == 16 else 0
-        assert first_run_s(plan, arm.name) == pytest.approx(first_run_s(plan, twin.name) - compiles)
+        assert first_run_s(plan, arm.name) == first_run_s(plan, twin.name)  # neither starts first
     without = fixture_plan(tmp_path)
-    twins_s = sum(first_run_s(plan, f"ddtree-b{b}-no-overlap") for b in bp.DEFAULT_BUDGETS)
+    twins_s = sum(first_run_s(plan, f"ddtree-b{b}") for b in bp.DEFAULT_BUDGETS)
     assert plan.est_s == pytest.approx(without.est_s + twins_s)
     assert not any(g.name.endswith("-no-overlap") and g.arm.algorithm == bp.DDTREE for g in without.groups)
 
@@ -273,12 +271,10 @@ def test_repeats_run_every_group_once_per_round_every_other_round_reversed(tmp_p
     assert [c.name for c in by_run["target-only", 1].cells] == [c.name for c in plan.group("target-only").cells]
     assert not any(c.top2 for r in plan.runs if r.repeat > 1 for c in r.cells)
     assert by_run["dflash", 3].cells == plan.group("dflash").cells
-    # the sweep's first engine compiles kernels, and so does the first on triton (DDTREE's; the
-    # baselines run SGLang's default), in round 1 only
+    # only the sweep's first engine start compiles kernels
     cost = plan.setting.cost
-    compiling = {(r.group.name, r.repeat) for r in plan.runs if r.est_start_s > cost.engine_start_s}
-    assert compiling == {("target-only", 1), ("ddtree-b8", 1)}
-    assert {r.est_start_s for r in plan.runs} == {cost.engine_start_s, cost.engine_start_s + cost.first_start_extra_s}
+    assert plan.runs[0].est_start_s == cost.engine_start_s + cost.first_start_extra_s
+    assert {r.est_start_s for r in plan.runs[1:]} == {cost.engine_start_s}
     assert by_run["dflash", 2].label == "dflash (repeat 2)" and by_run["dflash", 1].label == "dflash"
 
 
@@ -289,10 +285,8 @@ def test_repeats_multiply_the_estimate(tmp_path: Path) -> None:
     # group at its first run's estimate
     cost, target = once.setting.cost, once.runs[0]
     assert target.group.name == "target-only" and target.est_start_s == cost.engine_start_s + cost.first_start_extra_s
-    later_round = once.est_s - target.est_s - cost.first_start_extra_s  # the first triton engine's compiles
-    assert later_round == pytest.approx(
-        sum(first_run_s(once, g.name) for g in once.groups if g.name != "target-only") - cost.first_start_extra_s
-    )
+    later_round = once.est_s - target.est_s
+    assert later_round == pytest.approx(sum(first_run_s(once, g.name) for g in once.groups if g.name != "target-only"))
     assert thrice.est_s == pytest.approx(once.est_s + 2 * later_round)
     assert 2 * once.est_s < thrice.est_s < 2.5 * once.est_s  # target-only is about a third of round 1 here
     summary = plan_json.describe_plan(thrice)
