@@ -52,7 +52,7 @@ from ddtree_overlay.bench.arms import (
     BudgetPolicy,
     Schedule,
 )
-from ddtree_overlay.bench.attention import AUTO, COMPILED_AT_FIRST_USE, engine_keywords
+from ddtree_overlay.bench.attention import AUTO, COMPILED_AT_FIRST_USE, engine_keywords, planned_backend
 from ddtree_overlay.bench.estimates import (
     estimate_cell_s,
     estimate_overhead_s,
@@ -379,7 +379,7 @@ def plan_runs(
     for repeat in range(1, repeats + 1):
         for group in round_order(groups, repeat, order, seed):
             if repeat == 1:
-                backend = group.engine.get("attention_backend")
+                backend = planned_backend(group.engine)
                 compiles = backend in COMPILED_AT_FIRST_USE and backend not in compiled
                 start = cost.engine_start_s + (cost.first_start_extra_s if compiles or not (runs or primed) else 0)
                 compiled.add(backend)
@@ -476,7 +476,7 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     timed_runs = partial(plan_runs, groups, config.repeats, setting.cost, order=config.engine_order, seed=config.order_seed)
     runs = timed_runs()
     primer = primer_run(runs, setting, max_new) if config.primer else None
-    primed = timed_runs(primed=primer.group.engine.get("attention_backend")) if primer else runs
+    primed = timed_runs(primed=planned_backend(primer.group.engine)) if primer else runs
     if primer is not None and limit is not None and primer.est_s + primed[0].est_s > limit:
         notes.append(
             f"--max-minutes {config.max_minutes:g} cannot hold the untimed primer engine (~{primer.est_s:.0f} s) "

@@ -91,6 +91,9 @@ def test_the_first_engine_on_flashinfer_pays_its_compiles_after_a_triton_primer_
     cost = plan.setting.cost
     compiling = [r.label for r in plan.runs if r.est_start_s > cost.engine_start_s]
     assert compiling == ["primer (untimed ddtree-b8)", "dflash"]  # not DDTREE's triton: the primer ran it
+    # a primer on SGLang's default backend (no DDTREE arm) takes the first engine's compiles too
+    default = plan_for(tmp_path, budgets=(8,), primer=True, only=("dflash",))
+    assert [r.label for r in default.runs if r.est_start_s > cost.engine_start_s] == ["primer (untimed dflash)"]
 
 
 def test_target_only_repeats_its_stream_cells_but_not_its_waves(tmp_path: Path) -> None:
