@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ddtree_overlay.bench import attention
 from ddtree_overlay.bench.arms import (
     DDTREE,
     DFLASH,
@@ -52,7 +53,6 @@ from ddtree_overlay.bench.arms import (
     BudgetPolicy,
     Schedule,
 )
-from ddtree_overlay.bench.attention import AUTO, COMPILED_AT_FIRST_USE, engine_keywords, planned_backend
 from ddtree_overlay.bench.estimates import (
     estimate_cell_s,
     estimate_overhead_s,
@@ -100,7 +100,7 @@ class BenchConfig:
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
     attention_backend: str = "triton"  # the DDTREE arms'
-    baseline_attention_backend: str = AUTO  # every other arm's (`bench.attention`)
+    baseline_attention_backend: str = attention.AUTO  # every other arm's (`bench.attention`)
     tp_size: int = 1  # tensor-parallel GPUs per engine, every arm alike
     max_new_tokens: int | None = None  # the setting's default when None
     prompts_per_cell: int | None = None
@@ -309,7 +309,7 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, max_new_tokens: i
         )
     backend = config.attention_backend if algorithm == DDTREE else config.baseline_attention_backend
     engine: dict[str, Any] = {
-        **engine_keywords(backend),
+        **attention.engine_keywords(backend),
         "tp_size": config.tp_size,
         "cuda_graph_bs_decode": capture_batch_sizes(served_batch_sizes(config)),
         **ENGINE_COMMON,
@@ -379,8 +379,8 @@ def plan_runs(
     for repeat in range(1, repeats + 1):
         for group in round_order(groups, repeat, order, seed):
             if repeat == 1:
-                backend = planned_backend(group.engine)
-                compiles = backend in COMPILED_AT_FIRST_USE and backend not in compiled
+                backend = attention.planned_backend(group.engine)
+                compiles = backend in attention.COMPILED_AT_FIRST_USE and backend not in compiled
                 start = cost.engine_start_s + (cost.first_start_extra_s if compiles or not (runs or primed) else 0)
                 compiled.add(backend)
                 runs.append(EngineRun(group, repeat, group.cells, start))
@@ -476,7 +476,7 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     timed_runs = partial(plan_runs, groups, config.repeats, setting.cost, order=config.engine_order, seed=config.order_seed)
     runs = timed_runs()
     primer = primer_run(runs, setting, max_new) if config.primer else None
-    primed = timed_runs(primed=planned_backend(primer.group.engine)) if primer else runs
+    primed = timed_runs(primed=attention.planned_backend(primer.group.engine)) if primer else runs
     if primer is not None and limit is not None and primer.est_s + primed[0].est_s > limit:
         notes.append(
             f"--max-minutes {config.max_minutes:g} cannot hold the untimed primer engine (~{primer.est_s:.0f} s) "
