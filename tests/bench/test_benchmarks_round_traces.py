@@ -7,14 +7,13 @@ import json
 import lzma
 from pathlib import Path
 
+from test_benchmarks_records import section, summary, x
+
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 SPLIT_RUN = DOCS / "bench" / "2026-12-04-qwen3-8b-bs16-kernel-split-splitkv"
+B16_RUN = DOCS / "bench" / "2026-12-04-qwen3-8b-bs16-b16-splitkv"
 STALL_RUN = DOCS / "bench" / "2026-12-04-fresh-engine-stall-own-kv-mover"
 TIMES = "\N{MULTIPLICATION SIGN}"
-
-
-def section(heading: str) -> str:
-    return (DOCS / "BENCHMARKS.md").read_text().split(f"### {heading}\n", 1)[1].split("\n### ", 1)[0]
 
 
 def xz_text(path: Path) -> str:
@@ -25,8 +24,8 @@ def three_figures(ms: float) -> str:
     return f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
 
 
-def split_kv_records() -> dict[str, dict]:
-    records = json.loads(xz_text(SPLIT_RUN / "round_trace.json.xz"))
+def split_kv_records(run: Path = SPLIT_RUN) -> dict[str, dict]:
+    records = json.loads(xz_text(run / "round_trace.json.xz"))
     return {r["arm"]: r for r in records if "error" not in r}
 
 
@@ -82,3 +81,25 @@ def test_the_fresh_engine_windows_are_the_profile():
         assert [c.strip() for c in row.split("|")[2:-1]] == cells, label
     slowest_commit = max(w["ms_max"]["commit"] for w in windows)
     assert f"no commit above {slowest_commit:.2f} ms" in text
+
+
+def test_the_b16_split_kv_round_against_dflash_is_the_round_trace():
+    by_arm = split_kv_records(B16_RUN)
+    dflash = by_arm["dflash"]
+    text = section("Batch 16 at the Qwen3-8B shape with the split-KV verify: B = 16 and B = 15 against DFLASH")
+    rows = {"DDTREE B = 16, split-KV verify": "ddtree-b16", "DFLASH": "dflash", "DDTREE B = 15, split-KV verify": "ddtree-b15"}
+    families = ("attention", "gemm", "sampling/top-k", "ddtree", "norm/act/rope/elementwise")
+    wall, kernel = [], []
+    for label, prefix in rows.items():
+        record = next(r for arm, r in by_arm.items() if arm.split("@")[0] == prefix)
+        gpu = record["trace"]["gpu"]
+        ratios = ["–", "–"]
+        if prefix != "dflash":
+            wall.append(record["step_ms"] / dflash["step_ms"])
+            kernel.append(gpu["kernel_ms"] / dflash["trace"]["gpu"]["kernel_ms"])
+            ratios = [f"**{x(wall[-1])}**", x(kernel[-1])]
+        cells = [label, f"{record['step_ms']:.3f}", ratios[0], f"{gpu['kernel_ms']:.3f}", ratios[1]]
+        cells += [f"{gpu['families'][f]:.3f}" if f in gpu["families"] else "0" for f in families]
+        assert "| " + " | ".join(cells) + " |" in text, cells
+    assert " / ".join(map(x, wall)) == "1.07× / 0.90×" and " / ".join(map(x, kernel)) == "1.09× / 0.94×"
+    assert "**1.07× / 0.90×**" in summary() and "kernel ms 1.09× / 0.94×" in summary()
