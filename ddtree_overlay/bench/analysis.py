@@ -89,12 +89,11 @@ def _steps(record: Mapping[str, Any], algorithm: str, at_once: int | None = None
     (SGLang's cap, ``at_once``) admits them in order and starts the rest as slots free: counted
     as sub-waves of ``at_once``, exact when the requests are equally long (``ignore_eos``)."""
     key = "completion_tokens" if algorithm == TARGET_ONLY else "spec_verify_ct"
-    width = int(record["batch_size"])
-    if at_once:
-        width = min(width, int(at_once))
+    batch = int(record["batch_size"])
+    width = min(batch, int(at_once)) if at_once else batch
     running = [
         (len(sub), max(int(m.get(key) or 0) for m in sub))
-        for wave in _waves(record["meta"], int(record["batch_size"]))
+        for wave in _waves(record["meta"], batch)
         for sub in _waves(wave, width)
     ]
     steps = sum(n for _, n in running)
