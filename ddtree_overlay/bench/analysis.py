@@ -72,15 +72,26 @@ def _histogram(metas: Iterable[Mapping[str, Any]]) -> list[int] | None:
     return total or None
 
 
-def step_ratio(row: Mapping[str, Any], baseline: Mapping[str, Any]) -> float:
+def step_ratio(row: Mapping[str, Any], baseline: Mapping[str, Any], *, at_cap: bool = False) -> float:
     """``row``'s wall ms per step over ``baseline``'s, each per request running in a step: an
     engine that serves fewer requests at once than the batch (SGLang's cap) runs its wave in
-    narrower steps."""
+    narrower steps, so its queued requests' steps run fewer than its cap.
+
+    ``at_cap``: per request its cap lets run instead, as if those narrower steps had cost what
+    full ones do (the weights' read, not the batch, sets a step's time at small batches). A
+    capped engine's cost per request serving a stream at its cap lies between the two; this
+    end is the one least favourable to the other engine."""
 
     def per_request(r: Mapping[str, Any]) -> float:
-        return r["step_ms"] / (r.get("running") or r["batch_size"])  # reports before 2026-12-04: bs
+        served = r.get("at_once") if at_cap else r.get("running")
+        return r["step_ms"] / (served or r["batch_size"])  # reports before 2026-12-04: bs
 
     return per_request(row) / per_request(baseline)
+
+
+def capped(*rows: Mapping[str, Any]) -> bool:
+    """Whether any of these cells ran fewer requests at once than its batch."""
+    return any((r.get("at_once") or r["batch_size"]) < r["batch_size"] for r in rows)
 
 
 def _steps(record: Mapping[str, Any], algorithm: str, at_once: int | None = None) -> tuple[int, float]:
@@ -162,7 +173,9 @@ def cell_metrics(
         tokens=record.get("tokens"),
         host=record.get("host"),
     )
-    row["steps"], row["running"] = _steps(record, group.arm.algorithm, (engine or {}).get("requests_at_once"))
+    at_once = (engine or {}).get("requests_at_once")
+    row["steps"], row["running"] = _steps(record, group.arm.algorithm, at_once)
+    row["at_once"] = min(cell.batch_size, int(at_once)) if at_once else cell.batch_size
     row["step_ms"] = 1000 * record["decode_s"] / row["steps"] if row["steps"] else None
     if group.arm.algorithm != TARGET_ONLY:
         summary = decode_compare.acceptance_summary(record)
@@ -240,6 +253,9 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     # algorithm whose requests finish closer together.
                     steps = step_ratio(row, dflash)
                     entry |= {"step_ratio": steps, "per_round_speedup": ratio / steps}
+                    if capped(row, dflash):
+                        at_cap = step_ratio(row, dflash, at_cap=True)
+                        entry |= {"step_ratio_at_cap": at_cap, "per_round_speedup_at_cap": ratio / at_cap}
             budgets.append(entry)
         best = max(range(len(budgets)), key=lambda i: budgets[i]["tok_per_s"])
         column = {

@@ -106,6 +106,10 @@ def fastest_modes_table(report: Mapping[str, Any]) -> str:
             texts[per_round][key] = (
                 f"x{best['per_round_speedup']:.2f} (x{best['acceptance_ratio']:.2f} ÷ x{best['step_ratio']:.2f})"
             )
+            if "step_ratio_at_cap" in best:
+                texts[per_round][key] += (
+                    f"; at the caps x{best['per_round_speedup_at_cap']:.2f} (÷ x{best['step_ratio_at_cap']:.2f})"
+                )
         if "worst_case" in column:
             worst = column["worst_case"]
             texts[worst_label][key] = (

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B, AcceptanceCurve
-from ddtree_overlay.bench.analysis import STAGES, step_ratio
+from ddtree_overlay.bench.analysis import STAGES, capped, step_ratio
 from ddtree_overlay.bench.arms import DDTREE, DFLASH
 from ddtree_overlay.bench.table_cells import DASH
 
@@ -34,7 +34,9 @@ ASSUMPTIONS = (
     "every request of the batch accepts the curve's mean τ, whatever the batch size, and keeps "
     "its slot between rounds (continuous batching: tokens per second = requests running x τ ÷ "
     "round cost; an engine capped below bs ran its wave in narrower steps, which cost it more "
-    "per request than steady serving at its cap would)",
+    "per request than steady serving at its cap would: where one was, the figures after 'at "
+    "the caps' count its steps per request its cap lets run, as if the narrower steps cost what "
+    "full ones do, the other end of the range)",
     "τ between two budgets of the curve is linear in log2 B; budgets outside the curve are left out",
     "the curve's pair and workload stand for the deployment's (its name says which they are)",
 )
@@ -65,7 +67,7 @@ def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any]
             tau = curve.tau(budget)
             steps = step_ratio(row, chain)
             split = (row.get("profile") or {}).get("ms_per_round") or {}
-            budgets.append({
+            entry = {
                 "budget": budget,
                 "overlap": row["overlap"],
                 "step_ms": row["step_ms"],
@@ -74,7 +76,15 @@ def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any]
                 "tau": tau,
                 "break_even_tau": curve.chain * steps,
                 "speedup_vs_dflash": tau / curve.chain / steps if tau is not None else None,
-            })
+            }
+            if capped(row, chain):
+                at_cap = step_ratio(row, chain, at_cap=True)
+                entry |= {
+                    "step_ratio_at_cap": at_cap,
+                    "break_even_tau_at_cap": curve.chain * at_cap,
+                    "speedup_at_cap": tau / curve.chain / at_cap if tau is not None else None,
+                }
+            budgets.append(entry)
         projected = [b for b in budgets if b["speedup_vs_dflash"] is not None]
         best = max(projected, key=lambda b: b["speedup_vs_dflash"]) if projected else None
         columns.append({
@@ -132,10 +142,16 @@ def projection_markdown(projection: Mapping[str, Any]) -> str:
             text = DASH if speedup is None else f"x{speedup:.2f}"
             if column["best"] is entry:
                 text = f"**{text}**"
+            steps, break_even = f"{entry['step_ratio']:.3f}", f"{entry['break_even_tau']:.2f}"
+            if "step_ratio_at_cap" in entry:
+                steps += f" ({entry['step_ratio_at_cap']:.3f} at the caps)"
+                break_even += f" ({entry['break_even_tau_at_cap']:.2f})"
+                if entry["speedup_at_cap"] is not None:
+                    text += f" (x{entry['speedup_at_cap']:.2f})"
             lines.append(
                 f"| {column['batch_size']} | {entry['budget']}{_mode(entry['overlap'])} | {entry['step_ms']:.2f} | "
-                f"{chain['step_ms']:.2f}{_mode(chain['overlap'])} | {entry['step_ratio']:.3f} | {stages} | "
-                f"{DASH if entry['tau'] is None else format(entry['tau'], '.2f')} | {entry['break_even_tau']:.2f} | {text} |"
+                f"{chain['step_ms']:.2f}{_mode(chain['overlap'])} | {steps} | {stages} | "
+                f"{DASH if entry['tau'] is None else format(entry['tau'], '.2f')} | {break_even} | {text} |"
             )
     lines += ["", "Assumptions:", ""]
     lines += [f"- {text}" for text in projection["assumptions"]]

@@ -790,6 +790,26 @@ def test_a_wave_wider_than_the_engine_serves_counts_the_steps_of_its_queued_requ
     assert (capped["running"], served["running"]) == (1, 2)
     assert analysis.step_ratio(served, capped) == pytest.approx((served["step_ms"] / 2) / capped["step_ms"])
     assert rows["dflash/bs1/t0"]["steps"] == PROMPTS * 4  # one at a time either way
+    assert (capped["at_once"], served["at_once"]) == (1, 2)
+    assert analysis.capped(served, capped) and not analysis.capped(served, rows["dflash/bs1/t0"])
+    report = analysis.analyse(plan, cells, engines)
+    bs2 = next(c for c in report["fastest_modes"] if c["batch_size"] == 2)["best"]
+    assert bs2["step_ratio_at_cap"] == pytest.approx(analysis.step_ratio(served, capped, at_cap=True))
+    row = next(line for line in md.fastest_modes_table(report).splitlines() if "continuous batching" in line)
+    assert f"; at the caps x{bs2['per_round_speedup_at_cap']:.2f} (÷ x{bs2['step_ratio_at_cap']:.2f}) |" in row
+
+
+def test_at_the_caps_a_capped_engine_counts_its_steps_per_request_its_cap_lets_run() -> None:
+    # DFLASH ran a wave of 16 as 11 and then the 5 it queued: 8 running on average. Its cost
+    # per request serving a stream at its cap is step / 8 if the 5-wide steps cost 5/11 of a
+    # full one, step / 11 if they cost as much: the range's two ends.
+    dflash = {"batch_size": 16, "step_ms": 38.0, "running": 8.0, "at_once": 11}
+    ddtree = {"batch_size": 16, "step_ms": 56.0, "running": 16.0, "at_once": 16}
+    assert analysis.step_ratio(ddtree, dflash) == pytest.approx((56 / 16) / (38 / 8))
+    assert analysis.step_ratio(ddtree, dflash, at_cap=True) == pytest.approx((56 / 16) / (38 / 11))
+    older = {"batch_size": 16, "step_ms": 38.0}  # reports before the served cap was recorded
+    assert analysis.step_ratio(ddtree, older, at_cap=True) == analysis.step_ratio(ddtree, older) == pytest.approx(56 / 38)
+    assert not analysis.capped(ddtree, older)
 
 
 def test_each_engine_shows_the_requests_it_served_at_once_and_a_note_where_fewer_than_asked(tmp_path: Path) -> None:

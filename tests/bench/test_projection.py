@@ -57,6 +57,21 @@ def test_projection_is_the_acceptance_ratio_over_the_step_ratio_per_batch_size()
     assert "--budgets 8,16,64 --batch-sizes 1,16" in text
 
 
+def test_a_capped_dflash_is_projected_at_both_ends_of_its_cost_per_request():
+    dflash = cell("DFLASH", 16, 40.0, running=8.0, at_once=11)  # 11 at once, then the 5 queued
+    ddtree = cell("DDTREE", 16, 60.0, budget=16, running=16.0, at_once=16)
+    entry = pj.project(run(dflash, ddtree), CURVE)["columns"][0]["budgets"][0]
+    assert entry["step_ratio"] == pytest.approx((60 / 16) / (40 / 8))
+    assert entry["step_ratio_at_cap"] == pytest.approx((60 / 16) / (40 / 11))
+    assert entry["speedup_at_cap"] == pytest.approx(5 / 4 / entry["step_ratio_at_cap"])
+    assert entry["break_even_tau_at_cap"] == pytest.approx(4 * entry["step_ratio_at_cap"])
+    text = pj.projection_markdown(pj.project(run(dflash, ddtree), CURVE))
+    assert "| 16 | 16 | 60.00 | 40.00 | 0.750 (1.031 at the caps) |" in text
+    assert "| 3.00 (4.12) | **x1.67** (x1.21) |" in text
+    uncapped = pj.project(run(cell("DFLASH", 16, 40.0), cell("DDTREE", 16, 60.0, budget=16)), CURVE)
+    assert "step_ratio_at_cap" not in uncapped["columns"][0]["budgets"][0]
+
+
 def test_the_paper_curve_on_another_shape_says_so():
     cells = (cell("DFLASH", 1, 8.0), cell("DDTREE", 1, 8.0, budget=32))
     assert pj.project(run(*cells), ac.PAPER_QWEN3_8B)["assumptions"] == list(pj.ASSUMPTIONS)
