@@ -361,7 +361,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
     parts = [
         f"# DDTREE bench: {setting['name']}",
         "",
-        f"- **Setting**: {setting['note']}.",
+        f"- **Setting**: {setting['note'].rstrip('.')}.",
         f"- **When / where**: {context.get('started', '?')}; {context.get('gpu', '?')}; "
         f"sglang {context.get('sglang', '?')}, torch {context.get('torch', '?')}.",
         f"- **Engines**: {_backends_text(report)}, decode CUDA "

@@ -154,5 +154,6 @@ def test_the_report_records_the_mode_and_reanalysis_keeps_it(tmp_path: Path) -> 
     older = {k: v for k, v in report["config"].items() if k != "hybrid_state"}
     assert reanalysis.config_from_report(older).hybrid_state == SNAPSHOT  # runs from before the switch
     assert "DDTREE's Gated-DeltaNet verify state: flat (`SGLANG_DDTREE_HYBRID_STATE`)" in markdown_report(report)
+    assert "concurrency is.\n" in markdown_report(report)  # the setting's note ends its own sentence
     plain = json.loads(json.dumps(analysis.analyse(plan_for(tmp_path, "qwen3-8b-random"), {}, {})))
     assert "verify state" not in markdown_report(plain)
