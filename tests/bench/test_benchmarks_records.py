@@ -484,17 +484,77 @@ def test_the_hybrid_split_kv_t1_and_serving_settings_as_cited():
 
 
 def test_the_27b_shape_projection_as_cited():
-    def ratio(ddtree_run: str, dflash_run: str, batch_size: int) -> float:
-        ddtree = next(c for c in report(ddtree_run)["cells"] if c["name"] == f"ddtree-b32/bs{batch_size}/t0")
+    def ratio(ddtree_run: str, dflash_run: str, batch_size: int, budget: int = 32, at_cap: bool = False) -> float:
+        ddtree = next(c for c in report(ddtree_run)["cells"] if c["name"] == f"ddtree-b{budget}/bs{batch_size}/t0")
         dflash = next(c for c in report(dflash_run)["cells"] if c["name"] == f"dflash/bs{batch_size}/t0")
-        return step_ratio(ddtree, dflash)
+        return step_ratio(ddtree, dflash, at_cap=at_cap)
 
-    flat, single = "2026-12-02-27b-shape-flat-vs-snapshot", "2026-12-04-qwen3.6-27b-bs16-dflash-ddtree"
-    steps = [ratio(f"{flat}/flat", f"{flat}/dflash", 1), ratio(f"{flat}/flat", f"{flat}/dflash", 4), ratio(single, single, 16)]
-    assert " / ".join(f"{r:.3f}×" for r in steps) == "1.089× / 1.131× / 1.204×"
+    flat, single = "2026-12-02-27b-shape-flat-vs-snapshot", "2026-12-04-qwen3.6-27b-bs16-draft-lm-head-one-gemm"
+    steps = [ratio(f"{flat}/flat", f"{flat}/dflash", 1), ratio(f"{flat}/flat", f"{flat}/dflash", 4),
+             ratio(f"{single}/b32", f"{single}/b32", 16)]
+    at_cap = ratio(f"{single}/b32", f"{single}/b32", 16, at_cap=True)
+    assert " / ".join(f"{r:.3f}×" for r in steps) == "1.089× / 1.131× / 1.124×" and f"{at_cap:.3f}" == "1.546"
     paper = PAPER_QWEN3_8B.tau(32) / PAPER_QWEN3_8B.chain
-    assert " / ".join(x(paper / r) for r in steps) == "1.09× / 1.05× / 0.99×"
+    assert " / ".join(x(paper / r) for r in steps) == "1.09× / 1.05× / 1.06×" and x(paper / at_cap) == "0.77×"
     field = " / ".join(f"{1.05 / r:.2f}–{1.18 / r:.2f}×" for r in steps)
-    assert field == "0.96–1.08× / 0.93–1.04× / 0.87–0.98×"
+    assert field == "0.96–1.08× / 0.93–1.04× / 0.93–1.05×" and f"{1.05 / at_cap:.2f}–{1.18 / at_cap:.2f}×" == "0.68–0.76×"
+    b15 = [ratio(f"{single}/b15", f"{single}/b15", 16, 15, cap) for cap in (False, True)]
+    assert [f"{r:.3f}" for r in b15] == ["0.728", "1.001"]
     text = projection_section()
-    assert "**1.089× / 1.131× / 1.204×**" in text and "**1.09× / 1.05× / 0.99×**" in text and f"**{field}**" in text
+    assert "**1.089× / 1.131× / 1.124×**" in text and "**1.546×**" in text and "**1.09× / 1.05× / 1.06×**" in text
+    assert f"**{field}** (0.68–0.76×)" in text and "**0.728×** its cost per request (1.001× at the cap)" in text
+
+
+def test_the_27b_shape_bs16_with_the_lm_head_as_one_gemm_as_cited():
+    run = "2026-12-04-qwen3.6-27b-bs16-draft-lm-head-one-gemm"
+    text = section("The Qwen3.6-27B shape at bs 16 with the draft lm_head as one GEMM: B = 15 and B = 32 against DFLASH")
+    ratios = {}
+    for sub, budget, command in (("b15", 15, "first"), ("b32", 32, "second")):
+        cells = {c["name"]: c for c in report(f"{run}/{sub}")["cells"]}
+        groups = {g["name"]: g for g in report(f"{run}/{sub}")["groups"]}
+        ddtree, dflash = cells[f"ddtree-b{budget}/bs16/t0"], cells["dflash/bs16/t0"]
+        assert (groups[f"ddtree-b{budget}"]["requests_at_once"], groups["dflash"]["requests_at_once"]) == (16, 11)
+        assert (ddtree["running"], dflash["running"], dflash["at_once"]) == (16, 8, 11)
+        stages = ddtree["profile"]["ms_per_round"]
+        split = " / ".join(f"{stages[s]:.3f}" for s in ("draft", "topk", "verify", "accept", "commit"))
+        tok = f"**{ddtree['tok_per_s']:.0f}** ({x(ddtree['tok_per_s'] / dflash['tok_per_s'])})"
+        assert f"| {tok} | {ddtree['step_ms']:.2f} | {ddtree['step_ms'] / 16:.2f} | {split} |" in text
+        at_cap = f"{dflash['step_ms'] / dflash['running']:.2f} ({dflash['step_ms'] / 11:.2f} at its cap)"
+        assert f"| **{dflash['tok_per_s']:.0f}** | {dflash['step_ms']:.2f} | {at_cap} | – |" in text
+        assert f"| {command} | DFLASH, flashinfer | {groups['dflash']['start_s']:.1f} s |" in text
+        ratios[budget] = (step_ratio(ddtree, dflash), step_ratio(ddtree, dflash, at_cap=True))
+        projected = project(report(f"{run}/{sub}"), PAPER_QWEN3_8B)["columns"][0]["budgets"][0]
+        assert projected["step_ratio_at_cap"] == pytest.approx(ratios[budget][1])
+    assert [x(v) for v in ratios[15]] == ["0.73×", "1.00×"] and [x(v) for v in ratios[32]] == ["1.12×", "1.55×"]
+    assert "B = 15 costs **0.73×**" in text and "**1.00×** at DFLASH's cap" in text
+    assert "B = 32\n  **1.12×** and **1.55×**" in text
+    b32 = project(report(f"{run}/b32"), PAPER_QWEN3_8B)["columns"][0]["best"]
+    assert (x(b32["speedup_vs_dflash"]), x(b32["speedup_at_cap"])) == ("1.06×", "0.77×")
+    b16_tau = PAPER_QWEN3_8B.tau(16) / PAPER_QWEN3_8B.chain
+    assert [x(b16_tau / v) for v in ratios[15]] == ["1.52×", "1.10×"]
+    assert "B = 32 **1.06×** DFLASH (0.77× at the caps)" in text and "1.52× (1.10× at the\n  caps)" in text
+    assert "**0.73× / 1.12×** as the bench counts" in summary() and "**1.00× / 1.55×** at its cap of 11" in summary()
+
+
+def test_the_dense_split_kv_t1_and_the_hybrid_schedule_and_flashinfer_arms_as_cited():
+    pytest.importorskip("scipy")
+    text = section("The split-KV verify at T = 1 on the dense pair; a budget schedule and flashinfer on the hybrid pair")
+    t1 = arms("2026-12-04-splitkv-dense-t1")
+    p = [decode_compare.distribution_test(t1["plain-t1"], t1["ddtree-b32-splitkv-t1"], k)["p_value"] for k in (1, 2, 3)]
+    cited = " / ".join(f"{v:.3f}" for v in p)
+    assert cited == "0.795 / 0.494 / 0.407" and min(p) > 0.01 and f"χ² p = {cited}" in text
+    assert f"χ² p = {cited}" in summary()
+    run = "2026-12-04-hybrid-settings-schedule-flashinfer"
+    for sub, baseline, name, cited in (
+        ("schedule", "plain", "ddtree-schedule-waves", (27, 5, 0.0625, "5.390")),
+        ("flashinfer", "plain-flashinfer", "ddtree-b32-flashinfer", (29, 3, 0.03125, "5.271")),
+    ):
+        by_name = arms(f"{run}/{sub}")
+        verdict = decode_compare.lossless_report(by_name[baseline], by_name[name])
+        margins = [d["margin"] for d in verdict["divergences"]]
+        rounds = decode_compare.acceptance_summary(by_name[name])["mean_acceptance_length"]
+        assert (verdict["identical"], len(margins), max(margins), f"{rounds:.3f}") == cited
+        assert verdict["unexplained"] == 0 and verdict["prompts"] == 32
+        assert f"{cited[0]} / 32 identical" in text and f"{cited[3]} tokens" in text
+    schedule = json.loads((BENCH / run / "schedule" / "plan-ddtree-schedule-waves.json").read_text())["arms"][0]["engine"]
+    assert (schedule["speculative_ddtree_budget_schedule"], schedule["max_running_requests"]) == ("1:64,9:32,17:8", 12)
