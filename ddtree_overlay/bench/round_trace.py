@@ -1,7 +1,8 @@
 """Where a decode step's time goes: a torch-profiler trace per arm, and quiet timings.
 
-    python -m ddtree_overlay.bench.round_trace --out DIR [--setting fixture|qwen3-8b-random]
+    python -m ddtree_overlay.bench.round_trace --out DIR [--setting fixture|qwen3-8b-random|...]
         [--arms ddtree-b256,dflash,...] [--prompts-per-arm 8] [--batch-size 1] [--tp-size 2]
+        [--prompt-tokens 1024]
 
 For each arm: start an sglang Engine on the bench setting's pair (decode graphs for batch 1 and
 --batch-size only), warm up, decode --prompts-per-arm held-out prompts (at least one wave) in
@@ -286,6 +287,7 @@ def main(argv: list | None = None) -> int:
         "--batch-size", type=int, default=1, help="prompts decoded at once, in the timed decode and the trace"
     )
     ap.add_argument("--tp-size", type=int, default=1, help="tensor-parallel GPUs per engine, every arm alike")
+    ap.add_argument("--prompt-tokens", type=int, help="the random-weight settings' prompt length (their default if unset)")
     ap.add_argument("--trace-tokens", type=int, default=96)
     ap.add_argument("--keep-traces", action="store_true")
     ap.add_argument(
@@ -300,9 +302,14 @@ def main(argv: list | None = None) -> int:
     args = ap.parse_args(argv)
     if args.batch_size < 1:
         ap.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.prompt_tokens is not None and args.prompt_tokens < 1:
+        ap.error(f"--prompt-tokens must be at least 1, got {args.prompt_tokens}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    setting = make_setting(args.setting, scratch=out)
+    try:
+        setting = make_setting(args.setting, scratch=out, prompt_tokens=args.prompt_tokens)
+    except ValueError as exc:  # prompt tokens for a setting with real prompts
+        ap.error(str(exc))
     arms = parse_arms(args.arms, setting, installed_sglang())
     records: list = []
 

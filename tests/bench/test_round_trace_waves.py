@@ -109,3 +109,19 @@ def test_a_batch_size_below_one_is_refused_before_any_engine(monkeypatch, capsys
         round_trace.main()
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--batch-size must be at least 1, got 0")
+
+
+def test_prompt_tokens_are_refused_for_a_setting_with_real_prompts(monkeypatch, capsys, tmp_path: Path) -> None:
+    monkeypatch.setattr(sys, "argv", ["round_trace", "--out", str(tmp_path), "--prompt-tokens", "1024"])
+    with pytest.raises(SystemExit) as exit_info:
+        round_trace.main()
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("not of fixture")
+    assert not list(tmp_path.iterdir())  # no model written before the refusal
+
+
+def test_prompt_tokens_set_a_random_settings_prompts(tmp_path: Path) -> None:
+    from ddtree_overlay.bench.settings import make_setting
+
+    setting = make_setting("qwen3.6-27b-random", scratch=tmp_path, prompt_tokens=1024, write=False)
+    assert {len(p) for p in setting.prompts} == {1024}
