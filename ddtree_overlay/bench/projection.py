@@ -12,7 +12,11 @@ request gains τ tokens per round, so per batch size
 with round = the measured wall ms per batch step of each arm in its faster scheduling mode, per
 request running in a step (fewer than bs where SGLang's cap queued the rest, as DFLASH's
 recurrent-state snapshots do on a hybrid), and the best budget B the run measured and the
-curve covers. ``ASSUMPTIONS`` are printed with every projection.
+curve covers. Continuous-batching cells (``report["steady"]``) are projected per concurrency
+the same way, a round's cost per request being the cell's tokens per round ÷ its tok/s: each
+engine measured serving the stream with what its cap let run, so no capped wave needs
+bracketing there. ``ASSUMPTIONS`` (and ``STEADY_ASSUMPTION`` with steady columns) are printed
+with every projection.
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ ASSUMPTIONS = (
     "τ between two budgets of the curve is linear in log2 B; budgets outside the curve are left out",
     "the curve's pair and workload stand for the deployment's (its name says which they are)",
 )
+STEADY_ASSUMPTION = (
+    "continuous batching (c = concurrency): a round's cost per request = the median engine's tokens "
+    "per round ÷ its tok/s in the timed window, each engine serving the stream with as many requests "
+    "as its cap let run; the worst case pairs DDTREE's slowest engine with DFLASH's fastest"
+)
 
 
 def _fastest_step(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -47,16 +56,70 @@ def _fastest_step(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None
     return min(timed, key=lambda r: r["step_ms"]) if timed else None
 
 
+def _fixed_budget(row: Mapping[str, Any]) -> bool:
+    return (
+        row["algorithm"] == DDTREE and bool(row.get("budget")) and not row.get("adaptive")
+        and not row.get("schedule") and not row.get("chain")
+    )
+
+
+def _request_round_s(row: Mapping[str, Any], rate_key: str = "tok_per_s") -> float | None:
+    """Seconds per request and round of a continuous-batching cell: tokens per round ÷ tok/s."""
+    rate, per_round = row.get(rate_key), row.get("tokens_per_round")
+    return per_round / rate if rate and per_round else None
+
+
+def project_steady(report: Mapping[str, Any], curve: AcceptanceCurve) -> list[dict[str, Any]]:
+    """Per concurrency at T = 0, from the continuous-batching cells: DFLASH's fastest arm, each
+    fixed budget's fastest, their cost per request and round, τ, the projection and its worst
+    case, and the τ each budget needs to break even."""
+    rows = [r for r in (report.get("steady") or {}).get("rows", ()) if r["status"] == "ok" and r["temperature"] == 0]
+    columns = []
+    for concurrency in sorted({r["concurrency"] for r in rows}):
+        here = [r for r in rows if r["concurrency"] == concurrency and _request_round_s(r)]
+        chain = max((r for r in here if r["algorithm"] == DFLASH), key=lambda r: r["tok_per_s"], default=None)
+        fixed = [r for r in here if _fixed_budget(r)]
+        if chain is None or not fixed:
+            continue
+        budgets = []
+        for budget in sorted({int(r["budget"]) for r in fixed}):
+            row = max((r for r in fixed if int(r["budget"]) == budget), key=lambda r: r["tok_per_s"])
+            tau = curve.tau(budget)
+            cost = _request_round_s(row) / _request_round_s(chain)
+            worst = _request_round_s(row, "tok_per_s_min") / _request_round_s(chain, "tok_per_s_max")
+            budgets.append({
+                "budget": budget,
+                "group": row["group"],
+                "tok_per_s": row["tok_per_s"],
+                "mean_running": row.get("mean_running"),
+                "step_ratio": cost,
+                "worst_step_ratio": worst,
+                "tau": tau,
+                "break_even_tau": curve.chain * cost,
+                "speedup_vs_dflash": tau / curve.chain / cost if tau is not None else None,
+                "worst_speedup_vs_dflash": tau / curve.chain / worst if tau is not None else None,
+            })
+        projected = [b for b in budgets if b["speedup_vs_dflash"] is not None]
+        columns.append({
+            "concurrency": concurrency,
+            "dflash": {"group": chain["group"], "tok_per_s": chain["tok_per_s"], "mean_running": chain.get("mean_running")},
+            "budgets": budgets,
+            "best": max(projected, key=lambda b: b["speedup_vs_dflash"]) if projected else None,
+        })
+    return columns
+
+
 def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any] | None:
     """Per batch size at T = 0: DFLASH's round cost, each fixed budget's round cost, τ and
-    projected DDTREE ÷ DFLASH, the best of them, and the τ each budget needs to break even.
-    None when the run has no greedy DFLASH and fixed-budget DDTREE cells."""
+    projected DDTREE ÷ DFLASH, the best of them, and the τ each budget needs to break even;
+    per concurrency the same from the continuous-batching cells (``steady``). None when the run
+    has neither greedy DFLASH and fixed-budget DDTREE cells nor such continuous-batching ones."""
     greedy = [r for r in report["cells"] if r["status"] == "ok" and r["temperature"] == 0]
     columns = []
     for bs in sorted({r["batch_size"] for r in greedy}):
         here = [r for r in greedy if r["batch_size"] == bs]
         chain = _fastest_step([r for r in here if r["algorithm"] == DFLASH])
-        fixed = [r for r in here if r["algorithm"] == DDTREE and r.get("budget") and not r.get("adaptive") and not r.get("schedule")]
+        fixed = [r for r in here if _fixed_budget(r)]
         if chain is None or not fixed:
             continue
         budgets = []
@@ -93,9 +156,10 @@ def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any]
             "budgets": budgets,
             "best": best,
         })
-    if not columns:
+    steady = project_steady(report, curve)
+    if not columns and not steady:
         return None
-    assumptions = list(ASSUMPTIONS)
+    assumptions = list(ASSUMPTIONS) + ([STEADY_ASSUMPTION] if steady else [])
     if curve is PAPER_QWEN3_8B and report["setting"]["name"] != PAPER_SHAPE:
         assumptions.append(
             f"this run's shape is {report['setting']['name']}, the curve's model Qwen3-8B: a pair of "
@@ -106,15 +170,24 @@ def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any]
         "curve": curve.as_dict(),
         "assumptions": assumptions,
         "columns": columns,
-        "confirm": (
-            "a bench of the trained pair at this shape on the same GPU, e.g. `ddtree-overlay bench "
-            "--target TARGET --draft DFLASH_DRAFTER --prompts PROMPTS --budgets "
-            + ",".join(str(b["budget"]) for b in columns[0]["budgets"])
-            + " --batch-sizes " + ",".join(str(c["batch_size"]) for c in columns)
-            + " --temperatures 0 --ddtree-no-overlap --repeats 2`: its acceptance ratio ÷ step ratio per "
-            "batch size is the measured counterpart of this projection"
-        ),
+        "steady": steady,
+        "confirm": _confirm(columns, steady),
     }
+
+
+def _confirm(columns: Sequence[Mapping[str, Any]], steady: Sequence[Mapping[str, Any]]) -> str:
+    budgets = ",".join(str(b["budget"]) for b in (columns or steady)[0]["budgets"])
+    if columns:
+        widths = " --batch-sizes " + ",".join(str(c["batch_size"]) for c in columns)
+        repeats, per = " --ddtree-no-overlap --repeats 2", "acceptance ratio ÷ step ratio per batch size"
+    else:
+        widths = " --concurrency " + ",".join(str(c["concurrency"]) for c in steady)
+        repeats, per = " --engines-per-arm 2", "DDTREE ÷ DFLASH per concurrency"
+    return (
+        "a bench of the trained pair at this shape on the same GPU, e.g. `ddtree-overlay bench --target TARGET "
+        f"--draft DFLASH_DRAFTER --prompts PROMPTS --budgets {budgets}{widths} --temperatures 0{repeats}`: its "
+        f"{per} is the measured counterpart of this projection"
+    )
 
 
 def _mode(overlap: bool) -> str:
@@ -122,26 +195,40 @@ def _mode(overlap: bool) -> str:
 
 
 def projection_markdown(projection: Mapping[str, Any]) -> str:
-    """The projection as a table (one row per batch size and budget) with its curve and
-    assumptions."""
+    """The projection as tables (one row per batch size and budget; one per concurrency and
+    budget from continuous-batching cells) with its curve and assumptions."""
     curve = projection["curve"]
     taus = ", ".join(f"B = {b}: {t:.2f}" for b, t in curve["budgets"].items())
     lines = [
         f"**A projection, not a measurement.** Acceptance: {curve['name']}; DFLASH τ "
         f"{curve['dflash']:.2f}, DDTREE {taus} (source: {curve['source']}). Round costs: this run "
         f"({projection['setting']}).",
-        "",
+    ]
+    if projection["columns"]:
+        lines += ["", *_fixed_wave_rows(projection["columns"])]
+    if projection.get("steady"):
+        lines += ["", "Continuous batching:", "", *_steady_rows(projection["steady"])]
+    lines += ["", "Assumptions:", ""]
+    lines += [f"- {text}" for text in projection["assumptions"]]
+    lines += ["", f"What would confirm it: {projection['confirm']}."]
+    return "\n".join(lines)
+
+
+def _projected(entry: Mapping[str, Any], best: bool, key: str = "speedup_vs_dflash") -> str:
+    text = DASH if entry[key] is None else f"x{entry[key]:.2f}"
+    return f"**{text}**" if best else text
+
+
+def _fixed_wave_rows(columns: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
         "| bs | budget | DDTREE ms / step | DFLASH ms / step | step ratio per request | DDTREE GPU ms per stage | τ (curve) | τ to break even | projected DDTREE ÷ DFLASH |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for column in projection["columns"]:
+    for column in columns:
         chain = column["dflash"]
         for entry in column["budgets"]:
             stages = ", ".join(f"{stage} {ms:.2f}" for stage, ms in entry["stages_ms"].items() if ms >= 0.05) or DASH
-            speedup = entry["speedup_vs_dflash"]
-            text = DASH if speedup is None else f"x{speedup:.2f}"
-            if column["best"] is entry:
-                text = f"**{text}**"
+            text = _projected(entry, column["best"] is entry)
             steps, break_even = f"{entry['step_ratio']:.3f}", f"{entry['break_even_tau']:.2f}"
             if "step_ratio_at_cap" in entry:
                 steps += f" ({entry['step_ratio_at_cap']:.3f} at the caps)"
@@ -151,12 +238,35 @@ def projection_markdown(projection: Mapping[str, Any]) -> str:
             lines.append(
                 f"| {column['batch_size']} | {entry['budget']}{_mode(entry['overlap'])} | {entry['step_ms']:.2f} | "
                 f"{chain['step_ms']:.2f}{_mode(chain['overlap'])} | {steps} | {stages} | "
-                f"{DASH if entry['tau'] is None else format(entry['tau'], '.2f')} | {break_even} | {text} |"
+                f"{_tau(entry)} | {break_even} | {text} |"
             )
-    lines += ["", "Assumptions:", ""]
-    lines += [f"- {text}" for text in projection["assumptions"]]
-    lines += ["", f"What would confirm it: {projection['confirm']}."]
-    return "\n".join(lines)
+    return lines
+
+
+def _tau(entry: Mapping[str, Any]) -> str:
+    return DASH if entry["tau"] is None else format(entry["tau"], ".2f")
+
+
+def _running(tok_per_s: float, running: float | None) -> str:
+    return f"{tok_per_s:.0f}" + ("" if running is None else f" ({running:.1f})")
+
+
+def _steady_rows(columns: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = [
+        "| c | budget | DDTREE tok/s (requests running) | DFLASH tok/s (requests running) | cost per request and round, DDTREE ÷ DFLASH (worst case) | τ (curve) | τ to break even | projected DDTREE ÷ DFLASH (worst case) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for column in columns:
+        chain = column["dflash"]
+        for entry in column["budgets"]:
+            worst = _projected(entry, False, "worst_speedup_vs_dflash")
+            lines.append(
+                f"| {column['concurrency']} | {entry['budget']} | {_running(entry['tok_per_s'], entry['mean_running'])} | "
+                f"{_running(chain['tok_per_s'], chain['mean_running'])} | {entry['step_ratio']:.3f} "
+                f"({entry['worst_step_ratio']:.3f}) | {_tau(entry)} | {entry['break_even_tau']:.2f} | "
+                f"{_projected(entry, column['best'] is entry)} ({worst}) |"
+            )
+    return lines
 
 
 def default_curve(report: Mapping[str, Any]) -> AcceptanceCurve | None:

@@ -134,3 +134,52 @@ def test_the_report_shows_the_projection_section():
     text = md.markdown_report(report_keys)
     assert "## Projection: DDTREE ÷ DFLASH with another pair's acceptance" in text
     assert "| 1 | 16 | 8.00 | 8.00 | 1.000 |" in text
+
+
+def steady_row(algorithm, concurrency, tok_per_s, *, budget=None, tokens_per_round=1.0, spread=(1.0, 1.0), **fields):
+    return {
+        "name": f"{algorithm.lower()}-{budget or ''}/c{concurrency}/t0", "group": f"{algorithm.lower()}-{budget or ''}",
+        "algorithm": algorithm, "budget": budget, "adaptive": [], "schedule": "", "chain": False,
+        "concurrency": concurrency, "temperature": 0.0, "status": "ok", "tok_per_s": tok_per_s,
+        "tok_per_s_min": tok_per_s * spread[0], "tok_per_s_max": tok_per_s * spread[1],
+        "tokens_per_round": tokens_per_round, **fields,
+    }
+
+
+def test_continuous_batching_cells_are_projected_per_concurrency_from_their_cost_per_request_and_round():
+    # c = 16: DFLASH serves 11 of the 16 at once (its cap), DDTREE all 16; each cell's cost per
+    # request and round is its tokens per round over its tok/s, whatever it ran at once.
+    rows = [
+        steady_row("DFLASH", 16, 200.0, mean_running=11.0, spread=(0.9, 1.1)),
+        steady_row("DFLASH", 16, 150.0),  # the slower scheduling mode
+        steady_row("DDTREE", 16, 250.0, budget=16, mean_running=16.0, spread=(0.8, 1.0)),
+        steady_row("DDTREE", 16, 400.0, budget=16, adaptive=[16, 64]),  # not a fixed budget
+        steady_row("DDTREE", 16, 300.0, budget=15, chain=True),  # the chain control
+        steady_row("DDTREE", 16, 100.0, budget=64, tokens_per_round=2.0),
+    ]
+    report = run() | {"steady": {"rows": rows}}
+    projection = pj.project(report, CURVE)
+    assert projection["columns"] == [] and pj.STEADY_ASSUMPTION in projection["assumptions"]
+    (column,) = projection["steady"]
+    by_budget = {b["budget"]: b for b in column["budgets"]}
+    assert column["dflash"] == {"group": "dflash-", "tok_per_s": 200.0, "mean_running": 11.0}
+    assert sorted(by_budget) == [16, 64]
+    assert by_budget[16]["step_ratio"] == pytest.approx((1 / 250) / (1 / 200))
+    assert by_budget[16]["speedup_vs_dflash"] == pytest.approx(5 / 4 * 250 / 200)
+    assert by_budget[16]["worst_speedup_vs_dflash"] == pytest.approx(5 / 4 * 200 / 220)
+    assert by_budget[64]["step_ratio"] == pytest.approx((2 / 100) / (1 / 200))
+    assert column["best"]["budget"] == 16
+    text = pj.projection_markdown(projection)
+    assert "| 16 | 16 | 250 (16.0) | 200 (11.0) | 0.800 (1.100) | 5.00 | 3.20 | **x1.56** (x1.14) |" in text
+    assert "--budgets 16,64 --concurrency 16 --temperatures 0 --engines-per-arm 2`" in text
+
+
+def test_fixed_waves_and_continuous_batching_project_side_by_side():
+    report = run(cell("DFLASH", 1, 8.0), cell("DDTREE", 1, 8.0, budget=16)) | {
+        "steady": {"rows": [steady_row("DFLASH", 1, 100.0), steady_row("DDTREE", 1, 100.0, budget=16)]}
+    }
+    projection = pj.project(report, CURVE)
+    assert len(projection["columns"]) == len(projection["steady"]) == 1
+    text = pj.projection_markdown(projection)
+    assert text.index("| bs | budget |") < text.index("Continuous batching:") < text.index("| c | budget |")
+    assert "--budgets 16 --batch-sizes 1 --temperatures 0 --ddtree-no-overlap --repeats 2`" in text
