@@ -558,3 +558,13 @@ def test_the_dense_split_kv_t1_and_the_hybrid_schedule_and_flashinfer_arms_as_ci
         assert f"{cited[0]} / 32 identical" in text and f"{cited[3]} tokens" in text
     schedule = json.loads((BENCH / run / "schedule" / "plan-ddtree-schedule-waves.json").read_text())["arms"][0]["engine"]
     assert (schedule["speculative_ddtree_budget_schedule"], schedule["max_running_requests"]) == ("1:64,9:32,17:8", 12)
+
+
+def test_the_8b_steady_state_run_projected_as_cited():
+    projection = project(report("2026-12-04-qwen3-8b-steady-splitkv-vs-dflash-flashinfer"), PAPER_QWEN3_8B)
+    entries = [column["budgets"][0] for column in projection["steady"]]
+    assert [c["concurrency"] for c in projection["steady"]] == [1, 16] and [e["budget"] for e in entries] == [15, 15]
+    assert [f"{e['step_ratio']:.3f}" for e in entries] == ["0.905", "0.971"] and f"{entries[1]['worst_step_ratio']:.3f}" == "1.071"
+    assert [f"{e['break_even_tau']:.2f}" for e in entries] == ["7.05", "7.56"] and entries[0]["speedup_vs_dflash"] is None
+    text = section("Qwen3-8B shape, c = 1 and 16, steady state: the split-KV verify against DFLASH on flashinfer")
+    assert "0.905× / 0.971× DFLASH's at c = 1 / 16, 1.071× at c = 16" in text and "**7.05 / 7.56**" in text
