@@ -381,7 +381,7 @@ def plan_runs(
             if repeat == 1:
                 backend = attention.planned_backend(group.engine)
                 compiles = backend in attention.COMPILED_AT_FIRST_USE and backend not in compiled
-                start = cost.engine_start_s + (cost.first_start_extra_s if compiles or not (runs or primed) else 0)
+                start = cost.first_start_s(first=not (runs or primed), compiles=compiles)
                 compiled.add(backend)
                 runs.append(EngineRun(group, repeat, group.cells, start))
                 continue
@@ -415,7 +415,8 @@ def primer_run(runs: Sequence[EngineRun], setting: Setting, max_new_tokens: int)
     est = estimate_cell_s(setting, algorithm=group.arm.algorithm, budget=budget, batch_size=bs,
                           temperature=temperature, prompts=prompts, max_new_tokens=max_new_tokens)
     cell = Cell(cell_name(PRIMER, bs, temperature), bs, temperature, prompts, round(est, 1))
-    return EngineRun(group, 1, (cell,), setting.cost.engine_start_s + setting.cost.first_start_extra_s, primer=True)
+    compiles = attention.planned_backend(group.engine) in attention.COMPILED_AT_FIRST_USE
+    return EngineRun(group, 1, (cell,), setting.cost.first_start_s(first=True, compiles=compiles), primer=True)
 
 
 def sweep_arms(

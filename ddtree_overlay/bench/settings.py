@@ -40,6 +40,15 @@ class CostModel:
     cell_overhead_s: float = 0.6  # the runner's idle gap before a cell, bookkeeping
     prefill_token_us: float = 0.0  # per prompt token (matters for 1 K / 8 K prompts)
     stream_only_overhead_s: float = 5.0  # health check, shutdown: no waves to warm up
+    # the first engine on a backend compiled at first use (`attention.COMPILED_AT_FIRST_USE`),
+    # start and warm-up beyond engine_start_s; first_start_extra_s where not measured
+    first_compile_extra_s: float | None = None
+
+    def first_start_s(self, *, first: bool, compiles: bool) -> float:
+        """An engine's start: the machine's first pays the compiles, and so does the first on a
+        backend compiled at first use."""
+        compile_extra = self.first_start_extra_s if self.first_compile_extra_s is None else self.first_compile_extra_s
+        return self.engine_start_s + max(self.first_start_extra_s if first else 0.0, compile_extra if compiles else 0.0)
 
 
 # Acceptance length (tokens per round) used only for estimates: the fixture's reference
@@ -100,10 +109,13 @@ QWEN3_8B_COST = CostModel(
 # stash per node instead, so it estimates high for that mode). On an H200 (2026-12-02, 1 K-token
 # prompts) DFLASH's step took 24.68 / 28.17 / 40.09 ms at bs 1 / 4 / 8 and DDTREE B = 32's (flat)
 # 26.88 / 31.86 / 47.91; engines started in 21-47 s after a primer, the first on a fresh machine
-# in 86-130 s (docs/BENCHMARKS.md).
+# in 86-130 s (docs/BENCHMARKS.md). DFLASH's first engine on flashinfer on a fresh machine took
+# 229 and 289 s to start and warm up (2026-12-04, two commands; 55 s on a machine that had
+# compiled them).
 QWEN3_6_27B_COST = CostModel(
     engine_start_s=60,
     first_start_extra_s=90,
+    first_compile_extra_s=230,
     engine_overhead_s=30,
     plain_step_ms=17.0,
     spec_round_ms=24.0,

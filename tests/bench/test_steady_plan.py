@@ -151,3 +151,15 @@ def test_the_chain_control_is_judged_against_dflashs_offline_reference(tmp_path:
     assert reference_jobs(alone) == {"dflash": ["--algo", "dflash"]}
     both = plan_for(tmp_path, batch_sizes=(1,), budgets=(15,), chain_control=True)
     assert reference_jobs(both) == {"dflash": ["--algo", "dflash"], "ddtree-b15": ["--algo", "ddtree", "--budget", "15"]}
+
+
+def test_a_setting_that_measured_its_first_flashinfer_start_plans_it(tmp_path: Path) -> None:
+    # At the Qwen3.6-27B shape DFLASH's first flashinfer engine took 229-289 s to be ready on a
+    # fresh machine, more than the first start's compiles elsewhere.
+    plan = plan_for(tmp_path, "qwen3.6-27b-random", budgets=(15,), primer=False, baseline_attention_backend="flashinfer",
+                    only=("dflash", "ddtree-b15"))
+    cost = plan.setting.cost
+    assert cost.first_compile_extra_s is not None and cost.first_compile_extra_s > cost.first_start_extra_s
+    starts = {r.group.name: r.est_start_s for r in plan.runs}
+    assert starts == {"dflash": cost.engine_start_s + cost.first_compile_extra_s, "ddtree-b15": cost.engine_start_s}
+    assert cost.first_start_s(first=True, compiles=False) == cost.engine_start_s + cost.first_start_extra_s
