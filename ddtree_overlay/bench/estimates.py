@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from ddtree_overlay.bench.plan import Cell  # plan imports this module
 
 
+# New tokens per request of the untimed wave the runner sends at each stream cell's concurrency
+# before the engine's first cell (`in_target/engine_runner._warm_up`; the plan carries it).
+STREAM_WARM_UP_TOKENS = 32
+
+
 def round_ms(setting: Setting, algorithm: str, budget: int | None, batch_size: int) -> float:
     cost = setting.cost
     if algorithm == TARGET_ONLY:
@@ -64,16 +69,25 @@ def estimate_stream_cell_s(
     return warmup_s + window_s + request_s + setting.cost.cell_overhead_s
 
 
-def estimate_overhead_s(setting: Setting, cells: Sequence[Cell]) -> float:
-    """An engine's seconds beyond its start and its cells: the health check, the shutdown and,
-    with waves cells, the runner's untimed warm-up (`engine_runner._warm_up`), one full-length
-    wave per (temperature, batch size), each a wave's share of its cell's estimate. At the
-    Qwen3.6-27B shape those waves alone took about 43 s of a DFLASH engine's warm-up (H200,
-    2026-12-04). Continuous-batching cells warm up inside their own time."""
+def estimate_overhead_s(setting: Setting, cells: Sequence[Cell], *, algorithm: str, budget: int | None) -> float:
+    """An engine's seconds beyond its start and its cells: the health check, the shutdown and
+    the runner's untimed warm-up (`engine_runner._warm_up`): with waves cells one full-length
+    wave per (temperature, batch size), each a wave's share of its cell's estimate (at the
+    Qwen3.6-27B shape those waves alone took about 43 s of a DFLASH engine's warm-up, H200,
+    2026-12-04), with continuous-batching cells one short wave per (temperature, concurrency),
+    prefills included."""
     warm_up: dict[tuple[float, int], float] = {}
+    streams: dict[tuple[float, int], float] = {}
+    prompt_tokens = max((len(p) for p in setting.prompts), default=0)
     for cell in cells:
         if not cell.stream:
             warm_up.setdefault((cell.temperature, cell.batch_size), cell.est_s / waves(cell.prompts, cell.batch_size))
-    if not warm_up:
-        return setting.cost.stream_only_overhead_s
-    return setting.cost.engine_overhead_s + sum(warm_up.values())
+            continue
+        rounds = STREAM_WARM_UP_TOKENS / setting.tau(algorithm, budget, cell.temperature)
+        streams.setdefault(
+            (cell.temperature, cell.batch_size),
+            rounds * round_ms(setting, algorithm, budget, cell.batch_size) / 1000
+            + cell.batch_size * prompt_tokens * setting.cost.prefill_token_us / 1e6,
+        )
+    fixed = setting.cost.engine_overhead_s if warm_up else setting.cost.stream_only_overhead_s
+    return fixed + sum(warm_up.values()) + sum(streams.values())

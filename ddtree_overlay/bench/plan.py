@@ -320,7 +320,8 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, max_new_tokens: i
     widest = max(served_batch_sizes(config))
     if asks_for_widest_batch(widest, hybrid=setting.hybrid, streaming=bool(config.concurrencies)):
         engine["max_running_requests"] = widest
-    return EngineGroup(arm=arm, engine=engine, cells=tuple(cells), est_overhead_s=estimate_overhead_s(setting, cells))
+    overhead = estimate_overhead_s(setting, cells, algorithm=algorithm, budget=priced)
+    return EngineGroup(arm=arm, engine=engine, cells=tuple(cells), est_overhead_s=overhead)
 
 
 def baseline_arms(setting: Setting) -> list[Arm]:

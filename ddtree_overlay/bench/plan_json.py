@@ -19,6 +19,7 @@ from ddtree_overlay.bench.arms import (
 )
 from ddtree_overlay.bench.attention import backend_text, planned_backend
 from ddtree_overlay.bench.capacity import DRY_RUN_LINE
+from ddtree_overlay.bench.estimates import STREAM_WARM_UP_TOKENS
 from ddtree_overlay.bench.plan import SweepPlan
 from ddtree_overlay.bench.state_memory import memory_entry, shape_of, state_of
 
@@ -75,6 +76,7 @@ def runner_plan(
         "max_family_failures": max_family_failures,
         # whichever engine starts first compiles the kernels, also when the first arm is skipped
         "cold_start_s": plan.setting.cost.engine_start_s + plan.setting.cost.first_start_extra_s,
+        "stream_warm_up_tokens": STREAM_WARM_UP_TOKENS,
         "arms": arms,
     }
 

@@ -49,7 +49,9 @@ arm whose name failed before (in this process, or listed in the plan's
 ``failed_arms``) is skipped: a later repeat of a failed engine is not started
 again. With ``max_family_failures``, arms of a ``family`` that failed that often
 are skipped. ``idle_gap_s`` (before each cell) and ``health_idle_s`` (before the
-health check) override the pauses. An arm with ``"primer": true`` (the bench's untimed
+health check) override the pauses; ``stream_warm_up_tokens`` is the length of the untimed
+wave an engine sends at each stream cell's concurrency before its first cell (`_warm_up`;
+none without it). An arm with ``"primer": true`` (the bench's untimed
 engine before the timed ones) runs like any other, its records carry ``primer``, and its
 cells do not rescale the time box's estimates (a first engine can run slow).
 
@@ -570,20 +572,29 @@ def window_tokens(requests: list, t_open: float, t_close: float) -> tuple:
     return tokens, busy
 
 
-def _warm_up(engine, plan: dict, arm: dict) -> None:
-    """One full-length wave per (temperature, batch size) of the arm's cells, untimed: kernels
-    compiled on first use (some per batch-size bucket, some only once sequences grow) and the
-    allocator are warm for every cell, so no timed cell pays for a compile."""
+def _warm_up(engine, plan: dict, arm: dict, sent) -> None:
+    """Untimed, before the first cell: one full-length wave per (temperature, batch size) of the
+    arm's waves cells, and one wave of ``stream_warm_up_tokens`` new tokens per (temperature,
+    concurrency) of its stream cells. Kernels compiled on first use (some per batch-size
+    bucket, some only once sequences grow; flashinfer builds its own at an engine's first
+    requests, minutes at the Qwen3.6-27B shape) and the allocator are then warm for every cell,
+    so no timed wave or window pays for a compile (a stream's warmup_s is seconds). A stream's
+    wave takes its requests from the engine's request sequence (``sent``, `stream_requests`),
+    so none shares a prefix with a timed request."""
     seen = set()
     for cell in arm["cells"]:
-        if "stream" in cell:
-            continue  # a stream warms up on its own (warmup_s)
         sampling = _cell_base(arm, cell)["sampling"]
-        key = (sampling["temperature"], int(cell["batch_size"]))
-        if key in seen:
-            continue
+        stream = "stream" in cell
+        key = (stream, sampling["temperature"], int(cell["batch_size"]))
+        if key in seen or (stream and not plan.get("stream_warm_up_tokens")):
+            continue  # plans from before the stream warm-up: the stream's warmup_s only
         seen.add(key)
-        engine.generate(input_ids=plan["prompts"][: key[1]], sampling_params=sampling)
+        if not stream:
+            engine.generate(input_ids=plan["prompts"][: key[2]], sampling_params=sampling)
+            continue
+        prompts = plan["prompts"][: int(cell.get("prompts", len(plan["prompts"])))]
+        wave = [ids for ids, _ in itertools.islice(stream_requests(prompts, sent, sampling), key[2])]
+        engine.generate(input_ids=wave, sampling_params=dict(sampling, max_new_tokens=int(plan["stream_warm_up_tokens"])))
 
 
 def profile_windows(path, since: float = 0.0) -> list:
@@ -634,11 +645,11 @@ def _run_engine(plan: dict, arm: dict, out_path: str, box: TimeBox, profile_path
         # the parent's ServerArgs resolved the default where the arm asked for no backend
         engine_record["attention_backend"] = engine.server_args.attention_backend
         engine_record["requests_at_once"] = requests_at_once(engine)
-        _warm_up(engine, plan, arm)
+        sent = itertools.count()  # stream requests across the engine's cells: none shares a prefix
+        _warm_up(engine, plan, arm, sent)
         ready_s = time.perf_counter() - t0
         engine_record["warm_up_s"] = ready_s - engine_record["start_s"]
         box.engine_ready(arm, ready_s)
-        sent = itertools.count()  # stream requests across the engine's cells: none shares a prefix
         while pending:
             cell = pending.pop(0)
             if not box.fits_cell(cell):

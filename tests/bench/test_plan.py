@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from ddtree_overlay.bench import estimates, plan_json, settings
 from ddtree_overlay.bench import plan as bp
-from ddtree_overlay.bench.arms import Arm, BudgetPolicy
+from ddtree_overlay.bench.arms import DFLASH, Arm, BudgetPolicy
 
 
 def fixture_plan(tmp_path: Path, **config) -> bp.SweepPlan:
@@ -335,8 +336,9 @@ def test_repeats_must_be_positive(tmp_path: Path) -> None:
 
 
 def test_the_warm_up_estimate_is_one_wave_per_temperature_and_batch_size(tmp_path: Path) -> None:
-    """The runner warms an engine with one full-length wave per (T, bs) of its waves cells; at
-    the Qwen3.6-27B shape those waves are tens of seconds (a bs 64 wave took 33 s, 2026-12-04)."""
+    """The runner warms an engine with one full-length wave per (T, bs) of its waves cells (at
+    the Qwen3.6-27B shape tens of seconds: a bs 64 wave took 33 s, 2026-12-04), and one short
+    wave per (T, concurrency) of its stream cells."""
     setting = settings.make_setting("fixture", scratch=tmp_path)
     cells = (
         bp.Cell("a/bs16/t0", 16, 0.0, 64, est_s=40.0),  # four waves: 10 s each
@@ -346,5 +348,8 @@ def test_the_warm_up_estimate_is_one_wave_per_temperature_and_batch_size(tmp_pat
         bp.Cell("a/c16/t0", 16, 0.0, 64, est_s=99.0, window_s=20.0),  # a stream warms up in its own time
     )
     fixed = setting.cost.engine_overhead_s
-    assert estimates.estimate_overhead_s(setting, cells) == pytest.approx(fixed + 10.0 + 30.0 + 25.0)
-    assert estimates.estimate_overhead_s(setting, cells[-1:]) == setting.cost.stream_only_overhead_s
+    stream = (estimates.STREAM_WARM_UP_TOKENS / setting.tau(DFLASH, None, 0.0) * estimates.round_ms(setting, DFLASH, None, 16)
+              / 1000 + 16 * max(map(len, setting.prompts)) * setting.cost.prefill_token_us / 1e6)  # a short wave of 16
+    overhead = partial(estimates.estimate_overhead_s, setting, algorithm=DFLASH, budget=None)
+    assert overhead(cells) == pytest.approx(fixed + 10.0 + 30.0 + 25.0 + stream)
+    assert overhead(cells[-1:]) == pytest.approx(setting.cost.stream_only_overhead_s + stream) and stream > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -298,8 +299,33 @@ def test_warm_up_runs_one_wave_per_temperature_and_batch_size_of_the_cells() -> 
     cells = [cell("a/bs1/t0", 1), cell("a/bs4/t0", 4), cell("a/margins", 4, top2=True),
              cell("a/bs1/t1", 1, 1.0), cell("a/bs4/t1", 4, 1.0)]
     engine = Engine()
-    runner._warm_up(engine, {"prompts": PROMPTS}, arm("a", {}, cells))
+    runner._warm_up(engine, {"prompts": PROMPTS}, arm("a", {}, cells), itertools.count())
     assert engine.calls == [(1, 0.0), (4, 0.0), (1, 1.0), (4, 1.0)]
+
+
+def test_warm_up_sends_a_short_wave_at_each_streams_concurrency_off_the_streams_own_prompts() -> None:
+    """flashinfer compiled through a whole timed window at an engine's first requests (H200,
+    2026-12-04): a stream cell's engine warms up too, with prompts no timed request shares."""
+    calls = []
+
+    class Engine:
+        def generate(self, input_ids, sampling_params):
+            calls.append((input_ids, sampling_params))
+
+    stream = {"concurrency": 3, "warmup_s": 1.0, "window_s": 2.0}
+    cells = [cell("a/c3/t0", 3) | {"stream": stream}, cell("a/c3/t0/again", 3) | {"stream": stream},
+             cell("a/bs2/t0", 2)]
+    sent = itertools.count()
+    engine_runner._warm_up(Engine(), {"prompts": PROMPTS, "stream_warm_up_tokens": 5}, arm("a", {}, cells), sent)
+    (ids, params), (waves_ids, _) = calls
+    assert len(ids) == 3 and params["max_new_tokens"] == 5 and params["temperature"] == 0.0
+    stream_ids = [i for i, _ in itertools.islice(engine_runner.stream_requests(PROMPTS, itertools.count(), params), 3)]
+    assert ids == stream_ids  # the stream's first three requests, salted as every stream request is
+    assert next(sent) == 3  # the stream's timed requests continue the sequence: none repeats the wave's
+    assert waves_ids == PROMPTS[:2]
+    calls.clear()
+    engine_runner._warm_up(Engine(), {"prompts": PROMPTS}, arm("a", {}, cells[:1]), itertools.count())
+    assert calls == []  # a plan from before the stream warm-up: the stream's own warmup_s only
 
 
 def fake_proc(root: Path, *, load1: float, busy: int, idle: int, children: dict[int, int],
