@@ -149,6 +149,15 @@ def test_fp32_matches_the_plain_attention(shape):
     torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
 
 
+def test_128_row_tiles_compute_the_same_attention(monkeypatch):
+    """The tile candidate ``scripts/gpu/verify_attention.py --tiles 128x16`` times: a GQA group
+    of 4 x 17 nodes, 68 rows, in one row block instead of two."""
+    monkeypatch.setattr(va, "block_config", lambda head_dim: (128, 16, 8))
+    verify = Verify(8, 2, 128, 17, [3 * SPLIT + 5, 40], dtype=torch.float32, seed=17)
+    assert va.row_blocks(4, 17, 128) == 1
+    torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
+
+
 def test_the_split_count_does_not_change_the_result():
     """One split or many: the same partial sums merged, to fp32 rounding."""
     verify = Verify(4, 2, 128, 9, [0, 1, 2 * SPLIT + 37], dtype=torch.float32, seed=5)
@@ -308,6 +317,13 @@ for capability in (86, 90, 120):
             consts = dict(NUM_Q_HEADS=q_heads, PARTS=splits + 1, V_DIM=dim, BLOCK_PARTS=16, BLOCK_DV=dim)
             sig = dict(merge, **{name: "constexpr" for name in consts})
             built.append(compile_for(va._tree_attention_merge_kernel, sig, consts, capability, num_warps=2))
+    # the 128 x 16 tile candidate (verify_attention.py --tiles) at the 8B shape's 17 nodes
+    consts = dict(
+        N=17, GROUP=4, NUM_Q_HEADS=32, ROW_BLOCKS=1, NUM_SPLITS=8, HEAD_DIM=128, V_DIM=128, BLOCK_D=128,
+        BLOCK_DV=128, BLOCK_M=128, BLOCK_N=16, MIN_SPLIT=va.MIN_SPLIT_TOKENS,
+    )
+    sig = dict(partial, **{name: "constexpr" for name in consts})
+    built.append(compile_for(va._tree_attention_partial_kernel, sig, consts, capability, num_warps=8, num_stages=2))
 print(json.dumps(built))
 """
 
@@ -319,4 +335,4 @@ def test_the_kernels_compile_ahead_of_time_for_sm86_sm90_and_sm120():
     from aot_sm90 import run_aot_script
 
     built = run_aot_script(AOT_SCRIPT, timeout=600)
-    assert len(built) == 24 and all(size > 0 and stack == 0 for size, stack in built), built
+    assert len(built) == 27 and all(size > 0 and stack == 0 for size, stack in built), built
