@@ -534,6 +534,11 @@ def test_the_27b_shape_bs16_with_the_lm_head_as_one_gemm_as_cited():
     assert [x(b16_tau / v) for v in ratios[15]] == ["1.52×", "1.10×"]
     assert "B = 32 **1.06×** DFLASH (0.77× at the caps)" in text and "1.52× (1.10× at the\n  caps)" in text
     assert "**0.73× / 1.12×** as the bench counts" in summary() and "**1.00× / 1.55×** at its cap of 11" in summary()
+    rows = {b: next(c for c in report(f"{run}/b{b}")["cells"] if c["name"] == f"ddtree-b{b}/bs16/t0") for b in (15, 32)}
+    verify = {b: r["profile"]["ms_per_round"]["verify"] for b, r in rows.items()}
+    assert f"{verify[32] / verify[15]:.2f}× the time for {16 * 33 / (16 * 16):.2f}× the verify" in text
+    gaps = [r["step_ms"] - r["profile"]["ms_per_round"]["round"] for r in rows.values()]
+    assert f"by {min(gaps):.1f}–{max(gaps):.1f} ms at\n  both budgets" in text
 
 
 def test_the_dense_split_kv_t1_and_the_hybrid_schedule_and_flashinfer_arms_as_cited():
