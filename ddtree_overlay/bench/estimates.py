@@ -48,6 +48,20 @@ def estimate_cell_s(
     return decode + count * setting.cost.wave_overhead_s + setting.cost.cell_overhead_s
 
 
+def _request_s(
+    setting: Setting, *, algorithm: str, budget: int | None, running: int, temperature: float, new_tokens: int,
+    prefills: int,
+) -> float:
+    """A request's decode of ``new_tokens`` among ``running`` requests, and ``prefills`` prompts'
+    prefill."""
+    rounds = new_tokens / setting.tau(algorithm, budget, temperature)
+    prompt_tokens = max((len(p) for p in setting.prompts), default=0)
+    return (
+        rounds * round_ms(setting, algorithm, budget, running) / 1000
+        + prefills * prompt_tokens * setting.cost.prefill_token_us / 1e6
+    )
+
+
 def estimate_stream_cell_s(
     setting: Setting,
     *,
@@ -60,12 +74,8 @@ def estimate_stream_cell_s(
     window_s: float,
 ) -> float:
     """Warm-up and window, then the requests still running at the window's end finish."""
-    rounds = max_new_tokens / setting.tau(algorithm, budget, temperature)
-    prompt_tokens = max((len(p) for p in setting.prompts), default=0)
-    request_s = (
-        rounds * round_ms(setting, algorithm, budget, concurrency) / 1000
-        + prompt_tokens * setting.cost.prefill_token_us / 1e6
-    )
+    request_s = _request_s(setting, algorithm=algorithm, budget=budget, running=concurrency, temperature=temperature,
+                           new_tokens=max_new_tokens, prefills=1)
     return warmup_s + window_s + request_s + setting.cost.cell_overhead_s
 
 
@@ -78,16 +88,13 @@ def estimate_overhead_s(setting: Setting, cells: Sequence[Cell], *, algorithm: s
     prefills included."""
     warm_up: dict[tuple[float, int], float] = {}
     streams: dict[tuple[float, int], float] = {}
-    prompt_tokens = max((len(p) for p in setting.prompts), default=0)
     for cell in cells:
         if not cell.stream:
             warm_up.setdefault((cell.temperature, cell.batch_size), cell.est_s / waves(cell.prompts, cell.batch_size))
             continue
-        rounds = STREAM_WARM_UP_TOKENS / setting.tau(algorithm, budget, cell.temperature)
-        streams.setdefault(
-            (cell.temperature, cell.batch_size),
-            rounds * round_ms(setting, algorithm, budget, cell.batch_size) / 1000
-            + cell.batch_size * prompt_tokens * setting.cost.prefill_token_us / 1e6,
-        )
+        streams.setdefault((cell.temperature, cell.batch_size), _request_s(
+            setting, algorithm=algorithm, budget=budget, running=cell.batch_size, temperature=cell.temperature,
+            new_tokens=STREAM_WARM_UP_TOKENS, prefills=cell.batch_size,
+        ))
     fixed = setting.cost.engine_overhead_s if warm_up else setting.cost.stream_only_overhead_s
     return fixed + sum(warm_up.values()) + sum(streams.values())

@@ -75,7 +75,7 @@ def runner_plan(
         "profile_path": str(profile_path) if profile_path else None,
         "max_family_failures": max_family_failures,
         # whichever engine starts first compiles the kernels, also when the first arm is skipped
-        "cold_start_s": plan.setting.cost.engine_start_s + plan.setting.cost.first_start_extra_s,
+        "cold_start_s": plan.setting.cost.first_start_s(first=True, compiles=False),
         "stream_warm_up_tokens": STREAM_WARM_UP_TOKENS,
         "arms": arms,
     }

@@ -219,11 +219,15 @@ def _projected(entry: Mapping[str, Any], best: bool, key: str = "speedup_vs_dfla
     return f"**{text}**" if best else text
 
 
+def _head(*columns: str) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+
+
 def _fixed_wave_rows(columns: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = [
-        "| bs | budget | DDTREE ms / step | DFLASH ms / step | step ratio per request | DDTREE GPU ms per stage | τ (curve) | τ to break even | projected DDTREE ÷ DFLASH |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = _head(
+        "bs", "budget", "DDTREE ms / step", "DFLASH ms / step", "step ratio per request", "DDTREE GPU ms per stage",
+        "τ (curve)", "τ to break even", "projected DDTREE ÷ DFLASH",
+    )
     for column in columns:
         chain = column["dflash"]
         for entry in column["budgets"]:
@@ -252,10 +256,11 @@ def _running(tok_per_s: float, running: float | None) -> str:
 
 
 def _steady_rows(columns: Sequence[Mapping[str, Any]]) -> list[str]:
-    lines = [
-        "| c | budget | DDTREE tok/s (requests running) | DFLASH tok/s (requests running) | cost per request and round, DDTREE ÷ DFLASH (worst case) | τ (curve) | τ to break even | projected DDTREE ÷ DFLASH (worst case) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    lines = _head(
+        "c", "budget", "DDTREE tok/s (requests running)", "DFLASH tok/s (requests running)",
+        "cost per request and round, DDTREE ÷ DFLASH (worst case)", "τ (curve)", "τ to break even",
+        "projected DDTREE ÷ DFLASH (worst case)",
+    )
     for column in columns:
         chain = column["dflash"]
         for entry in column["budgets"]:
