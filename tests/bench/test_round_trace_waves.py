@@ -103,20 +103,21 @@ def test_the_stage_table_gains_the_gpu_columns() -> None:
     assert "| draft | 1.2 | 3.0 |  |  |  | aten::mm 2.0 |" in text
 
 
-def test_a_batch_size_below_one_is_refused_before_any_engine(monkeypatch, capsys, tmp_path: Path) -> None:
-    monkeypatch.setattr(sys, "argv", ["round_trace", "--out", str(tmp_path), "--batch-size", "0"])
+def refusal(monkeypatch, capsys, tmp_path: Path, *args: str) -> str:
+    """The last line round_trace writes to stderr when it refuses ``args``, exit code 2."""
+    monkeypatch.setattr(sys, "argv", ["round_trace", "--out", str(tmp_path), *args])
     with pytest.raises(SystemExit) as exit_info:
         round_trace.main()
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("--batch-size must be at least 1, got 0")
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_batch_size_below_one_is_refused_before_any_engine(monkeypatch, capsys, tmp_path: Path) -> None:
+    assert refusal(monkeypatch, capsys, tmp_path, "--batch-size", "0").endswith("--batch-size must be at least 1, got 0")
 
 
 def test_prompt_tokens_are_refused_for_a_setting_with_real_prompts(monkeypatch, capsys, tmp_path: Path) -> None:
-    monkeypatch.setattr(sys, "argv", ["round_trace", "--out", str(tmp_path), "--prompt-tokens", "1024"])
-    with pytest.raises(SystemExit) as exit_info:
-        round_trace.main()
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("not of fixture")
+    assert refusal(monkeypatch, capsys, tmp_path, "--prompt-tokens", "1024").endswith("not of fixture")
     assert not list(tmp_path.iterdir())  # no model written before the refusal
 
 
