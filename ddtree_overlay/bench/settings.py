@@ -110,12 +110,12 @@ QWEN3_8B_COST = CostModel(
 # prompts) DFLASH's step took 24.68 / 28.17 / 40.09 ms at bs 1 / 4 / 8 and DDTREE B = 32's (flat)
 # 26.88 / 31.86 / 47.91; engines started in 21-47 s after a primer, the first on a fresh machine
 # in 86-130 s (docs/BENCHMARKS.md). DFLASH's first engine on flashinfer on a fresh machine took
-# 229 and 289 s to start and warm up (2026-12-04, two commands; 55 s on a machine that had
-# compiled them).
+# 229, 289 and 326 s to start and warm up (2026-12-04, three commands; 55-60 s on a machine that
+# had compiled them).
 QWEN3_6_27B_COST = CostModel(
     engine_start_s=60,
     first_start_extra_s=90,
-    first_compile_extra_s=230,
+    first_compile_extra_s=270,
     engine_overhead_s=30,
     plain_step_ms=17.0,
     spec_round_ms=24.0,

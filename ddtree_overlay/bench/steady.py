@@ -23,6 +23,9 @@ from ddtree_overlay.bench.plan import Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
 
 ALL_COMPILING = "every engine was compiling during its timed window"
+# A cell's requests running: the stream keeps ``concurrency`` in flight, the engine runs at most
+# its cap of them (`bench.capacity`) and queues the rest, so a capped engine's running count is
+# its cap, whatever the stream sends.
 # A window whose requests ran this far below the concurrency asked for did not hold the batch
 # (SGLang capped the running requests, or the clients could not keep up): named in the notes.
 HELD_CONCURRENCY = 0.9
@@ -46,13 +49,15 @@ def _engine_entry(
         skipped = record.get("skipped")
         return entry | {"status": "skipped" if skipped else "failed", "reason": skipped or record.get("error")}
     metas = record.get("meta") or ()
+    in_flight = record.get("mean_running")  # the stream's requests submitted and not finished
+    cap = (engine or {}).get("requests_at_once")
     rounds = sum(int(m.get("spec_verify_ct") or 0) for m in metas)
     completion = sum(int(m.get("completion_tokens") or 0) for m in metas)
     entry |= {
         "status": "ok",
         "reason": None,
         "tok_per_s": record["tok_per_s"],
-        "mean_running": record.get("mean_running"),
+        "mean_running": in_flight if in_flight is None or cap is None else min(in_flight, cap),
         "requests": record.get("requests_in_window"),
         "tokens_per_round": completion / rounds if rounds and group.arm.algorithm != TARGET_ONLY else None,
         "host": record.get("host"),

@@ -107,6 +107,19 @@ def test_a_failed_engine_fails_its_cell_and_a_thin_batch_is_named(tmp_path: Path
     assert any("dflash/c16/t0 (repeat 1): 9.5 requests running on average against 16" in n for n in report["notes"])
 
 
+def test_a_capped_engine_runs_its_cap_whatever_the_stream_keeps_in_flight(tmp_path: Path) -> None:
+    plan = steady_plan(tmp_path)
+    cells, engines = synthetic(plan)
+    for repeat in (1, 2, 3):
+        engines["dflash", repeat]["requests_at_once"] = 11  # the stream still keeps 16 in flight
+    report = analysis.analyse(plan, cells, engines)
+    rows = rows_by_name(report)
+    assert rows["dflash/c16/t0"]["mean_running"] == 11
+    assert rows["dflash/c1/t0"]["mean_running"] == pytest.approx(0.99)  # below its cap: what was in flight
+    assert rows["ddtree-b32/c16/t0"]["mean_running"] == pytest.approx(15.84)
+    assert any("dflash/c16/t0 (repeat 2): 11.0 requests running on average against 16" in n for n in report["notes"])
+
+
 def test_cells_the_time_box_cut_are_named(tmp_path: Path) -> None:
     plan = steady_plan(tmp_path)
     cells, engines = synthetic(plan)
