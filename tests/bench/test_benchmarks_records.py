@@ -573,3 +573,39 @@ def test_the_8b_steady_state_run_projected_as_cited():
     assert [f"{e['break_even_tau']:.2f}" for e in entries] == ["7.05", "7.56"] and entries[0]["speedup_vs_dflash"] is None
     text = section("Qwen3-8B shape, c = 1 and 16, steady state: the split-KV verify against DFLASH on flashinfer")
     assert "0.905× / 0.971× DFLASH's at c = 1 / 16, 1.071× at c = 16" in text and "**7.05 / 7.56**" in text
+
+
+def test_the_27b_shape_in_continuous_batching_as_cited():
+    run = "2026-12-04-qwen3.6-27b-steady-c16-c64"
+    text = section("The Qwen3.6-27B shape in continuous batching, c = 16 and 64: B = 15 and B = 32 against DFLASH")
+    b15, b32 = report(f"{run}/b15"), report(f"{run}/b32")
+
+    def row(run_report: dict, group: str, concurrency: int) -> dict:
+        return next(r for r in run_report["steady"]["rows"] if r["name"] == f"{group}/c{concurrency}/t0")
+
+    def per_request_ms(r: dict) -> str:
+        return f"{1000 * r['tokens_per_round'] / r['tok_per_s']:.2f}"
+
+    cells = [(b15, "dflash", 16), (b15, "ddtree-b15", 16), (b32, "dflash", 16), (b32, "dflash", 64),
+             (b32, "ddtree-b32", 16), (b32, "ddtree-b32", 64)]
+    for run_report, group, c in cells:
+        r = row(run_report, group, c)
+        running = 11 if group == "dflash" else min(c, 16 if group == "ddtree-b15" else 38)
+        assert r["mean_running"] == pytest.approx(running, abs=0.01)
+        ratio = f" ({x(r['vs_dflash']['ratio'])})" if group != "dflash" else ""
+        assert f"| {c} | **{r['tok_per_s']:.0f}**{ratio} | {per_request_ms(r)} |" in text, (group, c)
+    cold = row(report(f"{run}/cold-dflash"), "dflash", 16)
+    assert f"| 16 | {cold['tok_per_s']:.0f} | {per_request_ms(cold)} |" in text
+    assert row(report(f"{run}/cold-dflash"), "ddtree-b15", 16)["status"] == "skipped"
+    groups = {g["name"]: g for g in report(f"{run}/cold-dflash")["groups"]}
+    assert f"{groups['dflash']['start_s'] + groups['dflash']['warm_up_s']:.0f} s in all" in text
+    entries = {(e["budget"], col["concurrency"]): e
+               for r in (b15, b32) for col in project(r, PAPER_QWEN3_8B)["steady"] for e in col["budgets"]}
+    assert f"{entries[15, 16]['step_ratio']:.2f}" == "0.87" and f"{entries[15, 16]['break_even_tau']:.2f}" == "6.80"
+    assert [f"{entries[32, c]['step_ratio']:.2f}" for c in (16, 64)] == ["1.29", "1.15"]
+    assert [x(entries[32, c]["speedup_vs_dflash"]) for c in (16, 64)] == ["0.93×", "1.04×"]
+    assert [f"{entries[32, c]['break_even_tau']:.2f}" for c in (16, 64)] == ["10.02", "8.93"]
+    b16_tau = PAPER_QWEN3_8B.tau(16) / PAPER_QWEN3_8B.chain
+    assert x(b16_tau / entries[15, 16]["step_ratio"]) == "1.26×" and "it would be\n  1.26×" in text
+    assert "**0.87×**" in text and "**1.29×** DFLASH's at c = 16" in text and "**0.93× / 1.04×**" in text
+    assert "**1.15×** (273 against 238; per request and round 0.87×)" in summary()
