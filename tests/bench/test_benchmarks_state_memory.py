@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddtree_overlay.bench import state_memory as sm
+from ddtree_overlay.bench.arms import verify_width
 from ddtree_overlay.bench.settings import qwen3_6_27b_configs
 from ddtree_overlay.bench.target_config import target_config
 
@@ -36,14 +37,15 @@ def with_live(e: dict) -> float:
 
 @pytest.mark.parametrize("budget", [8, 16, 32, 64, 128, 256])
 def test_each_budgets_row(budget):
-    flat, snap = entry(sm.FLAT, budget + 1), entry(sm.SNAPSHOT, budget + 1)
+    width = verify_width(budget)  # the pools are at least a draft block wide
+    flat, snap = entry(sm.FLAT, width), entry(sm.SNAPSHOT, width)
     cells = [
         sm.size_text(flat["per_request_bytes"]),
         sm.size_text(flat["total_bytes"]),
         sm.size_text(snap["per_request_bytes"]),
         sm.size_text(snap["total_bytes"]),
     ]
-    assert f"| DDTREE B = {budget} | {budget + 1} | " + " | ".join(cells) + " |" in section()
+    assert f"| DDTREE B = {budget} | {width} | " + " | ".join(cells) + " |" in section()
 
 
 def test_dflash_row_and_live_states():
