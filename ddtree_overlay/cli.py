@@ -139,6 +139,14 @@ def _choice(choices: Callable[[], Sequence[str]]) -> Callable[[str], str]:
     return check
 
 
+def _baseline_backends(value: str) -> str:
+    try:
+        _bench_attention().baseline_backends(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    return value
+
+
 def _bench_settings() -> Any:
     from ddtree_overlay.bench import settings
 
@@ -404,9 +412,11 @@ def bench(
         str,
         typer.Option(
             "--baseline-attention-backend",
-            callback=_choice(lambda: _bench_attention().BASELINE_BACKENDS),
+            callback=_baseline_backends,
             help="every other arm's (target-only, DFLASH, NEXTN, EAGLE-3): auto lets SGLang pick its "
-            "default for the GPU (fa3 on Hopper), as a DFLASH service runs; triton compares on one backend",
+            "default for the GPU (fa3 on Hopper), as a DFLASH service runs; triton compares on one backend; "
+            "a list (flashinfer,triton) also runs DFLASH, NEXTN and EAGLE-3 on each further backend, and "
+            "DDTREE is measured against the fastest",
         ),
     ] = "auto",
     tp_size: Annotated[

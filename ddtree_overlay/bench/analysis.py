@@ -196,8 +196,8 @@ def _speedups(rows: list[dict[str, Any]]) -> None:
         return {
             (r["batch_size"], r["temperature"]): r["tok_per_s"]
             for r in rows
-            if r["algorithm"] == algorithm and r["overlap"] == overlap and r.get("tok_per_s")
-        }
+            if r["algorithm"] == algorithm and r["overlap"] == overlap and not r.get("backend") and r.get("tok_per_s")
+        }  # on the first baseline backend: the others' arms are compared in fastest_modes
 
     target, dflash = base(TARGET_ONLY), base(DFLASH)
     for row in rows:
@@ -205,7 +205,7 @@ def _speedups(rows: list[dict[str, Any]]) -> None:
         if not row.get("tok_per_s") or row["algorithm"] == TARGET_ONLY:
             continue
         row["speedup_vs_target"] = row["tok_per_s"] / target[key] if key in target else None
-        if row["algorithm"] == DDTREE or not row["overlap"]:
+        if row["algorithm"] == DDTREE or not row["overlap"] or row.get("backend"):
             row["speedup_vs_dflash"] = row["tok_per_s"] / dflash[key] if key in dflash else None
 
 
@@ -262,7 +262,7 @@ def fastest_modes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "temperature": key[0],
             "batch_size": key[1],
             "dflash": {"group": dflash["group"], "overlap": dflash["overlap"], "tok_per_s": dflash["tok_per_s"],
-                       "step_ms": dflash.get("step_ms")},
+                       "step_ms": dflash.get("step_ms"), **({"backend": dflash["backend"]} if dflash.get("backend") else {})},
             "budgets": budgets,
             "best": budgets[best],
         }

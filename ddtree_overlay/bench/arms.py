@@ -12,9 +12,11 @@ drafter's top-1 path through its block) inside DDTREE.
 Arm names, as bench groups, check arms and `round_trace` arms spell them:
     target-only (or plain), dflash, ddtree-b32, ddtree-schedule-1x256-8x64 (-16xchain),
     ddtree-adaptive-8-32-256 (ddtree-adaptive-chain-32), nextn, eagle3, each with `-no-overlap`
-    when overlap scheduling is off.
+    when overlap scheduling is off; a baseline arm on another attention backend than the
+    sweep's first baseline one ends in `@<backend>` (dflash@triton, dflash-no-overlap@triton).
 Labels, as reports print them: ``B=32``, ``schedule 1:256,8:64``, ``adaptive 8/32/256``;
-``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``, ``NEXTN``, ``EAGLE-3``.
+``DDTREE B=32 (no overlap)``, ``DFLASH``, ``DFLASH on triton``, ``target-only``, ``NEXTN``,
+``EAGLE-3``.
 
 NEXTN (the target's own MTP head) and EAGLE-3 (a separate EAGLE-3 drafter) are the baselines
 users serve next to DFLASH: chains of `CHAIN_DRAFT` tokens, the shape SGLang chooses itself for
@@ -230,25 +232,30 @@ _NAME = re.compile(
     r"^(?:(?P<plain>target-only|plain)|(?P<dflash>dflash)|(?P<baseline>nextn|eagle3)|ddtree-(?:"
     r"b(?P<budget>\d+)|adaptive-(?P<adaptive>(?:\d+|chain)(?:-(?:\d+|chain))+)"
     r"|schedule-(?P<schedule>\d+x(?:\d+|chain)(?:-\d+x(?:\d+|chain))*)"
-    r")(?P<control>-chain)?)(?P<no_overlap>-no-overlap)?$"
+    r")(?P<control>-chain)?)(?P<no_overlap>-no-overlap)?(?:@(?P<backend>[a-z0-9_]+))?$"
 )
 
 
 @dataclass(frozen=True)
 class Arm:
-    """An algorithm, DDTREE's budget policy, whether overlap scheduling is on, and whether a
-    DDTREE arm is the chain control (its tree is DFLASH's top-1 chain)."""
+    """An algorithm, DDTREE's budget policy, whether overlap scheduling is on, whether a
+    DDTREE arm is the chain control (its tree is DFLASH's top-1 chain), and the attention
+    backend of a baseline arm that runs on another than the sweep's first baseline backend
+    (None: that one)."""
 
     algorithm: str
     policy: BudgetPolicy | None = None
     overlap: bool = True
     chain: bool = False
+    backend: str | None = None
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS or (self.policy is None) == (self.algorithm == DDTREE):
             raise ValueError(f"a DDTREE arm, and only a DDTREE arm, has a budget policy: {self!r}")
         if self.chain and self.algorithm != DDTREE:
             raise ValueError(f"only a DDTREE arm can be the chain control: {self!r}")
+        if self.backend is not None and self.algorithm == DDTREE:
+            raise ValueError(f"a DDTREE arm runs --attention-backend, not a baseline backend: {self!r}")
 
     @classmethod
     def ddtree(cls, policy: BudgetPolicy | int, *, overlap: bool = True) -> Arm:
@@ -264,13 +271,15 @@ class Arm:
                 "ddtree-adaptive-<B1>-<B2>..., ddtree-schedule-<bs>x<B>-..., ddtree-b<B>-chain, each with "
                 "-no-overlap)"
             )
-        overlap = not found["no_overlap"]
+        overlap, backend = not found["no_overlap"], found["backend"]
+        if backend is not None and (found["plain"] or found["dflash"] or found["baseline"]) is None:
+            raise ValueError(f"arm {name!r}: only a baseline arm names its attention backend (@{backend})")
         if found["plain"]:
-            return cls(TARGET_ONLY, overlap=overlap)
+            return cls(TARGET_ONLY, overlap=overlap, backend=backend)
         if found["dflash"]:
-            return cls(DFLASH, overlap=overlap)
+            return cls(DFLASH, overlap=overlap, backend=backend)
         if found["baseline"]:
-            return cls(found["baseline"].upper(), overlap=overlap)
+            return cls(found["baseline"].upper(), overlap=overlap, backend=backend)
         if found["control"]:
             return cls(DDTREE, BudgetPolicy.fixed(int(found["budget"])), overlap=overlap, chain=True)
         if found["budget"]:
@@ -284,28 +293,31 @@ class Arm:
     def of_row(cls, row: Mapping[str, Any]) -> Arm:
         """From a report row (`row`'s keys)."""
         policy = BudgetPolicy.of_row(row) if row["algorithm"] == DDTREE else None
-        return cls(row["algorithm"], policy, bool(row["overlap"]), bool(row.get("chain")))
+        return cls(row["algorithm"], policy, bool(row["overlap"]), bool(row.get("chain")), row.get("backend"))
 
     @property
     def name(self) -> str:
+        on = f"@{self.backend}" if self.backend else ""
         if self.algorithm == TARGET_ONLY:
-            return TARGET_ONLY
+            return TARGET_ONLY + on
         if self.algorithm == DDTREE:
             base = f"ddtree-{self.policy_or_fail.slug}"
         else:
             base = self.algorithm.lower()
-        return base + (CHAIN_CONTROL if self.chain else "") + ("" if self.overlap else NO_OVERLAP)
+        return base + (CHAIN_CONTROL if self.chain else "") + ("" if self.overlap else NO_OVERLAP) + on
 
     @property
     def label(self) -> str:
-        """``DDTREE B=32 (no overlap)``, ``DFLASH``, ``target-only``, ``DDTREE B=15 chain control``."""
+        """``DDTREE B=32 (no overlap)``, ``DFLASH``, ``DFLASH on triton``, ``target-only``,
+        ``DDTREE B=15 chain control``."""
         if self.algorithm == TARGET_ONLY:
-            return TARGET_ONLY
-        if self.algorithm == DDTREE:
+            base = TARGET_ONLY
+        elif self.algorithm == DDTREE:
             base = f"DDTREE {self.policy_or_fail.label}"
         else:
             base = "EAGLE-3" if self.algorithm == EAGLE3 else self.algorithm
-        return base + (" chain control" if self.chain else "") + ("" if self.overlap else " (no overlap)")
+        on = f" on {self.backend}" if self.backend else ""
+        return base + on + (" chain control" if self.chain else "") + ("" if self.overlap else " (no overlap)")
 
     @property
     def policy_or_fail(self) -> BudgetPolicy:
@@ -355,4 +367,5 @@ class Arm:
             "schedule": policy.schedule_text if policy else "",
             "overlap": self.overlap,
             "chain": self.chain,
+            **({"backend": self.backend} if self.backend else {}),
         }

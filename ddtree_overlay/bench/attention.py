@@ -2,7 +2,7 @@
 
 DDTREE arms run ``--attention-backend``, one of `DDTREE_BACKENDS` (DDTREE refuses the others,
 FA3 among them). Every other arm (target-only, DFLASH in both scheduling modes, NEXTN, EAGLE-3)
-runs ``--baseline-attention-backend``, by default `AUTO`: the engine is given none and SGLang
+runs ``--baseline-attention-backend`` (the first, where it lists several), by default `AUTO`: the engine is given none and SGLang
 picks its own default for the GPU, as a DFLASH service does. In 0.5.14
 (`ServerArgs._get_default_attn_backend`) that is fa3 on Hopper for these targets (none drafts
 with a top-k above 1), trtllm_mha on Blackwell for most, else flashinfer where it is installed,
@@ -10,6 +10,13 @@ else triton. The parent process's `ServerArgs.__post_init__` resolves it before 
 starts, so the runner records what each engine ran (`engine.server_args.attention_backend`,
 `in_target/engine_runner`). Where the env's sgl_kernel has no FA3, `bench.fa3_check` resolves
 it the same way before any engine starts, and refuses a sweep that would run fa3.
+
+``--baseline-attention-backend flashinfer,triton`` also runs DFLASH (both scheduling modes),
+NEXTN and EAGLE-3 on each further backend listed, as arms named `<arm>@<backend>` (target-only,
+the correctness reference, stays on the first): every DDTREE ratio is then against the fastest
+DFLASH engine of the column, whichever backend it ran. That is the baseline on GPUs where
+SGLang's default is not DFLASH's fastest or cannot run (sm86 and sm120 have no FA3, and which of
+flashinfer and triton serves DFLASH faster there depends on the model and batch).
 
 A report names the backend per arm where its arms ran more than one (`arm_backends`); where they
 ran one, the report's Engines line names it for every arm.
@@ -30,6 +37,18 @@ BASELINE_BACKENDS = (AUTO, "triton", "flashinfer", "fa3", "fa4", "trtllm_mha", "
 # compiles: flashinfer's JIT (a DFLASH engine's warm-up after a triton primer took 124 s at the
 # Qwen3.6-27B shape, H200, 2026-12-04; a triton DDTREE engine after it, 14 s).
 COMPILED_AT_FIRST_USE = ("flashinfer",)
+
+
+def baseline_backends(text: str) -> tuple[str, ...]:
+    """``--baseline-attention-backend``'s backends, in order (one, or several comma-separated);
+    ValueError names what is wrong."""
+    backends = tuple(b.strip() for b in text.split(","))
+    unknown = [b for b in backends if b not in BASELINE_BACKENDS]
+    if unknown:
+        raise ValueError(f"expected backends among {', '.join(BASELINE_BACKENDS)}, got {', '.join(map(repr, unknown))}")
+    if len(set(backends)) < len(backends):
+        raise ValueError(f"a backend listed twice: {text!r}")
+    return backends
 
 
 def engine_keywords(backend: str) -> dict[str, str]:

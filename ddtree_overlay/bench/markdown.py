@@ -68,7 +68,8 @@ def summary_tables(report: Mapping[str, Any]) -> str:
 
 
 def _mode_text(entry: Mapping[str, Any]) -> str:
-    return "" if entry["overlap"] else " no overlap"
+    on = f" on {entry['backend']}" if entry.get("backend") else ""
+    return on + ("" if entry["overlap"] else " no overlap")
 
 
 def _versus_dflash_text(entry: Mapping[str, Any]) -> str:
@@ -346,7 +347,8 @@ def _backends_text(report: Mapping[str, Any]) -> str:
     if attention.arm_backends(groups) is None:
         backend = groups[0]["attention_backend"] if groups else config["attention_backend"]
         return f"attention backend {attention.backend_text(backend, '`')} and {tp} for every arm"
-    sglangs = config.get("baseline_attention_backend") == attention.AUTO  # the baselines' was SGLang's choice
+    # where the baselines asked for SGLang's choice
+    sglangs = attention.AUTO in attention.baseline_backends(config.get("baseline_attention_backend") or attention.AUTO)
     parts = []
     for backend, algorithms in attention.algorithms_on(groups).items():
         chosen = sglangs and backend != attention.AUTO and DDTREE not in algorithms
@@ -408,6 +410,12 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             ""
             if config.get("ddtree_no_overlap")
             else " DDTREE ran with overlap scheduling only (`--ddtree-no-overlap` adds the other mode)."
+        )
+        + (
+            " DFLASH's is also the fastest of its attention backends (`on <backend>` where another than "
+            "the first listed won)."
+            if len(attention.baseline_backends(config.get("baseline_attention_backend") or attention.AUTO)) > 1
+            else ""
         )
         + (f" Attention: {versus}." if (versus := attention.versus_backends(report["groups"])) else ""),
         "",

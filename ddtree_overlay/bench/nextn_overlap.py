@@ -41,3 +41,12 @@ def crash_reason(*, hybrid: bool, attention_backend: str, sglang_version: str | 
         f"backend's tree-mask graph buffer on a hybrid target (HybridLinearAttnBackend does not forward "
         f"get_verify_buffers_to_fill_after_draft; fixed in {FIXED_IN})"
     )
+
+
+def only_refusal(only: tuple[str, ...], reason: str | None) -> str | None:
+    """The error for ``--only`` asking for NEXTN with overlap scheduling (`nextn`, `nextn@<backend>`)
+    where ``reason`` (`crash_reason`) says it crashes; None where it does not, or none is asked for."""
+    asked = [name for name in only if name.split("@")[0] == "nextn"]
+    if reason is None or not asked:
+        return None
+    return f"--only {asked[0]}: {reason}; ask for {asked[0].replace('nextn', 'nextn-no-overlap', 1)}"

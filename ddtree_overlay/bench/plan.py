@@ -1,24 +1,22 @@
-"""What `bench` measures and in which order: engine groups, cells, time estimates, for a
-`bench.settings` setting.
+"""What `bench` measures and in which order: engine groups, cells, time estimates, for a setting.
 
 Before the timed engines, an untimed primer engine (`primer_run`) decodes one wave and shuts
-down; when ``--max-minutes`` cannot hold it and one timed engine it is left out, with a note.
+down, unless ``--max-minutes`` cannot hold it and one timed engine (a note says so).
 
-One engine serves every cell of one (algorithm, budget, scheduling) config: an SGLang engine
-start costs ~45 s on an H200 (~130 s for the first, which compiles kernels), far more than a
-cell's decode, so cells are grouped by engine and engines are ordered by how much their numbers
-tell: target-only and DFLASH in both scheduling modes first (every speedup needs them), the
-NEXTN (a target with an MTP head; without overlap scheduling where stock SGLang's overlap
+One engine serves every cell of one (algorithm, budget, scheduling, backend) config: an SGLang
+engine start costs ~45 s on an H200 (~130 s for the first, which compiles kernels), far more
+than a cell's decode, so cells are grouped by engine and engines are ordered by how much their
+numbers tell: target-only and DFLASH in both scheduling modes first (every speedup needs them),
+the NEXTN (a target with an MTP head; without overlap scheduling where stock SGLang's overlap
 EAGLE worker crashes on the target, `bench.nextn_overlap`) and EAGLE-3 (given a drafter)
-baselines, then DDTREE budgets, the known-good one and the B = 32 cliff first. With random weights (the
-Qwen3-8B-shaped setting) only round costs mean something: target-only goes last and the
-budgets run widest-spread first. With `ddtree_no_overlap`, every DDTREE budget also
-runs without overlap scheduling, right after its overlap twin, so each algorithm can be compared
-in its faster mode. With `adaptive_budgets`, one more DDTREE arm (in each of those modes) lets
-every round choose its budget among them (`--speculative-ddtree-adaptive-budgets`); with
-`budget_schedule`, one more takes its budget from the batch size
-(`--speculative-ddtree-budget-schedule`). Inside an engine, T = 0 cells run before T = 1 and
-batch 1 before the widest batch, so a time box cuts the least informative cells.
+baselines, these again on each further baseline backend listed (`bench.attention`), then DDTREE
+budgets, the known-good one and the B = 32 cliff first. With random weights only round costs
+mean something: target-only goes last and the budgets run widest-spread first. With
+`ddtree_no_overlap`, every DDTREE budget also runs without overlap scheduling, right after its
+overlap twin. With `adaptive_budgets`, one more DDTREE arm (in each of those modes) lets every
+round choose its budget among them; with `budget_schedule`, one more takes its budget from the
+batch size. Inside an engine, T = 0 cells run before T = 1 and batch 1 before the widest batch,
+so a time box cuts the least informative cells.
 
 With `repeats` N > 1 (engines per arm) the whole list of groups runs N times, in rounds, each
 run a fresh engine (`EngineRun`): by default odd rounds in plan order, even rounds reversed
@@ -38,7 +36,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -58,6 +56,7 @@ from ddtree_overlay.bench.estimates import (
     estimate_overhead_s,
     estimate_stream_cell_s,
 )
+from ddtree_overlay.bench.nextn_overlap import only_refusal
 from ddtree_overlay.bench.settings import CostModel, Setting
 from ddtree_overlay.bench.state_memory import DEFAULT_HYBRID_STATE
 
@@ -307,7 +306,8 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, max_new_tokens: i
                 warmup_s=config.warmup_s,
             )
         )
-    backend = config.attention_backend if algorithm == DDTREE else config.baseline_attention_backend
+    baseline = arm.backend or attention.baseline_backends(config.baseline_attention_backend)[0]
+    backend = config.attention_backend if algorithm == DDTREE else baseline
     engine: dict[str, Any] = {
         **attention.engine_keywords(backend),
         "tp_size": config.tp_size,
@@ -440,8 +440,9 @@ def sweep_arms(
         policies.append(BudgetPolicy(schedule=tuple(config.budget_schedule)))
     target_only = [Arm(TARGET_ONLY)]
     arms = [] if target_only_last else list(target_only)
-    arms += [Arm(DFLASH), Arm(DFLASH, overlap=False)]
-    arms += baselines
+    chains = [Arm(DFLASH), Arm(DFLASH, overlap=False), *baselines]
+    further = attention.baseline_backends(config.baseline_attention_backend)[1:]
+    arms += chains + [replace(arm, backend=backend) for backend in further for arm in chains]
     arms += [Arm.ddtree(policy, overlap=o) for policy in policies for o in modes]
     if config.chain_control:
         arms.append(Arm(DDTREE, BudgetPolicy.fixed(CHAIN_BUDGET), chain=True))
@@ -463,9 +464,8 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     if config.concurrencies and (config.warmup_s < 0 or config.window_s <= 0):
         raise ValueError(f"a window needs window_s > 0 and warmup_s >= 0, got {config.window_s}, {config.warmup_s}")
     max_new = config.max_new_tokens or setting.max_new_tokens
-    if setting.nextn and setting.nextn_without_overlap and Arm(NEXTN).name in config.only:
-        raise ValueError(f"--only {Arm(NEXTN).name}: {setting.nextn_without_overlap}; ask for "
-                         f"{Arm(NEXTN, overlap=False).name}")
+    if (refusal := only_refusal(config.only, setting.nextn_without_overlap if setting.nextn else None)) is not None:
+        raise ValueError(refusal)
     arms = sweep_arms(
         config,
         budget_priority=setting.budget_priority,

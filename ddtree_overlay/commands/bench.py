@@ -28,6 +28,7 @@ from typing import Any
 
 from ddtree_overlay.bench import chat_prompts, markdown, plots
 from ddtree_overlay.bench.acceptance_curve import AcceptanceCurve
+from ddtree_overlay.bench.attention import baseline_backends
 from ddtree_overlay.bench.fa3_check import check_fa3
 from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import (
@@ -107,9 +108,10 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
     if request.mem_fraction_static is not None:
         setting = replace(setting, engine={**setting.engine, "mem_fraction_static": request.mem_fraction_static})
     version = env.sglang.version if env.sglang else None  # a dry run needs no sglang
-    why = crash_reason(
-        hybrid=setting.hybrid, attention_backend=request.config.baseline_attention_backend, sglang_version=version
-    )
+    why = next(filter(None, (
+        crash_reason(hybrid=setting.hybrid, attention_backend=backend, sglang_version=version)
+        for backend in baseline_backends(request.config.baseline_attention_backend)
+    )), None)
     setting = replace(setting, nextn_without_overlap=why)
     try:
         plan = plan_sweep(setting, config)

@@ -34,6 +34,9 @@ from ddtree_overlay.bench.arms import (
         ("ddtree-schedule-1x256-8x64", Arm.ddtree(BudgetPolicy(schedule=((1, 256), (8, 64)))),
          "DDTREE schedule 1:256,8:64",
          {"speculative_algorithm": DDTREE, "speculative_ddtree_budget_schedule": "1:256,8:64"}),
+        ("dflash-no-overlap@triton", Arm(DFLASH, overlap=False, backend="triton"), "DFLASH on triton (no overlap)",
+         {"speculative_algorithm": DFLASH, "disable_overlap_schedule": True}),
+        ("target-only@flashinfer", Arm(TARGET_ONLY, backend="flashinfer"), "target-only on flashinfer", {}),
     ],
 )
 def test_an_arm_reads_back_from_its_name_with_its_label_and_engine_keywords(name, arm, label, engine) -> None:
@@ -147,6 +150,15 @@ def test_chain_baselines_run_a_three_token_chain(name: str, algorithm: str, labe
 def test_only_ddtree_arms_take_a_budget_policy() -> None:
     with pytest.raises(ValueError, match="only a DDTREE arm"):
         Arm(NEXTN, BudgetPolicy.fixed(8))
+
+
+def test_only_baseline_arms_name_their_backend() -> None:
+    assert Arm(NEXTN, backend="triton").name == "nextn@triton" and Arm(EAGLE3, backend="fa3").label == "EAGLE-3 on fa3"
+    assert "backend" not in Arm(DFLASH).row()  # rows of a sweep on one baseline backend stay as they were
+    with pytest.raises(ValueError, match="runs --attention-backend"):
+        Arm(DDTREE, BudgetPolicy.fixed(8), backend="triton")
+    with pytest.raises(ValueError, match="only a baseline arm names its attention backend"):
+        Arm.parse("ddtree-b8@triton")
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,8 @@ def test_the_sweep_runs_nextn_without_overlap_where_it_crashes_and_refuses_it_wi
     with pytest.raises(ValueError, match=r"^--only nextn: in stock sglang 0\.5\.14 .*; ask for nextn-no-overlap$"):
         hybrid_plan(tmp_path, "0.5.14", only=("nextn",))
     assert [g.name for g in hybrid_plan(tmp_path, "0.5.14", only=("nextn-no-overlap",)).groups] == ["nextn-no-overlap"]
+    with pytest.raises(ValueError, match=r"^--only nextn@triton: in stock .*; ask for nextn-no-overlap@triton$"):
+        hybrid_plan(tmp_path, "0.5.14", only=("nextn@triton",), baseline_attention_backend="flashinfer,triton")
 
 
 def test_the_report_says_why_and_keeps_it_for_reanalysis(tmp_path: Path) -> None:

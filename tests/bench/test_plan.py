@@ -69,6 +69,23 @@ def test_ddtree_arms_run_their_backend_and_the_others_sglangs_default_or_the_one
     )
 
 
+def test_each_further_baseline_backend_runs_the_chain_baselines_again(tmp_path: Path) -> None:
+    setting = settings.make_setting("hybrid", scratch=tmp_path, eagle3_draft=tmp_path)
+    plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,), primer=False, baseline_attention_backend="flashinfer,triton"))
+    chains = ["dflash", "dflash-no-overlap", "nextn", "eagle3"]
+    assert {g.name: g.engine.get("attention_backend") for g in plan.groups} == (
+        {"target-only": "flashinfer"} | dict.fromkeys(chains, "flashinfer")
+        | {f"{name}@triton": "triton" for name in chains} | {"ddtree-b8": "triton"}
+    )
+    assert [g.name for g in plan.groups][:5] == ["target-only", *chains]  # the first backend's, as before
+    only = bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,), primer=False, baseline_attention_backend="fa3,flashinfer",
+                                                 only=("dflash@flashinfer", "ddtree-b8")))
+    (dflash, _) = only.groups
+    assert dflash.arm == Arm(DFLASH, backend="flashinfer") and dflash.engine["attention_backend"] == "flashinfer"
+    with pytest.raises(ValueError, match="no arm dflash@fa3 in this sweep"):
+        bp.plan_sweep(setting, bp.BenchConfig(budgets=(8,), baseline_attention_backend="fa3,flashinfer", only=("dflash@fa3",)))
+
+
 def test_tp_size_reaches_every_engine_and_defaults_to_one_gpu(tmp_path: Path) -> None:
     assert {g.engine["tp_size"] for g in fixture_plan(tmp_path).groups} == {1}
     plan = fixture_plan(tmp_path, tp_size=2)

@@ -29,7 +29,9 @@ BASELINES = ("target-only", "dflash", "dflash-no-overlap")
     ("args", "fragment"),
     [
         (["--baseline-attention-backend", "fa2"],
-         "expected one of auto, triton, flashinfer, fa3, fa4, trtllm_mha, torch_native, got 'fa2'"),
+         "expected backends among auto, triton, flashinfer, fa3, fa4, trtllm_mha, torch_native, got 'fa2'"),
+        (["--baseline-attention-backend", "flashinfer,fa2"], "got 'fa2'"),
+        (["--baseline-attention-backend", "triton,triton"], "a backend listed twice: 'triton,triton'"),
         (["--attention-backend", "auto"], "expected one of triton, flashinfer, got 'auto'"),
     ],
 )
@@ -164,3 +166,31 @@ def test_a_sweep_that_would_run_fa3_without_it_stops_before_any_engine_starts(
     )
     written = sorted(p.name for p in (tmp_path / "out").iterdir()) if (tmp_path / "out").exists() else []
     assert written in ([], ["models"])  # the fixture's models at most: no plan, records or report
+
+
+def test_dflash_on_each_listed_backend_and_ddtree_against_the_fastest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(install_fake_sglang(tmp_path / "fake")))
+    monkeypatch.setenv("FAKE_SGLANG_LOG", str(tmp_path / "engines.log"))
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    setting = settings.make_setting("fixture", scratch=tmp_path / "models")
+    config = bp.BenchConfig(budgets=(8,), batch_sizes=(1,), temperatures=(0.0,), max_new_tokens=9, prompts_per_cell=2,
+                            baseline_attention_backend="flashinfer,triton", primer=False,
+                            only=("target-only", "dflash", "dflash@triton", "ddtree-b8"))
+    plan = bp.plan_sweep(setting, config)
+    report = supervision.run_bench(Path(sys.executable), plan, tmp_path / "out", context={"gpu": "fake"},
+                                   runner_options={"idle_gap_s": 0.01, "health_idle_s": 0.01})
+    bench_module._result(report, tmp_path / "out")
+    started = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
+    assert [e.get("attention_backend") for e in started] == ["flashinfer", "flashinfer", "triton", "triton"]
+    report = json.loads((tmp_path / "out" / "bench.json").read_text())
+    rows = {r["group"]: r for r in report["cells"]}
+    assert rows["dflash@triton"]["backend"] == "triton" and "backend" not in rows["dflash"]
+    (column,) = report["fastest_modes"]
+    fastest = max(("dflash", "dflash@triton"), key=lambda g: rows[g]["tok_per_s"])
+    assert column["dflash"]["group"] == fastest
+    assert column["best"]["speedup_vs_dflash"] == pytest.approx(rows["ddtree-b8"]["tok_per_s"] / rows[fastest]["tok_per_s"])
+    text = (tmp_path / "out" / "bench.md").read_text()
+    assert "| DFLASH on triton | triton | " in text and "| DFLASH | flashinfer | " in text
+    assert f"| DFLASH | {rows[fastest]['tok_per_s']:.0f}{' on triton' if fastest != 'dflash' else ''} |" in text
+    again, again_text = reanalysed(tmp_path / "out")
+    assert again["groups"] == report["groups"] and again["fastest_modes"] == report["fastest_modes"]
