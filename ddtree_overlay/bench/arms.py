@@ -220,8 +220,11 @@ _SETTING = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
 
 def parse_with_env(text: str) -> tuple[Arm, dict[str, str]]:
     """An arm and the environment its engine starts with: ``ddtree-b32@SGLANG_X=1@SGLANG_Y=0``
-    (an A/B of the payload's switches in one run). ValueError names what does not parse."""
+    (an A/B of the payload's switches in one run), a baseline arm's backend first where it names
+    one (``dflash@flashinfer@SGLANG_X=1``). ValueError names what does not parse."""
     name, *settings = text.split("@")
+    if settings and "=" not in settings[0]:  # a baseline arm's backend: dflash@flashinfer@SGLANG_X=1
+        name, settings = f"{name}@{settings[0]}", settings[1:]
     bad = [setting for setting in settings if not _SETTING.match(setting)]
     if bad:
         raise ValueError(f"arm {text!r}: {bad[0]!r} is not KEY=VALUE")
@@ -347,6 +350,8 @@ class Arm:
             args |= CHAIN_DRAFT
         if not self.overlap:
             args["disable_overlap_schedule"] = True
+        if self.backend not in (None, "auto"):  # auto: SGLang's default, asked for by asking for none
+            args["attention_backend"] = self.backend
         return args
 
     def engine_env(self, *, hybrid: bool) -> dict[str, str]:

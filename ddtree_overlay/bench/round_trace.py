@@ -18,7 +18,8 @@ no instrumentation in any arm.
 Arms, named as everywhere in the tool (``ddtree_overlay.bench.arms``): ddtree-b<B>,
 ddtree-adaptive-<B1>-<B2>... (a budget per round among B1, B2, ...), ddtree-schedule-<bs>x<B>-...
 (a budget per batch size), dflash, nextn (the target's MTP head, as the bench runs it), plain,
-each with -no-overlap, and each optionally with environment settings for its engine, e.g.
+each with -no-overlap, every arm on triton unless a baseline arm names its backend (dflash@flashinfer),
+and each optionally with environment settings for its engine, e.g.
 ddtree-b256@SGLANG_DDTREE_COMMIT_GRAPH=1 (A/B of the payload's switches in one command). An arm
 the setting cannot run (nextn without an MTP head, or with overlap scheduling on a hybrid target
 where stock SGLang crashes, `bench.nextn_overlap`; eagle3, which needs a drafter this tool is
@@ -68,6 +69,8 @@ def engine_kwargs(arm: Arm, setting: Setting, tp_size: int = 1, batch_size: int 
         kwargs["max_running_requests"] = batch_size
     if arm.algorithm != TARGET_ONLY:
         kwargs["speculative_draft_model_path"] = str(setting.draft)
+    if arm.backend == "auto":  # SGLang's default: asked for by asking for none
+        del kwargs["attention_backend"]
     return kwargs | arm.engine_args() | baseline_draft(setting, arm)
 
 
@@ -78,8 +81,9 @@ def refusal(arm: Arm, setting: Setting, sglang_version: str | None) -> str | Non
     if arm.algorithm == NEXTN and not setting.nextn:
         return f"nextn needs a target with an MTP head; {setting.target} has none"
     if arm.algorithm == NEXTN and arm.overlap:
-        why = crash_reason(hybrid=setting.hybrid, attention_backend=BASE["attention_backend"], sglang_version=sglang_version)
-        return f"{why}; ask for {Arm(NEXTN, overlap=False).name}" if why else None
+        backend = arm.backend or BASE["attention_backend"]
+        why = crash_reason(hybrid=setting.hybrid, attention_backend=backend, sglang_version=sglang_version)
+        return f"{why}; ask for {Arm(NEXTN, overlap=False, backend=arm.backend).name}" if why else None
     return None
 
 

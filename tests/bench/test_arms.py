@@ -35,8 +35,9 @@ from ddtree_overlay.bench.arms import (
          "DDTREE schedule 1:256,8:64",
          {"speculative_algorithm": DDTREE, "speculative_ddtree_budget_schedule": "1:256,8:64"}),
         ("dflash-no-overlap@triton", Arm(DFLASH, overlap=False, backend="triton"), "DFLASH on triton (no overlap)",
-         {"speculative_algorithm": DFLASH, "disable_overlap_schedule": True}),
-        ("target-only@flashinfer", Arm(TARGET_ONLY, backend="flashinfer"), "target-only on flashinfer", {}),
+         {"speculative_algorithm": DFLASH, "disable_overlap_schedule": True, "attention_backend": "triton"}),
+        ("target-only@flashinfer", Arm(TARGET_ONLY, backend="flashinfer"), "target-only on flashinfer",
+         {"attention_backend": "flashinfer"}),
     ],
 )
 def test_an_arm_reads_back_from_its_name_with_its_label_and_engine_keywords(name, arm, label, engine) -> None:
@@ -123,6 +124,7 @@ def test_an_arm_with_settings_starts_its_engine_with_them() -> None:
     assert arm == Arm.ddtree(256, overlap=False)
     assert env == {"SGLANG_DDTREE_COMMIT_GRAPH": "1", "SGLANG_DDTREE_TREE_GRAPH": "0"}
     assert parse_with_env("plain") == (Arm(TARGET_ONLY), {})
+    assert parse_with_env("dflash@flashinfer@SGLANG_X=1") == (Arm(DFLASH, backend="flashinfer"), {"SGLANG_X": "1"})
 
 
 @pytest.mark.parametrize("text", ["ddtree-b32@lower=1", "ddtree-b32@NOVALUE", "eagle@SGLANG_X=1"])

@@ -30,11 +30,22 @@ def test_nextn_gets_the_targets_mtp_head_and_dflash_ddtree_the_pairs_drafter(tmp
     assert "speculative_draft_model_path" not in round_trace.engine_kwargs(Arm.parse("plain"), setting)
 
 
+def test_every_arm_runs_triton_unless_a_baseline_names_its_backend(tmp_path: Path) -> None:
+    setting = settings.make_setting("fixture", scratch=tmp_path)
+    backend = {name: round_trace.engine_kwargs(Arm.parse(name), setting).get("attention_backend")
+               for name in ("dflash", "ddtree-b15", "dflash@flashinfer", "dflash@auto")}
+    assert backend == {"dflash": "triton", "ddtree-b15": "triton", "dflash@flashinfer": "flashinfer", "dflash@auto": None}
+    hybrid = settings.make_setting("hybrid", scratch=tmp_path)
+    assert round_trace.refusal(Arm.parse("nextn@triton"), hybrid, "0.5.14").endswith("ask for nextn-no-overlap@triton")
+    assert round_trace.refusal(Arm.parse("nextn@flashinfer"), hybrid, "0.5.14") is None  # flashinfer hands out no buffer
+
+
 @pytest.mark.parametrize(
     ("setting", "arms", "version", "message"),
     [
         ("hybrid", "dflash,nextn", "0.5.14", "round_trace: nextn: in stock sglang 0.5.14 the EAGLE worker"),
         ("hybrid", "nextn", None, "round_trace: nextn: in stock sglang releases before 0.5.17"),
+        ("hybrid", "nextn@triton", "0.5.14", "round_trace: nextn@triton: in stock sglang 0.5.14 the EAGLE worker"),
         ("fixture", "nextn-no-overlap", "0.5.17", "round_trace: nextn-no-overlap: nextn needs a target with an MTP head"),
         ("hybrid", "eagle3", "0.5.17", "round_trace: eagle3: eagle3 needs an EAGLE-3 drafter"),
         ("hybrid", "ddtree-b3x", "0.5.17", "round_trace: unknown arm 'ddtree-b3x'"),

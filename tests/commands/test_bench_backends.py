@@ -194,3 +194,4 @@ def test_dflash_on_each_listed_backend_and_ddtree_against_the_fastest(tmp_path: 
     assert f"| DFLASH | {rows[fastest]['tok_per_s']:.0f}{' on triton' if fastest != 'dflash' else ''} |" in text
     again, again_text = reanalysed(tmp_path / "out")
     assert again["groups"] == report["groups"] and again["fastest_modes"] == report["fastest_modes"]
+    assert "| DFLASH on triton | triton | " in again_text
