@@ -23,6 +23,8 @@ RATES = {
     "dflash-no-overlap": [150.0, 150.0, 150.0],
     "ddtree-b32": [300.0, 240.0, 330.0],
     "ddtree-b15-chain": [190.0, 190.0, 190.0],
+    "dflash@flashinfer": [250.0, 280.0, 230.0],
+    "dflash-no-overlap@flashinfer": [140.0, 140.0, 140.0],
 }
 
 
@@ -196,3 +198,14 @@ def test_reanalyse_rebuilds_the_steady_section_from_the_records(tmp_path: Path) 
     assert again["config"]["prompt_lengths"] == [1024]
     assert rows_by_name(again)["ddtree-b32/c16/t0"]["tok_per_s"] == 2400.0
     assert again["config"]["engine_order"] == "shuffle" and again["config"]["concurrencies"] == [1, 16]
+
+
+def test_ddtree_against_the_fastest_dflash_of_every_backend_named_where_it_is_a_further_one(tmp_path: Path) -> None:
+    plan = steady_plan(tmp_path, baseline_attention_backend="triton,flashinfer", chain_control=False)
+    rows = rows_by_name(analysis.analyse(plan, *synthetic(plan)))
+    b32 = rows["ddtree-b32/c1/t0"]
+    assert b32["vs_dflash"]["base_group"] == "dflash@flashinfer" and b32["vs_dflash"]["ratio"] == pytest.approx(300 / 250)
+    table = steady_table(analysis.analyse(plan, *synthetic(plan))["steady"], {g.name: "x" for g in plan.groups})
+    assert "| DFLASH on flashinfer | x | 250 (230\u2013280); x2.50 target" in table
+    assert "300 (240\u2013330); x1.20 DFLASH on flashinfer (worst x0.86)" in table
+
