@@ -609,3 +609,9 @@ def test_the_27b_shape_in_continuous_batching_as_cited():
     assert x(b16_tau / entries[15, 16]["step_ratio"]) == "1.26×" and "it would be\n  1.26×" in text
     assert "**0.87×**" in text and "**1.29×** DFLASH's at c = 16" in text and "**0.93× / 1.04×**" in text
     assert "**1.15×** (273 against 238; per request and round 0.87×)" in summary()
+    flop_per_token = 2 * (26.9e9 - 248320 * 5120)  # bench.md's parameter count, less the input embedding
+    assert f"{flop_per_token / 1e9:.1f} GFLOP per verified token" in text
+    for run_report, group, c, tokens in ((b15, "ddtree-b15", 16, 16 * 16), (b32, "ddtree-b32", 16, 16 * 33),
+                                         (b32, "ddtree-b32", 64, 38 * 33)):
+        verify_s = row(run_report, group, c)["profile"]["ms_per_round"]["verify"] / 1000
+        assert f"**{tokens * flop_per_token / verify_s / 1e12:.0f}**" in text, (group, c)
