@@ -313,13 +313,13 @@ class Arm:
     def label(self) -> str:
         """``DDTREE B=32 (no overlap)``, ``DFLASH``, ``DFLASH on triton``, ``target-only``,
         ``DDTREE B=15 chain control``."""
+        on = f" on {self.backend}" if self.backend else ""
         if self.algorithm == TARGET_ONLY:
-            base = TARGET_ONLY
-        elif self.algorithm == DDTREE:
+            return TARGET_ONLY + on
+        if self.algorithm == DDTREE:
             base = f"DDTREE {self.policy_or_fail.label}"
         else:
             base = "EAGLE-3" if self.algorithm == EAGLE3 else self.algorithm
-        on = f" on {self.backend}" if self.backend else ""
         return base + on + (" chain control" if self.chain else "") + ("" if self.overlap else " (no overlap)")
 
     @property
