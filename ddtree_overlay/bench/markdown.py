@@ -339,6 +339,12 @@ def _and(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
+def _baseline_backends(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The baselines' backends a report's config lists (none in reports from before the option)."""
+    text = config.get("baseline_attention_backend")
+    return attention.baseline_backends(text) if text else ()
+
+
 def _backends_text(report: Mapping[str, Any]) -> str:
     """The Engines line's attention backend and tensor-parallel size: one backend for every arm,
     or each backend with the algorithms whose engines ran it, SGLang's choice named as such."""
@@ -347,8 +353,7 @@ def _backends_text(report: Mapping[str, Any]) -> str:
     if attention.arm_backends(groups) is None:
         backend = groups[0]["attention_backend"] if groups else config["attention_backend"]
         return f"attention backend {attention.backend_text(backend, '`')} and {tp} for every arm"
-    # where the baselines asked for SGLang's choice
-    sglangs = attention.AUTO in attention.baseline_backends(config.get("baseline_attention_backend") or attention.AUTO)
+    sglangs = attention.AUTO in _baseline_backends(config)  # the baselines asked for SGLang's choice
     parts = []
     for backend, algorithms in attention.algorithms_on(groups).items():
         chosen = sglangs and backend != attention.AUTO and DDTREE not in algorithms
@@ -414,7 +419,7 @@ def markdown_report(report: Mapping[str, Any]) -> str:
         + (
             " DFLASH's is also the fastest of its attention backends (`on <backend>` where another than "
             "the first listed won)."
-            if len(attention.baseline_backends(config.get("baseline_attention_backend") or attention.AUTO)) > 1
+            if len(_baseline_backends(config)) > 1
             else ""
         )
         + (f" Attention: {versus}." if (versus := attention.versus_backends(report["groups"])) else ""),

@@ -30,8 +30,8 @@ def _cell_text(row: Mapping[str, Any]) -> str:
     text = f"{row['tok_per_s']:.0f}"
     if row["measured_engines"] > 1:
         text += f" ({row['tok_per_s_min']:.0f}{DASH}{row['tok_per_s_max']:.0f})"
-    base = (row.get("vs_dflash") or {}).get("base_group", "")
-    dflash = Arm.parse(base).label if "@" in base else "DFLASH"  # named where it ran on a further backend
+    base = Arm.parse(row["vs_dflash"]["base_group"]) if row.get("vs_dflash") else None
+    dflash = base.label if base and base.backend else "DFLASH"  # named where it ran on a further backend
     extra = [t for t in (_versus_text(row.get("vs_dflash"), dflash), _versus_text(row.get("vs_target"), "target"))
              if t]
     return text + (f"; {', '.join(extra)}" if extra else "")
