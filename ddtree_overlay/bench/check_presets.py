@@ -26,8 +26,10 @@ NO_SYNC = {"SGLANG_DDTREE_SYNC_DEBUG": "error"}
 # The GDN verify's state (ddtree_gdn_tree): flat is the default, named where an arm compares it
 FLAT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "flat"}
 SNAPSHOT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}  # SGLang's per-node snapshots
-# The verify's attention as split-KV over the prefix and a tail-only tree mask (triton only)
+# The verify's attention as split-KV over the prefix and a tail-only tree mask (triton only),
+# or the backend's kernel with the FULL-layout mask; unnamed, the payload picks (auto)
 SPLIT_KV = {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}
+EXTEND = {"SGLANG_DDTREE_VERIFY_ATTENTION": "extend"}
 # B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
 SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
 ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
@@ -233,12 +235,12 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         PLAIN_T1,
         _ddtree("ddtree-b32-flat-t1", 32, env=FLAT_STATE, sampled=True),
     ),
-    # The split-KV tree verify (opt-in) against target-only and the FULL-mask verify, at DFLASH's
-    # width, B = 32, page size 16, adaptive widths (sync guard) and T = 1; the same preset on
-    # either pair (the hybrid's attention layers take it too).
+    # The split-KV tree verify against target-only and the FULL-mask verify, at DFLASH's width,
+    # B = 32, page size 16, adaptive widths (sync guard) and T = 1; the same preset on either
+    # pair (the hybrid's attention layers take it too).
     "splitkv": (
         PLAIN,
-        _ddtree("ddtree-b32", 32),
+        _ddtree("ddtree-b32-extend", 32, env=EXTEND),
         _ddtree("ddtree-b32-splitkv", 32, env=SPLIT_KV),
         _ddtree("ddtree-b15-splitkv", 15, env=SPLIT_KV),
         _ddtree("ddtree-b32-splitkv-page16", 32, env=SPLIT_KV, engine={"page_size": 16}),

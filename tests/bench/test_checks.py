@@ -246,7 +246,8 @@ def test_the_splitkv_preset_sets_the_switch_on_each_split_kv_engine_only() -> No
     arms = {arm.name: arm.runner_arm(128) for arm in check_presets.PRESETS["splitkv"]}
     split = {name for name, arm in arms.items() if arm.get("env", {}).get("SGLANG_DDTREE_VERIFY_ATTENTION") == "splitkv"}
     assert split == {name for name in arms if "splitkv" in name}
-    assert {"ddtree-b32", "plain", "plain-t1"} <= set(arms) - split
+    assert {"ddtree-b32-extend", "plain", "plain-t1"} <= set(arms) - split
+    assert arms["ddtree-b32-extend"]["env"]["SGLANG_DDTREE_VERIFY_ATTENTION"] == "extend"
     assert arms["ddtree-b32-splitkv"]["engine"]["attention_backend"] == "triton"
     assert arms["ddtree-b32-splitkv-page16"]["engine"]["page_size"] == 16
     assert arms["ddtree-adaptive-splitkv"]["env"]["SGLANG_DDTREE_SYNC_DEBUG"] == "error"

@@ -271,7 +271,7 @@ def test_splitkv_verify_attention_and_dcp_are_each_accepted_on_triton(
         ("adaptive_chain_typo", "expected budgets or 'chain' separated by commas"),
         ("chain_switch_typo", "SGLANG_DDTREE_TREE_SHAPE must be 'tree' or 'chain', got 'chains'"),
         ("splitkv_flashinfer", "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv is a triton-backend kernel"),
-        ("verify_attention_typo", "SGLANG_DDTREE_VERIFY_ATTENTION must be 'extend' or 'splitkv', got 'split'"),
+        ("verify_attention_typo", "SGLANG_DDTREE_VERIFY_ATTENTION must be 'auto' or 'extend' or 'splitkv', got 'split'"),
         ("hybrid_flashinfer_gdn", "--linear-attn-decode-backend flashinfer has none"),
         ("hybrid_replayssm", "does not support --enable-linear-replayssm-spec"),
         ("hybrid_gdn_replayssm", "does not support --enable-gdn-replayssm-spec"),

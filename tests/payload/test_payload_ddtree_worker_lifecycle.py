@@ -53,6 +53,12 @@ def test_the_worker_init_reads_nothing_sglang_builds_after_it():
     assert not reads & BUILT_LATER, sorted(reads & BUILT_LATER)
 
 
-def test_the_kv_mover_and_the_split_kv_check_are_built_once_the_target_is():
-    reads = model_runner_reads(worker_method("init_attention_backends"))
-    assert {"token_to_kv_pool_allocator", "attn_backend"} <= reads
+def calls(function: ast.FunctionDef) -> set[str]:
+    return {node.func.id for node in ast.walk(function) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+
+
+def test_the_kv_mover_and_the_verify_attention_are_read_once_the_target_is_built():
+    assert "token_to_kv_pool_allocator" in model_runner_reads(worker_method("init_attention_backends"))
+    # which verify attention the target's backend runs (ddtree_verify_attention), read off it
+    assert "verify_attention_in_use" in calls(worker_method("init_attention_backends"))
+    assert "verify_attention_in_use" not in calls(worker_method("__init__"))

@@ -85,10 +85,11 @@ class DDTreeEnvs:
     )
 
     SGLANG_DDTREE_VERIFY_ATTENTION = DDTreeEnvChoice(
-        ("extend", "splitkv"),
+        ("auto", "extend", "splitkv"),
         "the target verify's attention on the triton backend: SGLang's extend_attention_fwd "
         "with the FULL-layout tree mask, or splitkv (ddtree_verify_attention: split-KV over "
-        "the prefix, a tail-only [bs, N, N] mask; 0.5.14)",
+        "the prefix, a tail-only [bs, N, N] mask); auto: splitkv where it was measured faster "
+        "and computes every layer, extend elsewhere (ddtree_verify_attention.auto_keeps_extend)",
     )
 
     # Gated-DeltaNet hybrid targets

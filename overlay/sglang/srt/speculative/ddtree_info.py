@@ -18,9 +18,9 @@ class DDTreeVerifyInput(DFlashVerifyInput):
 
     It stays a ``DFLASH_VERIFY`` spec input, so every attention backend and the
     CUDA-graph runner treat it as DFlash's verify; what differs is the tree:
-    ``custom_mask`` (FULL layout, True = visible; under
-    ``SGLANG_DDTREE_VERIFY_ATTENTION=splitkv`` the tail-only [bs, N, N] ancestor mask, which
-    only ``ddtree_verify_attention`` reads) and depth ``positions``, plus
+    ``custom_mask`` (FULL layout, True = visible; where the split-KV verify runs the
+    tail-only [bs, N, N] ancestor mask, which only ``ddtree_verify_attention`` reads) and
+    depth ``positions``, plus
     the left-child / right-sibling arrays that ``eagle_utils.eagle_sample``'s
     tree kernels walk.
     """

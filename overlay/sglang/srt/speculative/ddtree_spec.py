@@ -149,23 +149,24 @@ def _unsupported_ddtree_settings(cfg):
                 "(on Hopper fa3 is the default: pass --attention-backend triton)."
             )
     try:
-        tail_mask = envs.SGLANG_DDTREE_VERIFY_ATTENTION.get() == "splitkv"  # read by the worker
+        # auto settles at the backend's start (ddtree_verify_attention.auto_keeps_extend)
+        split_kv_asked = envs.SGLANG_DDTREE_VERIFY_ATTENTION.get() == "splitkv"
     except ValueError as bad_value:
         yield str(bad_value)
     else:
-        if tail_mask and (prefill_backend, decode_backend) != ("triton", "triton"):
+        if split_kv_asked and (prefill_backend, decode_backend) != ("triton", "triton"):
             yield (
                 "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv is a triton-backend kernel: pass "
                 f"--attention-backend triton (got {prefill_backend} prefill, {decode_backend} decode)."
             )
-        if tail_mask and getattr(cfg, "enable_deterministic_inference", False):
+        if split_kv_asked and getattr(cfg, "enable_deterministic_inference", False):
             # The triton backend's deterministic path runs before the split-KV hunk and would
             # read the tail-only mask as the FULL layout.
             yield (
                 "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv does not support "
                 "--enable-deterministic-inference: unset one of them."
             )
-        if tail_mask and getattr(cfg, "dcp_size", 1) > 1:
+        if split_kv_asked and getattr(cfg, "dcp_size", 1) > 1:
             # The backend's decode-context-parallel extend (0.5.15+) also runs before the hunk,
             # on rank-sharded prefixes, and would read the tail-only mask as the FULL layout.
             yield (

@@ -1,5 +1,6 @@
 """DDTREE target-verify attention for SGLang's triton backend: split-KV over the prefix, a
-tail-only tree mask (``SGLANG_DDTREE_VERIFY_ATTENTION=splitkv``).
+tail-only tree mask (``SGLANG_DDTREE_VERIFY_ATTENTION=splitkv``, or ``auto`` where
+``auto_keeps_extend`` finds nothing against it).
 
 Every verify node of a request sees its whole committed prefix and, of the N tree nodes, its
 ancestors and itself. SGLang's ``extend_attention_fwd`` runs this with a FULL-layout mask (an
@@ -308,9 +309,76 @@ def tree_verify_attention(
     return o
 
 
-def tail_mask_requested() -> bool:
-    """Whether DDTREE verifies through this kernel, so its rounds build the tail-only mask."""
-    return envs.SGLANG_DDTREE_VERIFY_ATTENTION.get() == "splitkv"
+# ``auto`` runs the split-KV verify up to this attention head dim: in engines (H200, Qwen3-8B
+# shape, head dim 128, bs 16, 2026-12-04) it took the round's GPU time from 1.13x DFLASH's to
+# 0.94x; at head dim 256 (Qwen3.6-27B's attention) only its kernel was timed, 0.86-0.88x
+# extend_attention_fwd at bs 16 with 33 verify tokens (2026-12-02).
+AUTO_MAX_HEAD_DIM = 128
+
+
+def verify_attention_mode() -> str:
+    """SGLANG_DDTREE_VERIFY_ATTENTION: auto, extend or splitkv."""
+    return envs.SGLANG_DDTREE_VERIFY_ATTENTION.get()
+
+
+def uncomputed_features(
+    *, causal=True, logit_cap=0.0, sliding_window_size=-1, sinks=False, xai_temperature_len=-1,
+    score_mod=False, page_major=False,
+) -> list:
+    """The layer features of an attention call that the split-KV kernel does not compute."""
+    return [
+        name
+        for name, present in (
+            ("a non-causal layer", not causal),
+            ("a logit cap", logit_cap and logit_cap > 0),
+            ("a sliding window", sliding_window_size is not None and sliding_window_size > 0),
+            ("attention sinks", sinks),
+            ("xai temperature", xai_temperature_len is not None and xai_temperature_len > 0),
+            ("a score_mod", score_mod),
+            ("a page-major KV pool", page_major),
+        )
+        if present
+    ]
+
+
+def auto_keeps_extend(server_args, model) -> Optional[str]:
+    """Why ``auto`` keeps SGLang's ``extend_attention_fwd`` for this target (None: the split-KV
+    verify): a setting whose triton path runs before the split-KV hunk or addresses the pool
+    page-major, an attention layer the kernel does not compute, or a head dim past
+    ``AUTO_MAX_HEAD_DIM``. ``splitkv`` refuses the first two instead."""
+    from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
+    from sglang.srt.speculative.ddtree_compat import attention_backends
+
+    prefill, decode = attention_backends(server_args)
+    if (prefill, decode) != ("triton", "triton"):
+        return f"the attention backends are {prefill} (prefill) and {decode} (decode)"
+    for flag in ("enable_deterministic_inference", "enable_unified_memory"):
+        if getattr(server_args, flag, False):
+            return f"--{flag.replace('_', '-')} is set"
+    if (getattr(server_args, "dcp_size", 1) or 1) > 1:
+        return f"--dcp-size is {server_args.dcp_size}"
+    # Sinks reach the backend as a forward argument (gpt-oss): the layer's parameter shows them.
+    if any(name.rsplit(".", 1)[-1] == "sinks" for name, _ in model.named_parameters()):
+        return "the model's attention has sinks"
+    layers = [module for module in model.modules() if isinstance(module, RadixAttention)]
+    if not layers:
+        return "the model has no RadixAttention layer to check"
+    for layer in layers:
+        features = uncomputed_features(
+            causal=not layer.is_cross_attention and layer.attn_type == AttentionType.DECODER,
+            logit_cap=layer.logit_cap,
+            sliding_window_size=layer.sliding_window_size,
+            xai_temperature_len=getattr(layer, "xai_temperature_len", -1),
+        )
+        if features:
+            return f"layer {layer.layer_id} has {', '.join(features)}"
+        head_dim = max(layer.qk_head_dim, layer.v_head_dim)
+        if head_dim > AUTO_MAX_HEAD_DIM:
+            return (
+                f"its attention head dim is {head_dim}; engines measured the split-KV verify "
+                f"faster up to {AUTO_MAX_HEAD_DIM}"
+            )
+    return None
 
 
 class TreeVerifyAttention:
@@ -332,21 +400,14 @@ class TreeVerifyAttention:
         causal=True, logit_cap=0.0, sliding_window_size=-1, sinks=None, xai_temperature_len=-1,
         score_mod=None,
     ):
-        unsupported = [
-            name
-            for name, present in (
-                ("a non-causal layer", not causal),
-                ("a logit cap", logit_cap and logit_cap > 0),
-                ("a sliding window", sliding_window_size is not None and sliding_window_size > 0),
-                ("attention sinks", sinks is not None),
-                ("xai temperature", xai_temperature_len is not None and xai_temperature_len > 0),
-                ("a score_mod", score_mod is not None),
-                # Page-major [pages, page size, heads, dim] views (--enable-unified-memory):
-                # the kernel addresses a pool slot as slot * stride(0).
-                ("a page-major KV pool", k_buffer.dim() != 3 or v_buffer.dim() != 3),
-            )
-            if present
-        ]
+        unsupported = uncomputed_features(
+            causal=causal, logit_cap=logit_cap, sliding_window_size=sliding_window_size,
+            sinks=sinks is not None, xai_temperature_len=xai_temperature_len,
+            score_mod=score_mod is not None,
+            # Page-major [pages, page size, heads, dim] views (--enable-unified-memory): the
+            # kernel addresses a pool slot as slot * stride(0).
+            page_major=k_buffer.dim() != 3 or v_buffer.dim() != 3,
+        )
         if unsupported:
             raise ValueError(
                 f"SGLANG_DDTREE_VERIFY_ATTENTION=splitkv does not compute {', '.join(unsupported)}: "
@@ -362,33 +423,49 @@ class TreeVerifyAttention:
 
 
 def tree_verify_for(model_runner, sm_count: int) -> Optional[TreeVerifyAttention]:
-    """The tree verify a triton backend of this model runner calls: DDTREE's target, with the
-    switch at ``splitkv``; None otherwise (the draft, other algorithms: SGLang's path)."""
+    """The tree verify a triton backend of this model runner calls: DDTREE's target under
+    ``splitkv``, or under ``auto`` where ``auto_keeps_extend`` finds no reason against it;
+    None otherwise (extend_attention_fwd; the draft and other algorithms: SGLang's path)."""
     from sglang.srt.speculative.ddtree_compat import spec_arg  # 0.5.19+: the spec bag's
 
     algorithm = spec_arg(model_runner.server_args, "speculative_algorithm")
     if model_runner.is_draft_worker or str(algorithm) != "DDTREE":
         return None
-    if not tail_mask_requested():
+    mode = verify_attention_mode()
+    if mode == "extend":
+        return None
+    if mode == "auto" and auto_keeps_extend(model_runner.server_args, model_runner.model):
         return None
     return TreeVerifyAttention(model_runner.model_config.context_len, sm_count)
 
 
-def wired_problem(attn_backend) -> Optional[str]:
-    """Why the target's attention backend cannot take the tail-only mask (None: it can): the
-    triton backend calls this module only where the release's patch set wires it."""
+def full_attention_backend(attn_backend):
+    """The backend that runs a target's full-attention layers (hybrid wrappers keep it inside)."""
     backend = attn_backend
-    for _ in range(4):  # hybrid wrappers keep the full-attention backend here
+    for _ in range(4):
         inner = getattr(backend, "full_attn_backend", None)
         if inner is None:
             break
         backend = inner
-    if getattr(backend, "ddtree_tree_verify", None) is not None:
-        return None
-    import sglang
+    return backend
 
-    return (
-        "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv runs in the triton attention backend as DDTREE's "
-        f"patch set wires it (sglang 0.5.14 - 0.5.23), not {type(backend).__name__} on "
-        f"{getattr(sglang, '__version__', 'this release')}: unset it."
-    )
+
+def verify_attention_in_use(model_runner) -> tuple:
+    """(whether the target verifies through the split-KV kernel, the log line that says which
+    and why); ValueError where ``splitkv`` is asked for and the backend does not run it."""
+    mode = verify_attention_mode()
+    switch = f"SGLANG_DDTREE_VERIFY_ATTENTION={mode}"
+    backend = full_attention_backend(model_runner.attn_backend)
+    if getattr(backend, "ddtree_tree_verify", None) is not None:
+        return True, f"DDTREE target verify: the split-KV kernel, a tail-only tree mask ({switch})"
+    if mode == "splitkv":
+        import sglang
+
+        raise ValueError(
+            "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv runs in the triton attention backend as DDTREE's "
+            f"patch set wires it (sglang 0.5.14 - 0.5.23), not {type(backend).__name__} on "
+            f"{getattr(sglang, '__version__', 'this release')}: unset it."
+        )
+    reason = auto_keeps_extend(model_runner.server_args, model_runner.model) if mode == "auto" else None
+    why = f": {reason}" if reason else ""
+    return False, f"DDTREE target verify: the backend's kernel, the FULL-layout tree mask ({switch}{why})"

@@ -9,7 +9,7 @@ One decode round, as the paper defines it:
             CUDA-graph replay per round (ddtree_cuda_graph_runner), two around
             the all-gather under TP
   tree      verify tensors and the tree mask of the round's shape (FULL layout,
-            or tail-only under SGLANG_DDTREE_VERIFY_ATTENTION=splitkv):
+            or tail-only where the split-KV verify runs, ddtree_verify_attention):
             the chain, or the first nodes of the tree, as many as the round's
             budget (with adaptive budgets chosen per round; see ddtree_adaptive)
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
@@ -81,7 +81,7 @@ from sglang.srt.speculative.ddtree_tp import (
 )
 from sglang.srt.speculative.ddtree_tree_stage import select_tree_stage
 from sglang.srt.speculative.ddtree_utils import DDTreeDrafts, DDTreeDraftTopK, draft_logits
-from sglang.srt.speculative.ddtree_verify_attention import tail_mask_requested, wired_problem
+from sglang.srt.speculative.ddtree_verify_attention import verify_attention_in_use
 from sglang.srt.speculative.ddtree_warmup import warm_round_kernels
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
@@ -126,9 +126,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         # the ranks' all-gathers match whatever shape a round (or a rank's fallback) has.
         self._tp_pack_k = self.budget_policy.top_k(self.vocab_size)
         self.tree_stage = select_tree_stage()  # SGLANG_DDTREE_TREE_KERNEL
-        # SGLANG_DDTREE_VERIFY_ATTENTION=splitkv: the target's triton backend takes the
-        # tail-only [bs, N, N] mask (ddtree_verify_attention); otherwise the FULL layout.
-        self.tail_mask = tail_mask_requested()
+        # Whether the target's triton backend takes the tail-only [bs, N, N] mask
+        # (ddtree_verify_attention) or the FULL layout: known once its backend exists.
+        self.tail_mask = False
         self.tree_graphs = None  # set by init_cuda_graphs
         self.tp_tree_graphs = None  # (top-K pieces, combine + tree) under TP
         self.commit_graphs = None
@@ -150,10 +150,9 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         # The scheduler sets up the target's pools and backends before this (and after
         # __init__, where neither exists yet), so the target is known here.
         model_runner = self.target_worker.model_runner
-        if self.tail_mask:
-            problem = wired_problem(model_runner.attn_backend)
-            if problem is not None:
-                raise ValueError(problem)
+        self.tail_mask, verify_line = verify_attention_in_use(model_runner)
+        if getattr(self, "tp_rank", 0) == 0:
+            logger.info(verify_line)
         self.move_accepted_kv = accepted_kv_mover(model_runner.token_to_kv_pool_allocator.get_kvcache())
         self.recurrent_state = self._recurrent_state_commit()
         with draft_width_scope(self):

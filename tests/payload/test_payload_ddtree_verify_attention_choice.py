@@ -1,0 +1,169 @@
+"""Which target-verify attention DDTREE runs (overlay/.../ddtree_verify_attention.py):
+``SGLANG_DDTREE_VERIFY_ATTENTION`` auto, extend or splitkv, decided when the target's triton
+backend starts, and what the worker reads back from that backend.
+
+SGLang's ``RadixAttention`` / ``AttentionType`` and the release shim's ``attention_backends``
+are stand-ins here (the payload module imports them when the backend starts); the layers carry
+the attributes SGLang 0.5.14's ``RadixAttention.__init__`` sets.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import types
+from types import SimpleNamespace
+
+import pytest
+from payload_modules import load_payload_module, triton_interpreter
+
+torch = pytest.importorskip("torch")
+with triton_interpreter():
+    pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
+    va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
+
+
+class AttentionType(enum.Enum):
+    DECODER = "decoder"
+    DECODER_BIDIRECTIONAL = "decoder_bidirectional"
+    ENCODER_ONLY = "encoder_only"
+
+
+class RadixAttention(torch.nn.Module):
+    def __init__(self, layer_id, head_dim=128, v_head_dim=-1, logit_cap=0.0, sliding_window_size=-1,
+                 is_cross_attention=False, attn_type=AttentionType.DECODER):
+        super().__init__()
+        self.layer_id = layer_id
+        self.qk_head_dim = head_dim
+        self.v_head_dim = v_head_dim if v_head_dim != -1 else head_dim
+        self.logit_cap = logit_cap
+        self.sliding_window_size = sliding_window_size or -1
+        self.is_cross_attention = is_cross_attention
+        self.attn_type = attn_type
+        self.xai_temperature_len = -1
+
+
+class Block(torch.nn.Module):
+    def __init__(self, layer_id, sinks=False, **attention):
+        super().__init__()
+        self.attn = RadixAttention(layer_id, **attention)
+        if sinks:
+            self.sinks = torch.nn.Parameter(torch.zeros(4), requires_grad=False)
+
+
+def model(*layers: torch.nn.Module) -> torch.nn.Module:
+    return torch.nn.ModuleList(layers or [Block(0), Block(1)])
+
+
+def server_args(**fields):
+    defaults = dict(
+        attention_backend="triton", prefill_attention_backend=None, decode_attention_backend=None,
+        enable_deterministic_inference=False, dcp_size=1, speculative_algorithm="DDTREE",
+    )
+    return SimpleNamespace(**{**defaults, **fields})
+
+
+@pytest.fixture(autouse=True)
+def sglang_stand_ins(monkeypatch):
+    layers = types.ModuleType("sglang.srt.layers")
+    radix = types.ModuleType("sglang.srt.layers.radix_attention")
+    radix.RadixAttention, radix.AttentionType = RadixAttention, AttentionType
+    compat = types.ModuleType("sglang.srt.speculative.ddtree_compat")
+    compat.attention_backends = lambda cfg: (
+        cfg.prefill_attention_backend or cfg.attention_backend,
+        cfg.decode_attention_backend or cfg.attention_backend,
+    )
+    compat.spec_arg = getattr
+    for name, stand_in in (("sglang.srt.layers", layers), ("sglang.srt.layers.radix_attention", radix),
+                           ("sglang.srt.speculative.ddtree_compat", compat)):
+        monkeypatch.setitem(sys.modules, name, stand_in)
+    monkeypatch.delenv("SGLANG_DDTREE_VERIFY_ATTENTION", raising=False)
+
+
+def test_a_misspelt_mode_is_refused(monkeypatch):
+    monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "split")
+    with pytest.raises(ValueError, match="must be 'auto' or 'extend' or 'splitkv', got 'split'"):
+        va.verify_attention_mode()
+
+
+def test_auto_runs_split_kv_on_plain_causal_layers_up_to_head_dim_128():
+    assert va.auto_keeps_extend(server_args(), model()) is None
+    assert va.auto_keeps_extend(server_args(), model(Block(0, head_dim=64))) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "layers", "reason"),
+    [
+        ({}, (Block(0), Block(1, head_dim=256)), "its attention head dim is 256"),
+        ({}, (Block(0, head_dim=128, v_head_dim=256),), "its attention head dim is 256"),
+        ({"attention_backend": "flashinfer"}, (), "flashinfer (prefill) and flashinfer (decode)"),
+        ({"prefill_attention_backend": "flashinfer"}, (), "flashinfer (prefill) and triton (decode)"),
+        ({"enable_deterministic_inference": True}, (), "--enable-deterministic-inference is set"),
+        ({"enable_unified_memory": True}, (), "--enable-unified-memory is set"),
+        ({"dcp_size": 2}, (), "--dcp-size is 2"),
+        ({}, (Block(0), Block(1, sliding_window_size=4096)), "layer 1 has a sliding window"),
+        ({}, (Block(0, logit_cap=30.0),), "layer 0 has a logit cap"),
+        ({}, (Block(0, attn_type=AttentionType.ENCODER_ONLY),), "layer 0 has a non-causal layer"),
+        ({}, (Block(0, attn_type=AttentionType.DECODER_BIDIRECTIONAL),), "layer 0 has a non-causal layer"),
+        ({}, (Block(0, is_cross_attention=True),), "layer 0 has a non-causal layer"),
+        ({}, (Block(0, sinks=True),), "the model's attention has sinks"),
+        ({}, (torch.nn.Linear(2, 2),), "the model has no RadixAttention layer to check"),
+    ],
+)
+def test_auto_keeps_extend_and_says_why(args, layers, reason):
+    assert reason in va.auto_keeps_extend(server_args(**args), model(*layers))
+
+
+def model_runner(*layers, draft=False, **args):
+    return SimpleNamespace(
+        server_args=server_args(**args), model=model(*layers), is_draft_worker=draft,
+        model_config=SimpleNamespace(context_len=4096),
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "runner", "runs"),
+    [
+        (None, model_runner(), True),
+        ("auto", model_runner(Block(0, head_dim=256)), False),
+        ("extend", model_runner(), False),
+        ("splitkv", model_runner(Block(0, head_dim=256)), True),
+        (None, model_runner(draft=True), False),
+        (None, model_runner(speculative_algorithm="DFLASH"), False),
+    ],
+)
+def test_the_triton_backend_gets_the_split_kv_verify_where_the_mode_asks(monkeypatch, mode, runner, runs):
+    if mode:
+        monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", mode)
+    verify = va.tree_verify_for(runner, sm_count=132)
+    assert isinstance(verify, va.TreeVerifyAttention) if runs else verify is None
+
+
+def backend_of(runner):
+    """A triton backend as the patch set starts it, inside a hybrid wrapper."""
+    triton = SimpleNamespace(ddtree_tree_verify=va.tree_verify_for(runner, sm_count=132))
+    return SimpleNamespace(full_attn_backend=triton)
+
+
+def test_the_worker_reads_the_choice_back_from_the_target_backend(monkeypatch):
+    runner = model_runner()
+    runner.attn_backend = backend_of(runner)
+    assert va.verify_attention_in_use(runner) == (
+        True, "DDTREE target verify: the split-KV kernel, a tail-only tree mask (SGLANG_DDTREE_VERIFY_ATTENTION=auto)"
+    )
+    runner = model_runner(Block(0, head_dim=256))
+    runner.attn_backend = backend_of(runner)
+    tail_only, line = va.verify_attention_in_use(runner)
+    assert not tail_only and "FULL-layout tree mask (SGLANG_DDTREE_VERIFY_ATTENTION=auto: its attention head dim is 256" in line
+
+
+def test_splitkv_on_a_backend_without_it_is_refused(monkeypatch):
+    monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "splitkv")
+    runner = model_runner(attention_backend="flashinfer")
+
+    class FlashInferAttnBackend:
+        pass
+
+    runner.attn_backend = FlashInferAttnBackend()
+    with pytest.raises(ValueError, match=r"splitkv runs in the triton attention backend .* not FlashInferAttnBackend"):
+        va.verify_attention_in_use(runner)
