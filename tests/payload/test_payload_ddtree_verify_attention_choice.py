@@ -86,16 +86,16 @@ def test_a_misspelt_mode_is_refused(monkeypatch):
         va.verify_attention_mode()
 
 
-def test_auto_runs_split_kv_on_plain_causal_layers_up_to_head_dim_128():
+def test_auto_runs_split_kv_on_plain_causal_layers_of_head_dim_128():
     assert va.auto_keeps_extend(server_args(), model()) is None
-    assert va.auto_keeps_extend(server_args(), model(Block(0, head_dim=64))) is None
 
 
 @pytest.mark.parametrize(
     ("args", "layers", "reason"),
     [
-        ({}, (Block(0), Block(1, head_dim=256)), "its attention head dim is 256"),
-        ({}, (Block(0, head_dim=128, v_head_dim=256),), "its attention head dim is 256"),
+        ({}, (Block(0), Block(1, head_dim=256)), "its attention head dim is 256; engines measured"),
+        ({}, (Block(0, head_dim=64),), "its attention head dim is 64"),
+        ({}, (Block(0, head_dim=128, v_head_dim=256),), "its attention head dim is 128/256"),
         ({"attention_backend": "flashinfer"}, (), "flashinfer (prefill) and flashinfer (decode)"),
         ({"prefill_attention_backend": "flashinfer"}, (), "flashinfer (prefill) and triton (decode)"),
         ({"enable_deterministic_inference": True}, (), "--enable-deterministic-inference is set"),

@@ -309,11 +309,12 @@ def tree_verify_attention(
     return o
 
 
-# ``auto`` runs the split-KV verify up to this attention head dim: in engines (H200, Qwen3-8B
-# shape, head dim 128, bs 16, 2026-12-04) it took the round's GPU time from 1.13x DFLASH's to
-# 0.94x; at head dim 256 (Qwen3.6-27B's attention) only its kernel was timed, 0.86-0.88x
-# extend_attention_fwd at bs 16 with 33 verify tokens (2026-12-02).
-AUTO_MAX_HEAD_DIM = 128
+# The attention head dims at which ``auto`` runs the split-KV verify: where engines measured it
+# faster. At 128 (H200, Qwen3-8B shape, bs 16, 2026-12-04) it took the round's GPU time from
+# 1.13x DFLASH's to 0.94x. At 256 (Qwen3.6-27B's attention) only its kernel was timed, 0.86-0.88x
+# extend_attention_fwd at bs 16 with 33 verify tokens (2026-12-02); at the fixture pairs' 64 one
+# 32-request wave per arm (0.2-0.4 s, profiler on, 2026-12-04) could not tell the two apart.
+AUTO_HEAD_DIMS = (128,)
 
 
 def verify_attention_mode() -> str:
@@ -344,8 +345,8 @@ def uncomputed_features(
 def auto_keeps_extend(server_args, model) -> Optional[str]:
     """Why ``auto`` keeps SGLang's ``extend_attention_fwd`` for this target (None: the split-KV
     verify): a setting whose triton path runs before the split-KV hunk or addresses the pool
-    page-major, an attention layer the kernel does not compute, or a head dim past
-    ``AUTO_MAX_HEAD_DIM``. ``splitkv`` refuses the first two instead."""
+    page-major, an attention layer the kernel does not compute, or a head dim outside
+    ``AUTO_HEAD_DIMS``. ``splitkv`` refuses the first two instead."""
     from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
     from sglang.srt.speculative.ddtree_compat import attention_backends
 
@@ -372,11 +373,11 @@ def auto_keeps_extend(server_args, model) -> Optional[str]:
         )
         if features:
             return f"layer {layer.layer_id} has {', '.join(features)}"
-        head_dim = max(layer.qk_head_dim, layer.v_head_dim)
-        if head_dim > AUTO_MAX_HEAD_DIM:
+        head_dims = {layer.qk_head_dim, layer.v_head_dim}
+        if not head_dims <= set(AUTO_HEAD_DIMS):
             return (
-                f"its attention head dim is {head_dim}; engines measured the split-KV verify "
-                f"faster up to {AUTO_MAX_HEAD_DIM}"
+                f"its attention head dim is {'/'.join(map(str, sorted(head_dims)))}; engines "
+                f"measured the split-KV verify faster at {', '.join(map(str, AUTO_HEAD_DIMS))} only"
             )
     return None
 
