@@ -768,10 +768,11 @@ def test_0519_family_split_and_install_take_the_width_and_block_from_the_spec_ba
 
 AOT_SCRIPT = """
 import json
-from aot_sm90 import compile_for_sm90
+from aot_build import compile_for
 from payload_modules import load_payload_module
 flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
-gdn = dict(H=16, HV=48, K=128, V=128, BK=128, BV=32, L2NORM_EPS=flat.L2NORM_EPS)
+# Qwen3.6-27B's GDN layers at TP 1 and at TP 2 (a rank's half of the heads)
+shapes = [dict(H=16 // tp, HV=48 // tp, K=128, V=128, BK=128, BV=32, L2NORM_EPS=flat.L2NORM_EPS) for tp in (1, 2)]
 verify = {
     "q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "a_ptr": "*bf16", "b_ptr": "*bf16",
     "A_log_ptr": "*fp32", "dt_bias_ptr": "*fp32", "o_ptr": "*bf16", "state_ptr": "*fp32",
@@ -793,32 +794,34 @@ replay = {
 }
 
 built = []
-for kernel, signature, constants in (
-    *(
-        (flat._tree_verify_kernel, verify, dict(gdn, BV=flat.verify_v_block(bs, 128), HAS_PARENTS=True, STASH=True, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD))
-        for bs in (1, 8)
-    ),
-    (flat._tree_verify_kernel, verify, dict(gdn, BV=flat.verify_v_block(8, 128), HAS_PARENTS=False, STASH=False, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
-    (flat._replay_commit_kernel, replay, dict(gdn, MAX_PATH=16, HAS_TRACK=True)),
-    (flat._tree_walk_kernel, walk, dict(BN=64)),
-    (flat._tree_walk_kernel, walk, dict(BN=512)),
-):
-    signature = dict(signature, **{name: "constexpr" for name in constants})
-    built.append(compile_for_sm90(kernel, signature, constants, num_warps=1))
+for capability in (86, 90, 120):
+    for kernel, signature, constants in (
+        *(
+            (flat._tree_verify_kernel, verify, dict(gdn, BV=flat.verify_v_block(bs, 128), HAS_PARENTS=True, STASH=True, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD))
+            for gdn in shapes for bs in (1, 8)
+        ),
+        (flat._tree_verify_kernel, verify, dict(shapes[0], BV=flat.verify_v_block(8, 128), HAS_PARENTS=False, STASH=False, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD)),
+        *((flat._replay_commit_kernel, replay, dict(gdn, MAX_PATH=16, HAS_TRACK=True)) for gdn in shapes),
+        (flat._tree_walk_kernel, walk, dict(BN=64)),
+        (flat._tree_walk_kernel, walk, dict(BN=512)),
+    ):
+        signature = dict(signature, **{name: "constexpr" for name in constants})
+        built.append(compile_for(kernel, signature, constants, capability, num_warps=1))
 print(json.dumps(built))
 """
 
 
 @pytest.mark.slow
-def test_the_kernels_compile_ahead_of_time_for_sm90():
-    """ptxas ships inside the triton wheel, so the cubins build without a GPU or a driver: the
-    interpreter accepts code the compiler would not. No kernel spills registers to a stack
+def test_the_kernels_compile_ahead_of_time_for_sm86_sm90_and_sm120():
+    """For the RTX A6000, the H200 and the RTX PRO 6000, at Qwen3.6-27B's GDN shape at TP 1 and
+    2: ptxas ships inside the triton wheel, so the cubins build without a GPU or a driver (the
+    interpreter accepts code the compiler would not). No kernel spills registers to a stack
     frame at the launches' one warp: a spilled state block would cost local-memory traffic at
     every step."""
-    from aot_sm90 import run_aot_script
+    from aot_build import run_aot_script
 
     built = run_aot_script(AOT_SCRIPT, timeout=600)
-    assert len(built) == 6 and all(size > 0 and stack == 0 for size, stack in built), built
+    assert len(built) == 3 * 9 and all(size > 0 and stack == 0 for size, stack in built), built
 
 
 SGLANG_TREE_KERNEL = "sglang/srt/layers/attention/fla/fused_sigmoid_gating_recurrent.py"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from aot_sm90 import run_aot_script
+from aot_build import run_aot_script
 from payload_modules import load_payload_module, skip_unless_interpreted, triton_interpreter
 
 torch = pytest.importorskip("torch")
@@ -419,7 +419,7 @@ def test_gated_deltanet_layers(config, layers):
 
 AOT_SCRIPT = """
 import json
-from aot_sm90 import compile_for_sm90
+from aot_build import compile_for
 from payload_modules import load_payload_module
 load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
 hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
@@ -438,14 +438,15 @@ for first, second, index in (("*fp32", "*bf16", "*i32"), ("*bf16", "*bf16", "*i6
         "a_row_numel": "i32", "a_chunks": "i32", "b_row_numel": "i32", "chunks": "i32",
         "BLOCK": "constexpr",
     }
-    built.append(compile_for_sm90(hybrid._commit_rows_kernel, signature, {"BLOCK": hybrid._ROW_BLOCK}))
+    for capability in (86, 90, 120):
+        built.append(compile_for(hybrid._commit_rows_kernel, signature, {"BLOCK": hybrid._ROW_BLOCK}, capability))
 print(json.dumps(built))
 """
 
 
 @pytest.mark.slow
-def test_the_commit_kernel_compiles_ahead_of_time_for_sm90():
-    """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver: the
+def test_the_commit_kernel_compiles_ahead_of_time_for_sm86_sm90_and_sm120():
+    """ptxas ships inside the triton wheel, so the cubins build without a GPU or a driver: the
     interpreter accepts code the compiler would not. No register spills to a stack frame."""
     built = run_aot_script(AOT_SCRIPT, timeout=300)
-    assert len(built) == 2 and all(size > 0 and stack == 0 for size, stack in built), built
+    assert len(built) == 2 * 3 and all(size > 0 and stack == 0 for size, stack in built), built

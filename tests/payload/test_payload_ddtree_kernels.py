@@ -1,7 +1,7 @@
 """The payload's Triton tree kernels (overlay/.../ddtree_kernels.py) against the torch oracle.
 
-No GPU here: the kernels run in Triton's CPU interpreter and their sm_90 build is checked by
-compiling them ahead of time in a subprocess. TRITON_INTERPRET=1 is set only while triton is
+No GPU here: the kernels run in Triton's CPU interpreter and their sm_86 / 90 / 120 builds are
+checked by compiling them ahead of time in a subprocess. TRITON_INTERPRET=1 is set only while triton is
 first imported, the kernels module loads and a kernel runs, so no other test (nor any
 subprocess) sees it; triton itself does stay in interpreter mode in this process, and no other
 test uses it.
@@ -14,7 +14,7 @@ import importlib.util
 import textwrap
 
 import pytest
-from aot_sm90 import run_aot_script
+from aot_build import run_aot_script
 from payload_modules import (
     OVERLAY,
     load_payload_module,
@@ -293,13 +293,10 @@ def test_num_verify_tokens_below_budget_plus_one_is_refused(interpret):
 AOT_SCRIPT = textwrap.dedent(
     """
     import json
+    from aot_build import compile_for
     from payload_modules import load_payload_module
-    import triton
     load_payload_module("sglang.srt.speculative.ddtree_utils")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
     dk = load_payload_module("sglang.srt.speculative.ddtree_kernels")
-    target = GPUTarget("cuda", 90, 32)
     tree_sig = {
         "log_probs_ptr": "*fp32", "token_ids_ptr": "*i64", "tokens_ptr": "*i64",
         "parents_ptr": "*i64", "depths_ptr": "*i64", "scores_ptr": "*fp32",
@@ -314,6 +311,22 @@ AOT_SCRIPT = textwrap.dedent(
         "NODE_BLOCK": "constexpr", "ROW_BLOCK": "constexpr", "PREFIX_BLOCK": "constexpr",
         "BATCH_BLOCK": "constexpr", "TAIL_ONLY": "constexpr",
     }
+    draft_block_sig = {
+        "root_tokens_ptr": "*i64", "prefix_lens_ptr": "*i64", "req_pool_indices_ptr": "*i64",
+        "req_to_token_ptr": "*i32", "req_to_token_stride": "i32", "block_ids_ptr": "*i64",
+        "positions_ptr": "*i64", "cache_loc_ptr": "*i64", "mask_token_id": "i32",
+        "block_size": "i32", "num_verify_tokens": "i32", "BLOCK": "constexpr",
+    }
+    accepted_sig = {
+        "predict_ptr": "*i32", "accept_index_ptr": "*i32", "accept_lens_ptr": "*i32",
+        "prefix_lens_ptr": "*i64", "cache_loc_ptr": "*i64", "node_index_ptr": "*i64",
+        "tokens_ptr": "*i64", "bonus_ptr": "*i64", "new_seq_lens_ptr": "*i64",
+        "kv_target_ptr": "*i64", "kv_source_ptr": "*i64", "width": "i32",
+        "num_verify_tokens": "i32", "BLOCK": "constexpr",
+    }
+    lse_sig = {"logits_ptr": "*bf16", "out_ptr": "*fp32", "vocab": "i32", "row_stride": "i32",
+               "BLOCK": "constexpr"}
+    chain_sig = {name: kind for name, kind in tree_sig.items() if name not in ("budget", "BUDGET_BLOCK")}
     # Triton's launcher turns an int argument equal to 1 into a constant: build that too.
     ones = {"budget": 1, "topk_width": 1, "batch_size": 1, "num_hops": 1}
 
@@ -323,41 +336,39 @@ AOT_SCRIPT = textwrap.dedent(
             for name in set(ones) & set(signature):
                 signature[name] = "constexpr"
                 constexprs[name] = ones[name]
-        k = triton.compile(ASTSource(kernel, signature, constexprs), target=target,
-                           options={"num_warps": num_warps})
-        assert ".target sm_90a" in k.asm["ptx"], k.asm["ptx"][:300]
-        return [k.name, len(k.asm["cubin"])]
+        return [kernel.fn.__name__, capability, *compile_for(kernel, signature, constexprs, capability, num_warps=num_warps)]
 
     built = []
-    for block, ones_too in ((1, True), (16, False), (256, False)):
-        built.append(build(dk._best_first_tree_kernel, tree_sig, {"BUDGET_BLOCK": block}, 1, ones_too))
-    for node_block, int32_inputs, tail_only in ((16, True, False), (512, False, False), (32, False, True)):
-        rows = max(1, min(node_block, dk._VERIFY_TILE_ELEMS // node_block))
-        consts = {"NODE_BLOCK": node_block, "ROW_BLOCK": rows,
-                  "PREFIX_BLOCK": dk._PREFIX_BLOCK, "BATCH_BLOCK": dk._BATCH_BLOCK,
-                  "TAIL_ONLY": tail_only}
-        sig = dict(verify_sig)
-        if int32_inputs:  # SGLang's verified_id and seq_lens may be int32
-            sig.update(root_tokens_ptr="*i32", prefix_lens_ptr="*i32")
-        built.append(build(dk._verify_inputs_kernel, sig, consts, 4, int32_inputs))
-    lse_sig = {"logits_ptr": "*bf16", "out_ptr": "*fp32", "vocab": "i32", "row_stride": "i32",
-               "BLOCK": "constexpr"}
-    for dtype in ("*bf16", "*fp32"):
-        built.append(build(dk._row_logsumexp_kernel, dict(lse_sig, logits_ptr=dtype),
-                           {"BLOCK": dk._LSE_BLOCK}, 8))
-    chain_sig = {name: kind for name, kind in tree_sig.items() if name not in ("budget", "BUDGET_BLOCK")}
-    built.append(build(dk._chain_kernel, chain_sig, {}, 1))
-    built.append(build(dk._chain_kernel, chain_sig, {}, 1, specialise_ones=True))  # top-1 only
+    for capability in (86, 90, 120):
+        for block, ones_too in ((1, True), (16, False), (256, False)):
+            built.append(build(dk._best_first_tree_kernel, tree_sig, {"BUDGET_BLOCK": block}, 1, ones_too))
+        for node_block, int32_inputs, tail_only in ((16, True, False), (512, False, False), (32, False, True)):
+            rows = max(1, min(node_block, dk._VERIFY_TILE_ELEMS // node_block))
+            consts = {"NODE_BLOCK": node_block, "ROW_BLOCK": rows,
+                      "PREFIX_BLOCK": dk._PREFIX_BLOCK, "BATCH_BLOCK": dk._BATCH_BLOCK,
+                      "TAIL_ONLY": tail_only}
+            sig = dict(verify_sig)
+            if int32_inputs:  # SGLang's verified_id and seq_lens may be int32
+                sig.update(root_tokens_ptr="*i32", prefix_lens_ptr="*i32")
+            built.append(build(dk._verify_inputs_kernel, sig, consts, 4, int32_inputs))
+        for dtype in ("*bf16", "*fp32"):
+            built.append(build(dk._row_logsumexp_kernel, dict(lse_sig, logits_ptr=dtype),
+                               {"BLOCK": dk._LSE_BLOCK}, 8))
+        built.append(build(dk._chain_kernel, chain_sig, {}, 1))
+        built.append(build(dk._chain_kernel, chain_sig, {}, 1, specialise_ones=True))  # top-1 only
+        built.append(build(dk._draft_block_kernel, draft_block_sig, {"BLOCK": 64}, 4))
+        built.append(build(dk._accepted_kernel, accepted_sig, {"BLOCK": 16}, 4))
     print(json.dumps(built))
     """
 )
 
 
 @pytest.mark.slow
-def test_kernels_compile_ahead_of_time_for_sm90():
-    """ptxas ships inside the triton wheel, so the cubin builds without a GPU or a driver."""
-    built = run_aot_script(AOT_SCRIPT, timeout=300)
-    assert len(built) == 10 and all(size > 0 for _, size in built)
+def test_kernels_compile_ahead_of_time_for_sm86_sm90_and_sm120():
+    """The tree kernels for the RTX A6000, the H200 and the RTX PRO 6000: ptxas ships inside
+    the triton wheel, so the cubins build without a GPU or a driver; none spills registers."""
+    built = run_aot_script(AOT_SCRIPT, timeout=600)
+    assert len(built) == 3 * 12 and all(size > 0 and stack == 0 for *_, size, stack in built), built
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])

@@ -175,7 +175,7 @@ def test_sglangs_native_move_switch_keeps_sglangs_mover_on_0_5_14(sglang_pools):
 
 AOT_SCRIPT = """
 import json
-from aot_sm90 import compile_for
+from aot_build import compile_for
 import triton
 from payload_modules import load_payload_module
 kv_move = load_payload_module("sglang.srt.speculative.ddtree_kv_move")
@@ -194,7 +194,7 @@ print(json.dumps(built))
 @pytest.mark.slow
 def test_the_mover_compiles_ahead_of_time_for_sm86_sm90_and_sm120():
     """For the RTX A6000, the H200 and the RTX PRO 6000, without a GPU; no build spills."""
-    from aot_sm90 import run_aot_script
+    from aot_build import run_aot_script
 
     built = run_aot_script(AOT_SCRIPT, timeout=600)
     assert len(built) == 9 and all(size > 0 and stack == 0 for size, stack in built), built

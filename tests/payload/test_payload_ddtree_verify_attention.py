@@ -287,7 +287,7 @@ def test_the_split_count_fills_the_gpu_and_stops_at_the_longest_prefix():
 
 AOT_SCRIPT = """
 import json
-from aot_sm90 import compile_for
+from aot_build import compile_for
 from payload_modules import load_payload_module
 va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
 strides = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh",
@@ -332,7 +332,7 @@ print(json.dumps(built))
 def test_the_kernels_compile_ahead_of_time_for_sm86_sm90_and_sm120():
     """bf16 at both model shapes, for the RTX A6000, the H200 and the RTX PRO 6000, without a
     GPU (ptxas ships in the triton wheel); no build spills registers to a stack frame."""
-    from aot_sm90 import run_aot_script
+    from aot_build import run_aot_script
 
     built = run_aot_script(AOT_SCRIPT, timeout=600)
     assert len(built) == 27 and all(size > 0 and stack == 0 for size, stack in built), built

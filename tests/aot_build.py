@@ -1,7 +1,8 @@
-"""Triton kernels compiled for sm90 (and sm86 / sm120 where a test asks) ahead of time, without a GPU or a driver: ptxas and
-cuobjdump ship inside the triton wheel, and the interpreter accepts code the compiler would
-not. A test runs a script in a fresh interpreter without TRITON_INTERPRET (`run_aot_script`);
-the script compiles with `compile_for_sm90` and prints what it built as JSON on its last line.
+"""Triton kernels compiled ahead of time for the GPUs the payload serves on (sm86: RTX A6000,
+sm90: H100/H200, sm120: RTX PRO 6000), without a GPU or a driver: ptxas and cuobjdump ship
+inside the triton wheel, and the interpreter accepts code the compiler would not. A test runs a
+script in a fresh interpreter without TRITON_INTERPRET (`run_aot_script`); the script compiles
+with `compile_for` and prints what it built as JSON on its last line.
 """
 
 from __future__ import annotations
@@ -31,9 +32,8 @@ def stack_bytes(cubin: bytes) -> int:
     return int(re.search(r"STACK:(\d+)", usage).group(1))
 
 
-def compile_for_sm90(kernel, signature: dict, constants: dict, **options) -> tuple[int, int]:
-    """(cubin bytes, stack bytes) of ``kernel`` compiled for sm90a."""
-    return compile_for(kernel, signature, constants, 90, **options)
+# The most shared memory a block may use (opt-in), bytes: CUDA's compute-capability tables.
+SHARED_MEMORY_PER_BLOCK = {86: 99 * 1024, 90: 227 * 1024, 120: 99 * 1024}
 
 
 def compile_for(kernel, signature: dict, constants: dict, capability: int, **options) -> tuple[int, int]:
@@ -46,6 +46,8 @@ def compile_for(kernel, signature: dict, constants: dict, capability: int, **opt
     target = GPUTarget("cuda", capability, 32)
     k = triton.compile(ASTSource(kernel, signature, constants), target=target, options=options)
     assert re.search(rf"\.target sm_{capability}a?\b", k.asm["ptx"]), k.asm["ptx"][:300]
+    # Triton's launcher would refuse it on the card ("out of resources"), not the build.
+    assert k.metadata.shared <= SHARED_MEMORY_PER_BLOCK[capability], (kernel.fn.__name__, capability, k.metadata.shared)
     return len(k.asm["cubin"]), stack_bytes(k.asm["cubin"])
 
 
