@@ -226,7 +226,7 @@ def test_the_backend_call_refuses_what_the_kernel_does_not_compute(layer, named)
     verify = Verify(4, 2, 128, 9, [SPLIT + 3], dtype=torch.float32, seed=10)
     if layer == "page_major":
         layer = {"k_buffer": verify.k_buffer.unsqueeze(1), "v_buffer": verify.v_buffer.unsqueeze(1)}
-    with pytest.raises(ValueError, match=f"splitkv does not compute {named}: unset it"):
+    with pytest.raises(ValueError, match=f"does not compute {named}: set SGLANG_DDTREE_VERIFY_ATTENTION=extend"):
         backend_call(verify, **layer)
 
 

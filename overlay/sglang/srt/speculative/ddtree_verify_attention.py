@@ -411,8 +411,9 @@ class TreeVerifyAttention:
         )
         if unsupported:
             raise ValueError(
-                f"SGLANG_DDTREE_VERIFY_ATTENTION=splitkv does not compute {', '.join(unsupported)}: "
-                "unset it for this model."
+                f"DDTREE's split-KV verify (SGLANG_DDTREE_VERIFY_ATTENTION={verify_attention_mode()}) "
+                f"does not compute {', '.join(unsupported)}: set SGLANG_DDTREE_VERIFY_ATTENTION=extend "
+                "for this model."
             )
         bs = int(kv_indptr.shape[0]) - 1
         return tree_verify_attention(
