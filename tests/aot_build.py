@@ -34,6 +34,7 @@ def stack_bytes(cubin: bytes) -> int:
 
 # The most shared memory a block may use (opt-in), bytes: CUDA's compute-capability tables.
 SHARED_MEMORY_PER_BLOCK = {86: 99 * 1024, 90: 227 * 1024, 120: 99 * 1024}
+CAPABILITIES = tuple(SHARED_MEMORY_PER_BLOCK)  # every build the tests make
 
 
 def compile_for(kernel, signature: dict, constants: dict, capability: int, **options) -> tuple[int, int]:

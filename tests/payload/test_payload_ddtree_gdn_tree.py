@@ -768,7 +768,7 @@ def test_0519_family_split_and_install_take_the_width_and_block_from_the_spec_ba
 
 AOT_SCRIPT = """
 import json
-from aot_build import compile_for
+from aot_build import CAPABILITIES, compile_for
 from payload_modules import load_payload_module
 flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
 # Qwen3.6-27B's GDN layers at TP 1 and at TP 2 (a rank's half of the heads)
@@ -794,7 +794,7 @@ replay = {
 }
 
 built = []
-for capability in (86, 90, 120):
+for capability in CAPABILITIES:
     for kernel, signature, constants in (
         *(
             (flat._tree_verify_kernel, verify, dict(gdn, BV=flat.verify_v_block(bs, 128), HAS_PARENTS=True, STASH=True, SOFTPLUS_THRESHOLD=flat.SOFTPLUS_THRESHOLD))

@@ -419,7 +419,7 @@ def test_gated_deltanet_layers(config, layers):
 
 AOT_SCRIPT = """
 import json
-from aot_build import compile_for
+from aot_build import CAPABILITIES, compile_for
 from payload_modules import load_payload_module
 load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
 hybrid = load_payload_module("sglang.srt.speculative.ddtree_hybrid")
@@ -438,7 +438,7 @@ for first, second, index in (("*fp32", "*bf16", "*i32"), ("*bf16", "*bf16", "*i6
         "a_row_numel": "i32", "a_chunks": "i32", "b_row_numel": "i32", "chunks": "i32",
         "BLOCK": "constexpr",
     }
-    for capability in (86, 90, 120):
+    for capability in CAPABILITIES:
         built.append(compile_for(hybrid._commit_rows_kernel, signature, {"BLOCK": hybrid._ROW_BLOCK}, capability))
 print(json.dumps(built))
 """

@@ -293,7 +293,7 @@ def test_num_verify_tokens_below_budget_plus_one_is_refused(interpret):
 AOT_SCRIPT = textwrap.dedent(
     """
     import json
-    from aot_build import compile_for
+    from aot_build import CAPABILITIES, compile_for
     from payload_modules import load_payload_module
     load_payload_module("sglang.srt.speculative.ddtree_utils")
     dk = load_payload_module("sglang.srt.speculative.ddtree_kernels")
@@ -339,7 +339,7 @@ AOT_SCRIPT = textwrap.dedent(
         return [kernel.fn.__name__, capability, *compile_for(kernel, signature, constexprs, capability, num_warps=num_warps)]
 
     built = []
-    for capability in (86, 90, 120):
+    for capability in CAPABILITIES:
         for block, ones_too in ((1, True), (16, False), (256, False)):
             built.append(build(dk._best_first_tree_kernel, tree_sig, {"BUDGET_BLOCK": block}, 1, ones_too))
         for node_block, int32_inputs, tail_only in ((16, True, False), (512, False, False), (32, False, True)):

@@ -175,14 +175,14 @@ def test_sglangs_native_move_switch_keeps_sglangs_mover_on_0_5_14(sglang_pools):
 
 AOT_SCRIPT = """
 import json
-from aot_build import compile_for
+from aot_build import CAPABILITIES, compile_for
 import triton
 from payload_modules import load_payload_module
 kv_move = load_payload_module("sglang.srt.speculative.ddtree_kv_move")
 sig = {"data_ptrs": "*u64", "data_strides": "*i64", "kv_target_ptr": "*i64", "kv_source_ptr": "*i64",
        "width": "i32", "WIDTH_BLOCK": "constexpr", "BYTES_PER_TILE": "constexpr"}
 built = []
-for capability in (86, 90, 120):
+for capability in CAPABILITIES:
     for width in (5, 16, 33):  # a small budget's accept width, a 16-block's, a 32-block's
         width_block = triton.next_power_of_2(width)
         consts = {"WIDTH_BLOCK": width_block, "BYTES_PER_TILE": kv_move._PROGRAM_BYTES // width_block}

@@ -287,7 +287,7 @@ def test_the_split_count_fills_the_gpu_and_stops_at_the_longest_prefix():
 
 AOT_SCRIPT = """
 import json
-from aot_build import compile_for
+from aot_build import CAPABILITIES, compile_for
 from payload_modules import load_payload_module
 va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
 strides = ("stride_qt", "stride_qh", "stride_kt", "stride_kh", "stride_vt", "stride_vh",
@@ -301,7 +301,7 @@ partial = {
 merge = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16", "stride_ot": "i32", "stride_oh": "i32"}
 built = []
 # Qwen3-8B (32 q / 8 kv heads, dim 128) and Qwen3.6-27B (24 q / 4 kv heads, dim 256) at N = 17 and 33.
-for capability in (86, 90, 120):
+for capability in CAPABILITIES:
     for q_heads, kv_heads, dim in ((32, 8, 128), (24, 4, 256)):
         block_m, block_n, warps = va.block_config(dim)
         group = q_heads // kv_heads
