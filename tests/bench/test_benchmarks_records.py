@@ -418,6 +418,17 @@ def test_the_split_kv_check_table_is_the_records(pair):
         assert "| " + " | ".join(cells) + " |" in text, cells
 
 
+def test_the_split_kv_check_waves_tok_per_s_as_cited():
+    text = page().split("### The split-KV verify in engines, both pairs, T = 0\n", 1)[1].split("\n### ", 1)[0]
+    for pair, ratio in (("dense", "0.83×"), ("hybrid", "0.67×")):
+        by_name = arms(f"2026-12-04-splitkv-check-{pair}")
+        split, full = by_name["ddtree-b32-splitkv"]["tok_per_s"], by_name["ddtree-b32"]["tok_per_s"]
+        assert f"{split:.0f} against {full:.0f}" in text and x(split / full) == ratio
+        assert f"({ratio})" in text
+        decode_s = [by_name[name]["decode_s"] for name in ("ddtree-b32", "ddtree-b32-splitkv")]
+        assert 0.2 <= min(decode_s) and max(decode_s) <= 0.4
+
+
 def test_the_27b_shape_served_caps_and_dflash_steps_as_cited():
     run = "2026-12-04-qwen3.6-27b-bs16-64-dflash-flashinfer"
     groups = {g["name"]: g for g in report(run)["groups"]}
