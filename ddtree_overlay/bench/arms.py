@@ -54,6 +54,12 @@ CHAIN_ENV = {"SGLANG_DDTREE_TREE_SHAPE": "chain"}
 # On a hybrid target SGLang caps every engine's concurrent requests to what its recurrent state
 # holds; DDTREE refuses to start under that cap unless told to serve it, as DFLASH always does.
 SERVE_FEWER_ENV = {"SGLANG_DDTREE_SERVE_FEWER_REQUESTS": "1"}
+AUTO = "auto"  # an attention backend asked for by asking for none: SGLang's default for the GPU
+
+
+def engine_keywords(backend: str) -> dict[str, str]:
+    """The `sglang.Engine` keyword asking for attention ``backend``: none for `AUTO`."""
+    return {} if backend == AUTO else {"attention_backend": backend}
 
 
 def verify_width(budget: int, block_size: int = BLOCK_SIZE) -> int:
@@ -350,8 +356,8 @@ class Arm:
             args |= CHAIN_DRAFT
         if not self.overlap:
             args["disable_overlap_schedule"] = True
-        if self.backend not in (None, "auto"):  # auto: SGLang's default, asked for by asking for none
-            args["attention_backend"] = self.backend
+        if self.backend is not None:
+            args |= engine_keywords(self.backend)
         return args
 
     def engine_env(self, *, hybrid: bool) -> dict[str, str]:

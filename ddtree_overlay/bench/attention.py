@@ -27,9 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ddtree_overlay.bench.arms import DDTREE, DFLASH
+from ddtree_overlay.bench.arms import AUTO, DDTREE, DFLASH
 
-AUTO = "auto"  # pass no backend: SGLang's default for the GPU
 AUTO_TEXT = "SGLang's default for the GPU"
 DDTREE_BACKENDS = ("triton", "flashinfer")  # the backends DDTREE's tree mask is wired for
 BASELINE_BACKENDS = (AUTO, "triton", "flashinfer", "fa3", "fa4", "trtllm_mha", "torch_native")
@@ -49,11 +48,6 @@ def baseline_backends(text: str) -> tuple[str, ...]:
     if len(set(backends)) < len(backends):
         raise ValueError(f"a backend listed twice: {text!r}")
     return backends
-
-
-def engine_keywords(backend: str) -> dict[str, str]:
-    """The `sglang.Engine` keyword asking for ``backend``: none for `AUTO`."""
-    return {} if backend == AUTO else {"attention_backend": backend}
 
 
 def planned_backend(engine: Mapping[str, Any]) -> str:

@@ -25,11 +25,10 @@ group is always first (on a host-bound setting an early engine is often slower).
 entirely before round 2, so a time box cuts later repeats before it cuts any group's first.
 Target-only's waves cells run in round 1 only (with its untimed margins cell).
 
-Two kinds of cell: a waves cell sends its prompts in waves of `batch_size` concurrent
-requests, each wave timed until its slowest request finishes (greedy outputs are judged
-against target-only's there); a continuous-batching cell (`concurrencies`) keeps that many
-requests running, a finished one replaced at once, and counts the tokens emitted in a timed
-window after a warm-up (the steady state a server sees).
+Two kinds of cell: a waves cell sends its prompts in waves of `batch_size` concurrent requests,
+each timed until its slowest request finishes (greedy outputs are judged against target-only's
+there); a continuous-batching cell (`concurrencies`) keeps that many requests running, a
+finished one replaced at once, and counts the tokens emitted in a timed window after a warm-up.
 """
 
 from __future__ import annotations
@@ -50,6 +49,7 @@ from ddtree_overlay.bench.arms import (
     Arm,
     BudgetPolicy,
     Schedule,
+    engine_keywords,
 )
 from ddtree_overlay.bench.estimates import (
     estimate_cell_s,
@@ -309,7 +309,7 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, max_new_tokens: i
     baseline = arm.backend or attention.baseline_backends(config.baseline_attention_backend)[0]
     backend = config.attention_backend if algorithm == DDTREE else baseline
     engine: dict[str, Any] = {
-        **attention.engine_keywords(backend),
+        **engine_keywords(backend),
         "tp_size": config.tp_size,
         "cuda_graph_bs_decode": capture_batch_sizes(served_batch_sizes(config)),
         **ENGINE_COMMON,

@@ -46,7 +46,14 @@ import time
 from functools import partial
 from pathlib import Path
 
-from ddtree_overlay.bench.arms import EAGLE3, NEXTN, TARGET_ONLY, Arm, parse_with_env
+from ddtree_overlay.bench.arms import (
+    EAGLE3,
+    NEXTN,
+    TARGET_ONLY,
+    Arm,
+    engine_keywords,
+    parse_with_env,
+)
 from ddtree_overlay.bench.kernel_families import FAMILIES, short_kernel_name
 from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import asks_for_widest_batch, baseline_draft
@@ -56,21 +63,21 @@ from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment, req
 
 # Every arm on DDTREE's backend, the baselines too (the bench gives them SGLang's default,
 # `bench.attention`): the traces set the arms' kernels side by side on one backend.
-BASE = {**BASE_ENGINE, "attention_backend": "triton", "disable_prefill_cuda_graph": True}
+BACKEND = "triton"
+BASE = {**BASE_ENGINE, "disable_prefill_cuda_graph": True}
 
 
 def engine_kwargs(arm: Arm, setting: Setting, tp_size: int = 1, batch_size: int = 1) -> dict:
     """The arm's engine as the bench starts it: the pair's drafter for DFLASH and DDTREE, the
     target's own directory for NEXTN (its MTP head, `plan.baseline_draft`)."""
     kwargs = dict(BASE, model_path=str(setting.target), tp_size=tp_size, **setting.engine)
+    kwargs |= engine_keywords(arm.backend or BACKEND)
     # a wave shrinking as its requests finish pads up to batch_size, a lone request runs at 1
     kwargs["cuda_graph_bs_decode"] = sorted({1, batch_size})
     if asks_for_widest_batch(batch_size, hybrid=setting.hybrid):
         kwargs["max_running_requests"] = batch_size
     if arm.algorithm != TARGET_ONLY:
         kwargs["speculative_draft_model_path"] = str(setting.draft)
-    if arm.backend == "auto":  # SGLang's default: asked for by asking for none
-        del kwargs["attention_backend"]
     return kwargs | arm.engine_args() | baseline_draft(setting, arm)
 
 
@@ -81,7 +88,7 @@ def refusal(arm: Arm, setting: Setting, sglang_version: str | None) -> str | Non
     if arm.algorithm == NEXTN and not setting.nextn:
         return f"nextn needs a target with an MTP head; {setting.target} has none"
     if arm.algorithm == NEXTN and arm.overlap:
-        backend = arm.backend or BASE["attention_backend"]
+        backend = arm.backend or BACKEND
         why = crash_reason(hybrid=setting.hybrid, attention_backend=backend, sglang_version=sglang_version)
         return f"{why}; ask for {Arm(NEXTN, overlap=False, backend=arm.backend).name}" if why else None
     return None
