@@ -21,19 +21,17 @@ from ddtree_overlay.bench.arms import (
     NEXTN,
     TARGET_ONLY,
     BudgetPolicy,
-    budget_order,
-    parse_budget,
 )
 from ddtree_overlay.bench.attention import planned_backend, ran_backend
 from ddtree_overlay.bench.correctness import judge
+from ddtree_overlay.bench.engine_paths import ran_paths
 from ddtree_overlay.bench.plan import PRIMER, Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
 from ddtree_overlay.bench.repeats import combine_repeats, compiling_notes, repeat_rates
+from ddtree_overlay.bench.round_split import profile_split
 from ddtree_overlay.bench.steady import steady_state
 
 REPORT_VERSION = 1
-# Stages of a DDTREE round, as ddtree_profile records them; "other" is the rest of the round.
-STAGES = ("draft", "topk", "tree", "verify", "accept", "commit")
 REPEAT_SPREAD = 1.10  # a cell whose repeats' tok/s differ by more gets a note
 # An engine run's record as the engines table shows it; requests_at_once: SGLang's cap (`bench.capacity`);
 # warm_up_s: the untimed waves after the start (first-use compiles land there)
@@ -109,42 +107,6 @@ def _steps(record: Mapping[str, Any], algorithm: str, at_once: int | None = None
     ]
     steps = sum(n for _, n in running)
     return steps, sum(size * n for size, n in running) / steps if steps else 0.0
-
-
-def profile_split(windows: Iterable[Mapping[str, Any]], t_start: float, t_end: float) -> dict[str, Any] | None:
-    """Mean GPU ms per round of every stage, and the host ms spent in the stages (profiles that
-    record it), from the profile windows inside [t_start, t_end]."""
-    inside = [
-        w
-        for w in windows
-        if w.get("t_first") is not None and t_start <= w["t_first"] and w["t_last"] <= t_end
-    ]
-    rounds = sum(int(w["rounds"]) for w in inside)
-    if not rounds:
-        return None
-    ms_sum: dict[str, float] = {}
-    for window in inside:
-        for stage, ms in window["ms_sum"].items():
-            ms_sum[stage] = ms_sum.get(stage, 0.0) + float(ms)
-    ms = {stage: total / rounds for stage, total in ms_sum.items()}
-    ms["other"] = ms.get("round", 0.0) - sum(ms.get(stage, 0.0) for stage in STAGES)
-    budgets: dict[str, int] = {}  # rounds per budget: several with adaptive budgets
-    for window in inside:
-        for budget, count in (window.get("budgets") or {}).items():
-            budgets[budget] = budgets.get(budget, 0) + int(count)
-    with_host = [w for w in inside if "host_ms_sum" in w]  # older profiles lack it
-    policy = [w["adaptive"] for w in inside if w.get("adaptive")]
-    host_rounds = sum(int(w["rounds"]) for w in with_host)
-    host_ms = sum(float(ms) for w in with_host for ms in w["host_ms_sum"].values())
-    return {
-        "rounds": rounds,
-        "mean_batch": sum(int(w["requests"]) for w in inside) / rounds,
-        "cuda_graph_fraction": sum(int(w.get("cuda_graph_rounds") or 0) for w in inside) / rounds,
-        "ms_per_round": {k: round(v, 4) for k, v in ms.items()},
-        "host_ms_per_round": round(host_ms / host_rounds, 4) if host_rounds else None,
-        "budgets": dict(sorted(budgets.items(), key=lambda item: budget_order(parse_budget(item[0])))),
-        "adaptive": policy[-1] if policy else None,  # the policy's view at the cell's end
-    }
 
 
 def cell_metrics(
@@ -301,6 +263,10 @@ def recommended_schedule(columns: Sequence[Mapping[str, Any]]) -> dict[str, Any]
     }
 
 
+def _paths(engine: Mapping[str, Any] | None) -> dict[str, str] | None:
+    return ran_paths((engine or {}).get("profile") or ())
+
+
 def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | None]) -> dict[str, Any]:
     """The group's status over its engine runs (repeat -> record): failed if any failed, ok if
     any ran; the fields shown are that run's, ``repeats`` lists every run."""
@@ -318,11 +284,12 @@ def _group_row(group: EngineGroup, engines: Mapping[int, Mapping[str, Any] | Non
         "status": status,
         "reason": reason,
         **{key: (engine or {}).get(key) for key in RUN_FIELDS},
+        "paths": _paths(engine),
         "traceback": (engine or {}).get("traceback"),
         "widest_batch": max((c.batch_size for c in group.cells), default=None),  # against requests_at_once
         "repeats": [
             {"repeat": k, "status": st, "reason": why, **{key: (e or {}).get(key) for key in RUN_FIELDS},
-             "attention_backend": ran_backend(planned, [e])}
+             "attention_backend": ran_backend(planned, [e]), "paths": _paths(e)}
             for k, e, st, why in runs
         ],
     }
@@ -342,6 +309,7 @@ def primer_row(plan: SweepPlan, engines: Records) -> dict[str, Any] | None:
         "reason": reason,
         **{key: (engine or {}).get(key) for key in RUN_FIELDS},
         "attention_backend": ran_backend(planned_backend(plan.primer.group.engine), [engine]),
+        "paths": _paths(engine),
     }
 
 
@@ -440,7 +408,7 @@ def analyse(
     if not plan.setting.real_weights:
         notes.append(plan.setting.note)
     fastest = fastest_modes(rows)
-    steady = steady_state(plan, records, engines, profile_split=profile_split)
+    steady = steady_state(plan, records, engines)
     if steady:
         issues += steady["issues"]
         notes += steady["notes"]

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench import decode_compare, sampled
-from ddtree_overlay.bench.analysis import profile_split
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, Arm
 from ddtree_overlay.bench.check_presets import PLAIN_T1, CheckArm, Draws
+from ddtree_overlay.bench.engine_paths import paths_text, ran_paths
 from ddtree_overlay.bench.plan import capture_batch_sizes
+from ddtree_overlay.bench.round_split import profile_split
 from ddtree_overlay.engine.target import runner_events, start_engine_runner
 from ddtree_overlay.in_target.engine_runner import PROFILE_ENV, profile_windows
 
@@ -200,6 +201,7 @@ def summarize(
             start_s=record.get("start_s"),
             decode_s=record.get("decode_s"),
             budgets=budgets_used(os.environ.get(PROFILE_ENV), record),
+            paths=ran_paths(arm_windows(os.environ.get(PROFILE_ENV), record)),
         )
         if arm is None:
             continue
@@ -271,16 +273,25 @@ def arms_view(summary: Mapping[str, Any]) -> dict[str, Any]:
             view[name] = {"ok": False, "error": arm["error"]}
             continue
         view[name] = {"ok": True, "tok_per_s": arm["tok_per_s"], "acceptance_length": arm["mean_acceptance_length"]}
+        if arm.get("paths"):
+            view[name]["ddtree_paths"] = paths_text(arm["paths"])
         if name in lossless:
             view[name] |= _lossless_view(lossless[name])
     return view
 
 
+def arm_windows(profile_path: str | None, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The profile windows written while an arm's engine decoded (none for records from before
+    ``t_start`` was kept)."""
+    if record.get("t_start") is None:
+        return []
+    return [w for w in profile_windows(profile_path, record["t_start"]) if w["t_last"] <= record["t_end"]]
+
+
 def budgets_used(profile_path: str | None, record: Mapping[str, Any]) -> dict[str, int] | None:
     """Rounds per tree budget in the profile windows written while an arm's engine lived."""
-    if record.get("t_start") is None:
-        return None
-    split = profile_split(profile_windows(profile_path), record["t_start"], record["t_end"])
+    windows = arm_windows(profile_path, record)
+    split = profile_split(windows, record["t_start"], record["t_end"]) if windows else None
     return (split or {}).get("budgets") or None
 
 

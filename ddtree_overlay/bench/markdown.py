@@ -7,15 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddtree_overlay.bench import attention
-from ddtree_overlay.bench.analysis import STAGES
 from ddtree_overlay.bench.arms import DDTREE, TARGET_ONLY, Arm, BudgetPolicy
-from ddtree_overlay.bench.capacity import served_fewer_notes
 from ddtree_overlay.bench.compiling import rate_text
 from ddtree_overlay.bench.correctness import PARITY_TOLERANCE
+from ddtree_overlay.bench.engines_markdown import engines_table
 from ddtree_overlay.bench.plan import capture_batch_sizes
 from ddtree_overlay.bench.policy_markdown import policy_lines
 from ddtree_overlay.bench.projection import projection_markdown
 from ddtree_overlay.bench.recommend import markdown_section
+from ddtree_overlay.bench.round_split import STAGES
 from ddtree_overlay.bench.state_memory import HYBRID_STATE_ENV, SNAPSHOT
 from ddtree_overlay.bench.steady_markdown import STEADY_TITLE, steady_section, steady_table
 from ddtree_overlay.bench.table_cells import DASH, cell
@@ -268,39 +268,6 @@ def _parity_table(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _run_cells(run: Mapping[str, Any], warmed: bool, at_once: bool, named: bool) -> list[str]:
-    """An engine run's status, start s, warm-up s (when ``warmed``), requests at once (when
-    ``at_once``), health and attention backend (when ``named``) cells."""
-    status = run["status"] + (f": {run['reason']}" if run["reason"] else "")
-    warm_up = [cell(run.get("warm_up_s"), ".1f")] if warmed else []
-    served = [cell(run.get("requests_at_once"), "d")] if at_once else []
-    backend = [attention.backend_text(run["attention_backend"])] if named else []
-    return [status, cell(run["start_s"], ".1f"), *warm_up, *served, run["health"] or DASH, *backend]
-
-
-def _engines_table(report: Mapping[str, Any]) -> str:
-    """A row per engine group, the untimed primer first; with several repeats, a row per engine
-    run; the requests each served at once where the runs recorded them, the attention backend each
-    ran where the arms ran more than one, and the engines that served fewer than a cell asked for."""
-    repeats = report["config"].get("repeats", 1) > 1
-    rows = []  # (first cells, run)
-    if report.get("primer"):
-        rows.append(([f"primer (untimed): {report['primer']['group']}", *([DASH] if repeats else [])], report["primer"]))
-    for group in report["groups"]:
-        for run in group["repeats"] if repeats else [group]:
-            rows.append(([group["name"], *([str(run["repeat"])] if repeats else [])], run))
-    # runs recorded before these fields existed have neither
-    warmed = any(run.get("warm_up_s") is not None for _, run in rows)
-    at_once = any(run.get("requests_at_once") is not None for _, run in rows)
-    named = attention.arm_backends(report["groups"]) is not None
-    columns = ["engine", *(["repeat"] if repeats else []), "status", "start s", *(["warm-up s"] if warmed else []),
-               *(["requests at once"] if at_once else []), "health", *(["attention"] if named else [])]
-    lines = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
-    lines += ["| " + " | ".join([*first, *_run_cells(run, warmed, at_once, named)]) + " |" for first, run in rows]
-    fewer = served_fewer_notes(report)
-    return "\n".join(lines + ([""] + [f"- {note}" for note in fewer] if fewer else []))
-
-
 def _repeats_bullet(config: Mapping[str, Any]) -> list[str]:
     repeats = config.get("repeats", 1)
     if repeats == 1:
@@ -489,7 +456,7 @@ def _closing(report: Mapping[str, Any], parts: list[str]) -> str:
             host,
             "",
         ]
-    parts += ["## Engines", "", _engines_table(report), ""]
+    parts += ["## Engines", "", engines_table(report), ""]
     if report["issues"] or report["notes"]:
         parts += ["## Issues and notes", ""]
         parts += [f"- issue: {text}" for text in report["issues"]]

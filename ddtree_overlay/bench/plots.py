@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.bench.analysis import STAGES
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, BudgetPolicy, policy_label
 from ddtree_overlay.bench.attention import versus_backends
+from ddtree_overlay.bench.round_split import STAGES
 
 MATPLOTLIB_MISSING = (
     "plots skipped: matplotlib is not installed in the tool's interpreter "

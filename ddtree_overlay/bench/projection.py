@@ -25,8 +25,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B, AcceptanceCurve
-from ddtree_overlay.bench.analysis import STAGES, capped, step_ratio
+from ddtree_overlay.bench.analysis import capped, step_ratio
 from ddtree_overlay.bench.arms import DDTREE, DFLASH
+from ddtree_overlay.bench.round_split import STAGES
 from ddtree_overlay.bench.table_cells import DASH
 
 PAPER_SHAPE = "qwen3-8b-random"  # the bench setting whose round costs the paper's curve fits

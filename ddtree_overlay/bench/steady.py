@@ -14,13 +14,14 @@ cell's median and of every ratio and worst case.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY
 from ddtree_overlay.bench.compiling import compiling_note, window_compiler
 from ddtree_overlay.bench.plan import Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
+from ddtree_overlay.bench.round_split import profile_split
 
 ALL_COMPILING = "every engine was compiling during its timed window"
 # A cell's requests running: the stream keeps ``concurrency`` in flight, the engine runs at most
@@ -29,9 +30,6 @@ ALL_COMPILING = "every engine was compiling during its timed window"
 # A window whose requests ran this far below the concurrency asked for did not hold the batch
 # (SGLang capped the running requests, or the clients could not keep up): named in the notes.
 HELD_CONCURRENCY = 0.9
-# The DDTREE round split of the profile windows in [t_start, t_end] (`analysis.profile_split`,
-# which imports this module)
-ProfileSplit = Callable[[Sequence[Mapping[str, Any]], float, float], "dict[str, Any] | None"]
 
 
 def _engine_entry(
@@ -39,7 +37,6 @@ def _engine_entry(
     repeat: int,
     record: Mapping[str, Any] | None,
     engine: Mapping[str, Any] | None,
-    profile_split: ProfileSplit,
 ) -> dict[str, Any]:
     """One engine's measurement of the cell."""
     entry: dict[str, Any] = {"repeat": repeat}
@@ -80,14 +77,13 @@ def steady_row(
     records: Records,
     engines: Records,
     repeats: Sequence[int],
-    profile_split: ProfileSplit,
 ) -> dict[str, Any]:
     """A continuous-batching cell over its engines: median, slowest and fastest tok/s; the
     median engine's tokens per round, requests running and round split; each engine's entry.
     Engines that were compiling in their window count in none of these (``compiling_engines``);
     where every engine that ran was, the cell's status is "compiling" and it has no tok/s."""
     per_engine = [
-        _engine_entry(group, k, records.get((cell.name, k)), engines.get((group.name, k)), profile_split)
+        _engine_entry(group, k, records.get((cell.name, k)), engines.get((group.name, k)))
         for k in repeats
     ]
     ran = [e for e in per_engine if e["status"] == "ok"]
@@ -157,14 +153,12 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
             row["vs_dflash"] = _versus(row, base(DFLASH, key))
 
 
-def steady_state(
-    plan: SweepPlan, records: Records, engines: Records, *, profile_split: ProfileSplit
-) -> dict[str, Any] | None:
+def steady_state(plan: SweepPlan, records: Records, engines: Records) -> dict[str, Any] | None:
     """The report's ``steady`` section: a row per continuous-batching cell, with ratios and
     notes; None when the plan has no such cells."""
     planned = planned_repeats(plan)
     rows = [
-        steady_row(cell, group, records, engines, planned.get(cell.name, ()), profile_split)
+        steady_row(cell, group, records, engines, planned.get(cell.name, ()))
         for group in plan.groups
         for cell in group.cells
         if cell.stream

@@ -14,6 +14,7 @@ from ddtree_overlay.bench import analysis, plots, records, settings
 from ddtree_overlay.bench import markdown as md
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench.arms import policy_label
+from ddtree_overlay.bench.engine_paths import paths_text
 
 PROMPTS = 4
 NEW = 9
@@ -797,6 +798,27 @@ def test_a_wave_wider_than_the_engine_serves_counts_the_steps_of_its_queued_requ
     assert bs2["step_ratio_at_cap"] == pytest.approx(analysis.step_ratio(served, capped, at_cap=True))
     row = next(line for line in md.fastest_modes_table(report).splitlines() if "continuous batching" in line)
     assert f"; at the caps x{bs2['per_round_speedup_at_cap']:.2f} (÷ x{bs2['step_ratio_at_cap']:.2f}) |" in row
+
+
+def test_each_ddtree_engine_names_the_paths_its_profile_windows_say_it_ran(tmp_path: Path) -> None:
+    plan = small_plan(tmp_path, repeats=2, only=("dflash", "ddtree-b8"))
+    cells, engines = synthetic(plan)
+    assert "DDTREE paths" not in md.markdown_report(analysis.analyse(plan, cells, engines))  # older payloads
+    for (name, repeat), engine in engines.items():
+        if name == "ddtree-b8":
+            state = "flat" if repeat == 1 else "snapshot"
+            for window in engine["profile"]:
+                window["paths"] = {"verify_attention": "splitkv", "hybrid_state": state}
+    report = analysis.analyse(plan, cells, engines)
+    group = {g["name"]: g for g in report["groups"]}["ddtree-b8"]
+    assert [r["paths"]["hybrid_state"] for r in group["repeats"]] == ["flat", "snapshot"]
+    table = md.markdown_report(report).split("## Engines")[1].split("## ")[0].splitlines()
+    assert "| engine | repeat | status | start s | health | DDTREE paths |" in table
+    assert "| ddtree-b8 | 1 | ok | 40.0 | ok | split-KV verify, flat state |" in table
+    assert "| ddtree-b8 | 2 | ok | 40.0 | ok | split-KV verify, snapshots |" in table
+    assert "| dflash | 1 | ok | 40.0 | ok | \u2013 |" in table
+    assert paths_text({"verify_attention": "full-mask"}) == "FULL-mask verify"
+    assert paths_text({"verify_attention": "tiled"}) == "verify_attention tiled"  # a newer payload's word
 
 
 def test_at_the_caps_a_capped_engine_counts_its_steps_per_request_its_cap_lets_run() -> None:

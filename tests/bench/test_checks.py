@@ -16,6 +16,7 @@ from bench_fakes import install_fake_sglang
 
 from ddtree_overlay.bench import check_presets, checks
 from ddtree_overlay.bench.arms import DDTREE
+from ddtree_overlay.bench.engine_paths import ran_paths
 
 PYTHON = Path(sys.executable)
 
@@ -40,6 +41,26 @@ def test_an_arm_counts_the_budgets_of_the_profile_windows_written_while_its_engi
     assert checks.budgets_used(None, arm) is None
     assert checks.budgets_used(str(profile), {"t_start": 30.0, "t_end": 40.0}) is None
     assert checks.budgets_used(str(profile), {}) is None  # a record from before t_start was kept
+
+
+def test_a_check_arm_names_the_ddtree_paths_its_engines_profile_windows_name(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.jsonl"
+    windows = [
+        {"t_first": 5.0, "t_last": 6.0, "paths": {"verify_attention": "full-mask"}},  # the arm before
+        {"t_first": 12.0, "t_last": 13.0, "paths": {"verify_attention": "splitkv", "hybrid_state": "flat"}},
+        {"t_first": 25.0, "t_last": 26.0, "paths": {"verify_attention": "full-mask"}},  # the arm after
+    ]
+    profile.write_text("".join(json.dumps(w) + "\n" for w in windows))
+    arm = {"t_start": 10.0, "t_end": 20.0}
+    assert [w["t_first"] for w in checks.arm_windows(str(profile), arm)] == [12.0]
+    assert ran_paths(checks.arm_windows(str(profile), arm)) == {"verify_attention": "splitkv", "hybrid_state": "flat"}
+    assert checks.arm_windows(str(profile), {}) == []
+    summary = {"arms": {"ddtree-b32": {"ok": True, "tok_per_s": 1.0, "mean_acceptance_length": 2.0,
+                                       "paths": {"verify_attention": "splitkv", "hybrid_state": "flat"}},
+                        "plain": {"ok": True, "tok_per_s": 1.0, "mean_acceptance_length": 1.0, "paths": None}},
+               "lossless": []}
+    view = checks.arms_view(summary)
+    assert view["ddtree-b32"]["ddtree_paths"] == "split-KV verify, flat state" and "ddtree_paths" not in view["plain"]
 
 
 def test_the_adaptive_preset_checks_lossless_overlap_sync_and_sampling() -> None:

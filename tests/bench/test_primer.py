@@ -153,7 +153,7 @@ def test_the_primers_records_reach_no_table_ratio_or_check(tmp_path: Path) -> No
         assert report[key] == alone[key], key
     assert report["primer"] == {"name": "primer", "group": "ddtree-b32", "status": "ok", "reason": None,
                                 "start_s": 131.0, "warm_up_s": None, "requests_at_once": None, "health": "ok",
-                                "attention_backend": "triton"}
+                                "attention_backend": "triton", "paths": None}
     assert alone["primer"]["status"] == "not run"
     note = next(n for n in report["notes"] if "primer" in n)
     assert note.startswith("an untimed primer engine (ddtree-b32's config, started in 131 s) ran before the timed ones")

@@ -563,7 +563,8 @@ def test_a_crashed_repeat_is_not_run_again_after_the_restart(
     runs = {r["repeat"]: r for r in groups["ddtree-b32"]["repeats"]}
     assert runs[1]["status"] == "failed" and "the runner process exited with 9" in runs[1]["reason"]
     assert runs[2] == {"repeat": 2, "status": "skipped", "reason": "an earlier repeat of this engine failed",
-                       "start_s": None, "warm_up_s": None, "requests_at_once": None, "health": None, "attention_backend": "triton"}
+                       "start_s": None, "warm_up_s": None, "requests_at_once": None, "health": None, "attention_backend": "triton",
+                       "paths": None}
     assert groups["ddtree-b32"]["status"] == "failed"
     assert all(g["status"] == "ok" for name, g in groups.items() if name != "ddtree-b32")
     measured = {r["group"]: r["measured_repeats"] for r in report["cells"] if r["group"] != "ddtree-b32"}

@@ -62,3 +62,5 @@ def test_the_kv_mover_and_the_verify_attention_are_read_once_the_target_is_built
     # which verify attention the target's backend runs (ddtree_verify_attention), read off it
     assert "verify_attention_in_use" in calls(worker_method("init_attention_backends"))
     assert "verify_attention_in_use" not in calls(worker_method("__init__"))
+    # the profile's lines name what was chosen there (ddtree_profile.engine_paths)
+    assert "engine_paths" in calls(worker_method("init_attention_backends"))

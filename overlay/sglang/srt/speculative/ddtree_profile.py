@@ -42,7 +42,10 @@ the window's first and last ``round_done``, so a benchmark can match windows
 to the requests it sent; ``requests`` sums the batch size over the rounds.
 ``budgets`` counts the rounds per tree budget (several under a budget schedule).
 With adaptive budgets the line also has ``adaptive``: the policy's costs, statistics and
-choices when the window was written (``AdaptiveBudget.snapshot``).
+choices when the window was written (``AdaptiveBudget.snapshot``). ``paths`` names the paths the
+engine runs (``engine_paths``), so a benchmark's records say which ran::
+
+    "paths": {"verify_attention": "splitkv", "hybrid_state": "flat"}
 
 Enabled or not, each stage is a ``ddtree.<stage>`` ``record_function`` range
 while a torch-profiler trace is being taken (scripts/gpu/round_trace.py).
@@ -90,6 +93,17 @@ class DDTreeNullProfiler:
 
     def attach(self, name: str, view: Callable[[], Dict[str, Any]]) -> None:
         return None
+
+
+def engine_paths(*, split_kv_verify: bool, hybrid_state: Optional[str]) -> Dict[str, str]:
+    """The ``paths`` of a window line: the target verify's attention (``splitkv``: the split-KV
+    kernel with a tail-only tree mask, ddtree_verify_attention; ``full-mask``: the backend's own
+    kernel with the FULL-layout tree mask) and, on a hybrid target, its recurrent state during
+    the verify (``flat`` or ``snapshot``, ddtree_hybrid)."""
+    paths = {"verify_attention": "splitkv" if split_kv_verify else "full-mask"}
+    if hybrid_state is not None:
+        paths["hybrid_state"] = hybrid_state
+    return paths
 
 
 def _cuda_event():

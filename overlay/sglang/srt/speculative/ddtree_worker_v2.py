@@ -72,7 +72,11 @@ from sglang.srt.speculative.ddtree_kernels import (
     prepare_draft_block,
 )
 from sglang.srt.speculative.ddtree_kv_move import accepted_kv_mover
-from sglang.srt.speculative.ddtree_profile import get_ddtree_profiler, get_round_sync_guard
+from sglang.srt.speculative.ddtree_profile import (
+    engine_paths,
+    get_ddtree_profiler,
+    get_round_sync_guard,
+)
 from sglang.srt.speculative.ddtree_tp import (
     combine_topk_pieces,
     gather_topk_pieces,
@@ -155,6 +159,11 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             logger.info(verify_line)
         self.move_accepted_kv = accepted_kv_mover(model_runner.token_to_kv_pool_allocator.get_kvcache())
         self.recurrent_state = self._recurrent_state_commit()
+        paths = engine_paths(
+            split_kv_verify=self.tail_mask,
+            hybrid_state=self.recurrent_state.mode if self.recurrent_state is not None else None,
+        )
+        self.profiler.attach("paths", lambda: paths)
         with draft_width_scope(self):
             super().init_attention_backends()
 

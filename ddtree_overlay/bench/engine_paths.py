@@ -1,0 +1,34 @@
+"""Which DDTREE paths an engine ran, as its profile lines name them.
+
+A DDTREE engine chooses some of its paths itself: under ``SGLANG_DDTREE_VERIFY_ATTENTION=auto``
+the target verify runs the split-KV kernel or the backend's own kernel by the target's head dim
+and layers, and a hybrid target's verify keeps the flat state or SGLang's snapshots. The payload
+writes what it chose into every profile window (``paths``, ``ddtree_profile.engine_paths``), the
+runner keeps an engine's windows in its record, and the report names the paths beside each engine,
+so a record says what ran rather than what the arm asked for. Engines that wrote no window
+(non-DDTREE engines, payloads from before the lines named them) name none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ddtree_overlay.bench.table_cells import DASH
+
+TEXT = {
+    "verify_attention": {"splitkv": "split-KV verify", "full-mask": "FULL-mask verify"},
+    "hybrid_state": {"flat": "flat state", "snapshot": "snapshots"},
+}
+
+
+def ran_paths(windows: Iterable[Mapping[str, Any]]) -> dict[str, str] | None:
+    """The paths an engine's profile windows name (every window of one engine names the same)."""
+    return next((dict(w["paths"]) for w in windows if w.get("paths")), None)
+
+
+def paths_text(paths: Mapping[str, str] | None) -> str:
+    """``paths`` as an engines-table cell: "split-KV verify, flat state"."""
+    if not paths:
+        return DASH
+    return ", ".join(TEXT.get(key, {}).get(value, f"{key} {value}") for key, value in paths.items())
