@@ -64,12 +64,6 @@ def _fixed_budget(row: Mapping[str, Any]) -> bool:
     )
 
 
-def _request_round_s(row: Mapping[str, Any], rate_key: str = "tok_per_s") -> float | None:
-    """Seconds per request and round of a continuous-batching cell: tokens per round ÷ tok/s."""
-    rate, per_round = row.get(rate_key), row.get("tokens_per_round")
-    return per_round / rate if rate and per_round else None
-
-
 def project_steady(report: Mapping[str, Any], curve: AcceptanceCurve) -> list[dict[str, Any]]:
     """Per concurrency at T = 0, from the continuous-batching cells: DFLASH's fastest arm, each
     fixed budget's fastest, their cost per request and round, τ, the projection and its worst
@@ -77,7 +71,7 @@ def project_steady(report: Mapping[str, Any], curve: AcceptanceCurve) -> list[di
     rows = [r for r in (report.get("steady") or {}).get("rows", ()) if r["status"] == "ok" and r["temperature"] == 0]
     columns = []
     for concurrency in sorted({r["concurrency"] for r in rows}):
-        here = [r for r in rows if r["concurrency"] == concurrency and _request_round_s(r)]
+        here = [r for r in rows if r["concurrency"] == concurrency and r.get("request_round_s")]
         chain = max((r for r in here if r["algorithm"] == DFLASH), key=lambda r: r["tok_per_s"], default=None)
         fixed = [r for r in here if _fixed_budget(r)]
         if chain is None or not fixed:
@@ -86,8 +80,10 @@ def project_steady(report: Mapping[str, Any], curve: AcceptanceCurve) -> list[di
         for budget in sorted({int(r["budget"]) for r in fixed}):
             row = max((r for r in fixed if int(r["budget"]) == budget), key=lambda r: r["tok_per_s"])
             tau = curve.tau(budget)
-            cost = _request_round_s(row) / _request_round_s(chain)
-            worst = _request_round_s(row, "tok_per_s_min") / _request_round_s(chain, "tok_per_s_max")
+            # seconds per request and round (`steady.steady_row`): medians over engines, and the
+            # worst case of this budget's costliest engine against DFLASH's cheapest
+            cost = row["request_round_s"] / chain["request_round_s"]
+            worst = row["request_round_s_max"] / chain["request_round_s_min"]
             budgets.append({
                 "budget": budget,
                 "group": row["group"],

@@ -78,8 +78,9 @@ def steady_row(
     engines: Records,
     repeats: Sequence[int],
 ) -> dict[str, Any]:
-    """A continuous-batching cell over its engines: median, slowest and fastest tok/s; the
-    median engine's tokens per round, requests running and round split; each engine's entry.
+    """A continuous-batching cell over its engines: median, slowest and fastest tok/s and
+    seconds per request and round (each engine's tokens per round ÷ its tok/s); the median
+    engine's tokens per round, requests running and round split; each engine's entry.
     Engines that were compiling in their window count in none of these (``compiling_engines``);
     where every engine that ran was, the cell's status is "compiling" and it has no tok/s."""
     per_engine = [
@@ -109,6 +110,8 @@ def steady_row(
         first = per_engine[0] if per_engine else {"status": "not run", "reason": None}
         return row | {"status": first["status"], "reason": first["reason"]}
     rates = [e["tok_per_s"] for e in ok]
+    # seconds per request and round, each engine's own: its tokens per round ÷ its tok/s
+    costs = [e["tokens_per_round"] / e["tok_per_s"] for e in ok if e.get("tokens_per_round") and e["tok_per_s"]]
     median = _median_entry(ok)
     return row | {
         "status": "ok",
@@ -116,6 +119,9 @@ def steady_row(
         "tok_per_s": statistics.median(rates),
         "tok_per_s_min": min(rates),
         "tok_per_s_max": max(rates),
+        "request_round_s": statistics.median(costs) if costs else None,
+        "request_round_s_min": min(costs, default=None),
+        "request_round_s_max": max(costs, default=None),
         "median_engine": median["repeat"],
         "tokens_per_round": median.get("tokens_per_round"),
         "mean_running": median.get("mean_running"),

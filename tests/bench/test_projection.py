@@ -142,7 +142,9 @@ def steady_row(algorithm, concurrency, tok_per_s, *, budget=None, tokens_per_rou
         "algorithm": algorithm, "budget": budget, "adaptive": [], "schedule": "", "chain": False,
         "concurrency": concurrency, "temperature": 0.0, "status": "ok", "tok_per_s": tok_per_s,
         "tok_per_s_min": tok_per_s * spread[0], "tok_per_s_max": tok_per_s * spread[1],
-        "tokens_per_round": tokens_per_round, **fields,
+        "tokens_per_round": tokens_per_round, "request_round_s": tokens_per_round / tok_per_s,
+        "request_round_s_min": tokens_per_round / (tok_per_s * spread[1]),
+        "request_round_s_max": tokens_per_round / (tok_per_s * spread[0]), **fields,
     }
 
 

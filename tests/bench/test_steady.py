@@ -85,6 +85,22 @@ def test_a_cell_is_the_median_over_its_engines_with_the_spread(tmp_path: Path) -
     assert rows_by_name(report)["target-only/c1/t0"]["tokens_per_round"] is None
 
 
+def test_the_cost_per_request_and_round_is_each_engines_own_then_the_median(tmp_path: Path) -> None:
+    # two engines: the median tok/s is their mean, while "the median engine" is one of them, so
+    # pairing it with the median tok/s would mix two engines' numbers
+    plan = steady_plan(tmp_path, repeats=2)
+    slow_rounds = [{"completion_tokens": 128, "spec_verify_ct": 64}] * 10  # 2 tokens per round
+    cells, engines = synthetic(plan, **{"ddtree-b32/c16/t0#2": {"meta": slow_rounds}})
+    row = rows_by_name(analysis.analyse(plan, cells, engines))["ddtree-b32/c16/t0"]
+    rates = [2400.0, 1920.0]  # engine 1: 4 tokens per round, engine 2: 2
+    costs = [4 / rates[0], 2 / rates[1]]
+    assert row["tok_per_s"] == pytest.approx(sum(rates) / 2)
+    assert row["request_round_s"] == pytest.approx(sum(costs) / 2)
+    assert (row["request_round_s_min"], row["request_round_s_max"]) == (pytest.approx(min(costs)), pytest.approx(max(costs)))
+    target = rows_by_name(analysis.analyse(plan, cells, engines))["target-only/c16/t0"]
+    assert target["request_round_s"] is None  # no rounds to count
+
+
 def test_ratios_are_of_medians_against_dflashs_faster_mode_and_the_worst_case(tmp_path: Path) -> None:
     plan = steady_plan(tmp_path)
     rows = rows_by_name(analysis.analyse(plan, *synthetic(plan)))
