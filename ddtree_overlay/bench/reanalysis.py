@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import lzma
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -17,11 +18,13 @@ from ddtree_overlay.bench.arms import BudgetPolicy
 from ddtree_overlay.bench.correctness import parity_issue
 from ddtree_overlay.bench.plan import PRIMER, BenchConfig, plan_sweep
 from ddtree_overlay.bench.records import read_records
-from ddtree_overlay.bench.settings import make_setting
+from ddtree_overlay.bench.settings import SETTINGS, make_setting
 from ddtree_overlay.bench.state_memory import SNAPSHOT
 from ddtree_overlay.bench.supervision import load_references
+from ddtree_overlay.engine.errors import bench_run_invalid
 
 PROMPTS_FILE = "prompts.json"  # the chat prompts' token ids, in a run's --out
+RECORDS_FILES = ("records.jsonl", "records.jsonl.xz")  # the runner's, or docs/bench/'s packed copy
 
 
 def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
@@ -41,14 +44,39 @@ def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
     return BenchConfig(**values)
 
 
+def _recorded_report(run: Path) -> dict[str, Any]:
+    """The run's bench.json, once it and the records beside it are there to re-analyse."""
+    try:
+        old = json.loads((run / "bench.json").read_text())
+    except FileNotFoundError:
+        raise bench_run_invalid(run, "it has no bench.json") from None
+    except (OSError, ValueError) as error:
+        raise bench_run_invalid(run, f"its bench.json cannot be read ({type(error).__name__}: {error})") from None
+    if not isinstance(old, dict) or not {"setting", "config", "context"} <= old.keys():
+        raise bench_run_invalid(run, "its bench.json is not a bench report (no setting, config and context)")
+    setting = old["setting"] if isinstance(old["setting"], dict) else {}
+    name = setting.get("name")
+    if name not in (*SETTINGS, "custom"):
+        raise bench_run_invalid(run, f"its bench.json's setting is {name!r}, none of {', '.join(SETTINGS)} or custom")
+    missing = [key for key in ("target", "draft") if name == "custom" and not setting.get(key)]
+    if missing:
+        raise bench_run_invalid(run, f"its bench.json's custom setting has no {' or '.join(missing)}")
+    if not any((run / name).exists() for name in RECORDS_FILES):
+        raise bench_run_invalid(run, f"it has neither {' nor '.join(RECORDS_FILES)}")
+    return old
+
+
 def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str, Any]:
     """The report of the run in ``run`` (a bench ``--out`` dir) from its records; with
     ``reference_dir``, acceptance parity against the offline reference results there."""
-    old = json.loads((run / "bench.json").read_text())
+    old = _recorded_report(run)
     recorded = old["setting"]
     custom = recorded["name"] == "custom"
     chat = run / PROMPTS_FILE
-    config = config_from_report(old["config"])
+    try:
+        config = config_from_report(old["config"])
+    except (TypeError, ValueError, AttributeError, KeyError) as error:
+        raise bench_run_invalid(run, f"its bench.json's config cannot be read ({type(error).__name__}: {error})") from None
     setting = make_setting(
         recorded["name"],
         scratch=run / "models",
@@ -65,10 +93,16 @@ def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str,
     setting = replace(
         setting, nextn=bool(recorded.get("nextn")), nextn_without_overlap=recorded.get("nextn_without_overlap")
     )
-    cells, engines = read_records(run / "records.jsonl")
+    try:
+        cells, engines = read_records(run / "records.jsonl")
+    except (OSError, ValueError, KeyError, lzma.LZMAError) as error:
+        raise bench_run_invalid(run, f"its records cannot be read ({type(error).__name__}: {error})") from None
     # The engines the run started, not what today's estimates would fit in its time box: its
     # primer where its records have one; cells it skipped say so in their own records.
-    plan = plan_sweep(setting, replace(config, primer=(PRIMER, 1) in engines, max_minutes=None))
+    try:
+        plan = plan_sweep(setting, replace(config, primer=(PRIMER, 1) in engines, max_minutes=None))
+    except (TypeError, ValueError, AttributeError, KeyError) as error:
+        raise bench_run_invalid(run, f"its bench.json's config cannot be planned ({type(error).__name__}: {error})") from None
     references = load_references(plan, reference_dir) if reference_dir else None
     report = analyse(plan, cells, engines, references=references, context=old["context"])
     report["config"]["max_minutes"] = config.max_minutes

@@ -56,7 +56,8 @@ EXIT_CODE_MEANINGS: Mapping[ExitCode, str] = {
     ExitCode.LOCKED: "another ddtree-overlay run holds this env's lock",
     ExitCode.RECOVERY_NEEDED: "an interrupted transaction or unreadable state needs `recover`",
     ExitCode.VERIFY_FAILED: "verification of the applied overlay failed",
-    ExitCode.BAD_RUN_FILE: "a saved run to compare with is unreadable, malformed, or from other models",
+    ExitCode.BAD_RUN_FILE: "a saved run to compare with or re-analyse is unreadable, malformed, or from other "
+    "models",
     ExitCode.SGLANG_DEPENDENCIES_MISSING: "sglang's own dependencies are missing in the env (not the overlay)",
     ExitCode.BAD_PROMPT_FILE: "a bench prompt file is unreadable or malformed, or its chat prompts cannot be "
     "tokenized with the target's tokenizer",
@@ -714,6 +715,14 @@ def run_file_unreadable(path: Path, why: str) -> RunFileInvalid:
 
 def run_file_malformed(path: Path, problem: str) -> RunFileInvalid:
     return RunFileInvalid(f"`{path}` is not a DDTree benchmark run: {problem}", hint=_RUN_FILE_HINT)
+
+
+def bench_run_invalid(run: Path, why: str) -> RunFileInvalid:
+    """`bench --reanalyse RUN`: RUN holds no finished bench run to rebuild the report of."""
+    return RunFileInvalid(
+        f"`{run}` is not a bench run to re-analyse: {why}",
+        hint="pass a bench --out directory (bench.json beside records.jsonl or records.jsonl.xz)",
+    )
 
 
 def run_file_other_models(path: Path, recorded: str, given: Path, why: str) -> RunFileInvalid:

@@ -5,8 +5,12 @@ import lzma
 import shutil
 from pathlib import Path
 
+import pytest
+from overlay_helpers import run_cli
+
 from ddtree_overlay.bench.markdown import markdown_report
 from ddtree_overlay.bench.reanalysis import reanalysed_report
+from ddtree_overlay.engine.errors import ExitCode
 
 RUN = Path(__file__).resolve().parents[2] / "docs/bench/2026-11-29-stage-graphs-tp2-allgather/bench-fixture-bs1"
 
@@ -36,3 +40,35 @@ def test_the_requests_each_engine_served_at_once_reach_the_report(tmp_path: Path
     report = reanalysed_report(run)
     assert {g["name"]: g["requests_at_once"] for g in report["groups"]}["dflash"] == 11
     assert "| dflash | ok | 26.8 | 11 | ok |" in markdown_report(report)
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (lambda run: (run / "bench.json").unlink(), "it has no bench.json"),
+        (lambda run: (run / "bench.json").write_text("{"), "its bench.json cannot be read (JSONDecodeError"),
+        (lambda run: (run / "bench.json").write_text("[1]"), "its bench.json is not a bench report"),
+        (lambda run: _edit_report(run, setting={"name": "nosuch"}), "its bench.json's setting is 'nosuch'"),
+        (lambda run: _edit_report(run, setting={"name": "custom", "target": "/t"}), "custom setting has no draft"),
+        (lambda run: _edit_report(run, config=[]), "its bench.json's config cannot be read (AttributeError"),
+        (lambda run: _edit_report(run, config={"budgets": "abc"}), "its bench.json's config cannot be planned"),
+        (lambda run: (run / "records.jsonl.xz").unlink(), "it has neither records.jsonl nor records.jsonl.xz"),
+        (lambda run: (run / "records.jsonl").write_text("garbage\n"), "its records cannot be read (JSONDecodeError"),
+    ],
+)
+def test_a_directory_that_is_no_bench_run_is_refused_in_one_line_and_left_as_it_was(tmp_path: Path, damage, why) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    damage(run)
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    done = run_cli("bench", "--reanalyse", str(run))
+    assert done.returncode == ExitCode.BAD_RUN_FILE, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith(f"error: `{run}` is not a bench run to re-analyse: ") and why in first, first
+    assert "Traceback" not in done.stderr
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+
+def _edit_report(run: Path, **fields) -> None:
+    report = json.loads((run / "bench.json").read_text())
+    (run / "bench.json").write_text(json.dumps(report | fields))
