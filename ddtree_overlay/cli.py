@@ -675,10 +675,17 @@ def matrix(
     json_out: JsonOption = False,
 ) -> None:
     """Per release: download, install, apply, compile, import on CPU, diff, roll back, check RECORD."""
+    from packaging.version import InvalidVersion, Version
+
     from ddtree_overlay import render
     from ddtree_overlay.matrix.run import run_matrix
 
     releases = [v.strip() for item in versions or () for v in item.split(",") if v.strip()]
+    for release in releases:
+        try:
+            Version(release)
+        except InvalidVersion:
+            raise typer.BadParameter(f"expected releases such as 0.5.14, got {release!r}", param_hint="--versions") from None
 
     def call() -> Result:
         with render.progress(enabled=not json_out) as progress:

@@ -227,3 +227,11 @@ def test_an_untrusted_patch_set_is_refused_with_one_line(sglang_env: Path, tmp_p
         assert_refused(done, ExitCode.BAD_PATCH_SET, fragment)
         assert "Traceback" not in done.stderr
     assert_untouched(sglang_env, before, state_dir)
+
+
+def test_a_matrix_release_that_is_no_version_is_a_usage_error_before_anything_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "matrix"
+    done = run_cli("matrix", "--versions", "0.5.14,latest", "--out", str(out))
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert "expected releases such as 0.5.14, got 'latest'" in done.stderr
+    assert not out.exists()
