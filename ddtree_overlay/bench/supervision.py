@@ -297,8 +297,12 @@ def load_references(plan: SweepPlan, directory: Path) -> dict[str, dict[str, Any
         if not path.exists():
             results[key] = {"error": f"{path} does not exist"}
             continue
-        result = json.loads(path.read_text())
-        config, rows = result.get("config", {}), result.get("prompts", [])
+        try:
+            result = json.loads(path.read_text())
+            config, rows = dict(result.get("config") or {}), list(result.get("prompts") or [])
+        except (OSError, ValueError, TypeError, AttributeError) as error:  # the sweep's report still gets written
+            results[key] = {"error": f"{path} is no reference result: {type(error).__name__}: {error}"}
+            continue
         if config.get("max_new_tokens") != plan.max_new_tokens or config.get("temperature") != 0:
             results[key] = {"error": f"{path} is for max_new_tokens={config.get('max_new_tokens')}, "
                                      f"temperature={config.get('temperature')}; the sweep decodes "

@@ -402,6 +402,12 @@ def test_precomputed_references_are_checked_against_the_sweep(tmp_path: Path) ->
     assert "max_new_tokens=9" in loaded["ddtree-b4"]["error"]
     assert "other prompts" in loaded["ddtree-b8"]["error"]
     assert loaded["ddtree-b16"]["error"].endswith("ddtree-b16.json does not exist")
+    # a file that is no reference result: its key says so, and the sweep's report is still written
+    (refs / "ddtree-b16.json").write_text("{")
+    (refs / "ddtree-b4.json").write_text("[]")
+    loaded = supervision.load_references(wide, refs)
+    assert "ddtree-b16.json is no reference result: JSONDecodeError" in loaded["ddtree-b16"]["error"]
+    assert "ddtree-b4.json is no reference result: AttributeError" in loaded["ddtree-b4"]["error"]
 
 
 def test_a_reference_dir_replaces_the_runs_beside_the_sweep(
