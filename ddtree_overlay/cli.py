@@ -165,6 +165,17 @@ def _bench_attention() -> Any:
     return attention
 
 
+def _model_dir(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
+    """A model directory as SGLang loads one: a usage error before any engine starts, where a
+    wrong path would otherwise fail every engine of a sweep in turn."""
+    if path is not None:
+        if not path.is_dir():
+            raise typer.BadParameter(f"{path} is not a directory")
+        if not (path / "config.json").is_file():
+            raise typer.BadParameter(f"{path} holds no config.json: not a model directory")
+    return path
+
+
 def _acceptance_curve(path: Optional[Path]) -> Optional[Path]:  # noqa: UP045
     """The curve read at parse time: a bad file is a usage error before anything is written."""
     if path is not None:
@@ -278,11 +289,11 @@ def verify(
     ] = "dense",
     target: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--target", help="target model dir (default: the --pair fixture's)"),
+        typer.Option("--target", callback=_model_dir, help="target model dir (default: the --pair fixture's)"),
     ] = None,
     draft: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--draft", help="DFlash drafter dir (default: the --pair fixture's)"),
+        typer.Option("--draft", callback=_model_dir, help="DFlash drafter dir (default: the --pair fixture's)"),
     ] = None,
     budget: Annotated[int, typer.Option("--budget", min=1, help="DDTREE budget for the smoke")] = 15,
     prompts: Annotated[
@@ -361,11 +372,11 @@ def bench(
     ] = "fixture",
     target: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--target", exists=True, file_okay=False, help="target model dir (with --draft)"),
+        typer.Option("--target", callback=_model_dir, help="target model dir (with --draft)"),
     ] = None,
     draft: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--draft", exists=True, file_okay=False, help="DFlash drafter dir (with --target)"),
+        typer.Option("--draft", callback=_model_dir, help="DFlash drafter dir (with --target)"),
     ] = None,
     budgets: Annotated[
         str, typer.Option("--budgets", callback=_number_list(int, 1), help="DDTREE budgets B")
@@ -469,7 +480,7 @@ def bench(
     eagle3_draft: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(
-            "--eagle3-draft", exists=True, file_okay=False,
+            "--eagle3-draft", callback=_model_dir,
             help="an EAGLE-3 drafter for the target: one more baseline arm (EAGLE3, a 3-token chain)",
         ),
     ] = None,
@@ -701,11 +712,11 @@ def compare(
     ],
     target: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--target", help="the target model dir; default: the path the run recorded"),
+        typer.Option("--target", callback=_model_dir, help="the target model dir; default: the path the run recorded"),
     ] = None,
     draft: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--draft", help="the drafter dir; default: the path the run recorded"),
+        typer.Option("--draft", callback=_model_dir, help="the drafter dir; default: the path the run recorded"),
     ] = None,
     records: Annotated[
         Optional[Path],  # noqa: UP045

@@ -54,6 +54,7 @@ def test_bad_arguments_are_usage_errors(args: list[str], fragment: str) -> None:
 
 
 def test_target_and_draft_go_together_and_only_with_the_fixture_setting(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")  # a model directory, as far as the CLI looks
     done = run_cli("bench", "--env", sys.executable, "--dry-run", "--target", str(tmp_path))
     assert_usage_error(done, "--target and --draft go together")
     done = run_cli(
@@ -61,6 +62,13 @@ def test_target_and_draft_go_together_and_only_with_the_fixture_setting(tmp_path
         "--target", str(tmp_path), "--draft", str(tmp_path),
     )
     assert_usage_error(done, "--setting qwen3-8b-random has its own")
+
+
+def test_a_model_directory_without_a_config_is_a_usage_error_before_any_engine(tmp_path: Path) -> None:
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--target", str(tmp_path), "--draft", str(tmp_path))
+    assert_usage_error(done, "holds no config.json: not a model directory")
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--eagle3-draft", str(tmp_path / "nope"))
+    assert_usage_error(done, "is not a directory")
 
 
 def test_a_malformed_prompts_file_exits_14(tmp_path: Path) -> None:

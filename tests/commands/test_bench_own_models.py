@@ -93,6 +93,7 @@ def test_nextn_with_overlap_on_a_hybrid_target_is_refused_for_the_releases_that_
 
 
 def test_the_dense_fixture_has_no_mtp_head_and_an_eagle3_draft_adds_a_baseline(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
     done, envelope = dry_run("--budgets", "32", "--eagle3-draft", str(tmp_path))
     assert done.returncode == 0, done.stderr
     groups = {g["name"]: g for g in envelope["data"]["plan"]["groups"]}
@@ -125,7 +126,7 @@ def test_a_bad_chat_line_exits_14(tmp_path: Path) -> None:
     ("args", "fragment"),
     [
         (["--min-prompt-tokens", "8192"], "--min-prompt-tokens go with chat --prompts"),
-        (["--setting", "qwen3-8b-random", "--eagle3-draft", "."], "--eagle3-draft needs a real pair"),
+        (["--setting", "qwen3-8b-random", "--eagle3-draft", str(FIXTURES / "draft")], "--eagle3-draft needs a real pair"),
     ],
 )
 def test_chat_options_without_chat_prompts_are_usage_errors(args: list[str], fragment: str) -> None:

@@ -26,6 +26,7 @@ def test_a_file_that_is_no_run_is_refused_with_its_own_exit_code(tmp_path: Path)
 def test_a_run_made_with_other_models_is_refused(tmp_path: Path) -> None:
     other = tmp_path / "Qwen3-8B"
     other.mkdir()
+    (other / "config.json").write_text("{}")
     done = run_cli("compare", "--baseline", str(RUN), "--target", str(other), "--draft", str(FIXTURES / "draft"))
     assert done.returncode == ExitCode.BAD_RUN_FILE, done.stderr
     assert "was made with `ddtree_overlay/fixtures/target`" in done.stderr and "its name is `qwen3-8b`" in done.stderr
