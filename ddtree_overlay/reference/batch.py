@@ -46,16 +46,39 @@ def run(key: str, algo: list[str], out: Path, pair: Path, prompts: int, max_new_
     return done.returncode == 0
 
 
+def positive(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def budget_list(text: str) -> list[int]:
+    """An argparse type: comma-separated budgets, each at least 1."""
+    budgets = [positive(b) for b in text.split(",") if b.strip()]
+    if not budgets:
+        raise argparse.ArgumentTypeError("expected at least one budget")
+    return budgets
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--pair", choices=sorted(PAIRS), default="dense", help="which fixture pair")
-    parser.add_argument("--budgets", default="4,8,16,32,64,128,256", help="DDTREE budgets, comma-separated")
-    parser.add_argument("--prompts", type=int, default=32, help="the first N held-out fixture prompts")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument(
+        "--budgets", type=budget_list, default="4,8,16,32,64,128,256", help="DDTREE budgets, comma-separated"
+    )
+    parser.add_argument("--prompts", type=positive, default=32, help="the first N held-out fixture prompts")
+    parser.add_argument("--max-new-tokens", type=positive, default=256)
     args = parser.parse_args()
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"{args.out} exists and is not a directory")
     args.out.mkdir(parents=True, exist_ok=True)
-    todo = jobs([int(b) for b in args.budgets.split(",") if b])
+    todo = jobs(args.budgets)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = pool.map(
             lambda item: run(*item, args.out, PAIRS[args.pair], args.prompts, args.max_new_tokens), todo.items()
