@@ -731,6 +731,15 @@ def run_file_other_models(path: Path, recorded: str, given: Path, why: str) -> R
         hint="pass --target/--draft with the models the run was made with",
     )
 
+
+def run_file_model_missing(path: Path, model: Path) -> RunFileInvalid:
+    """The model a run recorded (or was given) is no directory from here (a hub id, or a path
+    relative to where the run was made)."""
+    return RunFileInvalid(
+        f"`{path}` was made with `{model}`, which is no model directory here",
+        hint="pass --target/--draft with the models the run was made with",
+    )
+
 # BadArguments
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from overlay_helpers import run_cli
@@ -35,6 +37,17 @@ def test_a_run_made_with_other_models_is_refused(tmp_path: Path) -> None:
     (narrow / "config.json").write_text(json.dumps({"vocab_size": 256}))
     done = run_cli("compare", "--baseline", str(RUN), "--target", str(narrow), "--draft", str(FIXTURES / "draft"))
     assert done.returncode == ExitCode.BAD_RUN_FILE and "outside its vocabulary of 256" in done.stderr
+
+
+def test_a_recorded_model_path_that_is_not_there_from_here_says_so(tmp_path: Path) -> None:
+    # the committed run recorded its models relative to the repository root
+    done = subprocess.run(
+        [sys.executable, "-m", "ddtree_overlay", "compare", "--baseline", str(RUN), "--records", str(tmp_path)],
+        capture_output=True, text=True, check=False, cwd=tmp_path,
+    )
+    assert done.returncode == ExitCode.BAD_RUN_FILE, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.endswith("was made with `ddtree_overlay/fixtures/target`, which is no model directory here"), first
 
 
 def engine_records(run, *, scale: float) -> list[dict]:
