@@ -77,6 +77,7 @@ class Setting:
     hybrid: bool = False  # the target has Gated-DeltaNet layers
     # Why the NEXTN arm runs without overlap scheduling (`bench.nextn_overlap`); None: with it
     nextn_without_overlap: str | None = None
+    context_tokens: int | None = None  # the target's context length (`TargetConfig`); None: unknown
 
     def tau(self, algorithm: str, budget: int | None, temperature: float) -> float:
         if not self.real_weights or algorithm == TARGET_ONLY:
@@ -84,6 +85,19 @@ class Setting:
         key: Any = DFLASH if algorithm == DFLASH else budget
         tau = _CHAIN_TAU if algorithm in CHAIN_BASELINES else _FIXTURE_TAU.get(key, 5.0)
         return tau if temperature == 0 else max(1.0, tau * 2 / 3)
+
+
+def context_overflow(setting: Setting, prompts: int, max_new_tokens: int) -> str | None:
+    """Why the first ``prompts`` prompts and ``max_new_tokens`` new tokens do not fit the
+    target's context (SGLang would refuse every such request once its engine is up); None
+    where they fit or the context is not known."""
+    longest = max((len(p) for p in setting.prompts[:prompts]), default=0)
+    if setting.context_tokens is None or longest + max_new_tokens <= setting.context_tokens:
+        return None
+    return (
+        f"a prompt of {longest} tokens and {max_new_tokens} new tokens exceed the target's context of "
+        f"{setting.context_tokens} tokens (max_position_embeddings in its config.json)"
+    )
 
 
 FIXTURE_COST = CostModel(
@@ -391,6 +405,7 @@ def make_setting(
         nextn=facts.mtp_layers > 0,
         eagle3_draft=eagle3_draft,
         hybrid=facts.gated_deltanet is not None,
+        context_tokens=facts.context_tokens,
     )
 
 
@@ -441,6 +456,7 @@ def _random_setting(
     models = scratch / name
     target_dir, draft_dir = write_configs(models, *shape.configs()) if write else (models / "target", models / "draft")
     length = prompt_tokens or DEFAULT_RANDOM_PROMPT_TOKENS
+    facts = target_config(shape.configs()[0])
     ids = load_prompts(prompts) if prompts else random_prompts(count=RANDOM_PROMPTS, length=length, vocab=shape.prompt_vocab)
     return Setting(
         name=name,
@@ -456,5 +472,6 @@ def _random_setting(
         cost=shape.cost,
         note=shape.note,
         target_only_last=True,
-        hybrid=target_config(shape.configs()[0]).gated_deltanet is not None,
+        hybrid=facts.gated_deltanet is not None,
+        context_tokens=facts.context_tokens,
     )

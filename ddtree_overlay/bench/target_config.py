@@ -1,6 +1,7 @@
 """What a target's `config.json` tells the bench: whether it carries an MTP head (so a NEXTN
-arm can run), and its Gated-DeltaNet shape (so the plan and the recommendation can state the
-recurrent-state memory a verify costs, `bench.state_memory`).
+arm can run), its Gated-DeltaNet shape (so the plan and the recommendation can state the
+recurrent-state memory a verify costs, `bench.state_memory`), and its context length (so a
+prompt and its new tokens that do not fit are refused before any engine starts).
 
 Qwen3.5 / Qwen3.6 keep their text model under ``text_config`` and count the MTP head in
 ``mtp_num_hidden_layers``; DeepSeek-V3, GLM-4 MoE and MiMo put ``num_nextn_predict_layers`` at
@@ -53,6 +54,8 @@ class GatedDeltaNet:
 class TargetConfig:
     mtp_layers: int  # 0: no MTP head, no NEXTN arm
     gated_deltanet: GatedDeltaNet | None  # None: not a hybrid
+    # max_position_embeddings: SGLang's context length unless told another; None: not stated
+    context_tokens: int | None = None
 
 
 def read_target_config(target: Path) -> TargetConfig:
@@ -67,7 +70,8 @@ def read_target_config(target: Path) -> TargetConfig:
 def target_config(raw: Mapping[str, Any]) -> TargetConfig:
     text = raw.get("text_config") if isinstance(raw.get("text_config"), Mapping) else {}
     mtp = max((_int(cfg.get(key)) for cfg in (raw, text) for key in MTP_KEYS), default=0)
-    return TargetConfig(mtp_layers=mtp, gated_deltanet=_gated_deltanet(text or raw, raw))
+    context = max((_int(cfg.get("max_position_embeddings")) for cfg in (raw, text)), default=0)
+    return TargetConfig(mtp_layers=mtp, gated_deltanet=_gated_deltanet(text or raw, raw), context_tokens=context or None)
 
 
 def _gated_deltanet(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> GatedDeltaNet | None:

@@ -45,6 +45,7 @@ from ddtree_overlay.bench.recommend import recommend, summary_lines
 from ddtree_overlay.bench.settings import (
     CUSTOM_PROMPTS_PER_CELL,
     FIXTURES,
+    context_overflow,
     load_prompts,
     make_setting,
 )
@@ -54,6 +55,7 @@ from ddtree_overlay.bench.target_config import read_target_config
 from ddtree_overlay.engine.envprobe import EnvInfo, SglangInstall
 from ddtree_overlay.engine.errors import (
     VerifyFailed,
+    bench_beyond_context,
     bench_plan_refused,
     prompt_file_invalid,
     too_few_prompts_for_batch,
@@ -117,6 +119,9 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
         plan = plan_sweep(setting, config)
     except ValueError as error:  # an --only arm this pair, or this sglang, cannot run
         raise bench_plan_refused(str(error)) from None
+    too_long = context_overflow(setting, max(c.prompts for c in plan.cells), plan.max_new_tokens)
+    if too_long is not None:
+        raise prompt_file_invalid(request.prompts, too_long) if request.prompts else bench_beyond_context(too_long)
     if request.dry_run:
         data = {"dry_run": True, "out": str(request.out), "plan": describe_plan(plan), "prompts": prompt_note}
         return Result(("bench",), "ok", data, messages=(*plan.notes, *([prompt_note] if prompt_note else [])))

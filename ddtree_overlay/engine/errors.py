@@ -750,6 +750,11 @@ def bench_plan_refused(problem: str) -> BadArguments:
     )
 
 
+def bench_beyond_context(problem: str) -> BadArguments:
+    """The sweep's prompts and new tokens do not fit the target's context length."""
+    return BadArguments(problem, hint="pass a smaller --max-new-tokens, or on a random-weight setting --prompt-tokens")
+
+
 # BadPromptFile
 
 _PROMPT_FILE_HINT = (

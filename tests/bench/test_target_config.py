@@ -1,4 +1,4 @@
-"""bench.target_config: the MTP head (NEXTN) and the Gated-DeltaNet shape read from config.json."""
+"""bench.target_config: the MTP head (NEXTN), the Gated-DeltaNet shape and the context length read from config.json."""
 
 from __future__ import annotations
 
@@ -58,3 +58,10 @@ def test_a_top_level_nextn_count_and_an_unreadable_config(tmp_path: Path) -> Non
     assert read_target_config(tmp_path).mtp_layers == 0
     (tmp_path / "config.json").write_text(json.dumps([1, 2]))
     assert read_target_config(tmp_path).gated_deltanet is None
+
+
+def test_the_context_length_is_read_at_the_top_or_from_the_text_config() -> None:
+    assert read_target_config(FIXTURES / "target").context_tokens == 2048
+    assert read_target_config(FIXTURES / "hybrid" / "target").context_tokens == 2048  # under text_config
+    assert target_config(qwen3_6_27b_configs()[0]).context_tokens == 32768
+    assert target_config({}).context_tokens is None

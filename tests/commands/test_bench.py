@@ -71,6 +71,22 @@ def test_a_model_directory_without_a_config_is_a_usage_error_before_any_engine(t
     assert_usage_error(done, "is not a directory")
 
 
+def test_prompts_and_new_tokens_beyond_the_targets_context_are_refused_before_any_engine(tmp_path: Path) -> None:
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--setting", "qwen3.6-27b-random",
+                   "--prompt-tokens", "32700")
+    assert_usage_error(done, "a prompt of 32700 tokens and 128 new tokens exceed the target's context of 32768 tokens")
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--max-new-tokens", "2000")
+    assert_usage_error(done, "and 2000 new tokens exceed the target's context of 2048 tokens")
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps([[7] * 2000] * 16))
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--prompts", str(prompts), "--max-new-tokens", "64")
+    assert done.returncode == ExitCode.BAD_PROMPT_FILE, done.stderr
+    assert "a prompt of 2000 tokens and 64 new tokens exceed the target's context of 2048 tokens" in done.stderr
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--setting", "qwen3.6-27b-random",
+                   "--prompt-tokens", "8192", "--json")
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_malformed_prompts_file_exits_14(tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.json"
     prompts.write_text('[["not", "ids"]]')
