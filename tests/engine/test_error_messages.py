@@ -103,6 +103,10 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "run_file_other_models": lambda: errors.run_file_other_models(
         Path("/runs/gsm8k.pt"), "Qwen/Qwen3-8B", Path("/models/Qwen3-4B"), "its name is `Qwen3-4B`"
     ),
+    "run_file_model_missing": lambda: errors.run_file_model_missing(
+        Path("/runs/gsm8k.pt"), Path("models/Qwen3-8B")
+    ),
+    "bench_run_invalid": lambda: errors.bench_run_invalid(Path("/runs/bench 2026-12-05"), "it has no bench.json"),
     "prompt_file_invalid": lambda: errors.prompt_file_invalid(
         Path("/data/mt bench.jsonl"), "line 3 has neither `turns` nor `messages`"
     ),
@@ -113,6 +117,10 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     ),
     "bench_plan_refused": lambda: errors.bench_plan_refused(
         "no arm nextn in this sweep (arms: target-only, dflash, dflash-no-overlap, ddtree-b32)"
+    ),
+    "bench_beyond_context": lambda: errors.bench_beyond_context(
+        "a prompt of 32700 tokens and 128 new tokens exceed the target's context of 32768 tokens "
+        "(max_position_embeddings in its config.json)"
     ),
     "fa3_not_installed": lambda: errors.fa3_not_installed(["target-only", "DFLASH", "NEXTN"], PYTHON, default=True),
     "fa3_not_installed_also": lambda: errors.fa3_not_installed(["DFLASH"], PYTHON, default=False),
