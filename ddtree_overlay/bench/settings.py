@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddtree_overlay.bench.arms import CHAIN_BASELINES, DFLASH, TARGET_ONLY
-from ddtree_overlay.bench.target_config import read_target_config, target_config
+from ddtree_overlay.bench.target_config import TargetConfig, read_target_config, target_config
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 FIXTURES = PACKAGE_DIR / "fixtures"
@@ -77,7 +77,8 @@ class Setting:
     hybrid: bool = False  # the target has Gated-DeltaNet layers
     # Why the NEXTN arm runs without overlap scheduling (`bench.nextn_overlap`); None: with it
     nextn_without_overlap: str | None = None
-    context_tokens: int | None = None  # the target's context length (`TargetConfig`); None: unknown
+    # what the target's config.json says (its context length and heads, `bench.target_config`)
+    facts: TargetConfig = field(default_factory=lambda: TargetConfig(0, None))
 
     def tau(self, algorithm: str, budget: int | None, temperature: float) -> float:
         if not self.real_weights or algorithm == TARGET_ONLY:
@@ -92,11 +93,12 @@ def context_overflow(setting: Setting, prompts: int, max_new_tokens: int) -> str
     target's context (SGLang would refuse every such request once its engine is up); None
     where they fit or the context is not known."""
     longest = max((len(p) for p in setting.prompts[:prompts]), default=0)
-    if setting.context_tokens is None or longest + max_new_tokens <= setting.context_tokens:
+    context = setting.facts.context_tokens
+    if context is None or longest + max_new_tokens <= context:
         return None
     return (
         f"a prompt of {longest} tokens and {max_new_tokens} new tokens exceed the target's context of "
-        f"{setting.context_tokens} tokens (max_position_embeddings in its config.json)"
+        f"{context} tokens (max_position_embeddings in its config.json)"
     )
 
 
@@ -405,7 +407,7 @@ def make_setting(
         nextn=facts.mtp_layers > 0,
         eagle3_draft=eagle3_draft,
         hybrid=facts.gated_deltanet is not None,
-        context_tokens=facts.context_tokens,
+        facts=facts,
     )
 
 
@@ -473,5 +475,5 @@ def _random_setting(
         note=shape.note,
         target_only_last=True,
         hybrid=facts.gated_deltanet is not None,
-        context_tokens=facts.context_tokens,
+        facts=facts,
     )

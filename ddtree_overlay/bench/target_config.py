@@ -1,7 +1,8 @@
 """What a target's `config.json` tells the bench: whether it carries an MTP head (so a NEXTN
 arm can run), its Gated-DeltaNet shape (so the plan and the recommendation can state the
-recurrent-state memory a verify costs, `bench.state_memory`), and its context length (so a
-prompt and its new tokens that do not fit are refused before any engine starts).
+recurrent-state memory a verify costs, `bench.state_memory`), its context length and its heads
+(so prompts that do not fit, or a --tp-size its heads do not split over, are refused before any
+engine starts).
 
 Qwen3.5 / Qwen3.6 keep their text model under ``text_config`` and count the MTP head in
 ``mtp_num_hidden_layers``; DeepSeek-V3, GLM-4 MoE and MiMo put ``num_nextn_predict_layers`` at
@@ -56,6 +57,22 @@ class TargetConfig:
     gated_deltanet: GatedDeltaNet | None  # None: not a hybrid
     # max_position_embeddings: SGLang's context length unless told another; None: not stated
     context_tokens: int | None = None
+    attention_heads: int = 0  # query heads of the attention layers; 0: not stated
+    kv_heads: int = 0  # key-value heads; 0: not stated
+
+    def tp_refusal(self, tp_size: int) -> str | None:
+        """Why SGLang cannot shard this target over ``tp_size`` GPUs (its heads do not split);
+        None where they do, or the config does not say."""
+        gdn = self.gated_deltanet
+        split = [("attention heads", self.attention_heads)]
+        split += [("Gated-DeltaNet value heads", gdn.value_heads), ("Gated-DeltaNet key heads", gdn.key_heads)] if gdn else []
+        for what, heads in split:
+            if heads and heads % tp_size:
+                return f"its {heads} {what} do not split over --tp-size {tp_size}"
+        # SGLang splits the key-value heads, or replicates them where there are fewer than ranks
+        if self.kv_heads and self.kv_heads % tp_size and tp_size % self.kv_heads:
+            return f"its {self.kv_heads} key-value heads neither split over nor replicate across --tp-size {tp_size}"
+        return None
 
 
 def read_target_config(target: Path) -> TargetConfig:
@@ -70,8 +87,15 @@ def read_target_config(target: Path) -> TargetConfig:
 def target_config(raw: Mapping[str, Any]) -> TargetConfig:
     text = raw.get("text_config") if isinstance(raw.get("text_config"), Mapping) else {}
     mtp = max((_int(cfg.get(key)) for cfg in (raw, text) for key in MTP_KEYS), default=0)
+    model = text or raw
     context = max((_int(cfg.get("max_position_embeddings")) for cfg in (raw, text)), default=0)
-    return TargetConfig(mtp_layers=mtp, gated_deltanet=_gated_deltanet(text or raw, raw), context_tokens=context or None)
+    return TargetConfig(
+        mtp_layers=mtp,
+        gated_deltanet=_gated_deltanet(model, raw),
+        context_tokens=context or None,
+        attention_heads=_int(model.get("num_attention_heads")),
+        kv_heads=_int(model.get("num_key_value_heads")),
+    )
 
 
 def _gated_deltanet(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> GatedDeltaNet | None:

@@ -57,6 +57,7 @@ from ddtree_overlay.engine.errors import (
     VerifyFailed,
     bench_beyond_context,
     bench_plan_refused,
+    bench_tp_refused,
     prompt_file_invalid,
     too_few_prompts_for_batch,
 )
@@ -122,6 +123,8 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
     too_long = context_overflow(setting, max(c.prompts for c in plan.cells), plan.max_new_tokens)
     if too_long is not None:
         raise prompt_file_invalid(request.prompts, too_long) if request.prompts else bench_beyond_context(too_long)
+    if (unsplit := setting.facts.tp_refusal(config.tp_size)) is not None:
+        raise bench_tp_refused(config.tp_size, unsplit)
     if request.dry_run:
         data = {"dry_run": True, "out": str(request.out), "plan": describe_plan(plan), "prompts": prompt_note}
         return Result(("bench",), "ok", data, messages=(*plan.notes, *([prompt_note] if prompt_note else [])))

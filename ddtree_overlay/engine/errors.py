@@ -755,6 +755,14 @@ def bench_beyond_context(problem: str) -> BadArguments:
     return BadArguments(problem, hint="pass a smaller --max-new-tokens, or on a random-weight setting --prompt-tokens")
 
 
+def bench_tp_refused(tp_size: int, why: str) -> BadArguments:
+    """The target's heads do not split over the asked tensor-parallel size: every engine would fail."""
+    return BadArguments(
+        f"the target cannot run at --tp-size {tp_size}: {why}",
+        hint="pass a --tp-size that divides the target's attention and Gated-DeltaNet heads",
+    )
+
+
 # BadPromptFile
 
 _PROMPT_FILE_HINT = (

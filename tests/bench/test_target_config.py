@@ -65,3 +65,15 @@ def test_the_context_length_is_read_at_the_top_or_from_the_text_config() -> None
     assert read_target_config(FIXTURES / "hybrid" / "target").context_tokens == 2048  # under text_config
     assert target_config(qwen3_6_27b_configs()[0]).context_tokens == 32768
     assert target_config({}).context_tokens is None
+
+
+def test_a_tp_size_the_heads_do_not_split_over_is_named() -> None:
+    qwen = target_config(qwen3_6_27b_configs()[0])  # 24 attention, 4 kv, 48 / 16 GDN heads
+    assert (qwen.attention_heads, qwen.kv_heads) == (24, 4)
+    assert [qwen.tp_refusal(tp) for tp in (1, 2, 4, 8)] == [None] * 4
+    assert qwen.tp_refusal(3) == "its 16 Gated-DeltaNet key heads do not split over --tp-size 3"
+    assert qwen.tp_refusal(16) == "its 24 attention heads do not split over --tp-size 16"
+    gqa = target_config({"num_attention_heads": 12, "num_key_value_heads": 4})
+    assert gqa.tp_refusal(12) is None  # 4 kv heads replicated three times each
+    assert gqa.tp_refusal(6) == "its 4 key-value heads neither split over nor replicate across --tp-size 6"
+    assert target_config({}).tp_refusal(3) is None  # a config that says nothing refuses nothing

@@ -87,6 +87,13 @@ def test_prompts_and_new_tokens_beyond_the_targets_context_are_refused_before_an
     assert done.returncode == 0, done.stderr
 
 
+def test_a_tp_size_the_targets_heads_do_not_split_over_is_refused_before_any_engine() -> None:
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--setting", "hybrid", "--tp-size", "4")
+    assert_usage_error(done, "the target cannot run at --tp-size 4: its 6 Gated-DeltaNet value heads do not split")
+    done = run_cli("bench", "--env", sys.executable, "--dry-run", "--setting", "hybrid", "--tp-size", "2", "--json")
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_malformed_prompts_file_exits_14(tmp_path: Path) -> None:
     prompts = tmp_path / "prompts.json"
     prompts.write_text('[["not", "ids"]]')

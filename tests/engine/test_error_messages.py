@@ -122,6 +122,7 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
         "a prompt of 32700 tokens and 128 new tokens exceed the target's context of 32768 tokens "
         "(max_position_embeddings in its config.json)"
     ),
+    "bench_tp_refused": lambda: errors.bench_tp_refused(3, "its 16 Gated-DeltaNet key heads do not split over --tp-size 3"),
     "fa3_not_installed": lambda: errors.fa3_not_installed(["target-only", "DFLASH", "NEXTN"], PYTHON, default=True),
     "fa3_not_installed_also": lambda: errors.fa3_not_installed(["DFLASH"], PYTHON, default=False),
     "interrupted": lambda: errors.interrupted("SIGINT", ENV, "`apply` stopped and undid what it had written"),
