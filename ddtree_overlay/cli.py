@@ -642,7 +642,8 @@ def bench(
     try:
         # every baseline a pair could add: the plan checks again with the pair's own
         nextn, eagle3 = bench_plan.Arm(bench_plan.NEXTN), bench_plan.Arm(bench_plan.EAGLE3)
-        bench_plan.sweep_arms(config, baselines=[nextn, bench_plan.Arm(bench_plan.NEXTN, overlap=False), eagle3])
+        every = [nextn, bench_plan.Arm(bench_plan.NEXTN, overlap=False), eagle3]
+        bench_plan.sweep_arms(config, baselines=lambda backend: every)
     except ValueError as error:
         raise typer.BadParameter(f"--only: {error}") from None
     request = BenchRequest(

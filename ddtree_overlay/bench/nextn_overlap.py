@@ -19,6 +19,8 @@ engine (the bench's `auto` baseline backend, `bench.attention`) on Hopper and Bl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from packaging.version import InvalidVersion, Version
 
 FIXED_IN = Version("0.5.17")
@@ -43,10 +45,13 @@ def crash_reason(*, hybrid: bool, attention_backend: str, sglang_version: str | 
     )
 
 
-def only_refusal(only: tuple[str, ...], reason: str | None) -> str | None:
-    """The error for ``--only`` asking for NEXTN with overlap scheduling (`nextn`, `nextn@<backend>`)
-    where ``reason`` (`crash_reason`) says it crashes; None where it does not, or none is asked for."""
-    asked = [name for name in only if name.split("@")[0] == "nextn"]
-    if reason is None or not asked:
-        return None
-    return f"--only {asked[0]}: {reason}; ask for {asked[0].replace('nextn', 'nextn-no-overlap', 1)}"
+def only_refusal(only: tuple[str, ...], reasons: Mapping[str, str], first_backend: str) -> str | None:
+    """The error for ``--only`` asking for NEXTN with overlap scheduling (`nextn` on the first
+    baseline backend, `nextn@<backend>` on another) where ``reasons`` (backend -> `crash_reason`)
+    says it crashes; None where it does not, or none is asked for."""
+    for name in only:
+        algorithm, _, backend = name.partition("@")
+        reason = reasons.get(backend or first_backend)
+        if algorithm == "nextn" and reason:
+            return f"--only {name}: {reason}; ask for {name.replace('nextn', 'nextn-no-overlap', 1)}"
+    return None

@@ -34,7 +34,7 @@ finished one replaced at once, and counts the tokens emitted in a timed window a
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -324,11 +324,10 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, max_new_tokens: i
     return EngineGroup(arm=arm, engine=engine, cells=tuple(cells), est_overhead_s=overhead)
 
 
-def baseline_arms(setting: Setting) -> list[Arm]:
-    """The baselines users serve beside DFLASH that this pair can run: NEXTN with the target's
-    own MTP head (without overlap scheduling where stock SGLang crashes with it), EAGLE-3 with a
-    given drafter."""
-    nextn = Arm(NEXTN, overlap=setting.nextn_without_overlap is None)
+def baseline_arms(setting: Setting, backend: str) -> list[Arm]:
+    """The baselines users serve beside DFLASH that this pair can run on ``backend``: NEXTN with
+    the target's MTP head (no overlap where stock SGLang crashes with it), EAGLE-3 with a drafter."""
+    nextn = Arm(NEXTN, overlap=backend not in setting.nextn_without_overlap)
     return [nextn] * setting.nextn + [Arm(EAGLE3)] * (setting.eagle3_draft is not None)
 
 
@@ -425,10 +424,10 @@ def sweep_arms(
     *,
     budget_priority: Sequence[int] = (),
     target_only_last: bool = False,
-    baselines: Sequence[Arm] = (),
+    baselines: Callable[[str], Sequence[Arm]] = lambda backend: (),
 ) -> list[Arm]:
-    """The sweep's arms in plan order (`--only` applied); ValueError names an `--only` arm the
-    sweep does not have."""
+    """The sweep's arms in plan order, ``baselines(backend)`` beside DFLASH on each baseline
+    backend (`--only` applied); ValueError names an `--only` arm the sweep does not have."""
     budgets = ordered_budgets(config.budgets, budget_priority)
     # (algorithm, budget, overlap): both DFLASH modes first, since every speedup is against
     # DFLASH's faster one; a budget's no-overlap arm, when asked for, right after its overlap one
@@ -438,15 +437,15 @@ def sweep_arms(
         policies.append(BudgetPolicy.of_choices(config.adaptive_budgets))
     if config.budget_schedule:
         policies.append(BudgetPolicy(schedule=tuple(config.budget_schedule)))
-    target_only = [Arm(TARGET_ONLY)]
-    arms = [] if target_only_last else list(target_only)
-    chains = [Arm(DFLASH), Arm(DFLASH, overlap=False), *baselines]
-    further = attention.baseline_backends(config.baseline_attention_backend)[1:]
-    arms += chains + [replace(arm, backend=backend) for backend in further for arm in chains]
+    arms = [] if target_only_last else [Arm(TARGET_ONLY)]
+    backends = attention.baseline_backends(config.baseline_attention_backend)
+    for backend in backends:  # the first as the plain arms, the others as `<arm>@<backend>`
+        on = [Arm(DFLASH), Arm(DFLASH, overlap=False), *baselines(backend)]
+        arms += on if backend == backends[0] else [replace(arm, backend=backend) for arm in on]
     arms += [Arm.ddtree(policy, overlap=o) for policy in policies for o in modes]
     if config.chain_control:
         arms.append(Arm(DDTREE, BudgetPolicy.fixed(CHAIN_BUDGET), chain=True))
-    arms += target_only if target_only_last else []
+    arms += [Arm(TARGET_ONLY)] if target_only_last else []
     if not config.only:
         return arms
     unknown = sorted(set(config.only) - {arm.name for arm in arms})
@@ -464,13 +463,14 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     if config.concurrencies and (config.warmup_s < 0 or config.window_s <= 0):
         raise ValueError(f"a window needs window_s > 0 and warmup_s >= 0, got {config.window_s}, {config.warmup_s}")
     max_new = config.max_new_tokens or setting.max_new_tokens
-    if (refusal := only_refusal(config.only, setting.nextn_without_overlap if setting.nextn else None)) is not None:
+    first_backend = attention.baseline_backends(config.baseline_attention_backend)[0]
+    if refusal := only_refusal(config.only, setting.nextn_without_overlap if setting.nextn else {}, first_backend):
         raise ValueError(refusal)
     arms = sweep_arms(
         config,
         budget_priority=setting.budget_priority,
         target_only_last=setting.target_only_last,
-        baselines=baseline_arms(setting),
+        baselines=partial(baseline_arms, setting),
     )
     groups = tuple(_group(setting, config, arm=arm, max_new_tokens=max_new) for arm in arms)
     limit = None if config.max_minutes is None else config.max_minutes * 60

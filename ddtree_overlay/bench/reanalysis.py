@@ -15,6 +15,7 @@ from typing import Any
 
 from ddtree_overlay.bench.analysis import analyse
 from ddtree_overlay.bench.arms import BudgetPolicy
+from ddtree_overlay.bench.attention import baseline_backends
 from ddtree_overlay.bench.correctness import parity_issue
 from ddtree_overlay.bench.plan import PRIMER, BenchConfig, plan_sweep
 from ddtree_overlay.bench.records import read_records
@@ -89,10 +90,12 @@ def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str,
         eagle3_draft=Path(recorded["eagle3_draft"]) if recorded.get("eagle3_draft") else None,
     )
     # the NEXTN arm as the run had it (runs from before it existed had none; before the rule
-    # that runs it without overlap scheduling on some targets, it ran with it)
-    setting = replace(
-        setting, nextn=bool(recorded.get("nextn")), nextn_without_overlap=recorded.get("nextn_without_overlap")
-    )
+    # that runs it without overlap scheduling on some targets, it ran with it; before that rule
+    # was per backend, one reason held for every baseline backend)
+    why = recorded.get("nextn_without_overlap") or {}
+    if isinstance(why, str):
+        why = dict.fromkeys(baseline_backends(config.baseline_attention_backend), why)
+    setting = replace(setting, nextn=bool(recorded.get("nextn")), nextn_without_overlap=why)
     try:
         cells, engines = read_records(run / "records.jsonl")
     except (OSError, ValueError, KeyError, lzma.LZMAError) as error:

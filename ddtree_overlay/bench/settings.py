@@ -75,8 +75,9 @@ class Setting:
     nextn: bool = False  # the target carries an MTP head: a NEXTN arm runs
     eagle3_draft: Path | None = None  # an EAGLE-3 drafter for the target: an EAGLE3 arm runs
     hybrid: bool = False  # the target has Gated-DeltaNet layers
-    # Why the NEXTN arm runs without overlap scheduling (`bench.nextn_overlap`); None: with it
-    nextn_without_overlap: str | None = None
+    # Per baseline attention backend, why its NEXTN arm runs without overlap scheduling
+    # (`bench.nextn_overlap`); a backend not listed runs it with overlap
+    nextn_without_overlap: Mapping[str, str] = field(default_factory=dict)
     # what the target's config.json says (its context length and heads, `bench.target_config`)
     facts: TargetConfig = field(default_factory=lambda: TargetConfig(0, None))
 

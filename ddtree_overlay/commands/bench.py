@@ -111,10 +111,11 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
     if request.mem_fraction_static is not None:
         setting = replace(setting, engine={**setting.engine, "mem_fraction_static": request.mem_fraction_static})
     version = env.sglang.version if env.sglang else None  # a dry run needs no sglang
-    why = next(filter(None, (
-        crash_reason(hybrid=setting.hybrid, attention_backend=backend, sglang_version=version)
+    why = {
+        backend: reason
         for backend in baseline_backends(request.config.baseline_attention_backend)
-    )), None)
+        if (reason := crash_reason(hybrid=setting.hybrid, attention_backend=backend, sglang_version=version))
+    }
     setting = replace(setting, nextn_without_overlap=why)
     try:
         plan = plan_sweep(setting, config)

@@ -11,6 +11,7 @@ import pytest
 from ddtree_overlay.bench import analysis, settings
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench.arms import NEXTN, Arm
+from ddtree_overlay.bench.attention import baseline_backends
 from ddtree_overlay.bench.nextn_overlap import crash_reason
 
 HYBRID = settings.FIXTURES / "hybrid"
@@ -49,10 +50,18 @@ def test_the_settings_know_which_targets_are_hybrids(tmp_path: Path) -> None:
 
 
 def hybrid_plan(tmp_path: Path, version: str | None, **config) -> bp.SweepPlan:
+    """The plan `bench` makes on the hybrid pair: NEXTN's scheduling per baseline backend, as
+    `commands.bench` works it out (default baseline backend here: triton)."""
     setting = settings.make_setting("hybrid", scratch=tmp_path)
-    why = crash_reason(hybrid=setting.hybrid, attention_backend="triton", sglang_version=version)
-    defaults = {"budgets": (32,), "batch_sizes": (1, 16), "temperatures": (0.0,), "primer": False}
-    return bp.plan_sweep(replace(setting, nextn_without_overlap=why), bp.BenchConfig(**(defaults | config)))
+    defaults = {"budgets": (32,), "batch_sizes": (1, 16), "temperatures": (0.0,), "primer": False,
+                "baseline_attention_backend": "triton"}
+    config = bp.BenchConfig(**(defaults | config))
+    why = {
+        backend: reason
+        for backend in baseline_backends(config.baseline_attention_backend)
+        if (reason := crash_reason(hybrid=setting.hybrid, attention_backend=backend, sglang_version=version))
+    }
+    return bp.plan_sweep(replace(setting, nextn_without_overlap=why), config)
 
 
 def test_the_sweep_runs_nextn_without_overlap_where_it_crashes_and_refuses_it_with(tmp_path: Path) -> None:
@@ -70,10 +79,23 @@ def test_the_sweep_runs_nextn_without_overlap_where_it_crashes_and_refuses_it_wi
         hybrid_plan(tmp_path, "0.5.14", only=("nextn@triton",), baseline_attention_backend="flashinfer,triton")
 
 
+def test_nextn_runs_without_overlap_only_on_the_backends_where_it_crashes(tmp_path: Path) -> None:
+    # flashinfer hands out no tree-mask buffer: NEXTN keeps overlap there beside triton's no-overlap arm
+    both = hybrid_plan(tmp_path, "0.5.14", baseline_attention_backend="flashinfer,triton")
+    assert [g.name for g in both.groups if g.arm.algorithm == NEXTN] == ["nextn", "nextn-no-overlap@triton"]
+    assert hybrid_plan(tmp_path, "0.5.14", only=("nextn",), baseline_attention_backend="flashinfer,triton").groups
+    report = analysis.analyse(both, {}, {})
+    assert report["setting"]["nextn_without_overlap"] == {"triton": crash_reason(
+        hybrid=True, attention_backend="triton", sglang_version="0.5.14")}
+    (note,) = [n for n in report["notes"] if n.startswith("NEXTN")]
+    assert note.startswith("NEXTN on triton ran without overlap scheduling: in stock sglang 0.5.14")
+
+
 def test_the_report_says_why_and_keeps_it_for_reanalysis(tmp_path: Path) -> None:
     report = analysis.analyse(hybrid_plan(tmp_path, "0.5.14"), {}, {})
-    assert report["setting"]["hybrid"] and report["setting"]["nextn_without_overlap"].startswith("in stock sglang 0.5.14")
+    assert report["setting"]["hybrid"] and report["setting"]["nextn_without_overlap"]["triton"].startswith(
+        "in stock sglang 0.5.14")
     (note,) = [n for n in report["notes"] if n.startswith("NEXTN")]
-    assert note.startswith("NEXTN ran without overlap scheduling: in stock sglang 0.5.14 the EAGLE worker")
+    assert note.startswith("NEXTN on triton ran without overlap scheduling: in stock sglang 0.5.14 the EAGLE worker")
     assert note.endswith("(docs/bench.md#nextn-on-a-hybrid-target)")
     assert not any(n.startswith("NEXTN") for n in analysis.analyse(hybrid_plan(tmp_path, "0.5.17"), {}, {})["notes"])

@@ -72,3 +72,12 @@ def test_a_directory_that_is_no_bench_run_is_refused_in_one_line_and_left_as_it_
 def _edit_report(run: Path, **fields) -> None:
     report = json.loads((run / "bench.json").read_text())
     (run / "bench.json").write_text(json.dumps(report | fields))
+
+
+def test_a_run_from_before_nextns_scheduling_was_per_backend_keeps_its_no_overlap_arm() -> None:
+    run = RUN.parents[1] / "2026-12-02-hybrid-bench-primer-nextn-no-overlap"
+    recorded = json.loads((run / "bench.json").read_text())["setting"]["nextn_without_overlap"]
+    assert isinstance(recorded, str)  # one reason, for the one baseline backend that run had
+    report = reanalysed_report(run)
+    assert "nextn-no-overlap" in [g["name"] for g in report["groups"]]
+    assert report["setting"]["nextn_without_overlap"] == {"triton": recorded}

@@ -226,7 +226,7 @@ def test_nextn_without_overlap_runs_so_and_survives_reanalysis(tmp_path: Path, f
     why = crash_reason(hybrid=setting.hybrid, attention_backend="triton", sglang_version="0.5.14")
     config = bp.BenchConfig(budgets=(8,), batch_sizes=(2,), temperatures=(0.0,), max_new_tokens=9, prompts_per_cell=2,
                             primer=False, only=("dflash", "nextn-no-overlap"), baseline_attention_backend="triton")
-    plan = bp.plan_sweep(replace(setting, nextn_without_overlap=why), config)
+    plan = bp.plan_sweep(replace(setting, nextn_without_overlap={"triton": why}), config)
     out = tmp_path / "out"
     report = supervision.run_bench(Path(sys.executable), plan, out, context={"gpu": "fake", "sglang": "0.5.14"},
                                    runner_options={"idle_gap_s": 0.01, "health_idle_s": 0.01})
@@ -238,4 +238,4 @@ def test_nextn_without_overlap_runs_so_and_survives_reanalysis(tmp_path: Path, f
     again = json.loads(run_cli("bench", "--reanalyse", str(out), "--json").stdout)["data"]["report"]
     assert [g["name"] for g in again["groups"]] == ["dflash", "nextn-no-overlap"]
     assert again["cells"] == json.loads(json.dumps(report["cells"]))
-    assert any(n.startswith("NEXTN ran without overlap scheduling: in stock sglang 0.5.14") for n in again["notes"])
+    assert any(n.startswith("NEXTN on triton ran without overlap scheduling: in stock sglang 0.5.14") for n in again["notes"])
