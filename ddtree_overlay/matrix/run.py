@@ -52,7 +52,8 @@ from ddtree_overlay.matrix.envs import (
 )
 from ddtree_overlay.matrix.markdown import render_markdown
 
-FAILING = frozenset({"conflict", "obsolete", "import-failed", "rollback-failed"})
+FAILING = frozenset({"conflict", "obsolete", "import-failed", "rollback-failed"})  # for a supported release
+SETUP_FAILED = "setup-failed"  # fails the run for any release: it was asked for and nothing was checked
 STATUS_MEANINGS = {
     "clean": "applies at the recorded lines, compiles, imports, rolls back to RECORD",
     "offset": "as clean, but a hunk applied at an offset from its header line",
@@ -62,6 +63,8 @@ STATUS_MEANINGS = {
     "rollback-failed": "rollback failed, or files differ from RECORD afterwards",
     "unsupported": "no patch set: `apply` refuses the release (exit 4), as it should",
     "skipped": "not run here (the release needs a newer Python than the matrix interpreter)",
+    SETUP_FAILED: "nothing checked: the release's wheel could not be downloaded (no such release, or no "
+    "network) or its scratch env not built",
 }
 _FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # config.json of the bundled target/drafter pair
 STEP_TIMEOUT_S = 1800
@@ -101,7 +104,7 @@ def run_matrix(versions: Sequence[str] | None, *, out_dir: Path, progress: Progr
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "matrix.json").write_text(json.dumps(report, sort_keys=True, indent=2) + "\n")
     (out_dir / "matrix.md").write_text(render_markdown(report))
-    failed = [c for c in cells if c.status in FAILING and c.release in supported]
+    failed = [c for c in cells if (c.status in FAILING and c.release in supported) or c.status == SETUP_FAILED]
     data = report | {"out": str(out_dir)}
     if failed:
         issues = tuple(
@@ -154,7 +157,7 @@ def _run_release(release: str, *, base: BaseEnv, cache: Path, scratch: Path, pro
         _run_steps(cell, base=base, cache=cache, scratch=scratch, clock=clock, progress=progress,
                    supported=release in bundled_releases())
     except ScratchEnvFailed as error:
-        cell.fail("import-failed", "setup", error.message, *error.details)
+        cell.fail(SETUP_FAILED, "setup", error.message, *error.details)
     clock.stop()
     cell.seconds = round(time.monotonic() - started, 1)
     steps = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in cell.step_seconds.items())

@@ -175,3 +175,22 @@ def test_contract_names_each_missing_parameter_field_member_read_and_unwanted_ex
         "fake_dflash:sample: now contains `verify_input.tree_topk`",
         "fake_dflash:Gone: not found (module 'fake_dflash' has no attribute 'Gone')",
     ]
+
+
+def test_a_release_that_cannot_be_downloaded_is_setup_failed_and_fails_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ddtree_overlay.matrix.run as matrix_run
+    from ddtree_overlay.engine import errors
+
+    def no_such_release(release: str, *args: object, **kwargs: object) -> Path:
+        raise errors.pip_failed(f"download sglang=={release}", ["ERROR: No matching distribution found"])
+
+    monkeypatch.setattr(matrix_run, "ensure_wheel", no_such_release)
+    monkeypatch.setattr(matrix_run, "cache_root", lambda: tmp_path / "cache")
+    result = matrix_run.run_matrix(["9.9.9"], out_dir=tmp_path / "out")  # a release no patch set names
+    (cell,) = result.data["cells"]
+    assert cell["status"] == matrix_run.SETUP_FAILED and cell["steps"] == {"setup": "failed"}
+    assert result.exit_code == ExitCode.VERIFY_FAILED
+    assert "could not download sglang==9.9.9" in result.issues[0].message
+    assert statuses_in_markdown((tmp_path / "out" / "matrix.md").read_text()) == {"9.9.9": "setup-failed"}
