@@ -352,10 +352,8 @@ def bench_progress(*, enabled: bool) -> Iterator[Callable[[Mapping[str, Any]], N
 
 
 def _matrix_view(data: Mapping[str, Any]) -> None:
-    from ddtree_overlay.matrix.run import FAILING, SETUP_FAILED
-
     for cell in data["cells"]:
-        style = "red" if cell["status"] in (*FAILING, SETUP_FAILED) else ""
+        style = "red" if cell["status"] in data["failing_statuses"] else ""
         note = f"  {cell['details'][0]}" if cell["details"] and style else ""
         stdout.print(Text(f"{cell['release']:<14} {cell['status']:<16} {cell['seconds']:>6.1f} s{note}", style=style))
     stdout.print(f"\nwrote {data['out']}/matrix.json and {data['out']}/matrix.md ({data['seconds']:.0f} s)")

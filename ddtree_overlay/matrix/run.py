@@ -52,8 +52,8 @@ from ddtree_overlay.matrix.envs import (
 )
 from ddtree_overlay.matrix.markdown import render_markdown
 
-FAILING = frozenset({"conflict", "obsolete", "import-failed", "rollback-failed"})  # for a supported release
 SETUP_FAILED = "setup-failed"  # fails the run for any release: it was asked for and nothing was checked
+FAILING = frozenset({"conflict", "obsolete", "import-failed", "rollback-failed", SETUP_FAILED})  # for a supported one
 STATUS_MEANINGS = {
     "clean": "applies at the recorded lines, compiles, imports, rolls back to RECORD",
     "offset": "as clean, but a hunk applied at an offset from its header line",
@@ -104,7 +104,7 @@ def run_matrix(versions: Sequence[str] | None, *, out_dir: Path, progress: Progr
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "matrix.json").write_text(json.dumps(report, sort_keys=True, indent=2) + "\n")
     (out_dir / "matrix.md").write_text(render_markdown(report))
-    failed = [c for c in cells if (c.status in FAILING and c.release in supported) or c.status == SETUP_FAILED]
+    failed = [c for c in cells if c.status in FAILING and (c.release in supported or c.status == SETUP_FAILED)]
     data = report | {"out": str(out_dir)}
     if failed:
         issues = tuple(
@@ -327,6 +327,7 @@ def _report(cells: list[Cell], supported: tuple[str, ...], base: dict[str, Any],
         "base_env": base,
         "seconds": seconds,
         "statuses": STATUS_MEANINGS,
+        "failing_statuses": sorted(FAILING),
         "cells": [asdict(c) for c in cells],
     }
 
