@@ -200,8 +200,7 @@ def summarize(
             tok_per_s=record.get("tok_per_s"),
             start_s=record.get("start_s"),
             decode_s=record.get("decode_s"),
-            budgets=budgets_used(os.environ.get(PROFILE_ENV), record),
-            paths=ran_paths(arm_windows(os.environ.get(PROFILE_ENV), record)),
+            **_profiled(arm_windows(os.environ.get(PROFILE_ENV), record), record),
         )
         if arm is None:
             continue
@@ -290,9 +289,13 @@ def arm_windows(profile_path: str | None, record: Mapping[str, Any]) -> list[dic
 
 def budgets_used(profile_path: str | None, record: Mapping[str, Any]) -> dict[str, int] | None:
     """Rounds per tree budget in the profile windows written while an arm's engine lived."""
-    windows = arm_windows(profile_path, record)
+    return _profiled(arm_windows(profile_path, record), record)["budgets"]
+
+
+def _profiled(windows: list[dict[str, Any]], record: Mapping[str, Any]) -> dict[str, Any]:
+    """An arm's rounds per tree budget and the DDTREE paths its engine ran, from its windows."""
     split = profile_split(windows, record["t_start"], record["t_end"]) if windows else None
-    return (split or {}).get("budgets") or None
+    return {"budgets": (split or {}).get("budgets") or None, "paths": ran_paths(windows)}
 
 
 def tp_comparison(tp1: Mapping[str, Any], tp2: Mapping[str, Any]) -> dict[str, Any]:

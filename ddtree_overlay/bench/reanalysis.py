@@ -62,7 +62,7 @@ def _recorded_report(run: Path) -> dict[str, Any]:
     missing = [key for key in ("target", "draft") if name == "custom" and not setting.get(key)]
     if missing:
         raise bench_run_invalid(run, f"its bench.json's custom setting has no {' or '.join(missing)}")
-    if not any((run / name).exists() for name in RECORDS_FILES):
+    if not any((run / file).exists() for file in RECORDS_FILES):
         raise bench_run_invalid(run, f"it has neither {' nor '.join(RECORDS_FILES)}")
     return old
 

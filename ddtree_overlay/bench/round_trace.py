@@ -71,7 +71,8 @@ def engine_kwargs(arm: Arm, setting: Setting, tp_size: int = 1, batch_size: int 
     """The arm's engine as the bench starts it: the pair's drafter for DFLASH and DDTREE, the
     target's own directory for NEXTN (its MTP head, `plan.baseline_draft`)."""
     kwargs = dict(BASE, model_path=str(setting.target), tp_size=tp_size, **setting.engine)
-    kwargs |= engine_keywords(arm.backend or BACKEND)
+    if arm.backend is None:  # a baseline arm that names its backend asks for it (`Arm.engine_args`)
+        kwargs |= engine_keywords(BACKEND)
     # a wave shrinking as its requests finish pads up to batch_size, a lone request runs at 1
     kwargs["cuda_graph_bs_decode"] = sorted({1, batch_size})
     if asks_for_widest_batch(batch_size, hybrid=setting.hybrid):

@@ -29,8 +29,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddtree_overlay.bench.arms import BLOCK_SIZE, DDTREE
-from ddtree_overlay.bench.settings import RANDOM_SHAPES, Setting
-from ddtree_overlay.bench.target_config import GatedDeltaNet, read_target_config, target_config
+from ddtree_overlay.bench.settings import Setting
+from ddtree_overlay.bench.target_config import GatedDeltaNet
 from ddtree_overlay.engine import errors
 
 HYBRID_STATE_ENV = "SGLANG_DDTREE_HYBRID_STATE"
@@ -59,12 +59,10 @@ def state_of(algorithm: str, ddtree_state: str) -> str:
 
 
 def shape_of(setting: Setting) -> GatedDeltaNet | None:
-    """The setting's target's GDN shape (a random setting's from the config it writes, which a
-    dry run does not); None when it is not a hybrid or its config is unreadable."""
-    shape = RANDOM_SHAPES.get(setting.name)
-    if shape is not None:
-        return target_config(shape.configs()[0]).gated_deltanet
-    return read_target_config(setting.target).gated_deltanet
+    """The setting's target's GDN shape, as `make_setting` read it (a random setting's from the
+    config it writes, which a dry run does not); None when it is not a hybrid or its config is
+    unreadable."""
+    return setting.facts.gated_deltanet
 
 
 def conv_window_bytes(gdn: GatedDeltaNet) -> int:
