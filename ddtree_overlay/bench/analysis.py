@@ -22,7 +22,7 @@ from ddtree_overlay.bench.arms import (
     TARGET_ONLY,
     BudgetPolicy,
 )
-from ddtree_overlay.bench.attention import baseline_backends, planned_backend, ran_backend
+from ddtree_overlay.bench.attention import planned_backend, ran_backend
 from ddtree_overlay.bench.correctness import judge
 from ddtree_overlay.bench.engine_paths import ran_paths
 from ddtree_overlay.bench.plan import PRIMER, Cell, EngineGroup, SweepPlan
@@ -335,7 +335,7 @@ def engine_notes(plan: SweepPlan, primer: Mapping[str, Any] | None) -> list[str]
     """What the report says about engines that did not run as plain timed ones: the primer's
     outcome, and NEXTN's scheduling where stock SGLang crashes with overlap."""
     notes = [primer_note(primer)] if primer else []
-    first = baseline_backends(plan.config.baseline_attention_backend)[0]
+    first = plan.config.baseline_backends[0]
     for backend, reason in plan.setting.nextn_without_overlap.items():
         if any(g.arm.algorithm == NEXTN and (g.arm.backend or first) == backend for g in plan.groups):
             notes.append(

@@ -126,6 +126,10 @@ class BenchConfig:
     # SGLANG_DDTREE_HYBRID_STATE from the bench's environment, read at plan time (`bench.state_memory`)
     hybrid_state: str = DEFAULT_HYBRID_STATE
 
+    @property
+    def baseline_backends(self) -> tuple[str, ...]:
+        return attention.baseline_backends(self.baseline_attention_backend)
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -237,18 +241,14 @@ def ordered_budgets(budgets: Sequence[int], priority: Sequence[int]) -> list[int
 def ordered_cells(batch_sizes: Sequence[int], temperatures: Sequence[float]) -> list[tuple[int, float]]:
     """T = 0 before T > 0; batch 1, then the widest, then the ones between."""
     sizes = sorted(set(batch_sizes))
-    if not sizes:
-        return []
-    by_interest = [sizes[0]] + ([sizes[-1]] if len(sizes) > 1 else []) + sizes[1:-1]
+    by_interest = sizes[:1] + sizes[1:][-1:] + sizes[1:-1]
     temps = sorted(set(temperatures))
     return [(bs, t) for t in temps for bs in by_interest]
 
 
 def prompts_for(setting: Setting, config: BenchConfig, batch_size: int) -> int:
-    """A cell decodes the first max(batch, prompts per cell) prompts: at least one full wave.
-
-    The widest cell decodes the most; every narrower cell's prompts are a prefix of its.
-    """
+    """A cell decodes the first max(batch, prompts per cell) prompts: at least one full wave,
+    and a narrower cell's prompts are a prefix of the widest's."""
     per_cell = config.prompts_per_cell or setting.prompts_per_cell
     return min(len(setting.prompts), max(batch_size, per_cell))
 
@@ -306,7 +306,7 @@ def _group(setting: Setting, config: BenchConfig, *, arm: Arm, max_new_tokens: i
                 warmup_s=config.warmup_s,
             )
         )
-    baseline = arm.backend or attention.baseline_backends(config.baseline_attention_backend)[0]
+    baseline = arm.backend or config.baseline_backends[0]
     backend = config.attention_backend if algorithm == DDTREE else baseline
     engine: dict[str, Any] = {
         **engine_keywords(backend),
@@ -438,7 +438,7 @@ def sweep_arms(
     if config.budget_schedule:
         policies.append(BudgetPolicy(schedule=tuple(config.budget_schedule)))
     arms = [] if target_only_last else [Arm(TARGET_ONLY)]
-    backends = attention.baseline_backends(config.baseline_attention_backend)
+    backends = config.baseline_backends
     for backend in backends:  # the first as the plain arms, the others as `<arm>@<backend>`
         on = [Arm(DFLASH), Arm(DFLASH, overlap=False), *baselines(backend)]
         arms += on if backend == backends[0] else [replace(arm, backend=backend) for arm in on]
@@ -463,8 +463,8 @@ def plan_sweep(setting: Setting, config: BenchConfig) -> SweepPlan:
     if config.concurrencies and (config.warmup_s < 0 or config.window_s <= 0):
         raise ValueError(f"a window needs window_s > 0 and warmup_s >= 0, got {config.window_s}, {config.warmup_s}")
     max_new = config.max_new_tokens or setting.max_new_tokens
-    first_backend = attention.baseline_backends(config.baseline_attention_backend)[0]
-    if refusal := only_refusal(config.only, setting.nextn_without_overlap if setting.nextn else {}, first_backend):
+    nextn_without_overlap = setting.nextn_without_overlap if setting.nextn else {}
+    if refusal := only_refusal(config.only, nextn_without_overlap, config.baseline_backends[0]):
         raise ValueError(refusal)
     arms = sweep_arms(
         config,

@@ -15,7 +15,6 @@ from typing import Any
 
 from ddtree_overlay.bench.analysis import analyse
 from ddtree_overlay.bench.arms import BudgetPolicy
-from ddtree_overlay.bench.attention import baseline_backends
 from ddtree_overlay.bench.correctness import parity_issue
 from ddtree_overlay.bench.plan import PRIMER, BenchConfig, plan_sweep
 from ddtree_overlay.bench.records import read_records
@@ -94,7 +93,7 @@ def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str,
     # was per backend, one reason held for every baseline backend)
     why = recorded.get("nextn_without_overlap") or {}
     if isinstance(why, str):
-        why = dict.fromkeys(baseline_backends(config.baseline_attention_backend), why)
+        why = dict.fromkeys(config.baseline_backends, why)
     setting = replace(setting, nextn=bool(recorded.get("nextn")), nextn_without_overlap=why)
     try:
         cells, engines = read_records(run / "records.jsonl")

@@ -28,7 +28,6 @@ from typing import Any
 
 from ddtree_overlay.bench import chat_prompts, markdown, plots
 from ddtree_overlay.bench.acceptance_curve import AcceptanceCurve
-from ddtree_overlay.bench.attention import baseline_backends
 from ddtree_overlay.bench.fa3_check import check_fa3
 from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import (
@@ -113,7 +112,7 @@ def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: 
     version = env.sglang.version if env.sglang else None  # a dry run needs no sglang
     why = {
         backend: reason
-        for backend in baseline_backends(request.config.baseline_attention_backend)
+        for backend in request.config.baseline_backends
         if (reason := crash_reason(hybrid=setting.hybrid, attention_backend=backend, sglang_version=version))
     }
     setting = replace(setting, nextn_without_overlap=why)
