@@ -34,6 +34,7 @@ FILES = (
     "sglang/srt/speculative/ddtree_contract.py",
     "sglang/srt/speculative/ddtree_hybrid.py",
     "sglang/srt/speculative/ddtree_gdn_tree.py",
+    "sglang/srt/speculative/ddtree_verify_attention.py",
     "sglang/srt/arg_groups/speculative_hook.py",
 )
 
@@ -270,13 +271,13 @@ def test_splitkv_verify_attention_and_dcp_are_each_accepted_on_triton(
         ("schedule_budget0", "every budget must be >= 1"),
         ("adaptive_chain_typo", "expected budgets or 'chain' separated by commas"),
         ("chain_switch_typo", "SGLANG_DDTREE_TREE_SHAPE must be 'tree' or 'chain', got 'chains'"),
-        ("splitkv_flashinfer", "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv is a triton-backend kernel"),
+        ("splitkv_flashinfer", "splitkv runs in the triton backend's own verify path, and the attention backends are flashinfer"),
         ("verify_attention_typo", "SGLANG_DDTREE_VERIFY_ATTENTION must be 'auto' or 'extend' or 'splitkv', got 'split'"),
         ("hybrid_flashinfer_gdn", "--linear-attn-decode-backend flashinfer has none"),
         ("hybrid_replayssm", "does not support --enable-linear-replayssm-spec"),
         ("hybrid_gdn_replayssm", "does not support --enable-gdn-replayssm-spec"),
-        ("splitkv_deterministic", "splitkv does not support --enable-deterministic-inference"),
-        ("splitkv_dcp", "splitkv does not support decode context parallelism (--dcp-size 2)"),
+        ("splitkv_deterministic", "and --enable-deterministic-inference is set"),
+        ("splitkv_dcp", "and --dcp-size is 2: pass --attention-backend triton"),
         ("hybrid_conv5", "got linear_conv_kernel_dim=5"),
     ],
 )

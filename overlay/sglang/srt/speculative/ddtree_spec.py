@@ -154,25 +154,17 @@ def _unsupported_ddtree_settings(cfg):
     except ValueError as bad_value:
         yield str(bad_value)
     else:
-        if split_kv_asked and (prefill_backend, decode_backend) != ("triton", "triton"):
-            yield (
-                "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv is a triton-backend kernel: pass "
-                f"--attention-backend triton (got {prefill_backend} prefill, {decode_backend} decode)."
+        if split_kv_asked:
+            from sglang.srt.speculative.ddtree_verify_attention import (
+                split_kv_server_conflict,
             )
-        if split_kv_asked and getattr(cfg, "enable_deterministic_inference", False):
-            # The triton backend's deterministic path runs before the split-KV hunk and would
-            # read the tail-only mask as the FULL layout.
-            yield (
-                "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv does not support "
-                "--enable-deterministic-inference: unset one of them."
-            )
-        if split_kv_asked and getattr(cfg, "dcp_size", 1) > 1:
-            # The backend's decode-context-parallel extend (0.5.15+) also runs before the hunk,
-            # on rank-sharded prefixes, and would read the tail-only mask as the FULL layout.
-            yield (
-                "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv does not support decode context "
-                f"parallelism (--dcp-size {cfg.dcp_size}): unset one of them."
-            )
+
+            if conflict := split_kv_server_conflict(cfg):
+                yield (
+                    "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv runs in the triton backend's own "
+                    f"verify path, and {conflict}: pass --attention-backend triton without "
+                    "that setting, or unset SGLANG_DDTREE_VERIFY_ATTENTION."
+                )
     if _attention_dp(cfg):
         # DFlash allows it from 0.5.20 (NPU) / 0.5.23 (CUDA). DDTREE's top-K runs collectives
         # over the whole TP group each round, which attention-DP ranks (other batches, or

@@ -342,12 +342,10 @@ def uncomputed_features(
     ]
 
 
-def auto_keeps_extend(server_args, model) -> Optional[str]:
-    """Why ``auto`` keeps SGLang's ``extend_attention_fwd`` for this target (None: the split-KV
-    verify): a setting whose triton path runs before the split-KV hunk or addresses the pool
-    page-major, an attention layer the kernel does not compute, or a head dim outside
-    ``AUTO_HEAD_DIMS``. ``splitkv`` refuses the first two instead."""
-    from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
+def split_kv_server_conflict(server_args) -> Optional[str]:
+    """The server setting under which the split-KV verify cannot run (None: none): a backend
+    other than triton, or a triton path that runs before the split-KV hunk (deterministic
+    inference, decode context parallelism) or addresses the pool page-major (unified memory)."""
     from sglang.srt.speculative.ddtree_compat import attention_backends
 
     prefill, decode = attention_backends(server_args)
@@ -358,6 +356,17 @@ def auto_keeps_extend(server_args, model) -> Optional[str]:
             return f"--{flag.replace('_', '-')} is set"
     if (getattr(server_args, "dcp_size", 1) or 1) > 1:
         return f"--dcp-size is {server_args.dcp_size}"
+    return None
+
+
+def auto_keeps_extend(server_args, model) -> Optional[str]:
+    """Why ``auto`` keeps SGLang's ``extend_attention_fwd`` for this target (None: the split-KV
+    verify): a ``split_kv_server_conflict``, an attention layer the kernel does not compute, or
+    a head dim outside ``AUTO_HEAD_DIMS``. ``splitkv`` refuses the first two instead."""
+    from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
+
+    if conflict := split_kv_server_conflict(server_args):
+        return conflict
     # Sinks reach the backend as a forward argument (gpt-oss): the layer's parameter shows them.
     if any(name.rsplit(".", 1)[-1] == "sinks" for name, _ in model.named_parameters()):
         return "the model's attention has sinks"
