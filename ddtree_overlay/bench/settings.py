@@ -74,12 +74,16 @@ class Setting:
     target_only_last: bool = False  # random weights: target-only is the least telling arm
     nextn: bool = False  # the target carries an MTP head: a NEXTN arm runs
     eagle3_draft: Path | None = None  # an EAGLE-3 drafter for the target: an EAGLE3 arm runs
-    hybrid: bool = False  # the target has Gated-DeltaNet layers
     # Per baseline attention backend, why its NEXTN arm runs without overlap scheduling
     # (`bench.nextn_overlap`); a backend not listed runs it with overlap
     nextn_without_overlap: Mapping[str, str] = field(default_factory=dict)
     # what the target's config.json says (its context length and heads, `bench.target_config`)
     facts: TargetConfig = field(default_factory=lambda: TargetConfig(0, None))
+
+    @property
+    def hybrid(self) -> bool:
+        """The target has Gated-DeltaNet layers."""
+        return self.facts.gated_deltanet is not None
 
     def tau(self, algorithm: str, budget: int | None, temperature: float) -> float:
         if not self.real_weights or algorithm == TARGET_ONLY:
@@ -407,7 +411,6 @@ def make_setting(
         note=f"{pair_note}; {prompt_note}" if prompt_note else pair_note,
         nextn=facts.mtp_layers > 0,
         eagle3_draft=eagle3_draft,
-        hybrid=facts.gated_deltanet is not None,
         facts=facts,
     )
 
@@ -475,6 +478,5 @@ def _random_setting(
         cost=shape.cost,
         note=shape.note,
         target_only_last=True,
-        hybrid=facts.gated_deltanet is not None,
         facts=facts,
     )
