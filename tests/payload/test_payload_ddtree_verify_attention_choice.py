@@ -51,6 +51,13 @@ class Block(torch.nn.Module):
             self.sinks = torch.nn.Parameter(torch.zeros(4), requires_grad=False)
 
 
+class InklingAttention(Block):
+    """Where SGLang's Inkling attention lives: it passes a score_mod at forward time."""
+
+
+InklingAttention.__module__ = "sglang.srt.models.inkling_common.attn"
+
+
 def model(*layers: torch.nn.Module) -> torch.nn.Module:
     return torch.nn.ModuleList(layers or [Block(0), Block(1)])
 
@@ -107,6 +114,7 @@ def test_auto_runs_split_kv_on_plain_causal_layers_of_head_dim_128():
         ({}, (Block(0, attn_type=AttentionType.DECODER_BIDIRECTIONAL),), "layer 0 has a non-causal layer"),
         ({}, (Block(0, is_cross_attention=True),), "layer 0 has a non-causal layer"),
         ({}, (Block(0, sinks=True),), "the model's attention has sinks"),
+        ({}, (Block(0), InklingAttention(1)), "the model's attention passes a score_mod"),
         ({}, (torch.nn.Linear(2, 2),), "the model has no RadixAttention layer to check"),
     ],
 )

@@ -315,6 +315,9 @@ def tree_verify_attention(
 # extend_attention_fwd at bs 16 with 33 verify tokens (2026-12-02); at the fixture pairs' 64 one
 # 32-request wave per arm (0.2-0.4 s, profiler on, 2026-12-04) could not tell the two apart.
 AUTO_HEAD_DIMS = (128,)
+# Models whose attention hands the backend a score_mod at forward time, where no layer attribute
+# shows it: Inkling's relative-position bias (sglang 0.5.16+, ``models/inkling_common``).
+SCORE_MOD_MODEL_MODULES = ("sglang.srt.models.inkling",)
 
 
 def verify_attention_mode() -> str:
@@ -370,6 +373,8 @@ def auto_keeps_extend(server_args, model) -> Optional[str]:
     # Sinks reach the backend as a forward argument (gpt-oss): the layer's parameter shows them.
     if any(name.rsplit(".", 1)[-1] == "sinks" for name, _ in model.named_parameters()):
         return "the model's attention has sinks"
+    if any(type(module).__module__.startswith(SCORE_MOD_MODEL_MODULES) for module in model.modules()):
+        return "the model's attention passes a score_mod"
     layers = [module for module in model.modules() if isinstance(module, RadixAttention)]
     if not layers:
         return "the model has no RadixAttention layer to check"
