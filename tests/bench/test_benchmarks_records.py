@@ -18,6 +18,8 @@ from ddtree_overlay.bench.analysis import fastest_modes, step_ratio
 from ddtree_overlay.bench.arms import DDTREE, DFLASH
 from ddtree_overlay.bench.projection import project
 from ddtree_overlay.bench.reanalysis import reanalysed_report
+from ddtree_overlay.bench.settings import make_setting
+from ddtree_overlay.bench.state_memory import FLAT, SNAPSHOT, memory_entry, shape_of, size_text
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BENCH = DOCS / "bench"
@@ -626,3 +628,57 @@ def test_the_27b_shape_in_continuous_batching_as_cited():
                                          (b32, "ddtree-b32", 64, 38 * 33)):
         verify_s = row(run_report, group, c)["profile"]["ms_per_round"]["verify"] / 1000
         assert f"**{tokens * flop_per_token / verify_s / 1e12:.0f}**" in text, (group, c)
+
+
+def test_the_hybrid_fixture_flat_snapshot_and_dflash_as_cited():
+    run = "2026-12-05-hybrid-flat-snapshot-dflash"
+    text = " ".join(section("Hybrid fixture, bs 1 / 16 / 64: the flat state, SGLang's snapshots and DFLASH").split())
+    flat, snapshot = report(f"{run}/flat"), report(f"{run}/snapshot")
+    sizes = (1, 16, 64)
+
+    def cells(run_report: dict, group: str) -> list[dict]:
+        by_name = {c["name"]: c for c in run_report["cells"]}
+        return [by_name[f"{group}/bs{bs}/t0"] for bs in sizes]
+
+    def joined(values, spec: str) -> str:
+        return " / ".join(format(v, spec) for v in values)
+
+    rows = {"dflash": cells(flat, "dflash"), "flat": cells(flat, "ddtree-b32"), "snapshot": cells(snapshot, "ddtree-b32")}
+    for arm, cs in rows.items():
+        assert f"| {joined([c['tok_per_s'] for c in cs], '.0f')} | {joined([c['step_ms'] for c in cs], '.2f')} |" in text, arm
+        assert joined([c["tokens_per_round"] for c in cs], ".2f") in text, arm
+    for arm in ("flat", "snapshot"):
+        for stage in ("verify", "draft"):
+            assert joined([c["profile"]["ms_per_round"][stage] for c in rows[arm]], ".3f") in text, (arm, stage)
+    for a, b in zip(rows["flat"], rows["snapshot"], strict=True):
+        assert a["acceptance_histogram"] == b["acceptance_histogram"]
+
+    def outputs(path: str) -> dict[str, list]:
+        text = lzma.decompress((BENCH / run / path / "records.jsonl.xz").read_bytes()).decode()
+        return {r["arm"]: r["outputs"] for r in map(json.loads, text.splitlines()) if r.get("kind") == "cell"}
+
+    decoded = outputs("snapshot")
+    assert decoded == {name: o for name, o in outputs("flat").items() if name.startswith("ddtree-b32/")}
+    assert sum(map(len, decoded.values())) == 88
+    ratios = {
+        stage: [s["profile"]["ms_per_round"][stage] / f["profile"]["ms_per_round"][stage]
+                for f, s in zip(rows["flat"], rows["snapshot"], strict=True)]
+        for stage in ("draft", "verify")
+    }
+    steps = [s["step_ms"] / f["step_ms"] for f, s in zip(rows["flat"], rows["snapshot"], strict=True)]
+    assert f"{min(ratios['draft']):.2f}–{max(ratios['draft']):.2f}×" == "1.21–1.32×" and "1.21–1.32×" in text
+    assert f"{min(ratios['verify']):.2f}–{max(ratios['verify']):.2f}×" == "1.20–1.26×" and "(1.20–1.26×)" in text
+    assert f"{min(steps):.2f}–{max(steps):.2f}×" == "1.24–1.29×" and "(1.24–1.29×)" in text
+    best = [next(m for m in flat["fastest_modes"] if m["batch_size"] == bs)["best"] for bs in sizes]
+    for key in ("speedup_vs_dflash", "per_round_speedup", "acceptance_ratio", "step_ratio"):
+        assert " / ".join(x(b[key]) for b in best) in text, key
+    parity = {p["group"]: p["ratio"] for p in flat["parity"]}
+    assert f"DDTREE {parity['ddtree-b32']:.3f}, DFLASH {parity['dflash']:.3f}" in text
+    assert all(g["requests_at_once"] == 64 for r in (flat, snapshot) for g in r["groups"])
+    gdn = shape_of(make_setting("hybrid", scratch=BENCH))
+    for state, width, cited in ((SNAPSHOT, 16, "16 × 0.58 MiB = 9.35 MiB | 608 MiB"),
+                                (FLAT, 33, "33 × 0.03 MiB + 1.41 MiB scratch = **2.33 MiB** | 152 MiB"),
+                                (SNAPSHOT, 33, "33 × 0.58 MiB = 19 MiB | 1.2 GiB")):
+        entry = memory_entry(gdn, state, verify_width=width, concurrency=64)
+        computed = f"{entry['per_request_text']} | {size_text(entry['total_bytes'])}".replace(" x ", " × ")
+        assert computed == cited.replace("**", "") and f"| {cited} |" in text
