@@ -200,7 +200,7 @@ def summarize(
             tok_per_s=record.get("tok_per_s"),
             start_s=record.get("start_s"),
             decode_s=record.get("decode_s"),
-            **_profiled(arm_windows(os.environ.get(PROFILE_ENV), record), record),
+            **profiled(arm_windows(os.environ.get(PROFILE_ENV), record), record),
         )
         if arm is None:
             continue
@@ -287,13 +287,9 @@ def arm_windows(profile_path: str | None, record: Mapping[str, Any]) -> list[dic
     return [w for w in profile_windows(profile_path, record["t_start"]) if w["t_last"] <= record["t_end"]]
 
 
-def budgets_used(profile_path: str | None, record: Mapping[str, Any]) -> dict[str, int] | None:
-    """Rounds per tree budget in the profile windows written while an arm's engine lived."""
-    return _profiled(arm_windows(profile_path, record), record)["budgets"]
-
-
-def _profiled(windows: list[dict[str, Any]], record: Mapping[str, Any]) -> dict[str, Any]:
-    """An arm's rounds per tree budget and the DDTREE paths its engine ran, from its windows."""
+def profiled(windows: list[dict[str, Any]], record: Mapping[str, Any]) -> dict[str, Any]:
+    """An arm's rounds per tree budget and the DDTREE paths its engine ran, from the profile
+    windows written while its engine lived (`arm_windows`)."""
     split = profile_split(windows, record["t_start"], record["t_end"]) if windows else None
     return {"budgets": (split or {}).get("budgets") or None, "paths": ran_paths(windows)}
 

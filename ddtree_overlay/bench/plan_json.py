@@ -21,7 +21,7 @@ from ddtree_overlay.bench.attention import backend_text, planned_backend
 from ddtree_overlay.bench.capacity import DRY_RUN_LINE
 from ddtree_overlay.bench.estimates import STREAM_WARM_UP_TOKENS
 from ddtree_overlay.bench.plan import SweepPlan
-from ddtree_overlay.bench.state_memory import memory_entry, shape_of, state_of
+from ddtree_overlay.bench.state_memory import memory_entry, state_of
 
 
 def runner_plan(
@@ -86,7 +86,7 @@ def state_memory(plan: SweepPlan) -> dict[str, list[dict[str, Any]]] | None:
     concurrency (batch size) its cells run, in the mode the group's engine runs (DDTREE's from
     the plan's config, the others' snapshots; `state_memory.memory_entry`); None for a target
     without Gated-DeltaNet layers."""
-    shape = shape_of(plan.setting)
+    shape = plan.setting.facts.gated_deltanet
     if shape is None:
         return None
     memory = {}

@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddtree_overlay.bench.arms import BLOCK_SIZE, DDTREE
-from ddtree_overlay.bench.settings import Setting
 from ddtree_overlay.bench.target_config import GatedDeltaNet
 from ddtree_overlay.engine import errors
 
@@ -56,13 +55,6 @@ def hybrid_state_from_env() -> str:
 def state_of(algorithm: str, ddtree_state: str) -> str:
     """The mode an arm's verify keeps its state in: DDTREE's is the switch's, the others' snapshots."""
     return ddtree_state if algorithm == DDTREE else SNAPSHOT
-
-
-def shape_of(setting: Setting) -> GatedDeltaNet | None:
-    """The setting's target's GDN shape, as `make_setting` read it (a random setting's from the
-    config it writes, which a dry run does not); None when it is not a hybrid or its config is
-    unreadable."""
-    return setting.facts.gated_deltanet
 
 
 def conv_window_bytes(gdn: GatedDeltaNet) -> int:

@@ -19,7 +19,7 @@ from ddtree_overlay.bench.arms import DDTREE, DFLASH
 from ddtree_overlay.bench.projection import project
 from ddtree_overlay.bench.reanalysis import reanalysed_report
 from ddtree_overlay.bench.settings import make_setting
-from ddtree_overlay.bench.state_memory import FLAT, SNAPSHOT, memory_entry, shape_of, size_text
+from ddtree_overlay.bench.state_memory import FLAT, SNAPSHOT, memory_entry, size_text
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BENCH = DOCS / "bench"
@@ -675,7 +675,7 @@ def test_the_hybrid_fixture_flat_snapshot_and_dflash_as_cited():
     parity = {p["group"]: p["ratio"] for p in flat["parity"]}
     assert f"DDTREE {parity['ddtree-b32']:.3f}, DFLASH {parity['dflash']:.3f}" in text
     assert all(g["requests_at_once"] == 64 for r in (flat, snapshot) for g in r["groups"])
-    gdn = shape_of(make_setting("hybrid", scratch=BENCH))
+    gdn = make_setting("hybrid", scratch=BENCH).facts.gated_deltanet
     for state, width, cited in ((SNAPSHOT, 16, "16 × 0.58 MiB = 9.35 MiB | 608 MiB"),
                                 (FLAT, 33, "33 × 0.03 MiB + 1.41 MiB scratch = **2.33 MiB** | 152 MiB"),
                                 (SNAPSHOT, 33, "33 × 0.58 MiB = 19 MiB | 1.2 GiB")):

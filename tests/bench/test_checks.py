@@ -21,6 +21,10 @@ from ddtree_overlay.bench.engine_paths import ran_paths
 PYTHON = Path(sys.executable)
 
 
+def budgets_used(profile_path: str | None, record: dict) -> dict[str, int] | None:
+    return checks.profiled(checks.arm_windows(profile_path, record), record)["budgets"]
+
+
 def test_an_arm_counts_the_budgets_of_the_profile_windows_written_while_its_engine_lived(tmp_path: Path) -> None:
     profile = tmp_path / "profile.jsonl"
 
@@ -37,10 +41,10 @@ def test_an_arm_counts_the_budgets_of_the_profile_windows_written_while_its_engi
     ]
     profile.write_text("".join(json.dumps(w) + "\n" for w in windows))
     arm = {"t_start": 10.0, "t_end": 20.0}
-    assert checks.budgets_used(str(profile), arm) == {"8": 3, "32": 50, "128": 2}
-    assert checks.budgets_used(None, arm) is None
-    assert checks.budgets_used(str(profile), {"t_start": 30.0, "t_end": 40.0}) is None
-    assert checks.budgets_used(str(profile), {}) is None  # a record from before t_start was kept
+    assert budgets_used(str(profile), arm) == {"8": 3, "32": 50, "128": 2}
+    assert budgets_used(None, arm) is None
+    assert budgets_used(str(profile), {"t_start": 30.0, "t_end": 40.0}) is None
+    assert budgets_used(str(profile), {}) is None  # a record from before t_start was kept
 
 
 def test_a_check_arm_names_the_ddtree_paths_its_engines_profile_windows_name(tmp_path: Path) -> None:

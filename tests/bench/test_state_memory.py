@@ -138,7 +138,7 @@ def test_a_custom_hybrid_pair_is_read_from_its_config(tmp_path: Path) -> None:
     hybrid = settings.FIXTURES / "hybrid"
     made = settings.make_setting("fixture", scratch=tmp_path, target=hybrid / "target", draft=hybrid / "draft",
                                  prompts=hybrid / "heldout_prompts.json")
-    shape = state_memory.shape_of(made)
+    shape = made.facts.gated_deltanet
     config = json.loads((hybrid / "target" / "config.json").read_text())["text_config"]
     assert shape is not None and shape.layers == config["layer_types"].count("linear_attention")
     assert state_memory.recurrent_state_bytes(shape) == 6 * 6 * 64 * 64 * 4
