@@ -6,7 +6,8 @@ and layers, and a hybrid target's verify keeps the flat state or SGLang's snapsh
 writes what it chose into every profile window (``paths``, ``ddtree_profile.engine_paths``), the
 runner keeps an engine's windows in its record, and the report names the paths beside each engine,
 so a record says what ran rather than what the arm asked for. Engines that wrote no window
-(non-DDTREE engines, payloads from before the lines named them) name none.
+(non-DDTREE engines, payloads from before the lines named them) name none. A round trace runs
+without the profile windows; there the kernels its torch-profiler trace shows name the paths.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ddtree_overlay.bench.table_cells import DASH
+
+# Kernels of overlay/sglang/srt/speculative/ddtree_verify_attention.py and ddtree_gdn_tree.py
+# (bench.kernel_families.DDTREE_KERNELS, which a test keeps in step with the payload, has them).
+SPLIT_KV_KERNEL = "_tree_attention_partial_kernel"
+FLAT_STATE_KERNELS = frozenset({"_tree_verify_kernel", "_replay_commit_kernel"})
 
 TEXT = {
     "verify_attention": {"splitkv": "split-KV verify", "full-mask": "FULL-mask verify"},
@@ -25,6 +31,17 @@ TEXT = {
 def ran_paths(windows: Iterable[Mapping[str, Any]]) -> dict[str, str] | None:
     """The paths an engine's profile windows name (every window of one engine names the same)."""
     return next((dict(w["paths"]) for w in windows if w.get("paths")), None)
+
+
+def traced_paths(kernel_names: Iterable[str], *, hybrid: bool) -> dict[str, str]:
+    """The paths of a DDTREE engine whose trace launched ``kernel_names``: the split-KV verify is
+    the only path that launches its partial kernel, the flat state the only one with its GDN tree
+    verify and replay."""
+    names = set(kernel_names)
+    paths = {"verify_attention": "splitkv" if SPLIT_KV_KERNEL in names else "full-mask"}
+    if hybrid:
+        paths["hybrid_state"] = "flat" if names & FLAT_STATE_KERNELS else "snapshot"
+    return paths
 
 
 def paths_text(paths: Mapping[str, str] | None) -> str:

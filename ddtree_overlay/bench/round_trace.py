@@ -11,7 +11,9 @@ tokens per step per request), then trace --trace-tokens more tokens of one wave 
 torch profiler and reduce the trace with ``ddtree_overlay.bench.trace_summary``: host ms and
 launches per stage and per step (with --with-stack also the Python functions that hold the host,
 per step and between rounds), and GPU ms per step by kernel family, side by side across arms with
-each arm's difference from the first.
+each arm's difference from the first. A DDTREE arm's record names the paths its engine ran
+(``paths``: the verify's attention and a hybrid's recurrent state, read from the kernels its
+trace launched, ``bench.engine_paths``), so an arm left to ``auto`` says what it chose.
 The DDTREE stages show in the trace without SGLANG_DDTREE_PROFILE, so the timed decode carries
 no instrumentation in any arm.
 
@@ -47,6 +49,7 @@ from functools import partial
 from pathlib import Path
 
 from ddtree_overlay.bench.arms import (
+    DDTREE,
     EAGLE3,
     NEXTN,
     TARGET_ONLY,
@@ -54,6 +57,7 @@ from ddtree_overlay.bench.arms import (
     engine_keywords,
     parse_with_env,
 )
+from ddtree_overlay.bench.engine_paths import paths_text, traced_paths
 from ddtree_overlay.bench.kernel_families import FAMILIES, short_kernel_name
 from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import asks_for_widest_batch, baseline_draft
@@ -204,9 +208,11 @@ def run_arm(name: str, arm: Arm, env: dict, setting: Setting, args, out: Path) -
         engine.shutdown()
     traces = sorted(glob.glob(str(trace_dir / "*.trace.json*")))
     if traces:
-        record["trace"] = summarize_trace(
-            load_trace(traces[-1]), graphs_per_step=1 if arm.algorithm == TARGET_ONLY else 2
-        )
+        events = load_trace(traces[-1])
+        record["trace"] = summarize_trace(events, graphs_per_step=1 if arm.algorithm == TARGET_ONLY else 2)
+        if arm.algorithm == DDTREE:
+            kernels = (e["name"] for e in events if e["cat"] == "kernel")
+            record["paths"] = traced_paths(kernels, hybrid=setting.hybrid)
         if not args.keep_traces:
             for path in traces:
                 os.remove(path)
@@ -215,14 +221,14 @@ def run_arm(name: str, arm: Arm, env: dict, setting: Setting, args, out: Path) -
 
 def table(records: list) -> str:
     lines = [
-        "| arm | tok/s | ms/step | tokens/step | host ms/step (DDTREE: per round) | launches/step | graph launches/step |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | DDTREE paths | tok/s | ms/step | tokens/step | host ms/step (DDTREE: per round) | launches/step | graph launches/step |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         t = r.get("trace", {}).get("steps", {})
         lines.append(
-            f"| {r['arm']} | {r.get('tok_per_s')} | {r.get('step_ms')} | {r.get('tokens_per_step')} | "
-            f"{t.get('host_ms')} | {t.get('launches')} | {t.get('graph_launches')} |"
+            f"| {r['arm']} | {paths_text(r.get('paths'))} | {r.get('tok_per_s')} | {r.get('step_ms')} | "
+            f"{r.get('tokens_per_step')} | {t.get('host_ms')} | {t.get('launches')} | {t.get('graph_launches')} |"
         )
     stages = [(r["arm"], r["trace"]["stages"]) for r in records if r.get("trace", {}).get("stages")]
     for r in records:

@@ -103,6 +103,13 @@ def test_the_stage_table_gains_the_gpu_columns() -> None:
     assert "| draft | 1.2 | 3.0 |  |  |  | aten::mm 2.0 |" in text
 
 
+def test_the_arm_table_names_each_ddtree_arms_paths() -> None:
+    text = table([{"arm": "ddtree-b32", "paths": {"verify_attention": "splitkv", "hybrid_state": "flat"}, "tok_per_s": 90.0},
+                  {"arm": "dflash", "tok_per_s": 80.0}])
+    assert "| ddtree-b32 | split-KV verify, flat state | 90.0 |" in text
+    assert "| dflash | \N{EN DASH} | 80.0 |" in text
+
+
 def refusal(monkeypatch, capsys, tmp_path: Path, *args: str) -> str:
     """The last line round_trace writes to stderr when it refuses ``args``, exit code 2."""
     monkeypatch.setattr(sys, "argv", ["round_trace", "--out", str(tmp_path), *args])
