@@ -29,6 +29,8 @@ import torch
 from sglang.srt.speculative.ddtree_contract import (
     DFLASH_WORKER,
     DFLASH_WORKER_ASSIGNED,
+    GRAMMAR_REFUSED_CONTRACT,
+    GRAMMAR_TREE_CONTRACT,
     SHARED_CONTRACT,
     contract_problems,
 )
@@ -55,11 +57,16 @@ INTERFACE = (
     "finish_verify_logits",
     "mamba_track_interval",
     "draft_commit_loc",
+    "grammar_tree",
+    "grammar_mask",
 )
 
 
 class CompatShim:
     """sglang 0.5.14's answers; a family shim overrides where its release differs."""
+
+    # Whether the release constrains a verify tree by grammar (0.5.17+; see grammar_tree).
+    GRAMMAR_TREE = False
 
     CONTRACT = {
         **SHARED_CONTRACT,
@@ -97,7 +104,8 @@ class CompatShim:
         return names
 
     def api_contract_problems(self):
-        return contract_problems(self.CONTRACT)
+        grammar = GRAMMAR_TREE_CONTRACT if self.GRAMMAR_TREE else GRAMMAR_REFUSED_CONTRACT
+        return contract_problems({**self.CONTRACT, **grammar})
 
     def root_tokens(self, draft_input) -> torch.Tensor:
         """The bonus token of the last verify: the tree's root and the draft block's slot 0."""
@@ -214,3 +222,41 @@ class CompatShim:
         """Draft-pool KV slots of the first ``width`` verify positions. Shape: [bs, width]."""
         return cache_loc_2d[:, :width].contiguous()
 
+    # --- grammar-constrained requests -----------------------------------------------------------
+
+    def grammar_tree(self, batch, verify_input):
+        """The round's tree as the grammar bitmask walks it (None: no request has a grammar).
+
+        From 0.5.17 (``GRAMMAR_TREE``) its links and tokens start their copy to the host here,
+        before the verify launch, as EAGLE's do. Up to 0.5.16 DFlash's request check refuses
+        grammar-constrained requests before they reach a batch; one that got through anyway
+        stops the round rather than decode past its grammar."""
+        if not batch.has_grammar:
+            return None
+        if not self.GRAMMAR_TREE:
+            raise ValueError(
+                "DDTREE cannot constrain its tree verify by grammar on this sglang release "
+                "(0.5.17+ can): send grammar-constrained requests to another server."
+            )
+        from sglang.srt.speculative.spec_utils import GrammarTree
+
+        links = verify_input.retrieve_next_token
+        return GrammarTree.from_device(
+            links, verify_input.retrieve_next_sibling, verify_input.draft_token.view(links.shape)
+        )
+
+    def grammar_mask(self, batch, tree, logits_output, barrier):
+        """The grammar bitmask over ``tree``'s nodes, one row per verify logits row (None: no
+        grammar). ``barrier``, the scheduler's, first advances each request's grammar over the
+        tokens its previous round committed (overlap scheduling)."""
+        if tree is None:
+            return None
+        from sglang.srt.speculative.spec_utils import build_grammar_vocab_mask
+
+        return build_grammar_vocab_mask(
+            reqs=batch.reqs,
+            tree=tree,
+            sampling_info=batch.sampling_info,
+            device=logits_output.next_token_logits.device,
+            barrier=barrier,
+        )

@@ -155,6 +155,38 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
 }
 
 
+# Grammar-constrained requests. Up to 0.5.16 DFlash's request check, which DDTREE shares,
+# refuses them: the payload relies on it there. From 0.5.17 the check lets them through and
+# spec_utils builds the grammar bitmask over a verify tree's left-child / right-sibling links,
+# which DDTREE's verify input carries; eagle_sample applies it before the tree accept.
+GRAMMAR_REFUSED_CONTRACT: Dict[str, Dict[str, object]] = {
+    "sglang.srt.speculative.dflash_utils:validate_dflash_request": {
+        "source_reads": (
+            "sampling_params.json_schema",
+            "sampling_params.regex",
+            "sampling_params.ebnf",
+            "sampling_params.structural_tag",
+        ),
+    },
+}
+GRAMMAR_TREE_CONTRACT: Dict[str, Dict[str, object]] = {
+    "sglang.srt.speculative.spec_utils:GrammarTree.from_device": {
+        "params": ("retrieve_next_token", "retrieve_next_sibling", "draft_token"),
+    },
+    "sglang.srt.speculative.spec_utils:build_grammar_vocab_mask": {
+        "params": ("reqs", "tree", "sampling_info", "device", "barrier"),
+    },
+    "sglang.srt.speculative.eagle_utils:eagle_sample": {
+        **SHARED_CONTRACT["sglang.srt.speculative.eagle_utils:eagle_sample"],
+        "params": ("verify_input", "batch", "logits_output", "grammar_mask"),
+    },
+    # The scheduler hands its grammar barrier to the verify of every DFlash-family worker.
+    "sglang.srt.speculative.spec_info:SpeculativeAlgorithm.supports_grammar_overlap": {
+        "source_reads": ("self.is_dflash_family()",),
+    },
+}
+
+
 def installed_release() -> Tuple[int, ...]:
     """(major, minor, patch) of the installed sglang; ``.postN`` and local tags dropped."""
     parts = []

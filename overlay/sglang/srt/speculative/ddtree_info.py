@@ -29,7 +29,7 @@ class DDTreeVerifyInput(DFlashVerifyInput):
     retrieve_next_token: Optional[torch.Tensor] = None  # [bs, N] first child or -1
     retrieve_next_sibling: Optional[torch.Tensor] = None  # [bs, N] next sibling or -1
     max_accept_width: int = 1  # accept_index width: deepest path + 1 (root)
-    grammar: None = None  # DDTREE refuses grammar-constrained requests
+    grammar: None = None  # up to 0.5.16 eagle_sample's; from 0.5.17 the mask is an argument
     draft_probs: None = None  # target-only tree sampling: no draft-probability ratio
 
     @property

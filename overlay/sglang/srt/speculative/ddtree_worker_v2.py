@@ -47,6 +47,8 @@ from sglang.srt.speculative.ddtree_compat import (
     draft_width_during_init,
     draft_width_scope,
     finish_verify_logits,
+    grammar_mask,
+    grammar_tree,
     mamba_track_interval,
     next_draft_input,
     open_window,
@@ -376,9 +378,12 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 self.adaptive_budget.interrupt()
             return super().forward_batch_generation(batch, on_publish=on_publish, **kwargs)
         with self.round_sync_guard:
-            return self._tree_round(batch, on_publish)
+            # 0.5.17+: the scheduler's grammar barrier (ddtree_compat.grammar_mask)
+            return self._tree_round(batch, on_publish, kwargs.get("grammar_barrier"))
 
-    def _tree_round(self, batch: ScheduleBatch, on_publish) -> GenerationBatchResult:
+    def _tree_round(
+        self, batch: ScheduleBatch, on_publish, grammar_barrier
+    ) -> GenerationBatchResult:
         draft_input = batch.spec_info
         if not isinstance(draft_input, DFlashDraftInputV2):
             raise RuntimeError("DDTREE expected DFlashDraftInputV2 state on the running batch.")
@@ -429,14 +434,17 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 max_accept_width=self.accept_width,
                 **verify_input_extras(window),
             )
+            grammar = grammar_tree(batch, verify_input)
         with profiler.stage("verify"):
             with self.verify_widths.verifying(width):
                 logits_output, can_run_cuda_graph = self._verify(
                     batch, verify_input, cache_loc_2d, seq_lens_cpu, seq_lens_sum
                 )
         with profiler.stage("accept"):
+            mask = grammar_mask(batch, grammar, logits_output, grammar_barrier)
+            masked = {} if mask is None else {"grammar_mask": mask}  # 0.5.17+ only
             predict, accept_lens, accept_index = eagle_sample(
-                verify_input, batch, logits_output
+                verify_input, batch, logits_output, **masked
             )
             accepted = accepted_paths(
                 predict, accept_index, accept_lens, prefix_lens, cache_loc_2d
