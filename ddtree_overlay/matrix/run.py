@@ -257,13 +257,14 @@ def _compile_and_import(cell: Cell, env: Path, patch_set: PatchSet) -> bool:
 # whose result is a list of problems.
 IN_TARGET_CHECKS = (
     "registry", "server_args", "compat", "resolution", "hybrid_resolution", "worker_width",
-    "verify_width",
+    "verify_width", "grammar",
 )
 LISTED_PROBLEMS = {
     "resolution": "server-args resolution",
     "hybrid_resolution": "hybrid server-args resolution",
     "worker_width": "worker widths",
     "verify_width": "verify width scope",
+    "grammar": "grammar over the tree",
 }
 
 

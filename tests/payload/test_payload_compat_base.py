@@ -66,3 +66,28 @@ def test_the_interface_is_every_public_method_of_the_base() -> None:
     base = load_payload_module("sglang.srt.speculative.ddtree_compat_base")
     public = {name for name in _methods(BASE, "CompatShim") if not name.startswith("_")}
     assert public - {"module_names"} == set(base.INTERFACE)
+
+
+@pytest.mark.parametrize(
+    ("family", "release", "constrains"),
+    [
+        ("sglang-0.5.14", (0, 5, 14), False),
+        ("sglang-0.5.15-0.5.18", (0, 5, 16), False),
+        ("sglang-0.5.15-0.5.18", (0, 5, 17), True),
+        ("sglang-0.5.19-0.5.23", (0, 5, 23), True),
+    ],
+)
+def test_grammar_constrains_the_tree_verify_from_0517_and_stops_the_round_before(
+    monkeypatch: pytest.MonkeyPatch, family: str, release: tuple[int, ...], constrains: bool
+) -> None:
+    """What runs on real releases is the matrix's grammar check; here, which ones take which path."""
+    import types
+
+    compat = load_shim(monkeypatch, release, OVERLAY / "shims" / family / "ddtree_compat.py")
+    assert compat.GRAMMAR_TREE is constrains
+    plain = types.SimpleNamespace(has_grammar=False)
+    assert compat.grammar_tree(plain, None) is None
+    assert compat.grammar_mask(plain, None, None, None) is None
+    if not constrains:
+        with pytest.raises(ValueError, match="cannot constrain its tree verify by grammar"):
+            compat.grammar_tree(types.SimpleNamespace(has_grammar=True), None)

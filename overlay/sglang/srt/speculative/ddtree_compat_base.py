@@ -98,8 +98,9 @@ class CompatShim:
     }
 
     def module_names(self) -> Dict[str, object]:
-        """``CONTRACT`` and the interface's functions, bound to this shim, by module name."""
-        names: Dict[str, object] = {"CONTRACT": self.CONTRACT}
+        """``CONTRACT``, ``GRAMMAR_TREE`` and the interface's functions, bound to this shim, by
+        module name."""
+        names: Dict[str, object] = {"CONTRACT": self.CONTRACT, "GRAMMAR_TREE": self.GRAMMAR_TREE}
         names.update((name, getattr(self, name)) for name in INTERFACE)
         return names
 
@@ -247,8 +248,8 @@ class CompatShim:
 
     def grammar_mask(self, batch, tree, logits_output, barrier):
         """The grammar bitmask over ``tree``'s nodes, one row per verify logits row (None: no
-        grammar). ``barrier``, the scheduler's, first advances each request's grammar over the
-        tokens its previous round committed (overlap scheduling)."""
+        grammar). ``barrier``, where the scheduler hands one (algorithms that overlap grammar
+        batches; not DDTREE), first advances each grammar over the previous round's tokens."""
         if tree is None:
             return None
         from sglang.srt.speculative.spec_utils import build_grammar_vocab_mask

@@ -180,9 +180,11 @@ GRAMMAR_TREE_CONTRACT: Dict[str, Dict[str, object]] = {
         **SHARED_CONTRACT["sglang.srt.speculative.eagle_utils:eagle_sample"],
         "params": ("verify_input", "batch", "logits_output", "grammar_mask"),
     },
-    # The scheduler hands its grammar barrier to the verify of every DFlash-family worker.
-    "sglang.srt.speculative.spec_info:SpeculativeAlgorithm.supports_grammar_overlap": {
-        "source_reads": ("self.is_dflash_family()",),
+    # DDTREE's spec class keeps the custom algorithms' supports_grammar_overlap() (False): the
+    # scheduler resolves the previous round's result, which advances each grammar, before a
+    # grammar batch's round, and hands the worker no barrier.
+    "sglang.srt.managers.schedule_batch:ScheduleBatch.grammar_needs_sync": {
+        "source_reads": ("not self.spec_algorithm.supports_grammar_overlap()",),
     },
 }
 

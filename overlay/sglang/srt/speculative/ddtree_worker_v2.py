@@ -378,7 +378,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
                 self.adaptive_budget.interrupt()
             return super().forward_batch_generation(batch, on_publish=on_publish, **kwargs)
         with self.round_sync_guard:
-            # 0.5.17+: the scheduler's grammar barrier (ddtree_compat.grammar_mask)
+            # None while DDTREE's grammar batches run unoverlapped (ddtree_contract)
             return self._tree_round(batch, on_publish, kwargs.get("grammar_barrier"))
 
     def _tree_round(
