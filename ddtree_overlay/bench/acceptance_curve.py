@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddtree_overlay.bench.arms import DDTREE, DFLASH
+from ddtree_overlay.bench.arms import DFLASH, fixed_budget
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,8 @@ def _checked(curve: AcceptanceCurve, path: Path) -> AcceptanceCurve:
 
 def measured_curve(report: Mapping[str, Any], *, source: str = "bench report") -> AcceptanceCurve:
     """The tokens per round a real-weight bench run measured, at T = 0 and its smallest batch
-    size: DFLASH's (the faster mode's) and each fixed DDTREE budget's."""
+    size: DFLASH's (the faster mode's) and each fixed DDTREE budget's (the chain control's are
+    DFLASH's chain's, no budget's)."""
     if not report["setting"].get("real_weights"):
         raise BadCurve(f"{source}: a random-weight run accepts nothing; its tokens per round are no curve")
     greedy = [r for r in report["cells"] if r["status"] == "ok" and r["temperature"] == 0 and r.get("tokens_per_round")]
@@ -142,7 +143,7 @@ def measured_curve(report: Mapping[str, Any], *, source: str = "bench report") -
     smallest = min(r["batch_size"] for r in greedy)
     here = [r for r in greedy if r["batch_size"] == smallest]
     chain = [r for r in here if r["algorithm"] == DFLASH]
-    trees = [r for r in here if r["algorithm"] == DDTREE and r.get("budget") and not r.get("adaptive") and not r.get("schedule")]
+    trees = [r for r in here if fixed_budget(r)]
     if not chain or not trees:
         raise BadCurve(f"{source}: needs DFLASH and fixed-budget DDTREE cells at T = 0")
     fastest_chain = max(chain, key=lambda r: r.get("tok_per_s") or 0)

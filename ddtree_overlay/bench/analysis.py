@@ -23,7 +23,7 @@ from ddtree_overlay.bench.arms import (
     BudgetPolicy,
 )
 from ddtree_overlay.bench.attention import planned_backend, ran_backend
-from ddtree_overlay.bench.correctness import judge
+from ddtree_overlay.bench.correctness import judge, judged_lossy
 from ddtree_overlay.bench.engine_paths import ran_paths
 from ddtree_overlay.bench.plan import PRIMER, Cell, EngineGroup, SweepPlan
 from ddtree_overlay.bench.records import Records, planned_repeats, repeat_label
@@ -70,21 +70,22 @@ def _histogram(metas: Iterable[Mapping[str, Any]]) -> list[int] | None:
     return total or None
 
 
-def step_ratio(row: Mapping[str, Any], baseline: Mapping[str, Any], *, at_cap: bool = False) -> float:
-    """``row``'s wall ms per step over ``baseline``'s, each per request running in a step: an
-    engine that serves fewer requests at once than the batch (SGLang's cap) runs its wave in
-    narrower steps, so its queued requests' steps run fewer than its cap.
+def request_step_ms(row: Mapping[str, Any], *, at_cap: bool = False) -> float:
+    """A cell's wall ms per step per request running in a step: an engine that serves fewer
+    requests at once than the batch (SGLang's cap) runs its wave in narrower steps, so its
+    queued requests' steps run fewer than its cap.
 
     ``at_cap``: per request its cap lets run instead, as if those narrower steps had cost what
     full ones do (the weights' read, not the batch, sets a step's time at small batches). A
-    capped engine's cost per request serving a stream at its cap lies between the two; this
-    end is the one least favourable to the other engine."""
+    capped engine's cost per request serving a stream at its cap lies between the two."""
+    served = row.get("at_once") if at_cap else row.get("running")
+    return row["step_ms"] / (served or row["batch_size"])  # reports before 2026-12-04: bs
 
-    def per_request(r: Mapping[str, Any]) -> float:
-        served = r.get("at_once") if at_cap else r.get("running")
-        return r["step_ms"] / (served or r["batch_size"])  # reports before 2026-12-04: bs
 
-    return per_request(row) / per_request(baseline)
+def step_ratio(row: Mapping[str, Any], baseline: Mapping[str, Any], *, at_cap: bool = False) -> float:
+    """``row``'s `request_step_ms` over ``baseline``'s; ``at_cap`` is the end of a capped
+    engine's range least favourable to the other engine."""
+    return request_step_ms(row, at_cap=at_cap) / request_step_ms(baseline, at_cap=at_cap)
 
 
 def capped(*rows: Mapping[str, Any]) -> bool:
@@ -242,11 +243,12 @@ def _worst_case(ddtree: Mapping[str, Any], dflash: Sequence[Mapping[str, Any]]) 
     return {"ddtree_tok_per_s": min(ours), "dflash_tok_per_s": max(theirs), "speedup_vs_dflash": min(ours) / max(theirs)}
 
 
-def recommended_schedule(columns: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def recommended_schedule(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The fastest fixed budget at each measured batch size (T = 0), as a value for SGLang's
     ``--speculative-ddtree-budget-schedule``: batch sizes between two measured ones take the
     smaller one's budget. ``below_dflash`` lists the batch sizes where even that budget loses
-    to DFLASH's faster mode."""
+    to DFLASH's faster mode. Cells judged lossy take no part, as in `bench.recommend`."""
+    columns = fastest_modes([r for r in rows if not judged_lossy(r)])
     greedy = sorted((c for c in columns if c["temperature"] == 0), key=lambda c: c["batch_size"])
     fixed = [[e for e in c["budgets"] if BudgetPolicy.of_row(e).budget is not None] for c in greedy]
     if not greedy or not all(fixed):
@@ -458,7 +460,7 @@ def analyse(
         "cells": rows,
         "fastest_modes": fastest,
         # random weights accept nothing, so their fastest budget says nothing about a real pair's
-        "recommended_schedule": recommended_schedule(fastest) if plan.setting.real_weights else None,
+        "recommended_schedule": recommended_schedule(rows) if plan.setting.real_weights else None,
         "steady": steady,
         "parity": parity,
         "issues": issues,

@@ -221,6 +221,15 @@ def policy_label(row: Mapping[str, Any]) -> str | None:
     return policy.policy_label if policy else None
 
 
+def fixed_budget(row: Mapping[str, Any]) -> bool:
+    """Whether a report row is a DDTREE arm of one fixed budget: not adaptive, not a schedule,
+    and not the chain control (whose rounds verify DFLASH's chain, whatever its budget says)."""
+    return (
+        row["algorithm"] == DDTREE and bool(row.get("budget")) and not row.get("adaptive")
+        and not row.get("schedule") and not row.get("chain")
+    )
+
+
 _SETTING = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
 
 

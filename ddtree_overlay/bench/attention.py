@@ -97,3 +97,9 @@ def backend_cells(backends: Mapping[str, str] | None, rows: Iterable[Mapping[str
 def backend_text(backend: str, quote: str = "") -> str:
     """``backend`` in prose, its name between ``quote``s: `AUTO` as SGLang's default."""
     return AUTO_TEXT if backend == AUTO else f"{quote}{backend}{quote}"
+
+
+def on_backend(row: Mapping[str, Any]) -> str:
+    """`` on <backend>`` for a baseline row run on another than the first baseline backend
+    (`Arm.backend`); empty otherwise."""
+    return f" on {row['backend']}" if row.get("backend") else ""

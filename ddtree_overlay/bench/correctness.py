@@ -43,6 +43,14 @@ def lossless_summary(reference: Mapping[str, Any], record: Mapping[str, Any]) ->
     }
 
 
+def judged_lossy(row: Mapping[str, Any]) -> bool:
+    """Whether a cell's greedy outputs were judged against target-only's and left them beyond
+    bf16 noise. A cell never judged (sampled, or without a target-only output to judge it
+    against) is not: nothing says it is lossy."""
+    lossless = row.get("lossless")
+    return lossless is not None and not lossless.get("passed")
+
+
 def _lossless_reference(records: Records, plan: SweepPlan, batch_size: int) -> dict[str, Any] | None:
     """Target-only greedy outputs to judge against, with their top1-top2 gaps when known, from
     the first repeat that has them: every repeat of every cell is judged against the same run.

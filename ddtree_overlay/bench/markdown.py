@@ -68,8 +68,7 @@ def summary_tables(report: Mapping[str, Any]) -> str:
 
 
 def _mode_text(entry: Mapping[str, Any]) -> str:
-    on = f" on {entry['backend']}" if entry.get("backend") else ""
-    return on + ("" if entry["overlap"] else " no overlap")
+    return attention.on_backend(entry) + ("" if entry["overlap"] else " no overlap")
 
 
 def _versus_dflash_text(entry: Mapping[str, Any]) -> str:
@@ -162,7 +161,7 @@ def _schedule_lines(recommended: Mapping[str, Any] | None) -> list[str]:
         return []
     text = (
         "Budget per batch size from this sweep (the fastest fixed budget at each measured batch size, "
-        f"T = 0; batch sizes in between take the smaller one's): "
+        f"T = 0, whose greedy output was not judged lossy; batch sizes in between take the smaller one's): "
         f"`--speculative-ddtree-budget-schedule {recommended['schedule']}`."
     )
     if recommended["below_dflash"]:

@@ -9,14 +9,14 @@ request gains τ tokens per round, so per batch size
 
     DDTREE ÷ DFLASH = (τ(B) ÷ τ_chain) ÷ (round(B, bs) ÷ round_chain(bs))
 
-with round = the measured wall ms per batch step of each arm in its faster scheduling mode, per
-request running in a step (fewer than bs where SGLang's cap queued the rest, as DFLASH's
-recurrent-state snapshots do on a hybrid), and the best budget B the run measured and the
-curve covers. Continuous-batching cells (``report["steady"]``) are projected per concurrency
-the same way, a round's cost per request being the cell's tokens per round ÷ its tok/s: each
-engine measured serving the stream with what its cap let run, so no capped wave needs
-bracketing there. ``ASSUMPTIONS`` (and ``STEADY_ASSUMPTION`` with steady columns) are printed
-with every projection.
+with round = the measured wall ms per batch step per request running in a step (fewer than bs
+where SGLang's cap queued the rest, as DFLASH's recurrent-state snapshots do on a hybrid), of
+each arm in the scheduling mode and backend where that is least, and the best budget B the run
+measured and the curve covers. Continuous-batching cells (``report["steady"]``) are projected
+per concurrency the same way, a round's cost per request being the cell's tokens per round ÷
+its tok/s: each engine measured serving the stream with what its cap let run, so no capped wave
+needs bracketing there. ``ASSUMPTIONS`` (and ``STEADY_ASSUMPTION`` with steady columns) are
+printed with every projection.
 """
 
 from __future__ import annotations
@@ -25,15 +25,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B, AcceptanceCurve
-from ddtree_overlay.bench.analysis import capped, step_ratio
-from ddtree_overlay.bench.arms import DDTREE, DFLASH
+from ddtree_overlay.bench.analysis import capped, request_step_ms, step_ratio
+from ddtree_overlay.bench.arms import DFLASH, fixed_budget
+from ddtree_overlay.bench.attention import on_backend
 from ddtree_overlay.bench.round_split import STAGES
 from ddtree_overlay.bench.table_cells import DASH
 
 PAPER_SHAPE = "qwen3-8b-random"  # the bench setting whose round costs the paper's curve fits
 
 ASSUMPTIONS = (
-    "round cost = the run's wall ms per batch step, each arm in its faster scheduling mode: "
+    "round cost = the run's wall ms per batch step, each arm in the scheduling mode and backend "
+    "where it costs least per request running: "
     "scheduler gaps and host work included, measured with the run's own acceptance (random "
     "weights: 1 token per round, so a real round's commit of τ tokens per request is not in it)",
     "every request of the batch accepts the curve's mean τ, whatever the batch size, and keeps "
@@ -52,16 +54,11 @@ STEADY_ASSUMPTION = (
 )
 
 
-def _fastest_step(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    timed = [r for r in rows if r.get("step_ms")]
-    return min(timed, key=lambda r: r["step_ms"]) if timed else None
-
-
-def _fixed_budget(row: Mapping[str, Any]) -> bool:
-    return (
-        row["algorithm"] == DDTREE and bool(row.get("budget")) and not row.get("adaptive")
-        and not row.get("schedule") and not row.get("chain")
-    )
+def _cheapest_round(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The row whose round costs least per request running (`analysis.request_step_ms`), the
+    cost the projection divides by: a capped engine's narrower steps cost less each, more per
+    request."""
+    return min((r for r in rows if r.get("step_ms")), key=request_step_ms, default=None)
 
 
 def project_steady(report: Mapping[str, Any], curve: AcceptanceCurve) -> list[dict[str, Any]]:
@@ -73,7 +70,7 @@ def project_steady(report: Mapping[str, Any], curve: AcceptanceCurve) -> list[di
     for concurrency in sorted({r["concurrency"] for r in rows}):
         here = [r for r in rows if r["concurrency"] == concurrency and r.get("request_round_s")]
         chain = max((r for r in here if r["algorithm"] == DFLASH), key=lambda r: r["tok_per_s"], default=None)
-        fixed = [r for r in here if _fixed_budget(r)]
+        fixed = [r for r in here if fixed_budget(r)]
         if chain is None or not fixed:
             continue
         budgets = []
@@ -115,13 +112,13 @@ def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any]
     columns = []
     for bs in sorted({r["batch_size"] for r in greedy}):
         here = [r for r in greedy if r["batch_size"] == bs]
-        chain = _fastest_step([r for r in here if r["algorithm"] == DFLASH])
-        fixed = [r for r in here if _fixed_budget(r)]
+        chain = _cheapest_round([r for r in here if r["algorithm"] == DFLASH])
+        fixed = [r for r in here if fixed_budget(r)]
         if chain is None or not fixed:
             continue
         budgets = []
         for budget in sorted({int(r["budget"]) for r in fixed}):
-            row = _fastest_step([r for r in fixed if int(r["budget"]) == budget])
+            row = _cheapest_round([r for r in fixed if int(r["budget"]) == budget])
             if row is None:
                 continue
             tau = curve.tau(budget)
@@ -149,7 +146,8 @@ def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any]
         best = max(projected, key=lambda b: b["speedup_vs_dflash"]) if projected else None
         columns.append({
             "batch_size": bs,
-            "dflash": {"step_ms": chain["step_ms"], "overlap": chain["overlap"]},
+            "dflash": {"step_ms": chain["step_ms"], "overlap": chain["overlap"],
+                       **({"backend": chain["backend"]} if chain.get("backend") else {})},
             "budgets": budgets,
             "best": best,
         })
@@ -238,7 +236,7 @@ def _fixed_wave_rows(columns: Sequence[Mapping[str, Any]]) -> list[str]:
                     text += f" (x{entry['speedup_at_cap']:.2f})"
             lines.append(
                 f"| {column['batch_size']} | {entry['budget']}{_mode(entry['overlap'])} | {entry['step_ms']:.2f} | "
-                f"{chain['step_ms']:.2f}{_mode(chain['overlap'])} | {steps} | {stages} | "
+                f"{chain['step_ms']:.2f}{_mode(chain['overlap'])}{on_backend(chain)} | {steps} | {stages} | "
                 f"{_tau(entry)} | {break_even} | {text} |"
             )
     return lines

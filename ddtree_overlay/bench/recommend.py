@@ -1,11 +1,11 @@
 """The deployment recommendation that ends a bench report: what to serve at each measured
 concurrency, what it is expected to gain there against every baseline measured, the
 recurrent-state memory its verify keeps on a hybrid target (DDTREE's in the mode the run had,
-`bench.state_memory`), and the `sglang.launch_server` command (DDTREE's with
-`SGLANG_DDTREE_HYBRID_STATE=snapshot` in front when the run measured the snapshots; the flat
-state is the payload's default), each on the attention backend its engines ran and asking for
-no more concurrent requests than its engines served at once: a DDTREE server asked for more on a
-hybrid target refuses to start.
+`bench.state_memory`), and the `sglang.launch_server` command (`bench.launch_command`;
+DDTREE's with `SGLANG_DDTREE_HYBRID_STATE=snapshot` in front when the run measured the
+snapshots; the flat state is the payload's default), each on the attention backend its engines
+ran and asking for no more concurrent requests than its engines served at once: a DDTREE server
+asked for more on a hybrid target refuses to start.
 
 Only measured cells count: those that ran, at the lowest temperature measured (T = 0 when
 there), and, where greedy outputs were judged, passed. They are the waves cells; a sweep without
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,16 +43,9 @@ from ddtree_overlay.bench.arms import (
     drafted_nodes,
     verify_width,
 )
-from ddtree_overlay.bench.attention import AUTO
-from ddtree_overlay.bench.capacity import launch_max_running
-from ddtree_overlay.bench.plan import asks_for_widest_batch
-from ddtree_overlay.bench.state_memory import (
-    DEFAULT_HYBRID_STATE,
-    HYBRID_STATE_ENV,
-    SNAPSHOT,
-    state_of,
-    verify_state,
-)
+from ddtree_overlay.bench.correctness import judged_lossy
+from ddtree_overlay.bench.launch_command import launch_command
+from ddtree_overlay.bench.state_memory import HYBRID_STATE_ENV, SNAPSHOT, state_of, verify_state
 from ddtree_overlay.bench.table_cells import DASH
 from ddtree_overlay.bench.target_config import TargetConfig
 
@@ -97,6 +89,7 @@ def recommend(report: Mapping[str, Any], target: TargetConfig) -> dict[str, Any]
         "cells": cells,
         "temperature": temperature,
         "batch_sizes": sizes,
+        "not_judged": _not_judged(rows),
         "ddtree": _policy_entry(chosen) if chosen else None,
         "per_batch_size": per_bs,
         "serve": served,
@@ -127,10 +120,17 @@ def _measured(report: Mapping[str, Any]) -> tuple[list[Mapping[str, Any]], str]:
 
 
 def _servable(row: Mapping[str, Any]) -> bool:
-    if row.get("status") != "ok" or not row.get("tok_per_s") or row.get("algorithm") not in (*BASELINES, DDTREE):
-        return False
-    lossless = row.get("lossless")
-    return lossless is None or bool(lossless.get("passed"))
+    ok = row.get("status") == "ok" and row.get("tok_per_s") and row.get("algorithm") in (*BASELINES, DDTREE)
+    return bool(ok) and not judged_lossy(row)
+
+
+def _not_judged(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The cells whose greedy outputs were never judged against target-only's (sampled, or with
+    no target-only output to judge them against), of those to judge: target-only's own are the
+    reference."""
+    to_judge = [r for r in rows if r["algorithm"] != TARGET_ONLY]
+    never = [r for r in to_judge if r.get("lossless") is None]
+    return {"cells": len(never), "of": len(to_judge), "batch_sizes": sorted({int(r["batch_size"]) for r in never})}
 
 
 def _fastest(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -214,19 +214,25 @@ def _brief(row: Mapping[str, Any]) -> dict[str, Any]:
 
 def serving_segments(per_bs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Consecutive batch sizes served alike, as ranges: from batch size 1 (the first) to the
-    next range's start - 1, the last one open-ended."""
+    next range's start - 1, the last one open-ended. A baseline's range keeps the arm it was
+    measured as (``group``, ``arm``: its backend among them); DDTREE's is the chosen policy's,
+    whichever budget's group measured each batch size (``group`` None)."""
     segments: list[dict[str, Any]] = []
     for column in per_bs:
         serve = column["serve"]
         if serve is None:
             continue
-        key = (serve["algorithm"], serve["overlap"])
-        if segments and (segments[-1]["algorithm"], segments[-1]["overlap"]) == key:
-            segments[-1]["measured_batch_sizes"].append(column["batch_size"])
-            continue
-        segments.append({
+        baseline = serve["algorithm"] != DDTREE
+        segment = {
             "algorithm": serve["algorithm"],
             "overlap": serve["overlap"],
+            "group": serve["group"] if baseline else None,
+            "arm": serve["arm"] if baseline else None,
+        }
+        if segments and _config_key(segments[-1]) == _config_key(segment):
+            segments[-1]["measured_batch_sizes"].append(column["batch_size"])
+            continue
+        segments.append(segment | {
             "from_batch_size": column["batch_size"] if segments else 1,
             "measured_batch_sizes": [column["batch_size"]],
         })
@@ -237,10 +243,15 @@ def serving_segments(per_bs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
     return segments
 
 
+def _config_key(segment: Mapping[str, Any]) -> tuple[str, bool, str | None]:
+    """What one server runs: the DDTREE policy in its scheduling mode, or a baseline's arm."""
+    return segment["algorithm"], segment["overlap"], segment["group"]
+
+
 def _distinct_configs(segments: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     seen, distinct = set(), []
     for segment in segments:
-        key = (segment["algorithm"], segment["overlap"])
+        key = _config_key(segment)
         if key not in seen:
             seen.add(key)
             distinct.append(segment)
@@ -251,13 +262,12 @@ def _engines_of(
     segment: Mapping[str, Any], chosen: Candidate | None, report: Mapping[str, Any]
 ) -> list[Mapping[str, Any]]:
     """The engine groups (report rows) that measured ``segment``'s configuration: every one the
-    chosen DDTREE policy's rows came from (one server runs them all), or the baseline's in its
-    scheduling mode."""
+    chosen DDTREE policy's rows came from (one server runs them all), or the baseline arm's."""
     groups = report.get("groups") or ()
     if segment["algorithm"] == DDTREE and chosen is not None:
         names = {row["group"] for row in chosen.rows.values()}
         return [g for g in groups if g["name"] in names]
-    return [g for g in groups if g["algorithm"] == segment["algorithm"] and bool(g["overlap"]) == segment["overlap"]]
+    return [g for g in groups if g["name"] == segment["group"]]
 
 
 def _policy_entry(candidate: Candidate) -> dict[str, Any]:
@@ -327,63 +337,6 @@ def recurrent_state(
     }
 
 
-def launch_command(
-    segment: Mapping[str, Any],
-    report: Mapping[str, Any],
-    *,
-    ddtree_flags: Sequence[str],
-    hybrid: bool,
-    widest_batch: int,
-    engines: Sequence[Mapping[str, Any]],
-    streaming: bool,
-    ddtree_state: str,
-) -> dict[str, Any]:
-    """The `python -m sglang.launch_server` line serving ``segment``'s configuration with the
-    engine settings the bench measured it under (``ddtree_flags``: the DDTREE budget policy's;
-    on a hybrid target, where the run measured DDTREE in a state other than the payload's
-    default, the snapshot one, its switch in front; ``streaming``: measured in continuous-batching
-    cells), at --max-running-requests the widest batch, or what its ``engines`` served at once
-    where that was fewer (`capacity.launch_max_running`)."""
-    setting, config = report["setting"], report["config"]
-    algorithm = segment["algorithm"]
-    named = algorithm == DDTREE and hybrid and ddtree_state != DEFAULT_HYBRID_STATE
-    env = [f"{HYBRID_STATE_ENV}={ddtree_state}"] if named else []
-    words = ["python", "-m", "sglang.launch_server", "--model-path", setting["target"]]
-    if algorithm == DDTREE:
-        words += ["--speculative-algorithm", DDTREE, "--speculative-draft-model-path", setting["draft"]]
-        words += list(ddtree_flags)
-    elif algorithm == DFLASH:
-        words += ["--speculative-algorithm", DFLASH, "--speculative-draft-model-path", setting["draft"]]
-    elif algorithm in (NEXTN, EAGLE3):
-        draft = setting["target"] if algorithm == NEXTN else setting.get("eagle3_draft")
-        words += ["--speculative-algorithm", algorithm, "--speculative-draft-model-path", str(draft)]
-        for key, value in CHAIN_DRAFT.items():
-            words += ["--" + key.replace("_", "-"), str(value)]
-    # a baseline on the backend its engine ran, whether asked for or SGLang's default there
-    backend = config["attention_backend"] if algorithm == DDTREE else engines[0]["attention_backend"]
-    words += [] if backend == AUTO else ["--attention-backend", backend]
-    if int(config.get("tp_size", 1)) > 1:
-        words += ["--tp-size", str(config["tp_size"])]
-    if not segment["overlap"]:
-        words.append("--disable-overlap-schedule")
-    elif hybrid:
-        words += ["--mamba-radix-cache-strategy", "extra_buffer"]
-    if algorithm != TARGET_ONLY and asks_for_widest_batch(widest_batch, hybrid=hybrid, streaming=streaming):
-        words += ["--max-running-requests", str(launch_max_running(engines, widest_batch))]
-    return {"algorithm": algorithm, "overlap": segment["overlap"], "command": _shell(words, env)}
-
-
-def _shell(words: Sequence[str], env: Sequence[str] = ()) -> str:
-    """One flag and its value per line, continued with backslashes; ``env`` (``NAME=value``)
-    before the command on its first line."""
-    lines, i = [" ".join(shlex.quote(w) for w in [*env, *words[:3]])], 3
-    while i < len(words):
-        take = 2 if i + 1 < len(words) and not words[i + 1].startswith("--") else 1
-        lines.append(" ".join(shlex.quote(w) for w in words[i : i + take]))
-        i += take
-    return " \\\n    ".join(lines)
-
-
 def markdown_section(recommendation: Mapping[str, Any] | None) -> list[str]:
     """The report's last section: what to serve per concurrency, the speedups, the memory, the
     launch commands."""
@@ -429,9 +382,10 @@ def _basis(rec: Mapping[str, Any]) -> str:
             "waves cells judge them). "
         )
     else:
+        kept, unjudged = _lossless_basis(rec)
         text = (
-            f"From the cells measured at T = {rec['temperature']:g} that ran and kept target-only's greedy "
-            f"output ({_measured_at(rec, rec['batch_sizes'])}). "
+            f"From the cells measured at T = {rec['temperature']:g} that ran{kept} "
+            f"({_measured_at(rec, rec['batch_sizes'])}{unjudged}). "
         )
     if ddtree is None:
         return text + f"No DDTREE arm was measured: the fastest baseline per {_unit(rec)}."
@@ -441,6 +395,23 @@ def _basis(rec: Mapping[str, Any]) -> str:
     )
     mode = "overlap scheduling" if ddtree["overlap"] else "without overlap scheduling"
     return text + f"DDTREE policy: {ddtree['policy']}, {mode} ({how}); a baseline wherever it is not faster."
+
+
+def _lossless_basis(rec: Mapping[str, Any]) -> tuple[str, str]:
+    """What the basis says of the waves cells' outputs: after "that ran", and after their batch
+    sizes. Only cells judged against target-only's greedy output are said to have kept it."""
+    never = rec["not_judged"]
+    if rec["temperature"] > 0:
+        return "", "; sampled outputs are not judged against target-only's"
+    if not never["cells"]:
+        return " and kept target-only's greedy output", ""
+    why = "no target-only greedy output to judge them against"
+    if never["cells"] == never["of"]:
+        return "", f"; their greedy outputs were not judged: {why}"
+    return (
+        " and, where judged, kept target-only's greedy output",
+        f"; {never['cells']} of {never['of']} cells not judged, at {_measured_at(rec, never['batch_sizes'])}: {why}",
+    )
 
 
 def _range(segment: Mapping[str, Any]) -> str:
@@ -453,10 +424,9 @@ def _range(segment: Mapping[str, Any]) -> str:
 
 
 def _config_name(entry: Mapping[str, Any], rec: Mapping[str, Any]) -> str:
-    mode = "" if entry["overlap"] else " (no overlap)"
     if entry["algorithm"] == DDTREE and rec["ddtree"]:
-        return f"DDTREE {rec['ddtree']['policy']}{mode}"
-    return Arm(entry["algorithm"]).label + mode
+        return f"DDTREE {rec['ddtree']['policy']}{'' if entry['overlap'] else ' (no overlap)'}"
+    return entry["arm"]
 
 
 def _segment_text(segment: Mapping[str, Any], rec: Mapping[str, Any]) -> str:

@@ -393,6 +393,14 @@ def test_the_fastest_budget_per_batch_size_becomes_a_budget_schedule(tmp_path: P
     assert "Nothing below batch size 2 was measured: its budget is carried down to 1." in md.markdown_report(only_bs2)
 
 
+def test_a_budget_whose_greedy_output_left_target_only_takes_no_schedule_step(tmp_path: Path) -> None:
+    plan, cells, engines = no_overlap_run(tmp_path)  # T=0: bs 1 best B=8, bs 2 best B=32
+    cells["ddtree-b32/bs2/t0", 1]["outputs"] = outputs({3: 5})  # margin 5.0: not bf16 noise
+    report = analysis.analyse(plan, cells, engines, references=references())
+    assert not next(r for r in report["cells"] if r["name"] == "ddtree-b32/bs2/t0")["lossless"]["passed"]
+    assert report["recommended_schedule"]["schedule"] == "1:8"  # bs 2: B=8, the fastest left
+
+
 def test_a_batch_size_where_even_the_fastest_budget_loses_to_dflash_is_named(tmp_path: Path) -> None:
     plan, cells, engines = no_overlap_run(tmp_path)
     for group in ("ddtree-b8", "ddtree-b8-no-overlap", "ddtree-b32", "ddtree-b32-no-overlap"):

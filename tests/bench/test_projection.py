@@ -9,6 +9,7 @@ from ddtree_overlay.bench import acceptance_curve as ac
 from ddtree_overlay.bench import markdown as md
 from ddtree_overlay.bench import projection as pj
 
+ROOT = Path(__file__).resolve().parents[2]
 CURVE = ac.AcceptanceCurve("test", "here", chain=4.0, budgets={16: 5.0, 64: 6.0})
 
 
@@ -72,6 +73,23 @@ def test_a_capped_dflash_is_projected_at_both_ends_of_its_cost_per_request():
     assert "step_ratio_at_cap" not in uncapped["columns"][0]["budgets"][0]
 
 
+def test_the_arm_projected_is_the_cheapest_per_request_not_per_step():
+    """A capped engine runs narrower steps: cheaper each, dearer per request. DFLASH on its first
+    backend serves 11 of 16 at once, on triton all 16; B = 16 with overlap is capped at 8."""
+    report = run(
+        cell("DFLASH", 16, 38.0, running=8.0, at_once=11), cell("DFLASH", 16, 45.0, running=16.0, at_once=16, backend="triton"),
+        cell("DDTREE", 16, 30.0, budget=16, running=8.0, at_once=8),
+        cell("DDTREE", 16, 48.0, budget=16, overlap=False, running=16.0, at_once=16),
+    )
+    column = pj.project(report, CURVE)["columns"][0]
+    assert column["dflash"] == {"step_ms": 45.0, "overlap": True, "backend": "triton"}
+    (entry,) = column["budgets"]
+    assert (entry["step_ms"], entry["overlap"]) == (48.0, False)
+    assert entry["step_ratio"] == pytest.approx((48 / 16) / (45 / 16))
+    assert "step_ratio_at_cap" not in entry  # neither arm projected was capped
+    assert "| 16 | 16, no overlap | 48.00 | 45.00 on triton | 1.067 |" in pj.projection_markdown(pj.project(report, CURVE))
+
+
 def test_the_paper_curve_on_another_shape_says_so():
     cells = (cell("DFLASH", 1, 8.0), cell("DDTREE", 1, 8.0, budget=32))
     assert pj.project(run(*cells), ac.PAPER_QWEN3_8B)["assumptions"] == list(pj.ASSUMPTIONS)
@@ -101,6 +119,14 @@ def test_curves_load_from_json_csv_and_a_real_pairs_report(tmp_path: Path):
     (tmp_path / "bench.json").write_text(json.dumps(measured))
     curve = ac.load_curve(tmp_path / "bench.json")
     assert (curve.chain, dict(curve.budgets)) == (4.1, {32: 5.4})  # bs 1, DFLASH's faster mode
+
+
+def test_a_curve_read_from_a_report_leaves_out_the_chain_control():
+    """The chain control (``ddtree-b15-chain``) verifies DFLASH's chain through DDTREE: its
+    tokens per round are the chain's, not a B = 15 tree's."""
+    curve = ac.load_curve(ROOT / "docs/bench/2026-12-02-hybrid-adaptive-chain-control/bench.json")
+    assert curve.budgets == {32: pytest.approx(5.057, abs=1e-3)}
+    assert curve.chain == pytest.approx(3.984, abs=1e-3)
 
 
 @pytest.mark.parametrize(

@@ -262,3 +262,64 @@ def test_the_chain_control_is_never_served_as_its_budget() -> None:
     rec = recommend(report(cells), PLAIN)
     assert rec is not None and rec["ddtree"]["policy"] == "B=32"
     assert all("chain" not in s["ddtree"]["arm"] for s in rec["per_batch_size"] if s.get("ddtree"))
+
+
+def test_a_baseline_on_a_second_backend_is_launched_from_its_own_engines() -> None:
+    """DFLASH on flashinfer (the first baseline backend, capped at 40) is the faster one at bs 16,
+    DFLASH on triton (64 at once) at bs 64: each is a configuration of its own, launched on its
+    backend and at its engines' cap, and named with its backend."""
+    on_triton = Arm(DFLASH, backend="triton")
+    cells = [*baselines(1, 100, 300, 250), *baselines(16, 1200, 2500, 2000), *baselines(64, 3000, 5000, 4000),
+             cell(on_triton, 16, 2400), cell(on_triton, 64, 7000), cell(Arm.ddtree(32), 1, 500),
+             cell(Arm.ddtree(32), 16, 2000), cell(Arm.ddtree(32), 64, 4000)]
+    swept = report(cells, baseline_backend="flashinfer")
+    served = {"dflash": 40, "dflash@triton": 64}
+    for group in swept["groups"]:
+        group["repeats"] = [{"repeat": 1, "requests_at_once": served.get(group["name"])}]
+        if group["name"] == on_triton.name:
+            group["attention_backend"] = "triton"
+    rec = recommend(swept, PLAIN)
+    assert rec is not None
+    assert [(s["algorithm"], s.get("group"), s["from_batch_size"]) for s in rec["serve"]] == [
+        (DDTREE, None, 1), (DFLASH, "dflash", 16), (DFLASH, "dflash@triton", 64)
+    ]
+    _, flashinfer, triton = rec["launch"]
+    assert attention_flags(flashinfer["command"]) == ["--attention-backend flashinfer"]
+    assert flashinfer["command"].endswith("--max-running-requests 40")
+    assert attention_flags(triton["command"]) == ["--attention-backend triton"]
+    assert triton["command"].endswith("--max-running-requests 64")
+    text = "\n".join(markdown_section(rec))
+    assert "- 16-63 concurrent requests: serve **DFLASH** (measured at batch size 16)" in text
+    assert "- 64 and more concurrent requests: serve **DFLASH on triton** (measured at batch size 64)" in text
+    assert "\nDFLASH:\n" in text and "\nDFLASH on triton:\n" in text
+
+
+def judged(cells: list[dict[str, Any]], batch_sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+    """``cells`` with every speculative cell at ``batch_sizes`` judged lossless against target-only."""
+    return [c | {"lossless": {"passed": True}} if c["algorithm"] != TARGET_ONLY and c["batch_size"] in batch_sizes
+            else c for c in cells]
+
+
+@pytest.mark.parametrize(("judged_at", "basis"), [
+    ((1, 4, 16), "From the cells measured at T = 0 that ran and kept target-only's greedy output "
+                 "(batch sizes 1, 4, 16)."),
+    ((), "From the cells measured at T = 0 that ran (batch sizes 1, 4, 16; their greedy outputs were not "
+         "judged: no target-only greedy output to judge them against)."),
+    ((1, 4), "From the cells measured at T = 0 that ran and, where judged, kept target-only's greedy output "
+             "(batch sizes 1, 4, 16; 4 of 12 cells not judged, at batch size 16: no target-only greedy output "
+             "to judge them against)."),
+])
+def test_the_basis_says_which_cells_were_judged_lossless(judged_at: tuple[int, ...], basis: str) -> None:
+    """A cell never judged (no target-only output to judge it against) is still served, but the
+    text claims no losslessness for it."""
+    rec = recommend(report(judged(mixed(), judged_at)), PLAIN)
+    assert rec is not None and [s["algorithm"] for s in rec["serve"]] == [DDTREE, NEXTN]
+    assert markdown_section(rec)[2].startswith(basis)
+
+
+def test_sampled_cells_are_never_said_to_keep_the_greedy_output() -> None:
+    rec = recommend(report([cell(Arm(DFLASH), 1, 250, temperature=0.6), cell(Arm.ddtree(16), 1, 260, temperature=0.6)]), PLAIN)
+    assert rec is not None
+    assert markdown_section(rec)[2].startswith(
+        "From the cells measured at T = 0.6 that ran (batch size 1; sampled outputs are not judged against target-only's)."
+    )
