@@ -187,6 +187,15 @@ for capability in CAPABILITIES:
         width_block = triton.next_power_of_2(width)
         consts = {"WIDTH_BLOCK": width_block, "BYTES_PER_TILE": kv_move._PROGRAM_BYTES // width_block}
         built.append(compile_for(kv_move._move_accepted_kv_kernel, sig, consts, capability, num_warps=kv_move._NUM_WARPS))
+# From a 64-wide block the rows spread over warps: a barrier must sit between loads and stores.
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+consts = {"WIDTH_BLOCK": 64, "BYTES_PER_TILE": kv_move._PROGRAM_BYTES // 64}
+ptx = triton.compile(ASTSource(kv_move._move_accepted_kv_kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
+                     options={"num_warps": kv_move._NUM_WARPS}).asm["ptx"].splitlines()
+lines = lambda word: [i for i, line in enumerate(ptx) if word in line]
+last_load, first_store = max(lines("ld.global")), min(lines("st.global"))
+built.append(any(last_load < i < first_store for i in lines("bar.sync")))
 print(json.dumps(built))
 """
 
@@ -196,5 +205,6 @@ def test_the_mover_compiles_ahead_of_time_for_sm86_sm90_and_sm120():
     """For the RTX A6000, the H200 and the RTX PRO 6000, without a GPU; no build spills."""
     from aot_build import run_aot_script
 
-    built = run_aot_script(AOT_SCRIPT, timeout=600)
+    *built, barrier_between = run_aot_script(AOT_SCRIPT, timeout=600)
     assert len(built) == 9 and all(size > 0 and stack == 0 for size, stack in built), built
+    assert barrier_between, "every row is loaded before any is stored"

@@ -13,8 +13,9 @@ the hybrid fixture's first adaptive rounds take up to 1.5 s.
 
 ``TiledKVMover`` reads the tables SGLang's tiled copy reads (``data_ptrs``: every layer's K and V
 buffer; ``data_strides``: each buffer's slot stride in bytes) with one program per (request,
-buffer, byte tile) that loads the request's moved rows before storing any: a row can be both a
-source and a target within a request's verify block, and requests never share slots. Rows whose
+buffer, byte tile) that loads the request's moved rows before storing any (a barrier between
+the two, for every thread of the program): a row can be both a source and a target within a
+request's verify block, and requests never share slots. Rows whose
 source is their target are masked out. Its constexprs are fixed per engine (the accept width's
 power of two, and a byte tile that keeps a program's rows at 4 KiB), so the startup warm-up
 compiles it once. Pools whose moves SGLang makes another way (paged or head-major layouts, the
@@ -55,6 +56,9 @@ def _move_accepted_kv_kernel(
     target = tl.load(kv_target_ptr + req * width + r, mask=in_width, other=0)
     moved = (in_width & (source != target))[:, None] & (byte < stride)[None, :]
     rows = tl.load(base + source[:, None] * stride + byte[None, :], mask=moved)
+    # A row may be another row's target: every thread's loads land before any thread stores
+    # (from a 64-wide accept block Triton spreads the rows over warps).
+    tl.debug_barrier()
     tl.store(base + target[:, None] * stride + byte[None, :], rows, mask=moved)
 
 
