@@ -364,101 +364,16 @@ def _published_ddtree_args(fixtures):
     return server_args
 
 
-# A regex grammar over a 16-token vocabulary: digits, ",", ";", three letters, the stop token.
-GRAMMAR_VOCAB = [str(d) for d in range(10)] + [",", ";", "a", "b", "c", "</s>"]
-GRAMMAR_REGEX = r"[0-9]+(,[0-9]+)*;"
-# The drafter's top token per depth, then the runners-up: depth 1's top ("a") breaks the grammar.
-GRAMMAR_DRAFT = [{"2": 3.0, "a": 2.5, ",": 2.0}, {"a": 3.0, "3": 2.5, ",": 2.0}, {",": 3.0, "4": 2.5}, {"5": 3.0}]
+def _grammar_check():
+    """in_target/grammar_check.py beside this file (run as a script, it is on no import path)."""
+    import importlib.util
+    import os
 
-
-def grammar_check():
-    """A grammar-constrained batch through the release's compat shim on DDTREE's own verify
-    tree, with a real xgrammar grammar. Up to 0.5.16 (DFlash's request check refuses such
-    requests; the contract pins it) the round stops. From 0.5.17 the release's bitmask over the
-    tree, after the scheduler's barrier, lets the greedy walk of a target that agrees with the
-    drafter accept only what the grammar allows (unmasked it accepts a letter), every row on
-    the walk the grammar's own mask after the path to it."""
-    import types
-
-    import torch
-    import xgrammar as xgr
-    from sglang.srt.speculative import ddtree_compat as compat
-    from sglang.srt.speculative import ddtree_utils
-    from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
-
-    vocab, depth_limit = len(GRAMMAR_VOCAB), len(GRAMMAR_DRAFT)
-    draft = torch.full((1, depth_limit, vocab), -4.0)
-    for depth, scores in enumerate(GRAMMAR_DRAFT):
-        for token, score in scores.items():
-            draft[0, depth, GRAMMAR_VOCAB.index(token)] = score
-    tree = ddtree_utils.build_ddtree_tree(ddtree_utils.compute_draft_topk(draft, 3), 10)
-    root = GRAMMAR_VOCAB.index("1")
-    buffers = ddtree_utils.tree_to_verify_buffers(tree, torch.tensor([root]), torch.tensor([0]), 16, depth_limit)
-    verify_input = DDTreeVerifyInput.from_tree(
-        buffers=buffers, custom_mask=torch.ones(1, dtype=torch.bool), max_accept_width=depth_limit + 1
-    )
-    depths = buffers.positions[0].tolist()  # the root at position 0
-    target = torch.stack([draft[0, min(d, depth_limit - 1)] for d in depths])  # agrees with the drafter
-
-    info = xgr.TokenizerInfo(GRAMMAR_VOCAB, stop_token_ids=[vocab - 1])
-    compiled = xgr.GrammarCompiler(info).compile_regex(GRAMMAR_REGEX)
-    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar
-
-    class CpuGrammar(XGrammarGrammar):  # xgrammar's CPU bitmask and apply (0.5.17's are GPU-only)
-        allocate_vocab_mask = staticmethod(lambda vocab_size, batch_size, device: xgr.allocate_token_bitmask(batch_size, vocab_size))
-        apply_vocab_mask = staticmethod(lambda logits, vocab_mask: xgr.apply_token_bitmask_inplace(logits, vocab_mask))
-
-    grammar = CpuGrammar(xgr.GrammarMatcher(compiled), vocab, compiled, None)
-    grammar.accept_token(root)  # the root was committed by the previous round
-    batch = types.SimpleNamespace(
-        has_grammar=True,
-        reqs=[types.SimpleNamespace(grammar=grammar)],
-        sampling_info=types.SimpleNamespace(vocab_size=vocab, grammar_mask=None),
-    )
-    if not compat.GRAMMAR_TREE:
-        try:
-            compat.grammar_tree(batch, verify_input)
-        except ValueError:
-            return []
-        return ["a grammar batch went through a release whose tree verify applies no grammar"]
-
-    barrier_calls = []
-    logits = types.SimpleNamespace(next_token_logits=target.clone())
-    mask = compat.grammar_mask(
-        batch, compat.grammar_tree(batch, verify_input), logits, lambda: barrier_calls.append(1)
-    )
-    mask.apply(logits.next_token_logits)
-    tokens = buffers.draft_token[0].tolist()
-    links = buffers.retrieve_next_token[0].tolist(), buffers.retrieve_next_sibling[0].tolist()
-    masked, unmasked = _greedy_walk(logits.next_token_logits, tokens, *links), _greedy_walk(target, tokens, *links)
-    problems = [] if barrier_calls == [1] else [f"the grammar barrier ran {len(barrier_calls)} times, not once"]
-    replay = xgr.GrammarMatcher(compiled)
-    replay.accept_token(root)
-    row = xgr.allocate_token_bitmask(1, vocab)
-    for node, token in masked:
-        replay.fill_next_token_bitmask(row, 0)
-        if not torch.equal(mask.vocab_mask[node], row[0]):
-            problems.append(f"node {node}'s mask row is not the grammar's after its path")
-        if not replay.accept_token(token):
-            problems.append(f"the masked walk accepted {GRAMMAR_VOCAB[token]!r}, which the grammar forbids")
-            break
-    if all(GRAMMAR_VOCAB[t] != "a" for _, t in unmasked):
-        problems.append(f"the unmasked walk should accept the drafter's 'a'; it took {unmasked}")
-    return problems
-
-
-def _greedy_walk(logits, tokens, first_child, next_sibling):
-    """(node, committed token) along SGLang's greedy walk over left-child / right-sibling links."""
-    node, walk = 0, []
-    while True:
-        predicted = int(logits[node].argmax())
-        child = first_child[node]
-        while child != -1 and tokens[child] != predicted:
-            child = next_sibling[child]
-        walk.append((node, predicted))
-        if child == -1:
-            return walk
-        node = child
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grammar_check.py")
+    spec = importlib.util.spec_from_file_location("ddtree_grammar_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.grammar_check()
 
 
 def compat_check():
@@ -490,7 +405,7 @@ def main(modules):
         report["hybrid_resolution"] = guarded(hybrid_resolution_check)
         report["worker_width"] = guarded(worker_width_check)
         report["verify_width"] = guarded(verify_width_check)
-        report["grammar"] = guarded(grammar_check)
+        report["grammar"] = guarded(_grammar_check)
     sys.stdout.write("\n@@DDTREE-OVERLAY-RESULT@@ " + json.dumps(report, sort_keys=True) + "\n")
 
 

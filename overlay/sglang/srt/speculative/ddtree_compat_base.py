@@ -21,6 +21,7 @@ args are plain attributes (resolution layers arrive in 0.5.19).
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager, nullcontext
 from typing import Dict
 
@@ -34,6 +35,10 @@ from sglang.srt.speculative.ddtree_contract import (
     SHARED_CONTRACT,
     contract_problems,
 )
+
+# Frames a scheduler's stack may already hold when the grammar bitmask walk starts (Python's
+# default recursion limit: what SGLang's own trees have room for).
+_STACK_IN_USE = 1000
 
 # The names every ``ddtree_compat`` module binds: the worker, _handle_ddtree and the
 # matrix's in-target checks read them.
@@ -242,6 +247,12 @@ class CompatShim:
         from sglang.srt.speculative.spec_utils import GrammarTree
 
         links = verify_input.retrieve_next_token
+        # SGLang's bitmask walk (spec_utils.traverse_tree) recurses once per child or sibling
+        # hop, so up to a request's N nodes deep: a root with B > ~900 children (EAGLE's trees
+        # never have them) would raise RecursionError in the scheduler.
+        frames = int(links.shape[-1]) + _STACK_IN_USE
+        if sys.getrecursionlimit() < frames:
+            sys.setrecursionlimit(frames)
         return GrammarTree.from_device(
             links, verify_input.retrieve_next_sibling, verify_input.draft_token.view(links.shape)
         )

@@ -1,0 +1,132 @@
+"""Loaded by matrix_checks.py in a matrix scratch env: grammar-constrained batches through the
+release's compat shim, on DDTREE's own verify trees (the payload's tree builder and verify-input
+writer), with real xgrammar regex grammars and the release's own bitmask code.
+
+Up to 0.5.16 DFlash's request check refuses such requests (the contract pins it) and a grammar
+batch that got through stops the round. From 0.5.17:
+
+* a narrow tree: the greedy walk of a target that agrees with the drafter accepts only what the
+  grammar allows (unmasked it accepts a letter), every row on the walk the grammar's own mask
+  after the path to it;
+* the widest tree: a root with more children than Python's default recursion limit, which
+  SGLang's bitmask walk recurses through one sibling at a time.
+"""
+
+import types
+
+GRAMMAR_REGEX = r"[0-9]+(,[0-9]+)*;"
+MARKS = [str(d) for d in range(10)] + [",", ";"]
+STOP = "</s>"
+NARROW_VOCAB = [*MARKS, "a", "b", "c", STOP]
+# The drafter's top token per depth, then the runners-up: depth 1's top ("a") breaks the grammar.
+NARROW_DRAFT = [{"2": 3.0, "a": 2.5, ",": 2.0}, {"a": 3.0, "3": 2.5, ",": 2.0}, {",": 3.0, "4": 2.5}, {"5": 3.0}]
+# A drafter flat over 1213 tokens: B = 1100's nodes are all the root's children.
+WIDE_VOCAB = [*MARKS, *(f"w{i}" for i in range(1200)), STOP]
+WIDE_BUDGET = 1100
+ROOT = "1"  # the previous round's bonus token, which the grammar has accepted
+
+
+def grammar_check():
+    from sglang.srt.speculative import ddtree_compat as compat
+
+    narrow = _round(NARROW_VOCAB, _scores(NARROW_VOCAB, NARROW_DRAFT), budget=10)
+    if not compat.GRAMMAR_TREE:
+        try:
+            compat.grammar_tree(narrow.batch, narrow.verify_input)
+        except ValueError:
+            return []
+        return ["a grammar batch went through a release whose tree verify applies no grammar"]
+    problems = _walk_problems(narrow, "narrow tree")
+    if all(NARROW_VOCAB[t] != "a" for _, t in _greedy_walk(narrow.target, narrow)):
+        problems.append("narrow tree: the unmasked walk should accept the drafter's 'a'")
+    import torch
+
+    wide = _round(WIDE_VOCAB, torch.zeros(2, len(WIDE_VOCAB)), budget=WIDE_BUDGET)
+    return problems + _walk_problems(wide, f"a root with {WIDE_BUDGET} children")
+
+
+def _scores(vocab, rows):
+    import torch
+
+    scores = torch.full((len(rows), len(vocab)), -4.0)
+    for depth, row in enumerate(rows):
+        for token, score in row.items():
+            scores[depth, vocab.index(token)] = score
+    return scores
+
+
+def _round(vocab, scores, *, budget):
+    """One request's tree from the drafter's ``scores`` [depths, vocab], its verify input, a
+    target that agrees with the drafter, and a batch whose grammar has accepted the root."""
+    import torch
+    import xgrammar as xgr
+    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar
+    from sglang.srt.speculative import ddtree_utils
+    from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
+
+    depth_limit = int(scores.shape[0])
+    draft = scores.unsqueeze(0)
+    tree = ddtree_utils.build_ddtree_tree(ddtree_utils.compute_draft_topk(draft, min(budget, len(vocab))), budget)
+    root = vocab.index(ROOT)
+    buffers = ddtree_utils.tree_to_verify_buffers(tree, torch.tensor([root]), torch.tensor([0]), budget + 1, depth_limit)
+    verify_input = DDTreeVerifyInput.from_tree(
+        buffers=buffers, custom_mask=torch.ones(1, dtype=torch.bool), max_accept_width=depth_limit + 1
+    )
+    target = torch.stack([scores[min(d, depth_limit - 1)] for d in buffers.positions[0].tolist()])
+    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo(vocab, stop_token_ids=[len(vocab) - 1])).compile_regex(GRAMMAR_REGEX)
+
+    class CpuGrammar(XGrammarGrammar):  # xgrammar's CPU bitmask and apply (0.5.17's are GPU-only)
+        allocate_vocab_mask = staticmethod(lambda vocab_size, batch_size, device: xgr.allocate_token_bitmask(batch_size, vocab_size))
+        apply_vocab_mask = staticmethod(lambda logits, vocab_mask: xgr.apply_token_bitmask_inplace(logits, vocab_mask))
+
+    grammar = CpuGrammar(xgr.GrammarMatcher(compiled), len(vocab), compiled, None)
+    grammar.accept_token(root)
+    batch = types.SimpleNamespace(
+        has_grammar=True,
+        reqs=[types.SimpleNamespace(grammar=grammar)],
+        sampling_info=types.SimpleNamespace(vocab_size=len(vocab), grammar_mask=None),
+    )
+    return types.SimpleNamespace(
+        vocab=vocab, compiled=compiled, root=root, buffers=buffers, verify_input=verify_input, target=target, batch=batch
+    )
+
+
+def _walk_problems(case, label):
+    """The mask through the shim as the worker builds it, its greedy walk replayed on a fresh
+    matcher: each row on the walk is the grammar's after the path, each token one it allows."""
+    import xgrammar as xgr
+    from sglang.srt.speculative import ddtree_compat as compat
+
+    barrier_calls = []
+    logits = types.SimpleNamespace(next_token_logits=case.target.clone())
+    tree = compat.grammar_tree(case.batch, case.verify_input)
+    mask = compat.grammar_mask(case.batch, tree, logits, lambda: barrier_calls.append(1))
+    mask.apply(logits.next_token_logits)
+    problems = [] if barrier_calls == [1] else [f"{label}: the grammar barrier ran {len(barrier_calls)} times, not once"]
+    replay = xgr.GrammarMatcher(case.compiled)
+    replay.accept_token(case.root)
+    row = xgr.allocate_token_bitmask(1, len(case.vocab))
+    for node, token in _greedy_walk(logits.next_token_logits, case):
+        replay.fill_next_token_bitmask(row, 0)
+        if not (mask.vocab_mask[node] == row[0]).all():
+            problems.append(f"{label}: node {node}'s mask row is not the grammar's after its path")
+        if not replay.accept_token(token):
+            problems.append(f"{label}: the masked walk accepted {case.vocab[token]!r}, which the grammar forbids")
+            break
+    return problems
+
+
+def _greedy_walk(logits, case):
+    """(node, committed token) along SGLang's greedy walk over left-child / right-sibling links."""
+    tokens = case.buffers.draft_token[0].tolist()
+    first_child, next_sibling = case.buffers.retrieve_next_token[0].tolist(), case.buffers.retrieve_next_sibling[0].tolist()
+    node, walk = 0, []
+    while True:
+        predicted = int(logits[node].argmax())
+        child = first_child[node]
+        while child != -1 and tokens[child] != predicted:
+            child = next_sibling[child]
+        walk.append((node, predicted))
+        if child == -1:
+            return walk
+        node = child
