@@ -86,8 +86,10 @@ def _round(vocab, scores, *, budget):
         reqs=[types.SimpleNamespace(grammar=grammar)],
         sampling_info=types.SimpleNamespace(vocab_size=len(vocab), grammar_mask=None),
     )
+    parents = [0, *tree.parent_indices[0].tolist()]  # N = B + 1: no padding nodes
     return types.SimpleNamespace(
-        vocab=vocab, compiled=compiled, root=root, buffers=buffers, verify_input=verify_input, target=target, batch=batch
+        vocab=vocab, compiled=compiled, root=root, buffers=buffers, parents=parents, verify_input=verify_input,
+        target=target, batch=batch,
     )
 
 
@@ -117,16 +119,10 @@ def _walk_problems(case, label):
 
 
 def _greedy_walk(logits, case):
-    """(node, committed token) along SGLang's greedy walk over left-child / right-sibling links."""
-    tokens = case.buffers.draft_token[0].tolist()
-    first_child, next_sibling = case.buffers.retrieve_next_token[0].tolist(), case.buffers.retrieve_next_sibling[0].tolist()
-    node, walk = 0, []
-    while True:
-        predicted = int(logits[node].argmax())
-        child = first_child[node]
-        while child != -1 and tokens[child] != predicted:
-            child = next_sibling[child]
-        walk.append((node, predicted))
-        if child == -1:
-            return walk
-        node = child
+    """(node, committed token) along the payload's greedy accept walk
+    (`ddtree_utils.follow_verified_tree_cpu`, which its tests hold equal to SGLang's over the links)."""
+    from sglang.srt.speculative import ddtree_utils
+
+    predicted = logits.argmax(-1).tolist()
+    path, _ = ddtree_utils.follow_verified_tree_cpu(case.buffers.draft_token[0].tolist(), case.parents, predicted)
+    return [(node, predicted[node]) for node in path]
