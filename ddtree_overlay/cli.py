@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from ddtree_overlay.commands.verify import PAIRS, SMOKE_NEW_TOKENS, SMOKE_PROMPTS
+from ddtree_overlay.commands.verify import SMOKE_NEW_TOKENS, SMOKE_PROMPTS
 from ddtree_overlay.engine.errors import exit_code_table
+from ddtree_overlay.fixture_paths import PAIRS
 
 if TYPE_CHECKING:
     from ddtree_overlay.engine.envprobe import EnvInfo

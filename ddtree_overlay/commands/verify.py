@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ddtree_overlay.engine import errors
 from ddtree_overlay.engine.errors import VerifyFailed
 from ddtree_overlay.engine.result import Issue, Result
+from ddtree_overlay.fixture_paths import PAIRS
 
 if TYPE_CHECKING:
     from ddtree_overlay.engine.envprobe import EnvInfo
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
 # The CLI reads the smoke's defaults below when it starts (`--help` included), so the engine
 # modules that open an env or run its interpreter are imported where they are used.
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-FIXTURES = PACKAGE_DIR / "fixtures"
-# Each bundled pair's folder: target/, draft/ and its held-out prompts.
-PAIRS = {"dense": FIXTURES, "hybrid": FIXTURES / "hybrid"}
 IMPORT_TIMEOUT_S = 600
 SMOKE_PROMPTS, SMOKE_NEW_TOKENS = 8, 64
 

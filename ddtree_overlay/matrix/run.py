@@ -38,6 +38,7 @@ from ddtree_overlay.engine.ledger import STATE_DIR_ENV
 from ddtree_overlay.engine.patchset import PatchSet
 from ddtree_overlay.engine.progress import QUIET, Progress
 from ddtree_overlay.engine.result import Issue, Result
+from ddtree_overlay.fixture_paths import FIXTURES
 from ddtree_overlay.matrix.envs import (
     BaseEnv,
     cache_root,
@@ -66,7 +67,6 @@ STATUS_MEANINGS = {
     SETUP_FAILED: "nothing checked: the release's wheel could not be downloaded (no such release, or no "
     "network) or its scratch env not built",
 }
-_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # config.json of the bundled target/drafter pair
 STEP_TIMEOUT_S = 1800
 
 
@@ -237,7 +237,7 @@ def _compile_and_import(cell: Cell, env: Path, patch_set: PatchSet) -> bool:
         env,
         "matrix_checks",
         modules,
-        extra_env={"PYTHONDONTWRITEBYTECODE": "1", "DDTREE_MATRIX_FIXTURES": str(_FIXTURES)},
+        extra_env={"PYTHONDONTWRITEBYTECODE": "1", "DDTREE_MATRIX_FIXTURES": str(FIXTURES)},
     )
     if done.problem is not None:
         cell.fail("import-failed", "import", *done.tail())

@@ -20,8 +20,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-PAIRS = {"dense": FIXTURES, "hybrid": FIXTURES / "hybrid"}
+from ddtree_overlay.fixture_paths import PAIRS
 
 
 def jobs(budgets: list[int]) -> dict[str, list[str]]:
