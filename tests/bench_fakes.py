@@ -18,6 +18,9 @@ Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
                       as in replies; default its max_running_requests, else 48)
   default_backend:    the attention backend an engine given none resolves to (default fa3, as
                       on an H200), in ``server_args.attention_backend`` as SGLang's parent has it
+  regex_outputs:      {regex: text}: what a request with that ``regex`` in its sampling decodes
+                      (the text's bytes, then EOS), whatever its prompt
+  regex_break_budgets: DDTREE budgets whose regex outputs start with an "x" the regex never allows
   replies:            a JSON file {engine: {prompt: {"tokens": [...], "rounds": n}}} (engine
                       "target-only", "DFLASH" or "DDTREE-<B>", prompt its ids joined by commas):
                       those prompts' outputs and verify rounds instead (compare's replays)
@@ -38,6 +41,7 @@ FAKE_SGLANG = r'''
 import asyncio, json, math, os, time, types
 
 VOCAB = 272
+EOS = 257
 
 
 def _behaviour():
@@ -80,12 +84,13 @@ class Engine:
             return 1.0
         if self.algo in ("NEXTN", "EAGLE3"):  # a chain of 3 drafted tokens
             return 3.0
-        return 4.0 if self.algo == "DFLASH" else 4.0 + math.log2(self.budget) / 4
+        return 4.0 if self.algo == "DFLASH" else 4.0 + math.log2(self.budget or 16) / 4  # adaptive: none
 
     def generate(self, input_ids, sampling_params, return_logprob=False, top_logprobs_num=0):
         if self.algo == "DDTREE" and self.budget in self.b.get("crash_budgets", []):
             os._exit(9)
-        n = sampling_params["max_new_tokens"]
+        per_request = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(input_ids)
+        n = per_request[0]["max_new_tokens"]
         if n == 4 and self.b.get("fail_health"):
             raise RuntimeError("fake KV leak")
         t0 = time.time()
@@ -93,9 +98,13 @@ class Engine:
         diverge = self.algo == "DDTREE" and self.budget in self.b.get("diverge_budgets", [])
         tau = self._tau()
         outs = []
-        for prompt in input_ids:
+        for prompt, params in zip(input_ids, per_request):
             reply = self.replies.get(",".join(map(str, prompt)))
             ids = reply["tokens"][:n] if reply else [(sum(prompt) + 7 * i) % VOCAB for i in range(n)]
+            if params.get("regex"):
+                ids = list(self.b["regex_outputs"][params["regex"]].encode()) + [EOS]
+                if self.algo == "DDTREE" and self.budget in self.b.get("regex_break_budgets", []):
+                    ids.insert(0, ord("x"))
             if diverge and n > 3:
                 ids[3] = (ids[3] + 1) % VOCAB
             meta = {"completion_tokens": len(ids), "finish_reason": {"type": "length"}}

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddtree_overlay.bench.arms import DFLASH, TARGET_ONLY, Arm, BudgetPolicy
+from ddtree_overlay.fixture_paths import BYTE_TOKENIZER
 
 # Decode graphs for the batch sizes the preset arms reach (32 prompts at once, fewer as they
 # finish); prefill graphs off. Both shorten the engine start; neither changes what is measured.
@@ -35,6 +36,15 @@ SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
 ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
 HYBRID_ADAPTIVE = BudgetPolicy.parse_adaptive("8,16,32")
 TP_ADAPTIVE = BudgetPolicy.parse_adaptive("chain,32,128")
+# Grammar-constrained decoding (SGLang 0.5.17+; the fixtures' byte vocabulary, so the dense
+# pair): SGLang's xgrammar backend needs the tokenizer, which the fixture models do not carry.
+GRAMMAR_ENGINE = {"skip_tokenizer_init": False, "tokenizer_path": str(BYTE_TOKENIZER), "grammar_backend": "xgrammar"}
+LINE_REGEX = r"[ -~]{0,80}\n"  # a line of printable ASCII: mostly what the model writes anyway
+DIGITS_REGEX = r"[0-9]{1,8}(,[0-9]{1,8}){0,7};"  # what it never writes: the mask picks every token
+# Prompts take these in turn (None: unconstrained), so every batch mixes masked and unmasked
+# rows, and the unconstrained requests outlive the others: the scheduler leaves its synchronous
+# grammar path mid-run.
+GRAMMAR_CYCLE = (LINE_REGEX, DIGITS_REGEX, None)
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,7 @@ class CheckArm:
     top2: bool = False  # record top1-top2 margins (a baseline's outputs judge near-ties)
     baseline: str | None = None  # greedy outputs judged lossless against this arm's
     tp_of: str | None = None  # the TP = 1 twin whose outputs and acceptance it must match
+    grammars: tuple[str | None, ...] = ()  # regexes prompt i decodes under, in turn (None: none)
     on_fail: CheckArm | None = None  # run when this arm fails (e.g. the same without graphs)
 
     def runner_arm(self, max_new_tokens: int) -> dict[str, Any]:
@@ -91,6 +102,9 @@ class CheckArm:
         waves = self.sampled or self.draws is not None
         engine = GRAPH | (WAVES if waves else {}) | self.arm.engine_args() | dict(self.engine)
         runner: dict[str, Any] = {"name": self.name, "engine": engine, "sampling": sampling}
+        if self.grammars:
+            engine |= GRAMMAR_ENGINE
+            runner["sampling_cycle"] = [{"regex": regex} if regex else {} for regex in self.grammars]
         if self.top2:
             runner["top2"] = True
         if self.env:
@@ -103,6 +117,7 @@ class CheckArm:
 
 
 PLAIN = CheckArm("plain", Arm(TARGET_ONLY), top2=True)
+PLAIN_GRAMMAR = CheckArm("plain-grammar", Arm(TARGET_ONLY), top2=True, grammars=GRAMMAR_CYCLE)
 PLAIN_T1 = CheckArm("plain-t1", Arm(TARGET_ONLY), sampled=True)
 
 
@@ -113,7 +128,8 @@ def _ddtree(name: str, policy: BudgetPolicy | int, *, overlap: bool = True, **fi
 
 
 def _dflash(name: str, **fields: Any) -> CheckArm:
-    return CheckArm(name, Arm(DFLASH), baseline=PLAIN.name, **fields)
+    fields.setdefault("baseline", PLAIN.name)
+    return CheckArm(name, Arm(DFLASH), **fields)
 
 
 def _draws_pair(draws: Draws) -> tuple[CheckArm, CheckArm]:
@@ -258,6 +274,18 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         _ddtree("ddtree-schedule-waves", SCHEDULE, engine={"max_running_requests": 12}),
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),
+    ),
+    # Regex-constrained requests (SGLang 0.5.17+, the dense pair, a bundle with the real
+    # xgrammar) mixed with unconstrained ones: greedy outputs judged against target-only's
+    # under the same grammars, and every constrained output a full match of its regex. DFLASH
+    # applies the grammar to its chain, DDTREE to its tree (the tree goes to the host for the
+    # bitmask: no sync guard here).
+    "grammar": (
+        PLAIN_GRAMMAR,
+        _ddtree("ddtree-b32-grammar", 32, grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
+        _dflash("dflash-grammar", grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
+        _ddtree("ddtree-b15-grammar", 15, grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
+        _ddtree("ddtree-adaptive-grammar", ADAPTIVE, grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
     ),
 }
 

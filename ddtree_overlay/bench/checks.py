@@ -8,7 +8,8 @@ near-ties. `verify --smoke --preset NAME[,NAME...]` runs named presets instead
 baseline arm, its acceptance against the offline reference (with ``--reference-dir``), a TP=2
 arm against its TP=1 twin, a T=1 arm's token distribution against target-only's, and (preset
 ``sampling``) many prompts' draws at T = 0.6 and 1.0 with top-p and top-k against target-only's,
-judged by a pooled χ² test whose power is reported (`bench.sampled`). After
+judged by a pooled χ² test whose power is reported (`bench.sampled`), and (preset ``grammar``)
+regex-constrained requests' outputs, each a full match of its regex (`bench.grammar_outputs`). After
 every arm, ``--out`` gets ``arms.jsonl`` (the runner's records) and ``summary.json`` (the
 verdicts so far), so a run cut off by its time box keeps what it reached.
 """
@@ -26,6 +27,7 @@ from ddtree_overlay.bench import decode_compare, sampled
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, Arm
 from ddtree_overlay.bench.check_presets import PLAIN_T1, CheckArm, Draws
 from ddtree_overlay.bench.engine_paths import paths_text, ran_paths
+from ddtree_overlay.bench.grammar_outputs import grammar_problem, grammar_verdict
 from ddtree_overlay.bench.plan import capture_batch_sizes
 from ddtree_overlay.bench.round_split import profile_split
 from ddtree_overlay.engine.target import runner_events, start_engine_runner
@@ -185,7 +187,8 @@ def summarize(
     by_name = {record["arm"]: record for record in records}
     known = {arm.name: arm for arm in arms}
     summary: dict[str, Any] = {
-        "arms": {}, "lossless": [], "distribution": [], "sampling": [], "parity": [], "tp": [], "problems": [],
+        "arms": {}, "lossless": [], "distribution": [], "sampling": [], "parity": [], "tp": [], "grammar": [],
+        "problems": [],
     }
     tests = sum(arm.draws.positions for arm in arms if arm.draws and arm.arm.algorithm != TARGET_ONLY)
     for name, record in by_name.items():
@@ -214,6 +217,11 @@ def summarize(
             summary["lossless"].append(report)
             if not report["passed"]:
                 summary["problems"].append(_lossless_problem(name, report))
+        if arm.grammars:
+            verdict = grammar_verdict(record, arm.grammars)
+            summary["grammar"].append(verdict)
+            if not verdict["passed"]:
+                summary["problems"].append(grammar_problem(verdict))
         reference = _reference(reference_dir, arm)
         if reference is not None:
             parity = decode_compare.acceptance_parity(record, reference)
@@ -264,8 +272,9 @@ def sampling_verdicts(
 
 
 def arms_view(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """Per arm, what `verify` shows: ok, tok/s, acceptance, and the lossless verdict."""
+    """Per arm, what `verify` shows: ok, tok/s, acceptance, and the lossless and grammar verdicts."""
     lossless = {report["arm"]: report for report in summary["lossless"]}
+    grammar = {verdict["arm"]: verdict for verdict in summary.get("grammar", ())}
     view = {}
     for name, arm in summary["arms"].items():
         if not arm["ok"]:
@@ -276,6 +285,8 @@ def arms_view(summary: Mapping[str, Any]) -> dict[str, Any]:
             view[name]["ddtree_paths"] = paths_text(arm["paths"])
         if name in lossless:
             view[name] |= _lossless_view(lossless[name])
+        if name in grammar:
+            view[name]["grammar_matched"] = f"{grammar[name]['matched']}/{grammar[name]['constrained']}"
     return view
 
 

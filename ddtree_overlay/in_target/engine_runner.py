@@ -7,16 +7,17 @@ standard library at module level (sglang and torch inside functions). PLAN:
 
     {"target": DIR, "draft": DIR, "prompts": [[ids...], ...],
      "arms": [{"name": str, "engine": {Engine kwargs}, "sampling": {...},
-               "repeat": int, "top2": bool, "env": {NAME: value}}]}
+               "sampling_cycle": [{...}, ...], "repeat": int, "top2": bool, "env": {NAME: value}}]}
 
 Each arm starts an Engine, warms it up, decodes every prompt at once (repeat
-times each, as concurrent requests), checks the engine is still healthy after
-going idle (SGLang's strict KV-leak check raises on idle), shuts down, and
-appends one JSON line to OUT. ``env`` (here and in cell arms) is set while the
-arm's engine lives (its scheduler process inherits it), e.g.
-``SGLANG_DDTREE_TREE_KERNEL``. A line per arm also goes to stdout, prefixed
-``ARM``, and one as each engine begins to start (``START``), so a caller can
-show progress.
+times each, as concurrent requests; request i's sampling is ``sampling``
+updated by ``sampling_cycle[i % len]`` where the arm has one, e.g. a regex),
+checks the engine is still healthy after going idle (SGLang's strict KV-leak
+check raises on idle), shuts down, and appends one JSON line to OUT. ``env``
+(here and in cell arms) is set while the arm's engine lives (its scheduler
+process inherits it), e.g. ``SGLANG_DDTREE_TREE_KERNEL``. A line per arm also
+goes to stdout, prefixed ``ARM``, and one as each engine begins to start
+(``START``), so a caller can show progress.
 
 An arm with ``"cells"`` instead serves several measurements from one engine
 (engine starts cost ~45 s on an H200, so the bench groups by engine config):
@@ -174,7 +175,12 @@ def _run_arm(plan: dict, arm: dict) -> dict:
     sampling = dict({"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True}, **arm.get("sampling", {}))
     gen_extra = {"return_logprob": True, "top_logprobs_num": 2} if arm.get("top2") else {}
 
+    cycle = arm.get("sampling_cycle")
+    per_prompt = [dict(sampling, **cycle[i % len(cycle)]) for i in range(len(prompts))] if cycle else sampling
+
     result = {"arm": arm["name"], "engine": arm.get("engine", {}), "sampling": sampling, "t_start": time.time()}
+    if cycle:
+        result["sampling_cycle"] = cycle
     _emit_start(arm)
     t0 = time.perf_counter()
     engine = sgl.Engine(**kwargs)
@@ -182,9 +188,9 @@ def _run_arm(plan: dict, arm: dict) -> dict:
         result["start_s"] = time.perf_counter() - t0
         # The timed decode once untimed: every kernel it compiles on first use (attention
         # backends JIT per shape as sequences grow) and every graph batch size it passes.
-        engine.generate(input_ids=prompts, sampling_params=sampling)
+        engine.generate(input_ids=prompts, sampling_params=per_prompt)
         t1 = time.perf_counter()
-        outs = engine.generate(input_ids=prompts, sampling_params=sampling, **gen_extra)
+        outs = engine.generate(input_ids=prompts, sampling_params=per_prompt, **gen_extra)
         decode_s = time.perf_counter() - t1
         time.sleep(1.0)  # let the scheduler go idle: its KV-leak check runs there
         engine.generate(input_ids=prompts[:1], sampling_params=dict(sampling, max_new_tokens=2))

@@ -147,7 +147,10 @@ def test_the_summary_judges_what_ran_so_far_and_near_ties_pass() -> None:
     assert checks.arms_view(summary)["ddtree-adaptive"]["identical"] == "1/2"
 
 
-def run_presets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behaviour: dict[str, Any], *names: str):
+def run_presets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behaviour: dict[str, Any], *names: str,
+    preset: str = "lossless", prompts: int = 2,
+):
     root = install_fake_sglang(tmp_path / "fake")
     monkeypatch.setenv("PYTHONPATH", str(root))
     monkeypatch.setenv("FAKE_SGLANG", json.dumps(behaviour))
@@ -155,11 +158,11 @@ def run_presets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, behaviour: dict
     events: list[dict[str, Any]] = []
     summary = checks.run_checks(
         PYTHON,
-        check_presets.preset_arms(("lossless",), names),
+        check_presets.preset_arms((preset,), names),
         out=tmp_path / "out",
         target=Path("/t"),
         draft=Path("/d"),
-        prompts=[[1, 2, 3], [4, 5]],
+        prompts=[[1, 2, 3], [4, 5], [6], [7, 8]][:prompts],
         max_new_tokens=6,
         reference_dir=None,
         on_arm=events.append,
@@ -277,3 +280,51 @@ def test_the_splitkv_preset_sets_the_switch_on_each_split_kv_engine_only() -> No
     assert arms["ddtree-b32-splitkv-page16"]["engine"]["page_size"] == 16
     assert arms["ddtree-adaptive-splitkv"]["env"]["SGLANG_DDTREE_SYNC_DEBUG"] == "error"
     assert arms["ddtree-b32-splitkv-t1"]["sampling"]["temperature"] == 1.0
+
+
+def test_the_grammar_preset_sends_each_prompt_its_regex_in_turn_with_the_byte_tokenizer() -> None:
+    arms = {arm.name: arm for arm in check_presets.PRESETS["grammar"]}
+    assert {arm.baseline for name, arm in arms.items() if name != "plain-grammar"} == {"plain-grammar"}
+    for name, arm in arms.items():
+        runner = arm.runner_arm(256)
+        engine = runner["engine"]
+        assert (engine["grammar_backend"], engine["skip_tokenizer_init"]) == ("xgrammar", False), name
+        assert (Path(engine["tokenizer_path"]) / "tokenizer.json").is_file()
+        assert runner["sampling_cycle"] == [
+            {"regex": check_presets.LINE_REGEX}, {"regex": check_presets.DIGITS_REGEX}, {},
+        ]
+        assert "env" not in runner, name  # the tree goes to the host for the bitmask: no sync guard
+    assert arms["dflash-grammar"].arm.algorithm == "DFLASH" and arms["plain-grammar"].top2
+    assert "sampling_cycle" not in check_presets.PRESETS["lossless"][0].runner_arm(256)
+
+
+GRAMMAR_OUTPUTS = {check_presets.LINE_REGEX: "    return x\n", check_presets.DIGITS_REGEX: "12,345;"}
+
+
+def test_grammar_arms_pass_when_every_constrained_output_matches_its_regex(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary, _ = run_presets(
+        tmp_path, monkeypatch, {"regex_outputs": GRAMMAR_OUTPUTS}, preset="grammar", prompts=4
+    )
+    assert summary["problems"] == [] and summary["not_run"] == []
+    verdicts = {v["arm"]: (v["constrained"], v["matched"]) for v in summary["grammar"]}
+    # prompts 0 and 3 take the line regex, prompt 1 the digits, prompt 2 none
+    assert verdicts == {name: (3, 3) for name in verdicts} and len(verdicts) == 5
+    records = {r["arm"]: r for r in checks.read_arms(tmp_path / "out" / "arms.jsonl")}
+    plain = records["plain-grammar"]
+    assert plain["outputs"][1] == [*b"12,345;", 257] and len(plain["outputs"][2]) == 6  # unconstrained: its length
+    assert all(report["passed"] for report in summary["lossless"])
+    assert checks.arms_view(summary)["ddtree-b32-grammar"]["grammar_matched"] == "3/3"
+
+
+def test_a_grammar_arm_whose_outputs_leave_the_regex_is_a_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    behaviour = {"regex_outputs": GRAMMAR_OUTPUTS, "regex_break_budgets": [32]}
+    summary, _ = run_presets(
+        tmp_path, monkeypatch, behaviour, "plain-grammar", "ddtree-b32-grammar", preset="grammar", prompts=3
+    )
+    grammar_problems = [p for p in summary["problems"] if "regex" in p]
+    assert grammar_problems == [
+        "ddtree-b32-grammar: 1 of 2 constrained outputs are not a full match of their regex "
+        f"(prompt 1, {check_presets.DIGITS_REGEX!r}: 'x12,345;')"  # a line may start with an x
+    ]
