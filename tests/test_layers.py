@@ -2,7 +2,8 @@
 compare (offline runs of the reference code against replays) sits on bench and reference.
 
 `in_target/` scripts run in the target env's interpreter, which need not have ddtree_overlay
-installed, so they import none of it; the offline reference decoder stands alone.
+installed, so they import none of it; the offline reference decoder stands alone but for
+`fixture_paths`, the leaf that says where the bundled fixtures are, which every other wing may read.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ import ddtree_overlay
 PACKAGE = Path(ddtree_overlay.__file__).parent
 # wing -> the wings its modules may import (besides their own)
 ALLOWED = {
-    "engine": set(),
+    "fixture_paths": set(),
+    "engine": {"fixture_paths"},
     "in_target": set(),
-    "reference": set(),
-    "bench": {"engine", "in_target"},
-    "compare": {"engine", "bench", "reference"},
-    "commands": {"engine", "bench", "compare", "in_target"},
-    "matrix": {"engine", "commands", "in_target"},
-    "render": {"engine", "compare"},
-    "cli": {"engine", "bench", "commands", "matrix", "render"},
+    "reference": {"fixture_paths"},
+    "bench": {"fixture_paths", "engine", "in_target"},
+    "compare": {"fixture_paths", "engine", "bench", "reference"},
+    "commands": {"fixture_paths", "engine", "bench", "compare", "in_target"},
+    "matrix": {"fixture_paths", "engine", "commands", "in_target"},
+    "render": {"fixture_paths", "engine", "compare"},
+    "cli": {"fixture_paths", "engine", "bench", "commands", "matrix", "render"},
 }
 
 
