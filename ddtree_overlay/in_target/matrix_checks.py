@@ -364,16 +364,17 @@ def _published_ddtree_args(fixtures):
     return server_args
 
 
-def _grammar_check():
-    """in_target/grammar_check.py beside this file (run as a script, it is on no import path)."""
+def _sibling_check(name):
+    """The check ``name`` of in_target/``name``.py beside this file (run as a script, this file
+    puts none of its siblings on an import path)."""
     import importlib.util
     import os
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grammar_check.py")
-    spec = importlib.util.spec_from_file_location("ddtree_grammar_check", path)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"ddtree_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.grammar_check()
+    return getattr(module, name)()
 
 
 def compat_check():
@@ -405,7 +406,8 @@ def main(modules):
         report["hybrid_resolution"] = guarded(hybrid_resolution_check)
         report["worker_width"] = guarded(worker_width_check)
         report["verify_width"] = guarded(verify_width_check)
-        report["grammar"] = guarded(_grammar_check)
+        report["grammar"] = guarded(lambda: _sibling_check("grammar_check"))
+        report["logprobs"] = guarded(lambda: _sibling_check("logprob_check"))
     sys.stdout.write("\n@@DDTREE-OVERLAY-RESULT@@ " + json.dumps(report, sort_keys=True) + "\n")
 
 

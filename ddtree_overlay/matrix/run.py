@@ -257,7 +257,7 @@ def _compile_and_import(cell: Cell, env: Path, patch_set: PatchSet) -> bool:
 # whose result is a list of problems.
 IN_TARGET_CHECKS = (
     "registry", "server_args", "compat", "resolution", "hybrid_resolution", "worker_width",
-    "verify_width", "grammar",
+    "verify_width", "grammar", "logprobs",
 )
 LISTED_PROBLEMS = {
     "resolution": "server-args resolution",
@@ -265,6 +265,7 @@ LISTED_PROBLEMS = {
     "worker_width": "worker widths",
     "verify_width": "verify width scope",
     "grammar": "grammar over the tree",
+    "logprobs": "logprobs over the tree",
 }
 
 

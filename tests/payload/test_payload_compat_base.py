@@ -91,3 +91,28 @@ def test_grammar_constrains_the_tree_verify_from_0517_and_stops_the_round_before
     if not constrains:
         with pytest.raises(ValueError, match="cannot constrain its tree verify by grammar"):
             compat.grammar_tree(types.SimpleNamespace(has_grammar=True), None)
+
+
+@pytest.mark.parametrize(
+    ("family", "release", "returns"),
+    [
+        ("sglang-0.5.14", (0, 5, 14), False),
+        ("sglang-0.5.15-0.5.18", (0, 5, 17), False),
+        ("sglang-0.5.15-0.5.18", (0, 5, 18), True),
+        ("sglang-0.5.19-0.5.23", (0, 5, 23), True),
+    ],
+)
+def test_logprobs_come_from_the_verify_rows_from_0518_and_stop_the_round_before(
+    monkeypatch: pytest.MonkeyPatch, family: str, release: tuple[int, ...], returns: bool
+) -> None:
+    """What runs on real releases is the matrix's logprob check; here, which ones take which path."""
+    import types
+
+    compat = load_shim(monkeypatch, release, OVERLAY / "shims" / family / "ddtree_compat.py")
+    assert compat.SPEC_LOGPROBS is returns
+    untouched = types.SimpleNamespace()
+    compat.output_logprobs(types.SimpleNamespace(return_logprob=False), untouched, None, None)
+    assert vars(untouched) == {}
+    if not returns:
+        with pytest.raises(ValueError, match="cannot return logprobs on this sglang release"):
+            compat.output_logprobs(types.SimpleNamespace(return_logprob=True), untouched, None, None)

@@ -10,7 +10,8 @@ on one); DFlash no longer deep-copies server_args for its draft runner, and from
 the resolved record is read-only and the draft side reads its width from the ``spec``
 runtime-context bag (see draft_width_during_init); from 0.5.18 the decode graphs' batch
 sizes come from the ``exec.graph`` bag (verify_width_scope); from 0.5.17 grammar-constrained
-requests reach the worker, whose tree verify applies their bitmask (grammar_tree).
+requests reach the worker, whose tree verify applies their bitmask (grammar_tree), and from
+0.5.18 return_logprob requests, whose logprobs the round computes (output_logprobs).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ MAMBA_BAG_INTERVAL = RELEASE >= (0, 5, 17)
 class Sglang0515To0518Shim(CompatShim):
     # 0.5.17+: DFlash's request check lets grammar-constrained requests through.
     GRAMMAR_TREE = RELEASE >= (0, 5, 17)
+    # 0.5.18+: it lets return_logprob requests through too (compute_spec_logprobs).
+    SPEC_LOGPROBS = RELEASE >= (0, 5, 18)
     CONTRACT = {
         **CompatShim.CONTRACT,
         DFLASH_WORKER: {

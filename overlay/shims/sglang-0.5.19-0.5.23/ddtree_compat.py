@@ -51,6 +51,7 @@ DEFERS_VERIFY_GATHER = RELEASE >= (0, 5, 23)
 
 class Sglang0519To0523Shim(CompatShim):
     GRAMMAR_TREE = True  # grammar-constrained requests reach the worker (grammar_tree)
+    SPEC_LOGPROBS = True  # so do return_logprob requests (output_logprobs)
     CONTRACT = {
         **SHARED_CONTRACT,
         # The prefix-cache tracking interval of a hybrid target's recurrent state.

@@ -30,10 +30,11 @@ import torch
 from sglang.srt.speculative.ddtree_contract import (
     DFLASH_WORKER,
     DFLASH_WORKER_ASSIGNED,
-    GRAMMAR_REFUSED_CONTRACT,
     GRAMMAR_TREE_CONTRACT,
     SHARED_CONTRACT,
+    SPEC_LOGPROBS_CONTRACT,
     contract_problems,
+    refused_requests_contract,
 )
 
 # Frames a scheduler's stack may already hold when the grammar bitmask walk starts (Python's
@@ -64,6 +65,7 @@ INTERFACE = (
     "draft_commit_loc",
     "grammar_tree",
     "grammar_mask",
+    "output_logprobs",
 )
 
 
@@ -72,6 +74,8 @@ class CompatShim:
 
     # Whether the release constrains a verify tree by grammar (0.5.17+; see grammar_tree).
     GRAMMAR_TREE = False
+    # Whether the release returns a speculative round's logprobs (0.5.18+; see output_logprobs).
+    SPEC_LOGPROBS = False
 
     CONTRACT = {
         **SHARED_CONTRACT,
@@ -103,15 +107,24 @@ class CompatShim:
     }
 
     def module_names(self) -> Dict[str, object]:
-        """``CONTRACT``, ``GRAMMAR_TREE`` and the interface's functions, bound to this shim, by
-        module name."""
-        names: Dict[str, object] = {"CONTRACT": self.CONTRACT, "GRAMMAR_TREE": self.GRAMMAR_TREE}
+        """``CONTRACT``, ``GRAMMAR_TREE``, ``SPEC_LOGPROBS`` and the interface's functions,
+        bound to this shim, by module name."""
+        names: Dict[str, object] = {
+            "CONTRACT": self.CONTRACT,
+            "GRAMMAR_TREE": self.GRAMMAR_TREE,
+            "SPEC_LOGPROBS": self.SPEC_LOGPROBS,
+        }
         names.update((name, getattr(self, name)) for name in INTERFACE)
         return names
 
     def api_contract_problems(self):
-        grammar = GRAMMAR_TREE_CONTRACT if self.GRAMMAR_TREE else GRAMMAR_REFUSED_CONTRACT
-        return contract_problems({**self.CONTRACT, **grammar})
+        contract = {
+            **self.CONTRACT,
+            **(GRAMMAR_TREE_CONTRACT if self.GRAMMAR_TREE else {}),
+            **(SPEC_LOGPROBS_CONTRACT if self.SPEC_LOGPROBS else {}),
+            **refused_requests_contract(self.GRAMMAR_TREE, self.SPEC_LOGPROBS),
+        }
+        return contract_problems(contract)
 
     def root_tokens(self, draft_input) -> torch.Tensor:
         """The bonus token of the last verify: the tree's root and the draft block's slot 0."""
@@ -272,3 +285,24 @@ class CompatShim:
             device=logits_output.next_token_logits.device,
             barrier=barrier,
         )
+
+    # --- output logprobs ------------------------------------------------------------------------
+
+    def output_logprobs(self, batch, logits_output, predict, accept_index) -> None:
+        """Each accepted token's logprob (and its top and chosen-id logprobs, where a request
+        asks) into ``logits_output``, read at the verify row the token was accepted at
+        (``accept_index``: [bs, accept width] flat rows, as eagle_sample returns them, the
+        stride the scheduler reads). From 0.5.18 (``SPEC_LOGPROBS``) this is SGLang's own
+        speculative logprob step, as EAGLE's tree worker calls it. Up to 0.5.17 DFlash's request
+        check refuses return_logprob requests before they reach a batch; one that got through
+        anyway stops the round."""
+        if not batch.return_logprob:
+            return
+        if not self.SPEC_LOGPROBS:
+            raise ValueError(
+                "DDTREE cannot return logprobs on this sglang release (0.5.18+ can): "
+                "send return_logprob requests to another server."
+            )
+        from sglang.srt.layers.logprob_processor import compute_spec_logprobs
+
+        compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)

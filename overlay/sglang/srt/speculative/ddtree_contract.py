@@ -155,20 +155,29 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
 }
 
 
-# Grammar-constrained requests. Up to 0.5.16 DFlash's request check, which DDTREE shares,
-# refuses them: the payload relies on it there. From 0.5.17 the check lets them through and
-# spec_utils builds the grammar bitmask over a verify tree's left-child / right-sibling links,
-# which DDTREE's verify input carries; eagle_sample applies it before the tree accept.
-GRAMMAR_REFUSED_CONTRACT: Dict[str, Dict[str, object]] = {
-    "sglang.srt.speculative.dflash_utils:validate_dflash_request": {
-        "source_reads": (
-            "sampling_params.json_schema",
-            "sampling_params.regex",
-            "sampling_params.ebnf",
-            "sampling_params.structural_tag",
-        ),
-    },
-}
+# DFlash's request check, which DDTREE shares (its spec class is of the DFlash family), aborts
+# a request it refuses before the request reaches a batch; the payload relies on it for what
+# the release's DDTREE cannot serve: grammar-constrained requests up to 0.5.16 and
+# return_logprob up to 0.5.17.
+VALIDATE_DFLASH_REQUEST = "sglang.srt.speculative.dflash_utils:validate_dflash_request"
+GRAMMAR_REQUEST_READS = (
+    "sampling_params.json_schema",
+    "sampling_params.regex",
+    "sampling_params.ebnf",
+    "sampling_params.structural_tag",
+)
+LOGPROB_REQUEST_READS = ("req.return_logprob",)
+
+
+def refused_requests_contract(grammar_tree: bool, spec_logprobs: bool) -> Dict[str, Dict[str, object]]:
+    """The request check's refusals a release without ``grammar_tree`` / ``spec_logprobs`` needs."""
+    reads = (() if grammar_tree else GRAMMAR_REQUEST_READS) + (() if spec_logprobs else LOGPROB_REQUEST_READS)
+    return {VALIDATE_DFLASH_REQUEST: {"source_reads": reads}} if reads else {}
+
+
+# Grammar-constrained requests from 0.5.17: spec_utils builds the grammar bitmask over a verify
+# tree's left-child / right-sibling links, which DDTREE's verify input carries; eagle_sample
+# applies it before the tree accept.
 GRAMMAR_TREE_CONTRACT: Dict[str, Dict[str, object]] = {
     "sglang.srt.speculative.spec_utils:GrammarTree.from_device": {
         "params": ("retrieve_next_token", "retrieve_next_sibling", "draft_token"),
@@ -185,6 +194,21 @@ GRAMMAR_TREE_CONTRACT: Dict[str, Dict[str, object]] = {
     # grammar batch's round, and hands the worker no barrier.
     "sglang.srt.managers.schedule_batch:ScheduleBatch.grammar_needs_sync": {
         "source_reads": ("not self.spec_algorithm.supports_grammar_overlap()",),
+    },
+}
+
+
+# return_logprob from 0.5.18: a speculative round's output logprobs come from the verify rows
+# its tokens were accepted at (accept_index, as EAGLE's tree worker passes them), one row per
+# request of accept-width entries, which the scheduler reads up to each accept length.
+SPEC_LOGPROBS_CONTRACT: Dict[str, Dict[str, object]] = {
+    "sglang.srt.layers.logprob_processor:compute_spec_logprobs": {
+        "params": ("batch", "logits_output", "predict", "accept_index"),
+        "source_reads": ("predict[flat_accept_idx]", "next_token_logits[flat_accept_idx]"),
+    },
+    "sglang.srt.managers.scheduler_components.batch_result_processor"
+    ":SchedulerBatchResultProcessor._apply_decode_logprobs": {
+        "source_reads": ("accepted_logprobs = next_token_logprobs[i]",),
     },
 }
 

@@ -52,6 +52,7 @@ from sglang.srt.speculative.ddtree_compat import (
     mamba_track_interval,
     next_draft_input,
     open_window,
+    output_logprobs,
     planning_seq_lens,
     root_tokens,
     spec_arg,
@@ -364,10 +365,6 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self, model_worker_batch: ScheduleBatch, on_publish=None, **kwargs
     ) -> GenerationBatchResult:
         batch = model_worker_batch
-        if getattr(batch, "return_logprob", False):
-            raise ValueError(
-                "DDTREE speculative decoding does not support return_logprob yet."
-            )
         if (
             batch.forward_mode.is_extend()
             or batch.is_extend_in_batch
@@ -446,6 +443,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             predict, accept_lens, accept_index = eagle_sample(
                 verify_input, batch, logits_output, **masked
             )
+            output_logprobs(batch, logits_output, predict, accept_index)
             accepted = accepted_paths(
                 predict, accept_index, accept_lens, prefix_lens, cache_loc_2d
             )
