@@ -21,6 +21,7 @@ Behaviour switches come from the FAKE_SGLANG environment variable (JSON):
   regex_outputs:      {regex: text}: what a request with that ``regex`` in its sampling decodes
                       (the text's bytes, then EOS), whatever its prompt
   regex_break_budgets: DDTREE budgets whose regex outputs start with an "x" the regex never allows
+  logprob_shift_budgets: DDTREE budgets whose output-token logprobs are 1.0 below the target's
   replies:            a JSON file {engine: {prompt: {"tokens": [...], "rounds": n}}} (engine
                       "target-only", "DFLASH" or "DDTREE-<B>", prompt its ids joined by commas):
                       those prompts' outputs and verify rounds instead (compare's replays)
@@ -117,6 +118,8 @@ class Engine:
             if return_logprob:
                 gap = self.b.get("margin", 5.0)
                 meta["output_top_logprobs"] = [[[-0.01, t, None], [-0.01 - gap, 0, None]] for t in ids]
+                shift = 1.0 if self.algo == "DDTREE" and self.budget in self.b.get("logprob_shift_budgets", []) else 0.0
+                meta["output_token_logprobs"] = [[-0.01 - shift, t, None] for t in ids]
             outs.append({"output_ids": ids, "meta_info": meta})
         if self.profile and n > 4:
             rounds = max(o["meta_info"]["spec_verify_ct"] for o in outs)

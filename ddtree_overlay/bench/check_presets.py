@@ -85,7 +85,7 @@ class CheckArm:
     env: Mapping[str, str] = field(default_factory=dict)  # set while its engine lives
     sampled: bool = False  # T = 1: SAMPLED_DRAWS single-prompt draws of 4 tokens, in waves
     draws: Draws | None = None  # T > 0: many prompts' draws, judged against its baseline's
-    top2: bool = False  # record top1-top2 margins (a baseline's outputs judge near-ties)
+    top2: bool = False  # record logprobs: a baseline's margins judge near-ties; an arm's match its baseline's
     baseline: str | None = None  # greedy outputs judged lossless against this arm's
     tp_of: str | None = None  # the TP = 1 twin whose outputs and acceptance it must match
     grammars: tuple[str | None, ...] = ()  # regexes prompt i decodes under, in turn (None: none)
@@ -274,6 +274,15 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         _ddtree("ddtree-schedule-waves", SCHEDULE, engine={"max_running_requests": 12}),
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),
+    ),
+    # Output-token logprobs (SGLang 0.5.18+: a bundle with another sglang-kernel swapped in
+    # on the torch 2.11 host): greedy outputs lossless, and where the tokens agree each one's
+    # logprob (and its top-2) the target-only arm's within bf16 noise.
+    "logprobs": (
+        PLAIN,
+        _ddtree("ddtree-b32-logprobs", 32, top2=True),
+        _dflash("dflash-logprobs", top2=True),
+        _ddtree("ddtree-adaptive-logprobs", ADAPTIVE, top2=True),
     ),
     # Regex-constrained requests (SGLang 0.5.17+, the dense pair, a bundle with the real
     # xgrammar) mixed with unconstrained ones: greedy outputs judged against target-only's

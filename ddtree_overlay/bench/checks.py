@@ -8,8 +8,10 @@ near-ties. `verify --smoke --preset NAME[,NAME...]` runs named presets instead
 baseline arm, its acceptance against the offline reference (with ``--reference-dir``), a TP=2
 arm against its TP=1 twin, a T=1 arm's token distribution against target-only's, and (preset
 ``sampling``) many prompts' draws at T = 0.6 and 1.0 with top-p and top-k against target-only's,
-judged by a pooled χ² test whose power is reported (`bench.sampled`), and (preset ``grammar``)
-regex-constrained requests' outputs, each a full match of its regex (`bench.grammar_outputs`). After
+judged by a pooled χ² test whose power is reported (`bench.sampled`), an arm that returns
+logprobs against its baseline's where their tokens agree (preset ``logprobs``), and (preset
+``grammar``) regex-constrained requests' outputs, each a full match of its regex
+(`bench.grammar_outputs`). After
 every arm, ``--out`` gets ``arms.jsonl`` (the runner's records) and ``summary.json`` (the
 verdicts so far), so a run cut off by its time box keeps what it reached.
 """
@@ -188,7 +190,7 @@ def summarize(
     known = {arm.name: arm for arm in arms}
     summary: dict[str, Any] = {
         "arms": {}, "lossless": [], "distribution": [], "sampling": [], "parity": [], "tp": [], "grammar": [],
-        "problems": [],
+        "logprobs": [], "problems": [],
     }
     tests = sum(arm.draws.positions for arm in arms if arm.draws and arm.arm.algorithm != TARGET_ONLY)
     for name, record in by_name.items():
@@ -217,6 +219,11 @@ def summarize(
             summary["lossless"].append(report)
             if not report["passed"]:
                 summary["problems"].append(_lossless_problem(name, report))
+            if arm.top2 and "token_logprobs" in baseline:
+                logprobs = decode_compare.logprob_report(baseline, record)
+                summary["logprobs"].append(logprobs)
+                if not logprobs["passed"]:
+                    summary["problems"].append(_logprob_problem(name, logprobs))
         if arm.grammars:
             verdict = grammar_verdict(record, arm.grammars)
             summary["grammar"].append(verdict)
@@ -354,4 +361,13 @@ def _lossless_problem(name: str, report: Mapping[str, Any]) -> str:
     return (
         f"{name}: {report['unexplained']} divergence(s) from {report['reference']} beyond bf16 noise "
         f"(largest top1-top2 margin {worst:.3f})"
+    )
+
+
+def _logprob_problem(name: str, report: Mapping[str, Any]) -> str:
+    if not report["tokens"]:
+        return f"{name}: no output-token logprob to compare with {report['reference']}'s"
+    return (
+        f"{name}: output-token logprobs differ from {report['reference']}'s by up to "
+        f"{report['max_abs_diff']:.4g} (bf16 noise {report['tolerance']:g}) over {report['tokens']} tokens"
     )

@@ -74,6 +74,28 @@ def lossless_report(reference: dict, arm: dict, *, margin_noise: float = BF16_MA
     }
 
 
+def logprob_report(reference: dict, arm: dict, *, tolerance: float = BF16_MARGIN_NOISE) -> dict:
+    """``arm``'s output-token logprobs against ``reference``'s where both emitted the same
+    tokens (each prompt up to its first divergence): the largest difference, within bf16
+    noise (the margins' bound) to pass; no token compared fails."""
+    compared, worst = 0, 0.0
+    for expected, got, ref_values, arm_values in zip(
+        reference["outputs"], arm["outputs"], reference["token_logprobs"], arm["token_logprobs"], strict=False
+    ):
+        same = first_divergence(expected, got)
+        for ref_value, arm_value in list(zip(ref_values, arm_values, strict=False))[:same]:
+            compared += 1
+            worst = max(worst, abs(ref_value - arm_value))
+    return {
+        "arm": arm["arm"],
+        "reference": reference["arm"],
+        "tokens": compared,
+        "max_abs_diff": worst,
+        "tolerance": tolerance,
+        "passed": compared > 0 and worst <= tolerance,
+    }
+
+
 def acceptance_per_prompt(arm: dict) -> list[float | None]:
     """Tokens committed per verify round, bonus included, prefill token excluded."""
     values = []

@@ -127,6 +127,7 @@ def _decoded(outs: list, decode_s: float, *, top2: bool) -> dict:
     }
     if top2:
         fields["top2_margins"] = [_top2_margins(o["meta_info"]) for o in outs]
+        fields["token_logprobs"] = [[entry[0] for entry in o["meta_info"].get("output_token_logprobs") or []] for o in outs]
     return fields
 
 

@@ -328,3 +328,15 @@ def test_a_grammar_arm_whose_outputs_leave_the_regex_is_a_problem(tmp_path: Path
         "ddtree-b32-grammar: 1 of 2 constrained outputs are not a full match of their regex "
         f"(prompt 1, {check_presets.DIGITS_REGEX!r}: 'x12,345;')"  # a line may start with an x
     ]
+
+
+def test_logprob_arms_are_judged_against_target_only_where_their_tokens_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary, _ = run_presets(tmp_path, monkeypatch, {"logprob_shift_budgets": [32]}, preset="logprobs")
+    reports = {report["arm"]: report for report in summary["logprobs"]}
+    assert set(reports) == {"ddtree-b32-logprobs", "dflash-logprobs", "ddtree-adaptive-logprobs"}
+    assert reports["dflash-logprobs"]["passed"] and reports["dflash-logprobs"]["tokens"] == 12
+    assert summary["problems"] == [
+        "ddtree-b32-logprobs: output-token logprobs differ from plain's by up to 1 (bf16 noise 0.25) over 12 tokens"
+    ]

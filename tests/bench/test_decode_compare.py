@@ -44,6 +44,18 @@ def test_prompts_a_cell_never_decoded_are_not_counted_identical():
     assert (longer["prompts"], longer["identical"], longer["undecoded"]) == (1, 1, 1)
 
 
+def test_logprobs_are_compared_where_the_tokens_agree_and_must_stay_within_bf16_noise():
+    plain = arm("plain", [[1, 2, 3], [4, 5]]) | {"token_logprobs": [[-0.1, -0.2, -0.3], [-1.0, -2.0]]}
+    # prompt 0 diverges at its third token, whose logprob is not compared
+    tree = arm("ddtree", [[1, 2, 7], [4, 5]]) | {"token_logprobs": [[-0.1, -0.3, -9.0], [-1.0625, -2.0]]}
+    report = dc.logprob_report(plain, tree)
+    assert (report["tokens"], report["passed"]) == (4, True) and report["max_abs_diff"] == pytest.approx(0.1)
+    off = dc.logprob_report(plain, arm("ddtree", [[1, 2, 3], [4, 5]]) | {"token_logprobs": [[-0.1, -0.2, -0.3], [-1.5, -2.0]]})
+    assert not off["passed"] and off["max_abs_diff"] == pytest.approx(0.5)
+    none = dc.logprob_report(plain, arm("ddtree", [[9], [9]]) | {"token_logprobs": [[], []]})
+    assert (none["tokens"], none["passed"]) == (0, False)
+
+
 def test_acceptance_excludes_the_prefill_token_and_counts_the_bonus():
     rec = arm(
         "ddtree",
