@@ -317,6 +317,7 @@ def main(argv: list | None = None) -> int:
         default=True,
         help="start an untimed engine of the first arm, decode once and drop it, before the measured ones",
     )
+    ap.add_argument("--dry-run", action="store_true", help="print the setting and the arms; start no engine")
     args = ap.parse_args(argv)
     if args.batch_size < 1:
         ap.error(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -329,6 +330,11 @@ def main(argv: list | None = None) -> int:
     except ValueError as exc:  # prompt tokens for a setting with real prompts
         ap.error(str(exc))
     arms = parse_arms(args.arms, setting, installed_sglang())
+    if args.dry_run:
+        print(f"round trace of {args.setting}, batch size {args.batch_size}, primer {'on' if args.primer else 'off'}:")
+        for name, arm, env in arms:
+            print(f"  {name}: {arm.label}" + "".join(f" {key}={value}" for key, value in sorted(env.items())))
+        return 0
     records: list = []
 
     def keep(record: dict) -> None:
