@@ -682,3 +682,16 @@ def test_the_hybrid_fixture_flat_snapshot_and_dflash_as_cited():
         entry = memory_entry(gdn, state, verify_width=width, concurrency=64)
         computed = f"{entry['per_request_text']} | {size_text(entry['total_bytes'])}".replace(" x ", " × ")
         assert computed == cited.replace("**", "") and f"| {cited} |" in text
+
+
+def test_the_grammar_host_cost_as_cited():
+    record = json.loads((BENCH / "2026-12-05-grammar-host-cost" / "grammar_host.json").read_text())
+    rows = {(row["grammar"], row["budget"]): row for row in record["rows"]}
+    assert record["vocab"] == 151936 and all(row["filled"] == row["nodes"] == row["budget"] + 1 for row in rows.values())
+    cited = {("json string", 15): 3.64, ("json string", 32): 7.40, ("json string", 256): 60.16,
+             ("digits regex", 15): 3.78, ("digits regex", 256): 57.30}
+    for key, ms in cited.items():
+        assert round(rows[key]["ms"], 2) == ms, key
+    per_node = [row["us_per_row"] for row in rows.values()]
+    assert 219 <= min(per_node) and max(per_node) <= 245
+    assert "0.22–0.24 ms per tree node" in summary()
