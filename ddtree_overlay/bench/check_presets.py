@@ -299,6 +299,13 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
 }
 
 
+# The first sglang release whose DDTREE serves what a preset sends (older ones abort those
+# requests in DFlash's request check), and the presets whose judge reads the fixtures' byte
+# vocabulary (a target of one's own has its own tokenizer).
+PRESET_RELEASES = {"grammar": "0.5.17", "logprobs": "0.5.18"}
+BYTE_VOCABULARY_PRESETS = frozenset({"grammar"})
+
+
 def preset_arms(presets: Sequence[str], only: Sequence[str] = ()) -> list[CheckArm]:
     """The arms of ``presets`` in order, less those not in ``only`` (when given)."""
     arms = [arm for name in presets for arm in PRESETS[name]]

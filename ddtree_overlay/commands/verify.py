@@ -57,6 +57,8 @@ def verify(
     gpu: GpuChecks = GpuChecks(),
     on_arm: Callable[[Mapping[str, Any]], None] = lambda _: None,
 ) -> Result:
+    if smoke:
+        _refuse_presets_out_of_reach(env, gpu)
     modules = applied_modules(env)
     imports = run_import_check(env.python, modules)
     failed = {name: error for name, error in imports["modules"].items() if error}
@@ -79,6 +81,22 @@ def verify(
     if issues:
         return Result(("verify",), "failed", data, tuple(issues), exit_code=int(VerifyFailed.exit_code))
     return Result(("verify",), "ok", data)
+
+
+def _refuse_presets_out_of_reach(env: EnvInfo, gpu: GpuChecks) -> None:
+    """Before any engine starts: a preset whose requests the env's release refuses, or whose
+    judge needs the fixtures' byte vocabulary when the target is one's own."""
+    from packaging.version import Version
+
+    from ddtree_overlay.bench.check_presets import BYTE_VOCABULARY_PRESETS, PRESET_RELEASES
+
+    installed = env.sglang.version if env.sglang else None
+    for preset in gpu.presets:
+        release = PRESET_RELEASES.get(preset)
+        if release and installed and Version(installed) < Version(release):
+            raise errors.preset_needs_release(preset, release, installed)
+        if preset in BYTE_VOCABULARY_PRESETS and (gpu.target or gpu.draft):
+            raise errors.preset_needs_fixture_pair(preset)
 
 
 def _refuse_missing_dependencies(env: EnvInfo, imports: Mapping[str, Any], data: Mapping[str, Any]) -> None:
@@ -170,5 +188,7 @@ def run_gpu_checks(
         "problems": problems,
         "arms": checks.arms_view(summary),
         "out": str(out),
-        "summary": {key: summary[key] for key in ("lossless", "parity", "tp", "distribution", "sampling")},
+        "summary": {
+            key: summary[key] for key in ("lossless", "parity", "tp", "distribution", "sampling", "grammar", "logprobs")
+        },
     }

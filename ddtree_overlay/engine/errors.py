@@ -750,6 +750,22 @@ def bench_plan_refused(problem: str) -> BadArguments:
     )
 
 
+def preset_needs_release(preset: str, release: str, installed: str) -> BadArguments:
+    """A check preset sends requests the installed release's DDTREE does not serve."""
+    return BadArguments(
+        f"preset {preset} needs sglang {release} or later; this env has {installed}",
+        hint=f"run it in an env with sglang {release}+, or drop {preset} from --preset",
+    )
+
+
+def preset_needs_fixture_pair(preset: str) -> BadArguments:
+    """A check preset whose judge reads outputs in the fixtures' byte vocabulary."""
+    return BadArguments(
+        f"preset {preset} judges outputs in the fixture pairs' byte vocabulary, not --target's tokenizer",
+        hint=f"run {preset} without --target/--draft",
+    )
+
+
 def bench_beyond_context(problem: str) -> BadArguments:
     """The sweep's prompts and new tokens do not fit the target's context length."""
     return BadArguments(problem, hint="pass a smaller --max-new-tokens, or on a random-weight setting --prompt-tokens")

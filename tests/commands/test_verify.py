@@ -126,3 +126,30 @@ def test_smoke_refuses_more_prompts_than_the_fixture_holds(sglang_env: Path) -> 
     done = run_cli("verify", "--env", str(sglang_env), "--smoke", "--prompts", "65")
     assert done.returncode == ExitCode.USAGE
     assert "--prompts" in done.stderr
+
+
+def test_a_preset_the_envs_release_cannot_serve_is_refused_before_anything_runs(sglang_env: Path) -> None:
+    before = snapshot(sglang_env)
+    done = run_cli("verify", "--env", str(sglang_env), "--smoke", "--preset", "lossless,grammar")
+    assert done.returncode == ExitCode.USAGE
+    assert "error: preset grammar needs sglang 0.5.17 or later; this env has 0.5.14" in done.stderr
+    assert snapshot(sglang_env) == before
+
+
+@pytest.mark.parametrize(("version", "checks", "refused"), [
+    ("0.5.17", verify_module.GpuChecks(presets=("grammar",)), None),
+    ("0.5.17", verify_module.GpuChecks(presets=("logprobs",)), "preset logprobs needs sglang 0.5.18 or later"),
+    ("0.5.23", verify_module.GpuChecks(presets=("logprobs", "grammar")), None),
+    ("0.5.23", verify_module.GpuChecks(presets=("grammar",), target=Path("/models/Qwen3.6-27B")), "byte vocabulary"),
+])
+def test_which_presets_a_release_and_a_target_can_run(version, checks, refused) -> None:
+    import types
+
+    from ddtree_overlay.engine.errors import BadArguments
+
+    env = types.SimpleNamespace(sglang=types.SimpleNamespace(version=version))
+    if refused is None:
+        verify_module._refuse_presets_out_of_reach(env, checks)
+        return
+    with pytest.raises(BadArguments, match=refused):
+        verify_module._refuse_presets_out_of_reach(env, checks)

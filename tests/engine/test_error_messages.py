@@ -118,6 +118,8 @@ CASES: dict[str, Callable[[], errors.OverlayError]] = {
     "bench_plan_refused": lambda: errors.bench_plan_refused(
         "no arm nextn in this sweep (arms: target-only, dflash, dflash-no-overlap, ddtree-b32)"
     ),
+    "preset_needs_release": lambda: errors.preset_needs_release("grammar", "0.5.17", "0.5.14"),
+    "preset_needs_fixture_pair": lambda: errors.preset_needs_fixture_pair("grammar"),
     "bench_beyond_context": lambda: errors.bench_beyond_context(
         "a prompt of 32700 tokens and 128 new tokens exceed the target's context of 32768 tokens "
         "(max_position_embeddings in its config.json)"
