@@ -13,7 +13,10 @@ work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 tar -xJf "$bundle" -C "$work"
 stripped=0
 while IFS= read -r -d '' object; do
-  if readelf -S "$object" 2>/dev/null | grep -q '\.debug_info'; then
+  # read the whole listing first: `readelf | grep -q` under pipefail fails whenever grep's
+  # early exit cuts readelf off mid-write
+  sections=$(readelf -S "$object" 2>/dev/null || true)
+  if [[ $sections == *.debug_info* ]]; then
     strip --strip-debug "$object"
     stripped=$((stripped + 1))
   fi

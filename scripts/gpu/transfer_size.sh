@@ -19,7 +19,7 @@ done
 total=$(awk '{ s += $1 } END { print s + 0 }' "$sizes")
 echo "largest parts (MB):"
 awk '{ n = split($2, p, "/"); top = (n > 2 ? p[1] "/" p[2] : $2); s[top] += $1 }
-     END { for (k in s) printf "%8.1f  %s\n", s[k] / 1e6, k }' "$sizes" | sort -rn | head -8
+     END { for (k in s) printf "%8.1f  %s\n", s[k] / 1e6, k }' "$sizes" | sort -rn | awk 'NR <= 8'
 printf 'total %.1f MB of %.1f MB (64 MiB)\n' "$(echo "$total / 1000000" | bc -l)" "$(echo "$limit / 1000000" | bc -l)"
 if [ "$total" -gt "$limit" ]; then
   echo "transfer_size: $((total - limit)) bytes over: leave out docs/bench or fixture weights the call does not use" >&2
