@@ -19,6 +19,8 @@ from ddtree_overlay.bench.check_presets import PRESETS
 ROOT = Path(__file__).resolve().parents[1]
 ROADMAP = ROOT / "docs" / "sglang-ddtree-roadmap.md"
 COMMAND = re.compile(r"`((?:[A-Z_]+=\S+ )*bash scripts/gpu/on_gpus\.sh [^`]+)`", re.S)
+# A job written after the command before it, on the same bundle: `… 'JOB'`.
+LATER_JOB = re.compile(r"`…\s+('[^`]+')`", re.S)
 ASSIGNMENT = re.compile(r"[A-Z_]+=\S*")
 # Parses a script's command line with the script's own parser, prints it and stops there.
 PARSE_ONLY = """
@@ -34,18 +36,22 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def roadmap_steps() -> list[list[str]]:
-    """Each job step of each on_gpus.sh command in the roadmap, as words, its leading
-    environment assignments dropped and `$JOB_OUT` a scratch folder's name."""
-    steps = []
-    for command in COMMAND.findall(ROADMAP.read_text()):
+    """Each job step of each on_gpus.sh command in the roadmap (and of each job it writes as
+    `… 'JOB'` after one), as words, its leading environment assignments dropped and `$JOB_OUT`
+    a scratch folder's name."""
+    text = ROADMAP.read_text()
+    jobs = []
+    for command in COMMAND.findall(text):
         words = shlex.split(re.sub(r"\s*\n\s*", " ", command))
-        jobs = words[words.index("scripts/gpu/on_gpus.sh") + 2 :]
-        for job in jobs:
-            for step in job.split(";"):
-                step_words = shlex.split(step.replace("$JOB_OUT", "JOB_OUT"))
-                while step_words and ASSIGNMENT.fullmatch(step_words[0]):
-                    step_words.pop(0)
-                steps.append(step_words)
+        jobs += words[words.index("scripts/gpu/on_gpus.sh") + 2 :]
+    jobs += [shlex.split(re.sub(r"\s*\n\s*", " ", job))[0] for job in LATER_JOB.findall(text)]
+    steps = []
+    for job in jobs:
+        for step in job.split(";"):
+            step_words = shlex.split(step.replace("$JOB_OUT", "JOB_OUT"))
+            while step_words and ASSIGNMENT.fullmatch(step_words[0]):
+                step_words.pop(0)
+            steps.append(step_words)
     return steps
 
 
