@@ -141,6 +141,7 @@ RESOLUTION_CASES = (
     ({"speculative_ddtree_budget": 4, "speculative_dflash_block_size": 8}, (8, 8, 4)),
     ({"attention_backend": "fa3"}, "DDTREE requires --attention-backend triton or flashinfer"),
     ({"speculative_num_draft_tokens": 16}, "DDTREE sets the verify width"),
+    ({"enable_return_hidden_states": True}, "does not support --enable-return-hidden-states"),
 )
 SCHEDULE_CASES = (
     ({"speculative_ddtree_budget_schedule": "1:64,8:16", "speculative_dflash_block_size": 16}, (65, 16, 64)),
