@@ -45,6 +45,7 @@ DIGITS_REGEX = r"[0-9]{1,8}(,[0-9]{1,8}){0,7};"  # what it never writes: the mas
 # rows, and the unconstrained requests outlive the others: the scheduler leaves its synchronous
 # grammar path mid-run.
 GRAMMAR_CYCLE = (LINE_REGEX, DIGITS_REGEX, None)
+GRAMMAR_OVERLAP = {"SGLANG_DDTREE_GRAMMAR_OVERLAP": "1"}  # grammar batches overlapped, as DFLASH's
 
 
 @dataclass(frozen=True)
@@ -288,13 +289,14 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     # xgrammar) mixed with unconstrained ones: greedy outputs judged against target-only's
     # under the same grammars, and every constrained output a full match of its regex. DFLASH
     # applies the grammar to its chain, DDTREE to its tree (the tree goes to the host for the
-    # bitmask: no sync guard here).
+    # bitmask: no sync guard here); the last arm keeps overlap scheduling for grammar batches.
     "grammar": (
         PLAIN_GRAMMAR,
         _ddtree("ddtree-b32-grammar", 32, grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
         _dflash("dflash-grammar", grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
         _ddtree("ddtree-b15-grammar", 15, grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
         _ddtree("ddtree-adaptive-grammar", ADAPTIVE, grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
+        _ddtree("ddtree-b32-grammar-overlap", 32, grammars=GRAMMAR_CYCLE, env=GRAMMAR_OVERLAP, baseline=PLAIN_GRAMMAR.name),
     ),
 }
 

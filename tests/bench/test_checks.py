@@ -293,7 +293,8 @@ def test_the_grammar_preset_sends_each_prompt_its_regex_in_turn_with_the_byte_to
         assert runner["sampling_cycle"] == [
             {"regex": check_presets.LINE_REGEX}, {"regex": check_presets.DIGITS_REGEX}, {},
         ]
-        assert "env" not in runner, name  # the tree goes to the host for the bitmask: no sync guard
+        # the tree goes to the host for the bitmask: no sync guard
+        assert runner.get("env", {}) == ({"SGLANG_DDTREE_GRAMMAR_OVERLAP": "1"} if name.endswith("-overlap") else {})
     assert arms["dflash-grammar"].arm.algorithm == "DFLASH" and arms["plain-grammar"].top2
     assert "sampling_cycle" not in check_presets.PRESETS["lossless"][0].runner_arm(256)
 
@@ -310,7 +311,7 @@ def test_grammar_arms_pass_when_every_constrained_output_matches_its_regex(
     assert summary["problems"] == [] and summary["not_run"] == []
     verdicts = {v["arm"]: (v["constrained"], v["matched"]) for v in summary["grammar"]}
     # prompts 0 and 3 take the line regex, prompt 1 the digits, prompt 2 none
-    assert verdicts == {name: (3, 3) for name in verdicts} and len(verdicts) == 5
+    assert verdicts == {name: (3, 3) for name in verdicts} and len(verdicts) == 6
     records = {r["arm"]: r for r in checks.read_arms(tmp_path / "out" / "arms.jsonl")}
     plain = records["plain-grammar"]
     assert plain["outputs"][1] == [*b"12,345;", 257] and len(plain["outputs"][2]) == 6  # unconstrained: its length

@@ -89,6 +89,18 @@ report = {
     "cases": {},
 }
 
+def grammar_overlap(value):
+    if value:
+        os.environ["SGLANG_DDTREE_GRAMMAR_OVERLAP"] = value
+    try:
+        return algo.supports_grammar_overlap()
+    except ValueError as error:
+        return str(error)
+    finally:
+        os.environ.pop("SGLANG_DDTREE_GRAMMAR_OVERLAP", None)
+
+report["grammar_overlap"] = {value or "unset": grammar_overlap(value) for value in ("", "0", "1", "yes")}
+
 def server_args(**changes):
     ns = types.SimpleNamespace(
         speculative_ddtree_budget=None, attention_backend="triton", prefill_attention_backend=None,
@@ -213,6 +225,13 @@ def test_ddtree_is_registered_by_importing_spec_info_and_answers_as_dflash(ddtre
     assert ddtree_report["is_dflash"] and ddtree_report["supports_overlap"]
     assert not ddtree_report["need_topk"]
     assert ddtree_report["draft_tokens_for_draft"] == 16
+
+
+def test_grammar_batches_keep_overlap_scheduling_only_when_asked(ddtree_report: dict) -> None:
+    assert ddtree_report["grammar_overlap"] == {
+        "unset": False, "0": False, "1": True,
+        "yes": "SGLANG_DDTREE_GRAMMAR_OVERLAP must be 0 or 1, got 'yes'.",
+    }
 
 
 def test_handle_sets_block_size_and_verify_width(ddtree_report: dict) -> None:

@@ -189,11 +189,15 @@ GRAMMAR_TREE_CONTRACT: Dict[str, Dict[str, object]] = {
         **SHARED_CONTRACT["sglang.srt.speculative.eagle_utils:eagle_sample"],
         "params": ("verify_input", "batch", "logits_output", "grammar_mask"),
     },
-    # DDTREE's spec class keeps the custom algorithms' supports_grammar_overlap() (False): the
-    # scheduler resolves the previous round's result, which advances each grammar, before a
-    # grammar batch's round, and hands the worker no barrier.
+    # DDTREE's spec class answers supports_grammar_overlap() False unless
+    # SGLANG_DDTREE_GRAMMAR_OVERLAP=1: the scheduler then resolves the previous round's result,
+    # which advances each grammar, before a grammar batch's round, and hands the worker no
+    # barrier; True, it overlaps the batch and hands the worker the barrier instead.
     "sglang.srt.managers.schedule_batch:ScheduleBatch.grammar_needs_sync": {
         "source_reads": ("not self.spec_algorithm.supports_grammar_overlap()",),
+    },
+    "sglang.srt.managers.scheduler:Scheduler.run_batch": {
+        "source_reads": ("supports_grammar_overlap()", 'fwd_kwargs["grammar_barrier"]'),
     },
 }
 

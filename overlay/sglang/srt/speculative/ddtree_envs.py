@@ -105,6 +105,14 @@ class DDTreeEnvs:
         "--max-running-requests asks for, warn and serve SGLang's cap instead of refusing to start",
     )
 
+    # Grammar-constrained requests (0.5.17+)
+    SGLANG_DDTREE_GRAMMAR_OVERLAP = DDTreeEnvSwitch(
+        False,
+        "1: batches holding a grammar request keep overlap scheduling, the round advancing "
+        "each grammar through the scheduler's barrier before its bitmask, as DFLASH's does; "
+        "unset, SGLang runs them synchronously",
+    )
+
     # CUDA graphs of the round's fixed-shape stages
     SGLANG_DDTREE_TREE_GRAPH = DDTreeEnvSwitch(
         True, "replay the draft top-K and tree build from a CUDA graph per batch size; 0: eager"

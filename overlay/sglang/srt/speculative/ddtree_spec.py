@@ -62,6 +62,14 @@ class DDTreeSpecAlgo(CustomSpecAlgo):
 
         return FutureMap(device, self, req_to_token_pool, needs_cpu_seq_lens, **kwargs)
 
+    def supports_grammar_overlap(self) -> bool:
+        # Off by default (a grammar batch then runs synchronously; GPU-checked neither way
+        # yet). On, the scheduler hands the worker its grammar barrier, which the bitmask build
+        # calls first (ddtree_compat.grammar_mask), as for DFLASH.
+        from sglang.srt.speculative.ddtree_envs import envs
+
+        return envs.SGLANG_DDTREE_GRAMMAR_OVERLAP.get()
+
     def get_platform_worker_cls(self):
         # sglang 0.5.23 asks for an out-of-tree platform's worker; DDTREE has none.
         return None
