@@ -46,6 +46,7 @@ DIGITS_REGEX = r"[0-9]{1,8}(,[0-9]{1,8}){0,7};"  # what it never writes: the mas
 # grammar path mid-run.
 GRAMMAR_CYCLE = (LINE_REGEX, DIGITS_REGEX, None)
 GRAMMAR_OVERLAP = {"SGLANG_DDTREE_GRAMMAR_OVERLAP": "1"}  # grammar batches overlapped, as DFLASH's
+GRAMMAR_PATH_MASK = {"SGLANG_DDTREE_GRAMMAR_MASK": "path"}  # rows filled along the accept path only
 
 
 @dataclass(frozen=True)
@@ -289,14 +290,15 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     # xgrammar) mixed with unconstrained ones: greedy outputs judged against target-only's
     # under the same grammars, and every constrained output a full match of its regex. DFLASH
     # applies the grammar to its chain, DDTREE to its tree (the tree goes to the host for the
-    # bitmask: no sync guard here); the last arm keeps overlap scheduling for grammar batches.
+    # bitmask: no sync guard here); the last arms keep overlap scheduling for grammar batches,
+    # and fill the bitmask along the accept path only.
     "grammar": (
         PLAIN_GRAMMAR,
         _ddtree("ddtree-b32-grammar", 32, grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
         _dflash("dflash-grammar", grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
-        _ddtree("ddtree-b15-grammar", 15, grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
         _ddtree("ddtree-adaptive-grammar", ADAPTIVE, grammars=GRAMMAR_CYCLE, baseline=PLAIN_GRAMMAR.name),
         _ddtree("ddtree-b32-grammar-overlap", 32, grammars=GRAMMAR_CYCLE, env=GRAMMAR_OVERLAP, baseline=PLAIN_GRAMMAR.name),
+        _ddtree("ddtree-b32-grammar-path", 32, grammars=GRAMMAR_CYCLE, env=GRAMMAR_PATH_MASK, baseline=PLAIN_GRAMMAR.name),
     ),
 }
 

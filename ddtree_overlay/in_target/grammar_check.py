@@ -9,7 +9,13 @@ batch that got through stops the round. From 0.5.17:
   grammar allows (unmasked it accepts a letter), every row on the walk the grammar's own mask
   after the path to it;
 * the widest tree: a root with more children than Python's default recursion limit, which
-  SGLang's bitmask walk recurses through one sibling at a time.
+  SGLang's bitmask walk recurses through one sibling at a time;
+* under SGLANG_DDTREE_GRAMMAR_MASK=path (rows filled along the greedy accept path only): on the
+  narrow tree, on random drafters and targets whose scores tie, on a flat target (every token
+  tied, past the path mask's top-k: CPU torch's top-k of 16 equal scores leaves out ids 0-7),
+  and on wide-vocabulary rounds whose top-k holds no allowed token, the
+  masked greedy walk accepts the nodes and tokens it accepts under SGLang's walk, the rows on
+  its path equal to SGLang's there, the grammar left where it was.
 """
 
 import types
@@ -24,6 +30,7 @@ NARROW_DRAFT = [{"2": 3.0, "a": 2.5, ",": 2.0}, {"a": 3.0, "3": 2.5, ",": 2.0}, 
 WIDE_VOCAB = [*MARKS, *(f"w{i}" for i in range(1200)), STOP]
 WIDE_BUDGET = 1100
 ROOT = "1"  # the previous round's bonus token, which the grammar has accepted
+PATH_ROUNDS, WIDE_ROUNDS = 24, 4
 
 
 def grammar_check():
@@ -42,7 +49,62 @@ def grammar_check():
     import torch
 
     wide = _round(WIDE_VOCAB, torch.zeros(2, len(WIDE_VOCAB)), budget=WIDE_BUDGET)
-    return problems + _walk_problems(wide, f"a root with {WIDE_BUDGET} children")
+    problems += _walk_problems(wide, f"a root with {WIDE_BUDGET} children")
+    return problems + _path_mask_problems(narrow)
+
+
+def _path_mask_problems(narrow):
+    import torch
+
+    problems = _same_walk(narrow, "narrow tree")
+    generator = torch.Generator().manual_seed(0)
+
+    def halves(*shape):  # scores in steps of 0.5: rows tie
+        return (torch.randn(*shape, generator=generator) * 2).round() / 2
+
+    for seed in range(PATH_ROUNDS):
+        case = _round(NARROW_VOCAB, halves(4, len(NARROW_VOCAB)), budget=10)
+        if seed % 2:
+            case.target = halves(*case.target.shape)  # a target of its own: short paths, ties
+        problems += _same_walk(case, f"random round {seed}")
+    flat = _round(NARROW_VOCAB, halves(4, len(NARROW_VOCAB)), budget=10)
+    flat.target = torch.zeros_like(flat.target)  # every token tied, past any top-k
+    problems += _same_walk(flat, "a flat target")
+    for seed in range(WIDE_ROUNDS):  # the top-k holds no allowed token: whole rows decide
+        case = _round(WIDE_VOCAB, torch.randn(3, len(WIDE_VOCAB), generator=generator), budget=24)
+        case.target[:, : len(MARKS)] -= 3.0
+        problems += _same_walk(case, f"wide round {seed}")
+    return problems
+
+
+def _same_walk(case, label):
+    """The masked greedy walk under SGLang's bitmask and under the path mask: the same nodes and
+    tokens, the same rows on the path, the grammar where it was."""
+    import os
+
+    from sglang.srt.speculative import ddtree_compat as compat
+
+    grammar = case.batch.reqs[0].grammar
+    before = list(grammar.accepted_tokens)
+    walks = {}
+    for mode in ("tree", "path"):
+        os.environ["SGLANG_DDTREE_GRAMMAR_MASK"] = mode
+        try:
+            logits = types.SimpleNamespace(next_token_logits=case.target.clone())
+            mask = compat.grammar_mask(case.batch, compat.grammar_tree(case.batch, case.verify_input), logits, None)
+            mask.apply(logits.next_token_logits)
+            walks[mode] = (mask.vocab_mask, _greedy_walk(logits.next_token_logits, case))
+        finally:
+            del os.environ["SGLANG_DDTREE_GRAMMAR_MASK"]
+    (tree_rows, tree_walk), (path_rows, path_walk) = walks["tree"], walks["path"]
+    problems = []
+    if path_walk != tree_walk:
+        problems.append(f"{label}: under the path mask the walk took {path_walk}, under SGLang's {tree_walk}")
+    if any(not (path_rows[node] == tree_rows[node]).all() for node, _ in tree_walk):
+        problems.append(f"{label}: a row on the path differs from SGLang's")
+    if list(grammar.accepted_tokens) != before:
+        problems.append(f"{label}: the path mask left the grammar moved")
+    return problems
 
 
 def _scores(vocab, rows):
@@ -84,7 +146,7 @@ def _round(vocab, scores, *, budget):
     batch = types.SimpleNamespace(
         has_grammar=True,
         reqs=[types.SimpleNamespace(grammar=grammar)],
-        sampling_info=types.SimpleNamespace(vocab_size=len(vocab), grammar_mask=None),
+        sampling_info=types.SimpleNamespace(vocab_size=len(vocab), grammar_mask=None, is_all_greedy=True),
     )
     parents = [0, *tree.parent_indices[0].tolist()]  # N = B + 1: no padding nodes
     return types.SimpleNamespace(

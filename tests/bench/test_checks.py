@@ -294,7 +294,8 @@ def test_the_grammar_preset_sends_each_prompt_its_regex_in_turn_with_the_byte_to
             {"regex": check_presets.LINE_REGEX}, {"regex": check_presets.DIGITS_REGEX}, {},
         ]
         # the tree goes to the host for the bitmask: no sync guard
-        assert runner.get("env", {}) == ({"SGLANG_DDTREE_GRAMMAR_OVERLAP": "1"} if name.endswith("-overlap") else {})
+        switches = {"-overlap": {"SGLANG_DDTREE_GRAMMAR_OVERLAP": "1"}, "-path": {"SGLANG_DDTREE_GRAMMAR_MASK": "path"}}
+        assert runner.get("env", {}) == next((env for end, env in switches.items() if name.endswith(end)), {})
     assert arms["dflash-grammar"].arm.algorithm == "DFLASH" and arms["plain-grammar"].top2
     assert "sampling_cycle" not in check_presets.PRESETS["lossless"][0].runner_arm(256)
 

@@ -43,6 +43,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_verify_attention",
     "sglang.srt.speculative.ddtree_warmup",
     "sglang.srt.speculative.ddtree_kv_move",
+    "sglang.srt.speculative.ddtree_grammar_path",
 ]
 
 

@@ -272,10 +272,26 @@ class CompatShim:
 
     def grammar_mask(self, batch, tree, logits_output, barrier):
         """The grammar bitmask over ``tree``'s nodes, one row per verify logits row (None: no
-        grammar). ``barrier``, where the scheduler hands one (algorithms that overlap grammar
-        batches; not DDTREE), first advances each grammar over the previous round's tokens."""
+        grammar). ``barrier``, where the scheduler hands one (grammar batches overlapped:
+        SGLANG_DDTREE_GRAMMAR_OVERLAP), first advances each grammar over the previous round's
+        tokens. Under SGLANG_DDTREE_GRAMMAR_MASK=path a greedy batch's rows are filled along
+        each request's accept path only (ddtree_grammar_path); otherwise SGLang's walk fills
+        every node the grammar allows."""
         if tree is None:
             return None
+        from sglang.srt.speculative.ddtree_envs import envs
+        from sglang.srt.speculative.ddtree_grammar_path import path_grammar_mask, path_mask_applies
+
+        sampling_info = batch.sampling_info
+        if envs.SGLANG_DDTREE_GRAMMAR_MASK.get() == "path" and path_mask_applies(sampling_info):
+            from sglang.srt.constrained.base_grammar_backend import GrammarMask
+
+            logits = logits_output.next_token_logits
+            mask, grammar = path_grammar_mask(batch.reqs, tree, logits, sampling_info.vocab_size, barrier)
+            if mask is None:
+                return None
+            sampling_info.grammar_mask = None  # as SGLang's build: not the extend stage's mask
+            return GrammarMask(grammar, mask.to(logits.device, non_blocking=True))
         from sglang.srt.speculative.spec_utils import build_grammar_vocab_mask
 
         return build_grammar_vocab_mask(

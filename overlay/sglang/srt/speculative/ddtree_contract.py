@@ -182,12 +182,25 @@ GRAMMAR_TREE_CONTRACT: Dict[str, Dict[str, object]] = {
     "sglang.srt.speculative.spec_utils:GrammarTree.from_device": {
         "params": ("retrieve_next_token", "retrieve_next_sibling", "draft_token"),
     },
+    # (its host-to-device step and handle are what SGLANG_DDTREE_GRAMMAR_MASK=path repeats)
     "sglang.srt.speculative.spec_utils:build_grammar_vocab_mask": {
         "params": ("reqs", "tree", "sampling_info", "device", "barrier"),
+        "source_reads": ("vocab_mask.to(device, non_blocking=True)", "sampling_info.grammar_mask = None"),
     },
+    "sglang.srt.constrained.base_grammar_backend:GrammarMask": {"members": ("grammar", "vocab_mask", "apply")},
+    # eagle_sample applies the mask; under SGLANG_DDTREE_GRAMMAR_MASK=path its greedy accept
+    # must read the masked rows by argmax after exactly these adjustments
+    # (ddtree_grammar_path.PRE_MASK_ADJUSTMENTS, which send a batch to SGLang's walk).
     "sglang.srt.speculative.eagle_utils:eagle_sample": {
         **SHARED_CONTRACT["sglang.srt.speculative.eagle_utils:eagle_sample"],
         "params": ("verify_input", "batch", "logits_output", "grammar_mask"),
+        "source_reads": (
+            "sampling_info.acc_additive_penalties",
+            "sampling_info.acc_scaling_penalties",
+            "sampling_info.logit_bias",
+            "grammar_mask.apply(next_token_logits)",
+            "torch.argmax(next_token_logits, dim=-1)",
+        ),
     },
     # DDTREE's spec class answers supports_grammar_overlap() False unless
     # SGLANG_DDTREE_GRAMMAR_OVERLAP=1: the scheduler then resolves the previous round's result,

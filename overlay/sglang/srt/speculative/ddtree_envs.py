@@ -113,6 +113,13 @@ class DDTreeEnvs:
         "unset, SGLang runs them synchronously",
     )
 
+    SGLANG_DDTREE_GRAMMAR_MASK = DDTreeEnvChoice(
+        ("tree", "path"),
+        "tree: SGLang's bitmask walk fills a row for every tree node the grammar allows; path: "
+        "a greedy batch's rows are filled along each request's accept path only, once the "
+        "verify's logits exist (ddtree_grammar_path)",
+    )
+
     # CUDA graphs of the round's fixed-shape stages
     SGLANG_DDTREE_TREE_GRAPH = DDTreeEnvSwitch(
         True, "replay the draft top-K and tree build from a CUDA graph per batch size; 0: eager"

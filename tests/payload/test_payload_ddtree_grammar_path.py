@@ -1,0 +1,70 @@
+"""ddtree_grammar_path: the path mask's masked argmax and when it applies (what it fills on real
+releases, against SGLang's walk with a real xgrammar grammar, is the matrix's grammar check)."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from payload_modules import load_payload_module  # noqa: E402
+
+
+def path():
+    return load_payload_module("sglang.srt.speculative.ddtree_grammar_path")
+
+
+def words(allowed: set[int], vocab: int) -> list[int]:
+    """A bitmask row (int32 words, as xgrammar fills them) allowing ``allowed``."""
+    row = []
+    for start in range(0, vocab, 32):
+        word = sum(1 << (t - start) for t in allowed if start <= t < start + 32)
+        row.append(word - (1 << 32) if word >= 1 << 31 else word)
+    return row
+
+
+def argmax(module, logits: torch.Tensor, allowed: set[int], k: int = 8) -> int:
+    values, ids = logits.topk(k)
+    return module.masked_argmax(words(allowed, logits.numel()), values.tolist(), ids.tolist(), logits.unsqueeze(0), 0)
+
+
+def reference(logits: torch.Tensor, allowed: set[int]) -> int:
+    masked = torch.full_like(logits, float("-inf"))
+    masked[sorted(allowed)] = logits[sorted(allowed)]
+    return int(masked.argmax())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_masked_argmax_is_torchs_over_the_masked_row(seed: int) -> None:
+    module = path()
+    generator = torch.Generator().manual_seed(seed)
+    vocab = 70  # a row past two bitmask words
+    logits = (torch.randn(vocab, generator=generator) * 2).round() / 2  # ties
+    allowed = set(torch.randperm(vocab, generator=generator)[: 1 + seed * 3].tolist())
+    assert argmax(module, logits, allowed) == reference(logits, allowed)
+
+
+def test_a_tie_past_the_top_k_and_no_allowed_token_in_it_take_the_whole_row() -> None:
+    module = path()
+    flat = torch.zeros(40)
+    assert argmax(module, flat, {0, 3, 39}) == 0  # torch's top-8 of 40 equal scores need not hold id 0
+    peaked = torch.arange(40, dtype=torch.float32)
+    assert argmax(module, peaked, {2, 5}) == 5  # the top-8 are ids 32-39, all masked
+
+
+def test_columns_past_the_bitmask_stay_unmasked_as_its_apply_leaves_them() -> None:
+    module = path()
+    logits = torch.zeros(40)
+    logits[35] = 1.0
+    values, ids = logits.topk(8)
+    assert module.masked_argmax(words({1}, 32), values.tolist(), ids.tolist(), logits.unsqueeze(0), 0) == 35
+
+
+def test_only_greedy_batches_without_penalties_or_bias_take_the_path_mask() -> None:
+    module = path()
+    greedy = types.SimpleNamespace(is_all_greedy=True)
+    assert module.path_mask_applies(greedy)
+    assert not module.path_mask_applies(types.SimpleNamespace(is_all_greedy=False))
+    for name in module.PRE_MASK_ADJUSTMENTS:
+        assert not module.path_mask_applies(types.SimpleNamespace(is_all_greedy=True, **{name: torch.zeros(1)}))
