@@ -14,9 +14,8 @@ from typing import Any
 
 from ddtree_overlay.bench.arms import CHAIN_BASELINES, DFLASH, TARGET_ONLY
 from ddtree_overlay.bench.target_config import TargetConfig, read_target_config, target_config
+from ddtree_overlay.fixture_paths import PAIRS
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
-FIXTURES = PACKAGE_DIR / "fixtures"
 SETTINGS = ("fixture", "hybrid", "qwen3-8b-random", "qwen3.6-27b-random")
 RANDOM_PROMPTS = 64  # distinct random prompts: one full wave at batch 64
 DEFAULT_RANDOM_PROMPT_TOKENS = 128
@@ -385,7 +384,7 @@ def make_setting(
     if prompt_tokens is not None:
         raise ValueError(f"prompt_tokens sets the random prompts of {' and '.join(RANDOM_SHAPES)}, not of {name}")
     custom = target is not None
-    pair = FIXTURES / "hybrid" if name == "hybrid" else FIXTURES
+    pair = PAIRS["hybrid" if name == "hybrid" else "dense"]
     ids = prompt_ids if prompt_ids is not None else load_prompts(prompts or pair / "heldout_prompts.json")
     facts = read_target_config(target or pair / "target")
     pair_note = (

@@ -43,7 +43,6 @@ from ddtree_overlay.bench.reanalysis import PROMPTS_FILE, reanalysed_report
 from ddtree_overlay.bench.recommend import recommend, summary_lines
 from ddtree_overlay.bench.settings import (
     CUSTOM_PROMPTS_PER_CELL,
-    FIXTURES,
     context_overflow,
     load_prompts,
     make_setting,
@@ -64,6 +63,7 @@ from ddtree_overlay.engine.fingerprint import installed_patch_set
 from ddtree_overlay.engine.result import Issue, Result
 from ddtree_overlay.engine.site import open_overlay, require_sglang
 from ddtree_overlay.engine.target import run_script
+from ddtree_overlay.fixture_paths import PAIRS
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 PROBE_TIMEOUT_S = 300
@@ -213,7 +213,7 @@ def prompts_of(python: Path, request: BenchRequest) -> tuple[list[list[int]] | N
         )
     chat = chat_prompts.ChatPrompts(
         path=request.prompts,
-        tokenizer=request.tokenizer or request.target or FIXTURES / "target",
+        tokenizer=request.tokenizer or request.target or PAIRS["dense"] / "target",
         enable_thinking=request.enable_thinking,
         min_prompt_tokens=request.min_prompt_tokens,
     )

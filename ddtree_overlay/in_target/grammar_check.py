@@ -82,18 +82,14 @@ def _same_walk(case, label):
     tokens, the same rows on the path, the grammar where it was."""
     import os
 
-    from sglang.srt.speculative import ddtree_compat as compat
-
     grammar = case.batch.reqs[0].grammar
     before = list(grammar.accepted_tokens)
     walks = {}
     for mode in ("tree", "path"):
         os.environ["SGLANG_DDTREE_GRAMMAR_MASK"] = mode
         try:
-            logits = types.SimpleNamespace(next_token_logits=case.target.clone())
-            mask = compat.grammar_mask(case.batch, compat.grammar_tree(case.batch, case.verify_input), logits, None)
-            mask.apply(logits.next_token_logits)
-            walks[mode] = (mask.vocab_mask, _greedy_walk(logits.next_token_logits, case))
+            mask, logits = _masked(case)
+            walks[mode] = (mask.vocab_mask, _greedy_walk(logits, case))
         finally:
             del os.environ["SGLANG_DDTREE_GRAMMAR_MASK"]
     (tree_rows, tree_walk), (path_rows, path_walk) = walks["tree"], walks["path"]
@@ -159,18 +155,14 @@ def _walk_problems(case, label):
     """The mask through the shim as the worker builds it, its greedy walk replayed on a fresh
     matcher: each row on the walk is the grammar's after the path, each token one it allows."""
     import xgrammar as xgr
-    from sglang.srt.speculative import ddtree_compat as compat
 
     barrier_calls = []
-    logits = types.SimpleNamespace(next_token_logits=case.target.clone())
-    tree = compat.grammar_tree(case.batch, case.verify_input)
-    mask = compat.grammar_mask(case.batch, tree, logits, lambda: barrier_calls.append(1))
-    mask.apply(logits.next_token_logits)
+    mask, logits = _masked(case, lambda: barrier_calls.append(1))
     problems = [] if barrier_calls == [1] else [f"{label}: the grammar barrier ran {len(barrier_calls)} times, not once"]
     replay = xgr.GrammarMatcher(case.compiled)
     replay.accept_token(case.root)
     row = xgr.allocate_token_bitmask(1, len(case.vocab))
-    for node, token in _greedy_walk(logits.next_token_logits, case):
+    for node, token in _greedy_walk(logits, case):
         replay.fill_next_token_bitmask(row, 0)
         if not (mask.vocab_mask[node] == row[0]).all():
             problems.append(f"{label}: node {node}'s mask row is not the grammar's after its path")
@@ -178,6 +170,17 @@ def _walk_problems(case, label):
             problems.append(f"{label}: the masked walk accepted {case.vocab[token]!r}, which the grammar forbids")
             break
     return problems
+
+
+def _masked(case, barrier=None):
+    """The round's mask as the worker builds it through the shim, and the target's logits with
+    it applied."""
+    from sglang.srt.speculative import ddtree_compat as compat
+
+    logits = types.SimpleNamespace(next_token_logits=case.target.clone())
+    mask = compat.grammar_mask(case.batch, compat.grammar_tree(case.batch, case.verify_input), logits, barrier)
+    mask.apply(logits.next_token_logits)
+    return mask, logits.next_token_logits
 
 
 def _greedy_walk(logits, case):

@@ -13,8 +13,9 @@ from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench.arms import NEXTN, Arm
 from ddtree_overlay.bench.attention import baseline_backends
 from ddtree_overlay.bench.nextn_overlap import crash_reason
+from ddtree_overlay.fixture_paths import PAIRS
 
-HYBRID = settings.FIXTURES / "hybrid"
+HYBRID = PAIRS["hybrid"]
 
 
 @pytest.mark.parametrize(

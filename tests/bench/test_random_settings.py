@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from ddtree_overlay.bench import settings
+from ddtree_overlay.fixture_paths import PAIRS
 
-HYBRID_FIXTURE = settings.FIXTURES / "hybrid" / "target" / "config.json"
+HYBRID_FIXTURE = PAIRS["hybrid"] / "target" / "config.json"
 TOKEN_IDS = {"bos_token_id", "eos_token_id", "pad_token_id", "image_token_id", "video_token_id",
              "vision_start_token_id", "vision_end_token_id"}  # the fixture's tokenizer's; SGLang's defaults serve
 

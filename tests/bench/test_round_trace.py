@@ -14,9 +14,10 @@ from bench_fakes import install_fake_sglang
 
 from ddtree_overlay.bench import round_trace, settings
 from ddtree_overlay.bench.arms import Arm
+from ddtree_overlay.fixture_paths import PAIRS
 
 REPO = Path(__file__).resolve().parents[2]
-HYBRID = settings.FIXTURES / "hybrid"
+HYBRID = PAIRS["hybrid"]
 
 
 def test_nextn_gets_the_targets_mtp_head_and_dflash_ddtree_the_pairs_drafter(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench import settings
 from ddtree_overlay.bench.supervision import reference_jobs
+from ddtree_overlay.fixture_paths import PAIRS
 
 
 def test_qwen3_8b_setting_writes_its_configs_and_uses_dummy_weights(tmp_path: Path) -> None:
@@ -60,7 +61,7 @@ def test_hybrid_setting_is_the_bundled_hybrid_pair_with_reference_parity(tmp_pat
     target = json.loads((setting.target / "config.json").read_text())
     assert target["model_type"] == "qwen3_5" and setting.target.parent.name == "hybrid"
     assert setting.real_weights and setting.reference_parity and setting.name == "hybrid"
-    held_out = json.loads((settings.FIXTURES / "hybrid" / "heldout_prompts.json").read_text())
+    held_out = json.loads((PAIRS["hybrid"] / "heldout_prompts.json").read_text())
     assert [list(p) for p in setting.prompts] == held_out
     plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(32,), batch_sizes=(1,), temperatures=(0.0,)))
     assert reference_jobs(plan) == {"dflash": ["--algo", "dflash"], "ddtree-b32": ["--algo", "ddtree", "--budget", "32"]}

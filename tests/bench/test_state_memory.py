@@ -21,6 +21,7 @@ from ddtree_overlay.bench.markdown import markdown_report
 from ddtree_overlay.bench.state_memory import FLAT, HYBRID_STATE_ENV, SNAPSHOT
 from ddtree_overlay.bench.target_config import target_config
 from ddtree_overlay.engine.errors import BadSetting, ExitCode
+from ddtree_overlay.fixture_paths import PAIRS
 
 MIB = 1 << 20
 GDN = target_config(settings.qwen3_6_27b_configs()[0]).gated_deltanet
@@ -135,7 +136,7 @@ def test_a_plain_target_has_no_state_memory(tmp_path: Path) -> None:
 
 
 def test_a_custom_hybrid_pair_is_read_from_its_config(tmp_path: Path) -> None:
-    hybrid = settings.FIXTURES / "hybrid"
+    hybrid = PAIRS["hybrid"]
     made = settings.make_setting("fixture", scratch=tmp_path, target=hybrid / "target", draft=hybrid / "draft",
                                  prompts=hybrid / "heldout_prompts.json")
     shape = made.facts.gated_deltanet

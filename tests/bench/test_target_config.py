@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ddtree_overlay.bench.settings import FIXTURES, qwen3_6_27b_configs
+from ddtree_overlay.bench.settings import qwen3_6_27b_configs
 from ddtree_overlay.bench.target_config import GatedDeltaNet, read_target_config, target_config
+from ddtree_overlay.fixture_paths import FIXTURES
 
 QWEN3_6_27B = GatedDeltaNet(
     layers=48, value_heads=48, key_heads=16, key_dim=128, value_dim=128, conv_kernel=4, state_bytes=4,

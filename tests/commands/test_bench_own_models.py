@@ -17,13 +17,12 @@ from overlay_helpers import run_cli
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench import settings, supervision
 from ddtree_overlay.bench.nextn_overlap import crash_reason
-from ddtree_overlay.bench.settings import FIXTURES
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.errors import ExitCode
+from ddtree_overlay.fixture_paths import BYTE_TOKENIZER, FIXTURES, PAIRS
 
-HYBRID = FIXTURES / "hybrid"
+HYBRID = PAIRS["hybrid"]
 PAIR = ("--target", str(HYBRID / "target"), "--draft", str(HYBRID / "draft"))
-BYTE_TOKENIZER = FIXTURES / "byte_tokenizer"
 FAKE_TRANSFORMERS = '''
 class _Tokenizer:
     def apply_chat_template(self, conversation, tokenize, add_generation_prompt, enable_thinking):

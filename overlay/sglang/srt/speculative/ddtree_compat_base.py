@@ -297,7 +297,7 @@ class CompatShim:
         return build_grammar_vocab_mask(
             reqs=batch.reqs,
             tree=tree,
-            sampling_info=batch.sampling_info,
+            sampling_info=sampling_info,
             device=logits_output.next_token_logits.device,
             barrier=barrier,
         )
