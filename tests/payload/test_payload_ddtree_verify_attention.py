@@ -149,12 +149,22 @@ def test_fp32_matches_the_plain_attention(shape):
     torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
 
 
-def test_128_row_tiles_compute_the_same_attention(monkeypatch):
-    """The tile candidate ``scripts/gpu/verify_attention.py --tiles 128x16`` times: a GQA group
-    of 4 x 17 nodes, 68 rows, in one row block instead of two."""
-    monkeypatch.setattr(va, "block_config", lambda head_dim: (128, 16, 8))
-    verify = Verify(8, 2, 128, 17, [3 * SPLIT + 5, 40], dtype=torch.float32, seed=17)
-    assert va.row_blocks(4, 17, 128) == 1
+# Tile candidates ``scripts/gpu/verify_attention.py --tiles`` times: at head dim 128, 128 x 16
+# takes a GQA group of 4 x 17 nodes (68 rows) in one row block instead of two; at 256 (the 27B
+# shape's group of 6 x 33 nodes, here 3 x 13), the tiles that build with little or no spill.
+TILE_CANDIDATES = [
+    ((128, 16, 8), (8, 2, 128, 17)),
+    ((32, 32, 8), (6, 2, 256, 13)),
+    ((16, 32, 4), (6, 2, 256, 13)),
+    ((32, 64, 8), (6, 2, 256, 13)),
+    ((64, 32, 8), (6, 2, 256, 13)),
+]
+
+
+@pytest.mark.parametrize("tile, heads", TILE_CANDIDATES, ids=lambda v: "x".join(map(str, v)))
+def test_candidate_tiles_compute_the_same_attention(monkeypatch, tile, heads):
+    monkeypatch.setattr(va, "block_config", lambda head_dim: tile)
+    verify = Verify(*heads, [3 * SPLIT + 5, 40], dtype=torch.float32, seed=heads[3])
     torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
 
 
