@@ -15,13 +15,13 @@ def path():
     return load_payload_module("sglang.srt.speculative.ddtree_grammar_path")
 
 
-def words(allowed: set[int], vocab: int) -> list[int]:
+def words(allowed: set[int], vocab: int) -> torch.Tensor:
     """A bitmask row (int32 words, as xgrammar fills them) allowing ``allowed``."""
     row = []
     for start in range(0, vocab, 32):
         word = sum(1 << (t - start) for t in allowed if start <= t < start + 32)
         row.append(word - (1 << 32) if word >= 1 << 31 else word)
-    return row
+    return torch.tensor(row, dtype=torch.int32)
 
 
 def argmax(module, logits: torch.Tensor, allowed: set[int], k: int = 8) -> int:

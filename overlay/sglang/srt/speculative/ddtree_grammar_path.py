@@ -56,7 +56,7 @@ def path_grammar_mask(reqs, tree, logits: torch.Tensor, vocab_size: int, barrier
         while not grammar.is_terminated():
             row = i * nodes + node
             grammar.fill_vocab_mask(mask, row)
-            token = masked_argmax(mask[row].tolist(), top_values[row], top_ids[row], logits, row)
+            token = masked_argmax(mask[row], top_values[row], top_ids[row], logits, row)
             child = next_token[i][node]
             while child != -1 and draft[i][child] != token:
                 child = next_sibling[i][child]
@@ -70,19 +70,24 @@ def path_grammar_mask(reqs, tree, logits: torch.Tensor, vocab_size: int, barrier
     return mask, handle
 
 
-def masked_argmax(words: List[int], values: List[float], ids: List[int], logits: torch.Tensor, row: int) -> int:
-    """torch.argmax of ``logits[row]`` with the bitmask ``words`` applied (columns past the
-    bitmask unmasked, as its apply leaves them), from the row's top-k where that decides it."""
-    allowed = [(value, token) for value, token in zip(values, ids) if _allowed(words, token)]
+def masked_argmax(mask_row: torch.Tensor, values: List[float], ids: List[int], logits: torch.Tensor, row: int) -> int:
+    """torch.argmax of ``logits[row]`` with the bitmask row ``mask_row`` (int32 words) applied
+    (columns past the bitmask unmasked, as its apply leaves them), from the row's top-k where
+    that decides it. Only the top-k's words are read there: a whole row as a list took 89 us
+    at a 152k vocabulary, against the fill's 145 (a 2-core CPU host, 2026-12-05)."""
+    width = 32 * mask_row.numel()
+    inside = [token for token in ids if token < width]
+    words = mask_row[torch.tensor([token >> 5 for token in inside], dtype=torch.long)].tolist() if inside else []
+    word_of = dict(zip(inside, words))
+    allowed = [
+        (value, token) for value, token in zip(values, ids)
+        if token >= width or (word_of[token] >> (token & 31)) & 1 == 1
+    ]
     if allowed and allowed[0][0] > values[-1]:
         best = allowed[0][0]
         return min(token for value, token in allowed if value == best)
     full = logits[row].float().cpu()
-    width = min(full.numel(), 32 * len(words))
-    bits = (torch.tensor(words, dtype=torch.int64).unsqueeze(1) >> torch.arange(32)) & 1
+    width = min(full.numel(), width)
+    bits = (mask_row.to(torch.int64).unsqueeze(1) >> torch.arange(32)) & 1
     full[:width][bits.flatten()[:width] == 0] = float("-inf")
     return int(full.argmax())
-
-
-def _allowed(words: List[int], token: int) -> bool:
-    return token >= 32 * len(words) or (words[token >> 5] >> (token & 31)) & 1 == 1
