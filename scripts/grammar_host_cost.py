@@ -1,7 +1,7 @@
 """The host time SGLang's grammar bitmask takes over one request's DDTREE verify tree, per budget.
 
     PYTHONPATH=SGLANG_SOURCE python scripts/grammar_host_cost.py [--vocab 151936]
-        [--budgets 15,32,64,128,256] [--repeats 20] [--json OUT]
+        [--budgets 15,32,64,128,256] [--accepted 3,7] [--repeats 20] [--json OUT]
 
 A grammar batch's round builds, per constrained request, a token bitmask row for every tree
 node the grammar accepts (SGLang's ``generate_token_bitmask``: a depth-first walk that accepts
@@ -13,6 +13,12 @@ vocabulary of ``--vocab`` tokens (byte tokens, every number below 1000, and rand
 and a drafter whose top tokens the grammar allows at every depth, so every node is filled: the
 worst case, and the usual one for a drafter that writes what the target writes. Two grammars: a
 JSON object whose string value is being written, and a digits regex.
+
+Beside it, the path mask (``SGLANG_DDTREE_GRAMMAR_MASK=path``, the payload's
+``ddtree_grammar_path``) over the same tree, for target logits whose greedy accept takes
+``--accepted`` nodes down the tree: it fills only the rows on that path, once the verify's logits
+exist, so it is not hidden behind the verify. Its time leaves out the logits' top-k, which an
+engine takes on the GPU.
 
 Needs an interpreter that imports sglang 0.5.17 or later and xgrammar (on a CPU, the release
 matrix's: its pins env with the release's sources on PYTHONPATH).
@@ -70,7 +76,8 @@ def tree_links(parents):
 
 def draft_tree(vocab_size: int, allowed: list[int], budget: int, seed: int):
     """The reference builder's tree at ``budget`` over a drafter whose likely tokens, at every
-    depth, are ``allowed`` ones."""
+    depth, are ``allowed`` ones, one of them confident (about 3 in 4 of the depth's mass at a
+    152k vocabulary): a chain through the block with the rest of the budget branching off it."""
     import torch
 
     from ddtree_overlay.reference.tree import build_ddtree_tree
@@ -78,6 +85,8 @@ def draft_tree(vocab_size: int, allowed: list[int], budget: int, seed: int):
     generator = torch.Generator().manual_seed(seed)
     logits = torch.randn(DEPTHS, vocab_size, generator=generator)
     logits[:, allowed] += 20.0
+    confident = torch.randint(len(allowed), (DEPTHS,), generator=generator)
+    logits[torch.arange(DEPTHS), torch.tensor(allowed)[confident]] += 12.0
     return build_ddtree_tree(logits, budget, root_token=allowed[0])
 
 
@@ -97,11 +106,9 @@ def matcher_grammar(compiled, vocab_size: int, prefix_tokens: list[int]):
 
 def time_walk(grammar, tree, vocab_size: int, repeats: int) -> tuple[float, int]:
     """Median ms of SGLang's bitmask walk over ``tree`` for one request, and the rows it filled."""
-    import torch
     from sglang.srt.speculative.spec_utils import generate_token_bitmask
 
-    first_child, next_sibling = tree_links(tree.parents)
-    links = torch.tensor([first_child]), torch.tensor([next_sibling]), torch.tensor([list(tree.tokens)])
+    links = _Tree(tree).resolve()
     request = type("Req", (), {"grammar": grammar})()
     times = []
     for _ in range(repeats + 1):
@@ -112,10 +119,75 @@ def time_walk(grammar, tree, vocab_size: int, repeats: int) -> tuple[float, int]
     return 1000 * statistics.median(times[1:]), filled
 
 
+def path_logits(tree, allowed: list[int], vocab_size: int, accepted: int):
+    """[nodes, vocab] target logits whose greedy path takes ``accepted`` nodes down first
+    children (fewer where the tree is shallower), then a grammatical token outside the tree."""
+    import torch
+
+    first_child = tree_links(tree.parents)[0]
+    logits = torch.zeros(tree.num_nodes, vocab_size)
+    node = 0
+    for _ in range(accepted):
+        if first_child[node] < 0:
+            break
+        logits[node, tree.tokens[first_child[node]]] = 10.0
+        node = first_child[node]
+    children = {tree.tokens[c] for c, parent in enumerate(tree.parents) if parent == node}
+    logits[node, next(t for t in allowed if t not in children)] = 10.0
+    return logits
+
+
+class _Tree:
+    """A one-request tree as the worker hands it to the path mask (``resolve()``: first child,
+    next sibling, token, each [1, nodes])."""
+
+    def __init__(self, tree):
+        import torch
+
+        first_child, next_sibling = tree_links(tree.parents)
+        self.links = torch.tensor([first_child]), torch.tensor([next_sibling]), torch.tensor([list(tree.tokens)])
+
+    def resolve(self):
+        return self.links
+
+
+class _VerifyLogits:
+    """The verify's logits as the path mask reads them, their top-k taken once beforehand: an
+    engine takes it on the GPU, where this host's CPU would take most of the round over it."""
+
+    def __init__(self, logits, k: int):
+        self.logits, self.shape = logits, logits.shape
+        self.top = logits.topk(k, dim=-1)
+
+    def topk(self, k: int, dim: int = -1):
+        return self.top
+
+    def __getitem__(self, row):
+        return self.logits[row]
+
+
+def time_path(grammar, tree, logits, vocab_size: int, repeats: int) -> tuple[float, int]:
+    """Median ms of the path mask for one request (the logits' top-k not included), and the
+    rows it filled."""
+    from ddtree_overlay.bench.payload_modules import load_payload_module
+
+    path = load_payload_module("sglang.srt.speculative.ddtree_grammar_path")
+    request = type("Req", (), {"grammar": grammar})()
+    verify_logits = _VerifyLogits(logits, path.TOP_K)
+    times = []
+    for _ in range(repeats + 1):
+        started = time.perf_counter()
+        mask, _ = path.path_grammar_mask([request], _Tree(tree), verify_logits, vocab_size, None)
+        times.append(time.perf_counter() - started)
+    filled = int((mask != -1).any(dim=-1).sum())
+    return 1000 * statistics.median(times[1:]), filled
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vocab", type=int, default=151936, help="vocabulary size (Qwen3's by default)")
     ap.add_argument("--budgets", default="15,32,64,128,256")
+    ap.add_argument("--accepted", default="3,7", help="tree nodes the path mask's greedy accept takes")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--json", type=Path, help="write the rows here too")
     args = ap.parse_args()
@@ -132,17 +204,24 @@ def main() -> int:
     }
     rows = []
     print(f"vocabulary {len(vocab)}; median of {args.repeats} walks, one request; every node filled where the grammar allows it")
-    print("| grammar | budget | nodes | rows filled | ms per request and round | µs per row |")
-    print("|---|---|---|---|---|---|")
+    accepted_counts = [int(a) for a in args.accepted.split(",")]
+    path_columns = "".join(f" path mask, {a} accepted: ms (rows) |" for a in accepted_counts)
+    print(f"| grammar | budget | nodes | rows filled | ms per request and round | µs per row |{path_columns}")
+    print("|---|---|---|---|---|---|" + "---|" * len(accepted_counts))
     for name, (compiled, prefix, allowed) in cases.items():
         for budget in (int(b) for b in args.budgets.split(",")):
             tree = draft_tree(len(vocab), allowed, budget, seed=budget)
             grammar = matcher_grammar(compiled, len(vocab), prefix)
             ms, filled = time_walk(grammar, tree, len(vocab), args.repeats)
             row = {"grammar": name, "budget": budget, "nodes": tree.num_nodes, "filled": filled, "ms": round(ms, 3),
-                   "us_per_row": round(1000 * ms / max(filled, 1), 1)}
+                   "us_per_row": round(1000 * ms / max(filled, 1), 1), "path": {}}
+            for accepted in accepted_counts:
+                logits = path_logits(tree, allowed, len(vocab), accepted)
+                path_ms, path_filled = time_path(grammar, tree, logits, len(vocab), args.repeats)
+                row["path"][str(accepted)] = {"ms": round(path_ms, 3), "filled": path_filled}
             rows.append(row)
-            print(f"| {name} | {budget} | {row['nodes']} | {filled} | {row['ms']} | {row['us_per_row']} |", flush=True)
+            path_cells = "".join(f" {v['ms']} ({v['filled']}) |" for v in row["path"].values())
+            print(f"| {name} | {budget} | {row['nodes']} | {filled} | {row['ms']} | {row['us_per_row']} |{path_cells}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"vocab": len(vocab), "repeats": args.repeats, "rows": rows}, indent=1))
     return 0

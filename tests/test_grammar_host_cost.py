@@ -1,5 +1,6 @@
 """scripts/grammar_host_cost.py's own pieces (the timing needs sglang and xgrammar: it is a
-benchmark, recorded in docs/BENCHMARKS.md): SGLang's tree links from parents, the vocabulary."""
+benchmark, recorded in docs/BENCHMARKS.md): SGLang's tree links from parents, the vocabulary,
+the drafter's tree and the logits that lead the path mask down it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+from payload_modules import load_payload_module  # noqa: E402
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "grammar_host_cost.py"
 
 
@@ -44,3 +47,45 @@ def test_the_walked_tree_is_the_reference_builders_at_the_budget_and_all_its_tok
         reached.append(node)
         stack += [n for n in (next_sibling[node], first_child[node]) if n != -1]
     assert sorted(reached) == list(range(33))
+
+
+class AllowAll:
+    """A grammar that allows every token, recording the rows the path mask fills."""
+
+    def __init__(self):
+        self.filled, self.accepted = [], 0
+
+    def allocate_vocab_mask(self, vocab_size, batch_size, device):
+        return torch.zeros(batch_size, (vocab_size + 31) // 32, dtype=torch.int32)
+
+    def fill_vocab_mask(self, mask, row):
+        mask[row] = -1
+        self.filled.append(row)
+
+    def is_terminated(self):
+        return False
+
+    def accept_token(self, token):
+        self.accepted += 1
+
+    def rollback(self, count):
+        self.accepted -= count
+
+
+@pytest.mark.parametrize("accepted", [0, 3, 7, 15, 20])
+def test_the_path_logits_lead_the_path_mask_down_the_confident_chain(accepted: int) -> None:
+    module = load()
+    vocab = module.vocabulary(3000)
+    digits = [i for i, piece in enumerate(vocab) if piece.isdigit()]
+    tree = module.draft_tree(len(vocab), digits, 32, seed=1)
+    first_child = module.tree_links(tree.parents)[0]
+    chain = [0]
+    while first_child[chain[-1]] != -1:
+        chain.append(first_child[chain[-1]])
+    assert len(chain) == module.DEPTHS + 1  # the confident token of every depth
+    logits = module.path_logits(tree, digits, len(vocab), accepted)
+    grammar = AllowAll()
+    request = type("Req", (), {"grammar": grammar})()
+    path = load_payload_module("sglang.srt.speculative.ddtree_grammar_path")
+    path.path_grammar_mask([request], module._Tree(tree), module._VerifyLogits(logits, path.TOP_K), len(vocab), None)
+    assert grammar.filled == chain[: min(accepted, module.DEPTHS) + 1] and grammar.accepted == 0
