@@ -694,4 +694,24 @@ def test_the_grammar_host_cost_as_cited():
         assert round(rows[key]["ms"], 2) == ms, key
     per_node = [row["us_per_row"] for row in rows.values()]
     assert min(per_node) >= 219 and max(per_node) <= 245
-    assert "0.22–0.24 ms per tree node" in summary()
+    assert "0.22–0.24 ms per node on a flat tree (`6311748`)" in summary()
+
+
+def test_the_path_mask_host_cost_as_cited():
+    record = json.loads((BENCH / "2026-12-05-grammar-path-host-cost" / "grammar_host.json").read_text())
+    rows = {(row["grammar"], row["budget"]): row for row in record["rows"]}
+    assert record["vocab"] == 151936 and all(row["filled"] == row["nodes"] == row["budget"] + 1 for row in rows.values())
+    assert all(row["path"][str(a)]["filled"] == a + 1 for row in rows.values() for a in (3, 7))
+    text = section("The grammar bitmask's host time per round: SGLang's walk against the path mask (CPU)")
+    for (grammar, budget), row in rows.items():
+        if budget == 128 or (grammar == "digits regex" and budget == 64):
+            continue  # not in the table
+        cells = f"{row['ms']:.2f} ({row['filled']}) | " + " | ".join(
+            f"{row['path'][a]['ms']:.2f} ({row['path'][a]['filled']})" for a in ("3", "7"))
+        assert f"| {budget} | {cells} |" in text, (grammar, budget, cells)
+    json32, json256 = rows[("json string", 32)], rows[("json string", 256)]
+    assert f"path mask {json32['path']['7']['ms']:.2f} ms at B = 32 and {json256['path']['7']['ms']:.2f} at B = 256" in summary()
+    assert round(json32["ms"] / json32["path"]["7"]["ms"], 1) == 4.5 and round(json256["ms"] / json256["path"]["7"]["ms"]) == 27
+    per_row = [1000 * row["path"][a]["ms"] / row["path"][a]["filled"] for (_, budget), row in rows.items()
+               for a in ("3", "7") if budget <= 64]
+    assert 150 <= min(per_row) and max(per_row) < 190  # "0.15–0.19 ms a row at B ≤ 64"
