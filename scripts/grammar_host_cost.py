@@ -173,11 +173,11 @@ def time_path(grammar, tree, logits, vocab_size: int, repeats: int) -> tuple[flo
 
     path = load_payload_module("sglang.srt.speculative.ddtree_grammar_path")
     request = type("Req", (), {"grammar": grammar})()
-    verify_logits = _VerifyLogits(logits, path.TOP_K)
+    verify_logits, links = _VerifyLogits(logits, path.TOP_K), _Tree(tree)
     times = []
     for _ in range(repeats + 1):
         started = time.perf_counter()
-        mask, _ = path.path_grammar_mask([request], _Tree(tree), verify_logits, vocab_size, None)
+        mask, _ = path.path_grammar_mask([request], links, verify_logits, vocab_size, None)
         times.append(time.perf_counter() - started)
     filled = int((mask != -1).any(dim=-1).sum())
     return 1000 * statistics.median(times[1:]), filled
