@@ -116,3 +116,33 @@ def test_logprobs_come_from_the_verify_rows_from_0518_and_stop_the_round_before(
     if not returns:
         with pytest.raises(ValueError, match="cannot return logprobs on this sglang release"):
             compat.output_logprobs(types.SimpleNamespace(return_logprob=True), untouched, None, None)
+
+
+def _manifest_shims() -> list[tuple[str, Path]]:
+    from overlay_helpers import REPO_ROOT
+
+    from ddtree_overlay.engine.patchset import load_patch_set
+
+    shims = []
+    for manifest in sorted((REPO_ROOT / "manifests").glob("*.toml")):
+        (shim,) = (f.source for f in load_patch_set(manifest).new_files if f.source.startswith("overlay/shims/"))
+        shims.append((manifest.stem, REPO_ROOT / shim))
+    return shims
+
+
+@pytest.mark.parametrize(("preset", "flag"), [("grammar", "GRAMMAR_TREE"), ("logprobs", "SPEC_LOGPROBS")])
+def test_verify_refuses_a_preset_exactly_on_the_releases_whose_shim_cannot_serve_it(
+    monkeypatch: pytest.MonkeyPatch, preset: str, flag: str
+) -> None:
+    """verify's table of first releases per preset and the shims' flags state one fact twice."""
+    from packaging.version import Version
+
+    from ddtree_overlay.bench.check_presets import PRESET_RELEASES
+
+    first = Version(PRESET_RELEASES[preset])
+    shims = _manifest_shims()
+    assert len(shims) == 11
+    for name, shim in shims:
+        release = Version(name).release
+        compat = load_shim(monkeypatch, release, shim)
+        assert getattr(compat, flag) is (Version(name) >= first), (name, flag)
