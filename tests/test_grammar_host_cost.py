@@ -50,17 +50,16 @@ def test_the_walked_tree_is_the_reference_builders_at_the_budget_and_all_its_tok
 
 
 class AllowAll:
-    """A grammar that allows every token, recording the rows the path mask fills."""
+    """A grammar that allows every token."""
 
     def __init__(self):
-        self.filled, self.accepted = [], 0
+        self.accepted = 0
 
     def allocate_vocab_mask(self, vocab_size, batch_size, device):
         return torch.zeros(batch_size, (vocab_size + 31) // 32, dtype=torch.int32)
 
     def fill_vocab_mask(self, mask, row):
         mask[row] = -1
-        self.filled.append(row)
 
     def is_terminated(self):
         return False
@@ -87,5 +86,6 @@ def test_the_path_logits_lead_the_path_mask_down_the_confident_chain(accepted: i
     grammar = AllowAll()
     request = type("Req", (), {"grammar": grammar})()
     path = load_payload_module("sglang.srt.speculative.ddtree_grammar_path")
-    path.path_grammar_mask([request], module._Tree(tree), module._VerifyLogits(logits, path.TOP_K), len(vocab), None)
-    assert grammar.filled == chain[: min(accepted, module.DEPTHS) + 1] and grammar.accepted == 0
+    mask = path.path_grammar_mask([request], module._Tree(tree), module._VerifyLogits(logits, path.TOP_K), len(vocab), None)
+    assert mask.rows.tolist() == chain[: min(accepted, module.DEPTHS) + 1] and grammar.accepted == 0
+    assert (mask.vocab_mask == -1).all()

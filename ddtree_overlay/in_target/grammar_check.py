@@ -14,8 +14,8 @@ batch that got through stops the round. From 0.5.17:
   narrow tree, on random drafters and targets whose scores tie, on a flat target (every token
   tied, past the path mask's top-k: CPU torch's top-k of 16 equal scores leaves out ids 0-7),
   and on wide-vocabulary rounds whose top-k holds no allowed token, the
-  masked greedy walk accepts the nodes and tokens it accepts under SGLang's walk, the rows on
-  its path equal to SGLang's there, the grammar left where it was.
+  masked greedy walk accepts the nodes and tokens it accepts under SGLang's walk, its bitmask
+  holds exactly the rows on that path, each equal to SGLang's, the grammar left where it was.
 """
 
 import types
@@ -79,7 +79,8 @@ def _path_mask_problems(narrow):
 
 def _same_walk(case, label):
     """The masked greedy walk under SGLang's bitmask and under the path mask: the same nodes and
-    tokens, the same rows on the path, the grammar where it was."""
+    tokens, the path mask's rows exactly the nodes on the path and each equal to SGLang's, the
+    grammar where it was."""
     import os
 
     grammar = case.batch.reqs[0].grammar
@@ -89,14 +90,17 @@ def _same_walk(case, label):
         os.environ["SGLANG_DDTREE_GRAMMAR_MASK"] = mode
         try:
             mask, logits = _masked(case)
-            walks[mode] = (mask.vocab_mask, _greedy_walk(logits, case))
+            rows = mask.rows.tolist() if mode == "path" else range(len(mask.vocab_mask))
+            walks[mode] = (dict(zip(rows, mask.vocab_mask, strict=True)), _greedy_walk(logits, case))
         finally:
             del os.environ["SGLANG_DDTREE_GRAMMAR_MASK"]
     (tree_rows, tree_walk), (path_rows, path_walk) = walks["tree"], walks["path"]
     problems = []
     if path_walk != tree_walk:
         problems.append(f"{label}: under the path mask the walk took {path_walk}, under SGLang's {tree_walk}")
-    if any(not (path_rows[node] == tree_rows[node]).all() for node, _ in tree_walk):
+    if sorted(path_rows) != sorted(node for node, _ in tree_walk):
+        problems.append(f"{label}: the path mask filled rows {sorted(path_rows)} for the path {tree_walk}")
+    elif any(not (path_rows[node] == tree_rows[node]).all() for node, _ in tree_walk):
         problems.append(f"{label}: a row on the path differs from SGLang's")
     if list(grammar.accepted_tokens) != before:
         problems.append(f"{label}: the path mask left the grammar moved")

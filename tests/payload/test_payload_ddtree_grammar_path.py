@@ -68,3 +68,27 @@ def test_only_greedy_batches_without_penalties_or_bias_take_the_path_mask() -> N
     assert not module.path_mask_applies(types.SimpleNamespace(is_all_greedy=False))
     for name in module.PRE_MASK_ADJUSTMENTS:
         assert not module.path_mask_applies(types.SimpleNamespace(is_all_greedy=True, **{name: torch.zeros(1)}))
+
+
+def test_the_path_bitmask_masks_its_rows_only_as_a_whole_bitmask_masks_them() -> None:
+    module = path()
+    vocab, nodes = 70, 6
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(nodes, vocab, generator=generator)
+    allowed = {2: {1, 40, 69}, 4: {0}}
+    rows = sorted(allowed)
+
+    def apply_vocab_mask(logits, vocab_mask):  # xgrammar's apply: a clear bit masks a column
+        bits = (vocab_mask.to(torch.int64).unsqueeze(-1) >> torch.arange(32)) & 1
+        logits[bits.flatten(1)[:, : logits.shape[-1]] == 0] = float("-inf")
+
+    grammar = types.SimpleNamespace(apply_vocab_mask=apply_vocab_mask)
+    mask = module.PathGrammarMask(grammar, torch.stack([words(allowed[r], vocab) for r in rows]), torch.tensor(rows))
+    masked = logits.clone()
+    mask.to("cpu").apply(masked)
+    for row in range(nodes):
+        if row in allowed:
+            assert masked[row].argmax() == reference(logits[row], allowed[row])
+            assert torch.isinf(masked[row]).sum() == vocab - len(allowed[row])
+        else:
+            assert torch.equal(masked[row], logits[row])

@@ -284,14 +284,12 @@ class CompatShim:
 
         sampling_info = batch.sampling_info
         if envs.SGLANG_DDTREE_GRAMMAR_MASK.get() == "path" and path_mask_applies(sampling_info):
-            from sglang.srt.constrained.base_grammar_backend import GrammarMask
-
             logits = logits_output.next_token_logits
-            mask, grammar = path_grammar_mask(batch.reqs, tree, logits, sampling_info.vocab_size, barrier)
+            mask = path_grammar_mask(batch.reqs, tree, logits, sampling_info.vocab_size, barrier)
             if mask is None:
                 return None
             sampling_info.grammar_mask = None  # as SGLang's build: not the extend stage's mask
-            return GrammarMask(grammar, mask.to(logits.device, non_blocking=True))
+            return mask.to(logits.device)
         from sglang.srt.speculative.spec_utils import build_grammar_vocab_mask
 
         return build_grammar_vocab_mask(

@@ -182,12 +182,20 @@ GRAMMAR_TREE_CONTRACT: Dict[str, Dict[str, object]] = {
     "sglang.srt.speculative.spec_utils:GrammarTree.from_device": {
         "params": ("retrieve_next_token", "retrieve_next_sibling", "draft_token"),
     },
-    # (its host-to-device step and handle are what SGLANG_DDTREE_GRAMMAR_MASK=path repeats)
+    # (its host-to-device step and resetting the extend stage's mask are what
+    # SGLANG_DDTREE_GRAMMAR_MASK=path repeats)
     "sglang.srt.speculative.spec_utils:build_grammar_vocab_mask": {
         "params": ("reqs", "tree", "sampling_info", "device", "barrier"),
         "source_reads": ("vocab_mask.to(device, non_blocking=True)", "sampling_info.grammar_mask = None"),
     },
-    "sglang.srt.constrained.base_grammar_backend:GrammarMask": {"members": ("grammar", "vocab_mask", "apply")},
+    # what ddtree_grammar_path calls on a request's grammar to fill and apply its own bitmask
+    "sglang.srt.constrained.base_grammar_backend:BaseGrammarObject.allocate_vocab_mask": {
+        "params": ("vocab_size", "batch_size", "device"),
+    },
+    "sglang.srt.constrained.base_grammar_backend:BaseGrammarObject.fill_vocab_mask": {"params": ("vocab_mask", "idx")},
+    "sglang.srt.constrained.base_grammar_backend:BaseGrammarObject.apply_vocab_mask": {
+        "params": ("logits", "vocab_mask"),
+    },
     # eagle_sample applies the mask; under SGLANG_DDTREE_GRAMMAR_MASK=path its greedy accept
     # must read the masked rows by argmax after exactly these adjustments
     # (ddtree_grammar_path.PRE_MASK_ADJUSTMENTS, which send a batch to SGLang's walk).

@@ -7,7 +7,9 @@ host, 2026-12-05, where this fills the 8 rows of a 7-token accept in 1.2-1.5 ms 
 64). A greedy tree accept reads only the rows on the path it takes: from the
 root, the masked argmax of a node's row names the child it moves to. So once the verify's
 logits exist, this walks that path itself and fills only its rows, each from the grammar state
-SGLang's walk fills it from; every other row stays unmasked, where the accept never looks.
+SGLang's walk fills it from; every other row stays unmasked, where the accept never looks. The
+bitmask holds only those rows (PathGrammarMask), so its allocation, its copy to the GPU and its
+apply follow the paths' length, not the tree's B + 1 rows per request.
 A row's masked argmax comes from its top-k on the host, or from the whole row where the top-k
 cannot decide it (no allowed token among them, or a tie that may reach past them): the lowest
 id among the allowed maxima, as torch.argmax picks.
@@ -19,7 +21,7 @@ This walk waits for the verify to finish, where SGLang's overlaps it.
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional
 
 import torch
 
@@ -34,30 +36,50 @@ def path_mask_applies(sampling_info) -> bool:
     )
 
 
-def path_grammar_mask(reqs, tree, logits: torch.Tensor, vocab_size: int, barrier) -> Tuple[Optional[torch.Tensor], object]:
-    """The host bitmask, one row per verify row, filled along each constrained request's
-    greedy accept path, and one of the batch's grammars (the handle that applies it); (None,
-    None) where no request has a grammar. ``barrier`` first advances each grammar over the
-    previous round's tokens, where the scheduler hands one."""
+class PathGrammarMask(NamedTuple):
+    """Bitmask rows for some verify rows only (``rows``), and one of the batch's grammars (the
+    handle that applies a bitmask); ``apply`` masks those rows of the logits, as SGLang's
+    GrammarMask.apply masks every row."""
+
+    grammar: object
+    vocab_mask: torch.Tensor
+    rows: torch.Tensor
+
+    def apply(self, logits: torch.Tensor) -> None:
+        masked = logits.index_select(0, self.rows)
+        self.grammar.apply_vocab_mask(logits=masked, vocab_mask=self.vocab_mask)
+        logits.index_copy_(0, self.rows, masked)
+
+    def to(self, device) -> "PathGrammarMask":
+        return PathGrammarMask(
+            self.grammar, self.vocab_mask.to(device, non_blocking=True), self.rows.to(device, non_blocking=True)
+        )
+
+
+def path_grammar_mask(reqs, tree, logits: torch.Tensor, vocab_size: int, barrier) -> Optional[PathGrammarMask]:
+    """The host bitmask of each constrained request's greedy accept path (None where no row
+    is filled: no request has a live grammar). ``barrier`` first advances each grammar over
+    the previous round's tokens, where the scheduler hands one."""
     if barrier is not None:
         barrier()
     next_token, next_sibling, draft = (t.tolist() for t in tree.resolve())
     nodes = len(draft[0])
     top_values, top_ids = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)
     top_values, top_ids = top_values.float().cpu().tolist(), top_ids.cpu().tolist()
-    mask, handle = None, None
+    rows, filled, handle = [], [], None
     for i, req in enumerate(reqs):
         grammar = req.grammar
         if grammar is None:
             continue
-        if mask is None:
-            mask = grammar.allocate_vocab_mask(vocab_size=vocab_size, batch_size=len(draft) * nodes, device="cpu")
         handle = grammar
         node, accepted = 0, 0
         while not grammar.is_terminated():
             row = i * nodes + node
-            grammar.fill_vocab_mask(mask, row)
-            token = masked_argmax(mask[row], top_values[row], top_ids[row], logits, row)
+            mask = grammar.allocate_vocab_mask(vocab_size=vocab_size, batch_size=1, device="cpu")
+            grammar.fill_vocab_mask(mask, 0)
+            rows.append(row)
+            filled.append(mask)
+            token = masked_argmax(mask[0], top_values[row], top_ids[row], logits, row)
             child = next_token[i][node]
             while child != -1 and draft[i][child] != token:
                 child = next_sibling[i][child]
@@ -68,7 +90,9 @@ def path_grammar_mask(reqs, tree, logits: torch.Tensor, vocab_size: int, barrier
             node = child
         if accepted:
             grammar.rollback(accepted)
-    return mask, handle
+    if not rows:
+        return None
+    return PathGrammarMask(handle, torch.cat(filled), torch.tensor(rows, dtype=torch.long))
 
 
 def masked_argmax(mask_row: torch.Tensor, values: List[float], ids: List[int], logits: torch.Tensor, row: int) -> int:
