@@ -715,3 +715,27 @@ def test_the_path_mask_host_cost_as_cited():
     per_row = [1000 * row["path"][a]["ms"] / row["path"][a]["filled"] for (_, budget), row in rows.items()
                for a in ("3", "7") if budget <= 64]
     assert min(per_row) >= 150 and max(per_row) < 190  # the doc: 0.15 to 0.19 ms a row at B <= 64
+
+
+def test_the_path_rows_only_bitmask_as_cited():
+    record = {name: json.loads((BENCH / "2026-12-05-grammar-path-rows-only" / f"{name}.json").read_text())
+              for name in ("before", "after")}
+    rows = {name: {(row["grammar"], row["budget"]): row["path"] for row in r["rows"]} for name, r in record.items()}
+    assert rows["before"].keys() == rows["after"].keys()
+    assert all(path[a]["filled"] == int(a) + 1 for r in rows.values() for path in r.values() for a in ("3", "7"))
+    text = section("The path grammar mask holding its path rows only (CPU)")
+    for (_, budget), before in rows["before"].items():
+        after = rows["after"][(_, budget)]
+        cells = " | ".join(f"{before[a]['ms']:.2f} → {after[a]['ms']:.2f}" for a in ("3", "7"))
+        assert f"| {budget} | {cells} |" in text, (budget, cells)
+    json7 = [rows["after"][("json string", b)]["7"]["ms"] for b in (15, 32, 64, 128, 256)]
+    digits7 = [rows["after"][("digits regex", b)]["7"]["ms"] for b in (15, 32, 64, 128, 256)]
+    assert f"{min(json7):.2f}–{max(json7):.2f} ms for a 7-token JSON accept at B = 15 to 256" in text
+    assert f"{min(digits7):.2f}–{max(digits7):.2f} ms for the digits regex" in text
+    slower = [rows["after"][k]["7"]["ms"] - rows["before"][k]["7"]["ms"] for k in rows["after"] if k[1] <= 64]
+    assert (round(min(slower), 2), round(max(slower), 2)) == (0.05, 0.11)
+    assert "0.05–0.11 ms slower and the 4-row column within 0.03 ms" in text
+    four = [abs(rows["after"][k]["3"]["ms"] - rows["before"][k]["3"]["ms"]) for k in rows["after"] if k[1] <= 64]
+    assert max(four) <= 0.03
+    json32, json256 = rows["after"][("json string", 32)]["7"], rows["after"][("json string", 256)]["7"]
+    assert f"[{json32['ms']:.2f} and {json256['ms']:.2f}](#the-path-grammar-mask-holding-its-path-rows-only-cpu)" in summary()
