@@ -177,7 +177,8 @@ def time_path(grammar, tree, logits, vocab_size: int, repeats: int) -> tuple[flo
     times = []
     for _ in range(repeats + 1):
         started = time.perf_counter()
-        mask = path.path_grammar_mask([request], links, verify_logits, vocab_size, None)
+        rows = path.PathRows.allocate([request], vocab_size)
+        mask = path.path_grammar_mask([request], links, verify_logits, rows, None)
         times.append(time.perf_counter() - started)
     return 1000 * statistics.median(times[1:]), len(mask.rows)
 

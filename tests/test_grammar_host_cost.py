@@ -86,6 +86,7 @@ def test_the_path_logits_lead_the_path_mask_down_the_confident_chain(accepted: i
     grammar = AllowAll()
     request = type("Req", (), {"grammar": grammar})()
     path = load_payload_module("sglang.srt.speculative.ddtree_grammar_path")
-    mask = path.path_grammar_mask([request], module._Tree(tree), module._VerifyLogits(logits, path.TOP_K), len(vocab), None)
+    rows = path.PathRows.allocate([request], len(vocab))
+    mask = path.path_grammar_mask([request], module._Tree(tree), module._VerifyLogits(logits, path.TOP_K), rows, None)
     assert mask.rows.tolist() == chain[: min(accepted, module.DEPTHS) + 1] and grammar.accepted == 0
     assert (mask.vocab_mask == -1).all()

@@ -92,3 +92,41 @@ def test_the_path_bitmask_masks_its_rows_only_as_a_whole_bitmask_masks_them() ->
             assert torch.isinf(masked[row]).sum() == vocab - len(allowed[row])
         else:
             assert torch.equal(masked[row], logits[row])
+
+
+class RowGrammar:
+    """A grammar whose bitmask row for fill k allows token k only; ``layout`` its mask's dtype."""
+
+    def __init__(self, layout=torch.int32):
+        self.layout, self.fills = layout, 0
+
+    def allocate_vocab_mask(self, vocab_size, batch_size, device):
+        return torch.full((batch_size, (vocab_size + 31) // 32), -1, dtype=self.layout)
+
+    def fill_vocab_mask(self, vocab_mask, idx):
+        vocab_mask[idx] = words({self.fills}, 32 * vocab_mask.shape[1])
+        self.fills += 1
+
+
+def test_the_path_rows_grow_past_their_first_allocation_and_keep_what_was_filled(monkeypatch) -> None:
+    module = path()
+    monkeypatch.setattr(module, "PATH_ROWS_PER_REQUEST", 2)
+    grammar = RowGrammar()
+    rows = module.PathRows.allocate([types.SimpleNamespace(grammar=grammar)], 70)
+    assert rows.vocab_mask.shape == (2, 3)
+    for row in (0, 3, 4, 9, 11):
+        rows.fill(grammar, row)
+    mask = rows.mask()
+    assert mask.rows.tolist() == [0, 3, 4, 9, 11] and mask.vocab_mask.shape == (5, 3)
+    for k in range(5):
+        assert torch.equal(mask.vocab_mask[k], words({k}, 96))
+
+
+def test_batches_without_a_grammar_or_with_a_boolean_mask_take_sglangs_walk() -> None:
+    module = path()
+    plain = types.SimpleNamespace(grammar=None)
+    assert module.PathRows.allocate([plain, plain], 70) is None
+    outlines_like = types.SimpleNamespace(grammar=RowGrammar(layout=torch.bool))
+    assert module.PathRows.allocate([plain, outlines_like], 70) is None
+    rows = module.PathRows.allocate([plain, types.SimpleNamespace(grammar=RowGrammar())], 70)
+    assert rows.vocab_mask.shape == (module.PATH_ROWS_PER_REQUEST, 3) and rows.mask() is None

@@ -275,17 +275,20 @@ class CompatShim:
         grammar). ``barrier``, where the scheduler hands one (grammar batches overlapped:
         SGLANG_DDTREE_GRAMMAR_OVERLAP), first advances each grammar over the previous round's
         tokens. Under SGLANG_DDTREE_GRAMMAR_MASK=path a greedy batch's rows are filled along
-        each request's accept path only (ddtree_grammar_path); otherwise SGLang's walk fills
-        every node the grammar allows."""
+        each request's accept path only, where its grammars write xgrammar's bitmask layout
+        (ddtree_grammar_path); otherwise SGLang's walk fills every node the grammar allows."""
         if tree is None:
             return None
         from sglang.srt.speculative.ddtree_envs import envs
-        from sglang.srt.speculative.ddtree_grammar_path import path_grammar_mask, path_mask_applies
+        from sglang.srt.speculative.ddtree_grammar_path import PathRows, path_grammar_mask, path_mask_applies
 
         sampling_info = batch.sampling_info
+        path_rows = None
         if envs.SGLANG_DDTREE_GRAMMAR_MASK.get() == "path" and path_mask_applies(sampling_info):
+            path_rows = PathRows.allocate(batch.reqs, sampling_info.vocab_size)
+        if path_rows is not None:
             logits = logits_output.next_token_logits
-            mask = path_grammar_mask(batch.reqs, tree, logits, sampling_info.vocab_size, barrier)
+            mask = path_grammar_mask(batch.reqs, tree, logits, path_rows, barrier)
             if mask is None:
                 return None
             sampling_info.grammar_mask = None  # as SGLang's build: not the extend stage's mask

@@ -15,7 +15,8 @@ cannot decide it (no allowed token among them, or a tie that may reach past them
 id among the allowed maxima, as torch.argmax picks.
 
 Only for greedy batches without penalties or logit bias (eagle_sample adds those to the logits
-before the mask, and a sampled accept draws its path on the GPU); others take SGLang's walk.
+before the mask, and a sampled accept draws its path on the GPU) whose grammar backend writes
+xgrammar's bitmask layout (xgrammar, llguidance; not outlines); others take SGLang's walk.
 This walk waits for the verify to finish, where SGLang's overlaps it.
 """
 
@@ -26,6 +27,9 @@ from typing import List, NamedTuple, Optional
 import torch
 
 TOP_K = 8
+# Bitmask rows allocated per constrained request before its path is known: a DFlash block of
+# 16 bounds the path (the root and 15 drafted depths); a longer block grows the bitmask.
+PATH_ROWS_PER_REQUEST = 16
 # What eagle_sample adds to the verify logits before the grammar mask (sampling_info fields).
 PRE_MASK_ADJUSTMENTS = ("acc_additive_penalties", "acc_scaling_penalties", "logit_bias")
 
@@ -56,30 +60,64 @@ class PathGrammarMask(NamedTuple):
         )
 
 
-def path_grammar_mask(reqs, tree, logits: torch.Tensor, vocab_size: int, barrier) -> Optional[PathGrammarMask]:
-    """The host bitmask of each constrained request's greedy accept path (None where no row
-    is filled: no request has a live grammar). ``barrier`` first advances each grammar over
-    the previous round's tokens, where the scheduler hands one."""
+class PathRows:
+    """The host bitmask the accept paths fill, one row at a time, from the batch's grammar's
+    own allocator (xgrammar pins it, so the copy to the GPU does not block); it grows where
+    the paths outrun it."""
+
+    def __init__(self, grammar, vocab_mask: torch.Tensor, vocab_size: int):
+        self.grammar, self.vocab_mask, self.vocab_size = grammar, vocab_mask, vocab_size
+        self.rows: List[int] = []
+
+    @classmethod
+    def allocate(cls, reqs, vocab_size: int) -> Optional["PathRows"]:
+        """None where no request has a grammar, or where its bitmask is not xgrammar's layout
+        (int32 words, a set bit allowing its token; llguidance's is too, outlines' boolean mask
+        is not): those batches take SGLang's walk."""
+        grammars = [req.grammar for req in reqs if req.grammar is not None]
+        if not grammars:
+            return None
+        capacity = len(grammars) * PATH_ROWS_PER_REQUEST
+        vocab_mask = grammars[0].allocate_vocab_mask(vocab_size=vocab_size, batch_size=capacity, device="cpu")
+        if not isinstance(vocab_mask, torch.Tensor) or vocab_mask.dtype != torch.int32:
+            return None
+        return cls(grammars[0], vocab_mask, vocab_size)
+
+    def fill(self, grammar, row: int) -> torch.Tensor:
+        """The grammar's bitmask row for verify row ``row``."""
+        filled = len(self.rows)
+        if filled == len(self.vocab_mask):
+            grown = self.grammar.allocate_vocab_mask(vocab_size=self.vocab_size, batch_size=2 * filled, device="cpu")
+            grown[:filled] = self.vocab_mask
+            self.vocab_mask = grown
+        grammar.fill_vocab_mask(self.vocab_mask, filled)
+        self.rows.append(row)
+        return self.vocab_mask[filled]
+
+    def mask(self) -> Optional[PathGrammarMask]:
+        if not self.rows:
+            return None
+        return PathGrammarMask(self.grammar, self.vocab_mask[: len(self.rows)], torch.tensor(self.rows, dtype=torch.long))
+
+
+def path_grammar_mask(reqs, tree, logits: torch.Tensor, rows: PathRows, barrier) -> Optional[PathGrammarMask]:
+    """The host bitmask of each constrained request's greedy accept path, filled into ``rows``
+    (None where no row is filled: every grammar has terminated). ``barrier`` first advances
+    each grammar over the previous round's tokens, where the scheduler hands one."""
     if barrier is not None:
         barrier()
     next_token, next_sibling, draft = (t.tolist() for t in tree.resolve())
     nodes = len(draft[0])
     top_values, top_ids = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)
     top_values, top_ids = top_values.float().cpu().tolist(), top_ids.cpu().tolist()
-    rows, filled, handle = [], [], None
     for i, req in enumerate(reqs):
         grammar = req.grammar
         if grammar is None:
             continue
-        handle = grammar
         node, accepted = 0, 0
         while not grammar.is_terminated():
             row = i * nodes + node
-            mask = grammar.allocate_vocab_mask(vocab_size=vocab_size, batch_size=1, device="cpu")
-            grammar.fill_vocab_mask(mask, 0)
-            rows.append(row)
-            filled.append(mask)
-            token = masked_argmax(mask[0], top_values[row], top_ids[row], logits, row)
+            token = masked_argmax(rows.fill(grammar, row), top_values[row], top_ids[row], logits, row)
             child = next_token[i][node]
             while child != -1 and draft[i][child] != token:
                 child = next_sibling[i][child]
@@ -90,9 +128,7 @@ def path_grammar_mask(reqs, tree, logits: torch.Tensor, vocab_size: int, barrier
             node = child
         if accepted:
             grammar.rollback(accepted)
-    if not rows:
-        return None
-    return PathGrammarMask(handle, torch.cat(filled), torch.tensor(rows, dtype=torch.long))
+    return rows.mask()
 
 
 def masked_argmax(mask_row: torch.Tensor, values: List[float], ids: List[int], logits: torch.Tensor, row: int) -> int:
