@@ -249,3 +249,14 @@ def test_rounds_that_verify_an_earlier_choice_are_timed_as_what_they_verify() ->
     assert policy.round_ms == pytest.approx({(1, CHAIN): 1.0, (1, 32): 2.0, (1, 128): 3.0})
     assert set(choices[-10:]) == set(verified[-10:]) == {CHAIN}
     assert policy._wanted == set()  # no width left waiting to be timed
+
+
+def test_a_round_far_above_its_widths_running_cost_is_left_out_as_a_stall() -> None:
+    """What serving.md warns of for grammar rounds that wait on the host walk."""
+    policy, gpu = make(sample_every=1, explore_every=1000)
+    run_rounds(policy, gpu, 12, phi=PHI, round_ms=lambda b: 10.0)
+    assert all(policy.round_ms[(1, b)] == pytest.approx(10.0) for b in BUDGETS)
+    run_rounds(policy, gpu, 20, phi=PHI, round_ms=lambda b: 10.0 + da.MAX_EXCESS_MS + 1.0)
+    assert all(policy.round_ms[(1, b)] == pytest.approx(10.0) for b in BUDGETS)
+    run_rounds(policy, gpu, 20, phi=PHI, round_ms=lambda b: 10.0 + da.MAX_EXCESS_MS - 1.0)
+    assert max(policy.round_ms.values()) > 20.0
