@@ -259,7 +259,63 @@ def test_the_power_of_the_sampled_law_tests_as_cited():
     assert f"{min(first):.2f}–{max(first):.2f}" == "0.16–0.17"
     planned = [sampled.planned_tv(d.prompts, d.per_prompt, d.top_k, checks.SAMPLING_ALPHA / 16) for d in check_presets.SAMPLING]
     assert [f"{tv:.3f}" for tv in planned] == ["0.097", "0.121"]
-    assert "≥ 0.16–0.17 with 80 % power at α = 0.01" in summary() and "detects TV ≥ 0.10–0.12" in summary()
+    assert "≥ 0.16–0.17 with 80 % power at α = 0.01" in summary() and "detects 0.10–0.12;" in page()
+
+
+def test_the_many_prompt_sampling_check_as_cited():
+    record = json.loads((BENCH / "2026-12-05-sampling-t0.6-h100" / "summary.json").read_text())
+    tests = record["sampling"]
+    assert [t["position"] for t in tests] == list(range(1, 9)) and all(t["passed"] for t in tests)
+    assert all(t["draws"] == [8192, 8192] and t["temperature"] == 0.6 for t in tests)
+    assert all(t["p_value"] > t["alpha"] and t["alpha"] == pytest.approx(0.01 / 16) for t in tests)
+    p = [t["p_value"] for t in tests]
+    tv = [t["detectable_tv"] for t in tests]
+    one = [t["detectable_tv_one_prompt"] for t in tests]
+    row = f"χ² p = {min(p):.3f}–{max(p):.3f} at α = 0.01 ÷ 16; detects TV ≥ {min(tv):.3f}–{max(tv):.3f} at every prompt"
+    assert row in summary(), row
+    text = section("Many prompts at T = 0.6 with top-p and top-k: DDTREE B = 32 against target-only sampling")
+    for t in tests:
+        cells = f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |"
+        assert cells in text, cells
+    assert f"(p = {min(p):.3f}–{max(p):.3f})" in text
+    assert f"{min(tv):.2f}–{max(tv):.2f} at every prompt" in " ".join(text.split())
+    assert f"{min(one):.2f}–{max(one):.2f} confined to a single prompt" in " ".join(text.split())
+    assert record["not_run"] == ["plain-t1-draws", "ddtree-b32-t1-draws"] and not record["problems"]
+
+
+def test_the_head_dim_256_tiles_as_cited():
+    rows = json.loads((BENCH / "2026-12-05-qwen3.6-27b-verify-tiles-h100" / "verify_attention.json").read_text())["rows"]
+    assert len(rows) == 12 and all(r["shape"] == "qwen3.6-27b" for r in rows)
+    ms = [{"extend": r["extend_ms"], "32x16x8": r["splitkv_ms"], **{k: v["ms"] for k, v in r["tiles"].items()}} for r in rows]
+    chosen = [m["extend"] / m["32x32x8"] for m in ms]
+    former = [m["extend"] / m["32x16x8"] for m in ms]
+    assert f"**{min(chosen):.2f}–{max(chosen):.2f}×**" in summary() and f"0.78–{max(former):.2f}×" in summary()
+    assert min(chosen) >= 0.995 and all(c >= 0.995 for c in chosen)  # level or faster at every shape
+    wins = sum(min(m, key=m.get) == "64x32x8" for m in ms)
+    assert wins == 7 and sum(m["64x32x8"] > m["extend"] for m in ms) == 2
+    over_former = [m["32x16x8"] / m["32x32x8"] for m in ms]
+    text = section("The verify's attention at head dim 256: five tiles against SGLang's kernel (H100)")
+    assert f"{min(over_former):.2f}–{max(over_former):.2f}× the 32 × 16 tile's speed" in " ".join(text.split())
+    worst = max(max(r["max_abs_diff"], *(v["max_abs_diff"] for v in r["tiles"].values())) for r in rows)
+    assert worst <= 2e-3 and f"within {worst:.1e} of `extend`'s" in text
+    for r, m in zip(rows, ms, strict=True):
+        cells = " | ".join(f"{m[k]:.3f}" for k in ("extend", "32x16x8", "32x32x8", "16x32x4", "32x64x8", "64x32x8"))
+        assert f"| {r['bs']} | {r['prefix']} | {r['n']} | {r['splits']} | {cells} |" in text
+
+
+def test_the_head_dim_256_round_trace_as_cited():
+    extend, split = json.loads((BENCH / "2026-12-05-qwen3.6-27b-b15-splitkv-round-trace-h100" / "round_trace.json").read_text())
+    assert extend["paths"]["verify_attention"] == "full-mask" and split["paths"]["verify_attention"] == "splitkv"
+    e, k = extend["trace"]["gpu"], split["trace"]["gpu"]
+    assert f"**{k['kernel_ms'] / e['kernel_ms']:.3f}×** ({k['kernel_ms']:.2f} against {e['kernel_ms']:.2f} ms); tok/s {split['tok_per_s'] / extend['tok_per_s']:.3f}×" in summary()
+    text = section("The Qwen3.6-27B shape at bs 16, B = 15: the split-KV verify in an engine (H100)")
+    for name, arm in (("extend (FULL mask)", extend), ("split-KV (32 × 16)", split)):
+        g = arm["trace"]["gpu"]
+        cells = (f"| {name} | {arm['tok_per_s']:.1f} | {arm['step_ms']:.2f} | {g['kernel_ms']:.2f} | "
+                 f"{arm['trace']['stages']['verify']['gpu_ms']:.2f} | {g['families']['attention']:.2f} | "
+                 f"{g['families']['ddtree']:.2f} | {g['families']['gemm']:.2f} |")
+        assert cells in text, cells
+    assert f"took {e['kernel_ms'] - k['kernel_ms']:.2f} ms of kernel time off a round" in text
 
 
 @pytest.mark.parametrize("run", sorted(QWEN3_RUNS))
