@@ -45,12 +45,16 @@ _CPU_SM_COUNT = 8  # stand-in SM count off the GPU (the interpreter)
 
 
 def block_config(head_dim: int) -> tuple[int, int, int]:
-    """(BLOCK_M rows, BLOCK_N keys, num_warps) of the partial kernel for a head dim: the
-    largest tiles that build for sm_86, sm_90 and sm_120 without spilling registers (the
-    tests' ahead-of-time build checks it); unmeasured beyond that."""
+    """(BLOCK_M rows, BLOCK_N keys, num_warps) of the partial kernel for a head dim. Up to 128:
+    the largest tile that builds for sm_86, sm_90 and sm_120 without spilling registers. At
+    256: 32 x 32, of five tiles timed on an H100 at Qwen3.6-27B's heads (2026-12-05) the one
+    level with or faster than SGLang's extend kernel at every batch, context and width
+    (1.00-7.1x), and 0.98-1.7x the speed of the spill-free 32 x 16 (64 x 32 was fastest at 7
+    of the 12 shapes and slower than extend at two); it spills 16 bytes of stack on sm_90 and
+    40-48 on sm_86 (none on sm_120), as the tests' ahead-of-time build holds it to."""
     if head_dim <= 128:
         return 64, 32, 8
-    return 32, 16, 8
+    return 32, 32, 8
 
 
 def row_blocks(group: int, num_verify_tokens: int, block_m: int) -> int:
@@ -311,10 +315,13 @@ def tree_verify_attention(
 
 # The attention head dims at which ``auto`` runs the split-KV verify: where engines measured it
 # faster. At 128 (H200, Qwen3-8B shape, bs 16, 2026-12-04) it took the round's GPU time from
-# 1.13x DFLASH's to 0.94x. At 256 (Qwen3.6-27B's attention) only its kernel was timed, 0.86-0.88x
-# extend_attention_fwd at bs 16 with 33 verify tokens (2026-12-02); at the fixture pairs' 64 one
-# 32-request wave per arm (0.2-0.4 s, profiler on, 2026-12-04) could not tell the two apart.
-AUTO_HEAD_DIMS = (128,)
+# 1.13x DFLASH's to 0.94x. At 256 (H100, Qwen3.6-27B shape, B = 15, 1 K prompts, 10 requests at
+# once, 2026-12-05) it took the round's kernel time from 41.12 to 39.79 ms with the 32 x 16 tile;
+# the 32 x 32 tile since chosen (block_config) times faster still in the kernel, but has not run
+# in an engine, nor has B = 32 at this head dim. At the fixture
+# pairs' 64 one 32-request wave per arm (0.2-0.4 s, profiler on, 2026-12-04) could not tell the
+# two apart.
+AUTO_HEAD_DIMS = (128, 256)
 # Models whose attention hands the backend a score_mod at forward time, where no layer attribute
 # shows it: Inkling's relative-position bias (sglang 0.5.16+, ``models/inkling_common``).
 SCORE_MOD_MODEL_MODULES = ("sglang.srt.models.inkling",)
