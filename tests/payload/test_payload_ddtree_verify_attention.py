@@ -348,6 +348,9 @@ def test_the_kernels_compile_ahead_of_time_for_sm86_sm90_and_sm120():
 
     built = run_aot_script(AOT_SCRIPT, timeout=600)
     assert len(built) == 27 and all(size > 0 for _, _, size, _ in built), built
-    stacks = {(capability, dim): stack for capability, dim, _, stack in built if dim == 256}
+    stacks = {}
+    for capability, dim, _, stack in built:  # the largest over the 17- and 33-node builds
+        if dim == 256:
+            stacks[(capability, dim)] = max(stack, stacks.get((capability, dim), 0))
     assert all(stack == 0 for _, dim, _, stack in built if dim != 256), built
     assert stacks[(120, 256)] == 0 and 0 < stacks[(90, 256)] <= 16 and stacks[(86, 256)] <= 48, stacks

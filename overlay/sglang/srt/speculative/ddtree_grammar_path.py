@@ -109,7 +109,7 @@ def path_grammar_mask(reqs, tree, logits: torch.Tensor, rows: PathRows, barrier)
     next_token, next_sibling, draft = (t.tolist() for t in tree.resolve())
     nodes = len(draft[0])
     top_values, top_ids = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)
-    top_values, top_ids = top_values.float().cpu().tolist(), top_ids.cpu().tolist()
+    top_values, top_ids = top_values.float().cpu(), top_ids.cpu()  # rows read as the paths reach them
     for i, req in enumerate(reqs):
         grammar = req.grammar
         if grammar is None:
@@ -117,7 +117,7 @@ def path_grammar_mask(reqs, tree, logits: torch.Tensor, rows: PathRows, barrier)
         node, accepted = 0, 0
         while not grammar.is_terminated():
             row = i * nodes + node
-            token = masked_argmax(rows.fill(grammar, row), top_values[row], top_ids[row], logits, row)
+            token = masked_argmax(rows.fill(grammar, row), top_values[row].tolist(), top_ids[row].tolist(), logits, row)
             child = next_token[i][node]
             while child != -1 and draft[i][child] != token:
                 child = next_sibling[i][child]
