@@ -44,6 +44,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_warmup",
     "sglang.srt.speculative.ddtree_kv_move",
     "sglang.srt.speculative.ddtree_grammar_path",
+    "sglang.srt.speculative.ddtree_sampling",
 ]
 
 

@@ -43,6 +43,7 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/speculative/ddtree_warmup.py",
         "sglang/srt/speculative/ddtree_kv_move.py",
         "sglang/srt/speculative/ddtree_grammar_path.py",
+        "sglang/srt/speculative/ddtree_sampling.py",
     )
     assert patch_set.expectation("sglang/srt/speculative/ddtree_utils.py").pre_sha256 is None
 

@@ -39,6 +39,7 @@ from sglang.srt.speculative.ddtree_contract import (
     VERIFY_INPUT_FIELDS,
     installed_release,
 )
+from sglang.srt.speculative.ddtree_sampling import SGL_KERNEL_SITE, RenormSite
 from sglang.srt.speculative.ddtree_utils import replaced_attribute
 
 RELEASE = installed_release()
@@ -47,11 +48,31 @@ PASSES_NUM_TOKEN_NON_PADDED = RELEASE >= (0, 5, 20)
 USES_KV_LOC_PLAN = RELEASE >= (0, 5, 22)
 PASSES_CAN_RUN_DECODE_GRAPH = RELEASE >= (0, 5, 23)
 DEFERS_VERIFY_GATHER = RELEASE >= (0, 5, 23)
+# eagle_sample's top-k / top-p renormalisers: flashinfer's on CUDA from 0.5.21, bound in
+# eagle_utils itself from 0.5.23
+if RELEASE >= (0, 5, 23):
+    EAGLE_RENORM_SITE = RenormSite(
+        "sglang.srt.speculative.eagle_utils",
+        "top_k_renorm_prob",
+        "top_p_renorm_prob",
+        "from sglang.kernels.ops.sampling.renorm import top_k_renorm_prob, top_p_renorm_prob",
+    )
+elif RELEASE >= (0, 5, 21):
+    EAGLE_RENORM_SITE = RenormSite(
+        "flashinfer.sampling",
+        "top_k_renorm_probs",
+        "top_p_renorm_probs",
+        "from flashinfer.sampling import top_k_renorm_probs as top_k_renorm_prob"
+        " from flashinfer.sampling import top_p_renorm_probs as top_p_renorm_prob",
+    )
+else:
+    EAGLE_RENORM_SITE = SGL_KERNEL_SITE
 
 
 class Sglang0519To0523Shim(CompatShim):
     GRAMMAR_TREE = True  # grammar-constrained requests reach the worker (grammar_tree)
     SPEC_LOGPROBS = True  # so do return_logprob requests (output_logprobs)
+    RENORM_SITE = EAGLE_RENORM_SITE
     CONTRACT = {
         **SHARED_CONTRACT,
         # The prefix-cache tracking interval of a hybrid target's recurrent state.

@@ -36,6 +36,11 @@ from sglang.srt.speculative.ddtree_contract import (
     contract_problems,
     refused_requests_contract,
 )
+from sglang.srt.speculative.ddtree_sampling import (
+    SGL_KERNEL_SITE,
+    joint_top_k_top_p,
+    renorm_site_problems,
+)
 
 # Frames a scheduler's stack may already hold when the grammar bitmask walk starts (Python's
 # default recursion limit: what SGLang's own trees have room for).
@@ -66,6 +71,7 @@ INTERFACE = (
     "grammar_tree",
     "grammar_mask",
     "output_logprobs",
+    "sampling_filters",
 )
 
 
@@ -76,6 +82,8 @@ class CompatShim:
     GRAMMAR_TREE = False
     # Whether the release returns a speculative round's logprobs (0.5.18+; see output_logprobs).
     SPEC_LOGPROBS = False
+    # Where eagle_sample finds its top-k / top-p renormalisers (see sampling_filters).
+    RENORM_SITE = SGL_KERNEL_SITE
 
     CONTRACT = {
         **SHARED_CONTRACT,
@@ -124,7 +132,7 @@ class CompatShim:
             **(SPEC_LOGPROBS_CONTRACT if self.SPEC_LOGPROBS else {}),
             **refused_requests_contract(self.GRAMMAR_TREE, self.SPEC_LOGPROBS),
         }
-        return contract_problems(contract)
+        return contract_problems(contract) + renorm_site_problems(self.RENORM_SITE)
 
     def root_tokens(self, draft_input) -> torch.Tensor:
         """The bonus token of the last verify: the tree's root and the draft block's slot 0."""
@@ -323,3 +331,13 @@ class CompatShim:
         from sglang.srt.layers.logprob_processor import compute_spec_logprobs
 
         compute_spec_logprobs(batch, logits_output, predict, accept_index=accept_index)
+
+    def sampling_filters(self, sampling_info, rows_per_request: int):
+        """The scope of an ``eagle_sample`` call at T > 0 in which its target probabilities
+        take the top-k / top-p law of SGLang's sampler (``ddtree_sampling``); under
+        SGLANG_DDTREE_SAMPLING_FILTERS=eagle, eagle_sample's own."""
+        from sglang.srt.speculative.ddtree_envs import envs
+
+        if envs.SGLANG_DDTREE_SAMPLING_FILTERS.get() == "eagle":
+            return nullcontext()
+        return joint_top_k_top_p(self.RENORM_SITE, sampling_info, rows_per_request)

@@ -92,6 +92,14 @@ class DDTreeEnvs:
         "and computes every layer, extend elsewhere (ddtree_verify_attention.auto_keeps_extend)",
     )
 
+    SGLANG_DDTREE_SAMPLING_FILTERS = DDTreeEnvChoice(
+        ("sampler", "eagle"),
+        "at T > 0 with both top-k and top-p: sampler: the tree samples the law of SGLang's "
+        "sampler (the nucleus cut from the unfiltered distribution; ddtree_sampling); eagle: "
+        "eagle_sample's own order (top-k renormalised, the nucleus cut from what is left), "
+        "the sampling check's control arm",
+    )
+
     # Gated-DeltaNet hybrid targets
     SGLANG_DDTREE_HYBRID_STATE = DDTreeEnvChoice(
         ("flat", "snapshot"),

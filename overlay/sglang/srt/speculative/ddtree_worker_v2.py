@@ -15,7 +15,8 @@ One decode round, as the paper defines it:
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
             depth, ancestor-only mask
   accept    SGLang's tree kernels: verify_tree_greedy at T=0, target-only tree
-            sampling at T>0 (lossless, honours temperature / top-p / top-k)
+            sampling at T>0 (lossless, honours temperature / top-p / top-k, with
+            both filters in the order SGLang's sampler applies them: ddtree_sampling)
   commit    the accepted path's KV moved to the front of the verify block, and
             the accepted nodes' target features written into the draft KV
 Prefill and idle batches are DFlash's own.
@@ -55,6 +56,7 @@ from sglang.srt.speculative.ddtree_compat import (
     output_logprobs,
     planning_seq_lens,
     root_tokens,
+    sampling_filters,
     spec_arg,
     verify_input_extras,
 )
@@ -440,9 +442,10 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         with profiler.stage("accept"):
             mask = grammar_mask(batch, grammar, logits_output, grammar_barrier)
             masked = {} if mask is None else {"grammar_mask": mask}  # 0.5.17+ only
-            predict, accept_lens, accept_index = eagle_sample(
-                verify_input, batch, logits_output, **masked
-            )
+            with sampling_filters(batch.sampling_info, verify_input.draft_token_num):
+                predict, accept_lens, accept_index = eagle_sample(
+                    verify_input, batch, logits_output, **masked
+                )
             output_logprobs(batch, logits_output, predict, accept_index)
             accepted = accepted_paths(
                 predict, accept_index, accept_lens, prefix_lens, cache_loc_2d
