@@ -92,6 +92,7 @@ class CheckArm:
     tp_of: str | None = None  # the TP = 1 twin whose outputs and acceptance it must match
     grammars: tuple[str | None, ...] = ()  # regexes prompt i decodes under, in turn (None: none)
     on_fail: CheckArm | None = None  # run when this arm fails (e.g. the same without graphs)
+    control: bool = False  # draws from a known other law: the check fails if no test tells it apart
 
     def runner_arm(self, max_new_tokens: int) -> dict[str, Any]:
         """The arm as `in_target/engine_runner.py` reads it."""
@@ -143,6 +144,11 @@ def _draws_pair(draws: Draws) -> tuple[CheckArm, CheckArm]:
 
 # Qwen3's recommended sampling (T 0.6, top-p 0.95, top-k 20) and a wider one.
 SAMPLING = (Draws(0.6, top_p=0.95, top_k=20), Draws(1.0, top_p=0.8, top_k=50))
+# Where top-k and top-p both bind on the fixture pair, so their order changes the law: at T 1.5
+# its top 20 tokens hold visibly less than all the mass (at the settings above, nearly all).
+FILTERS = (Draws(1.5, top_p=0.8, top_k=20),)
+# Each family's tests (its settings x positions) share one level, whichever arms a run selects.
+SAMPLING_FAMILIES = (SAMPLING, FILTERS)
 
 
 PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
@@ -212,6 +218,20 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     # 32 prompts x 256 draws per arm, positions 1-8, a pooled chi-square test per position
     # (`bench.sampled`), with the smallest TV distance each test detects reported beside it.
     "sampling": tuple(arm for draws in SAMPLING for arm in _draws_pair(draws)),
+    # Top-k and top-p together: DDTREE must draw the law of SGLang's sampler (the nucleus of the
+    # unfiltered distribution, then the top k); the control keeps eagle_sample's order (top k
+    # first, a narrower nucleus), a change the test must detect.
+    "sampling-filters": (
+        *_draws_pair(FILTERS[0]),
+        _ddtree(
+            "ddtree-b32-t1.5-draws-eagle-order",
+            32,
+            draws=FILTERS[0],
+            baseline="plain-t1.5-draws",
+            env={"SGLANG_DDTREE_SAMPLING_FILTERS": "eagle"},
+            control=True,
+        ),
+    ),
     "flashinfer": (
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),

@@ -27,7 +27,7 @@ from typing import Any
 
 from ddtree_overlay.bench import decode_compare, sampled
 from ddtree_overlay.bench.arms import DDTREE, DFLASH, TARGET_ONLY, Arm
-from ddtree_overlay.bench.check_presets import PLAIN_T1, CheckArm, Draws
+from ddtree_overlay.bench.check_presets import PLAIN_T1, SAMPLING_FAMILIES, CheckArm, Draws
 from ddtree_overlay.bench.engine_paths import paths_text, ran_paths
 from ddtree_overlay.bench.grammar_outputs import grammar_problem, grammar_verdict
 from ddtree_overlay.bench.plan import capture_batch_sizes
@@ -38,7 +38,8 @@ from ddtree_overlay.in_target.engine_runner import PROFILE_ENV, profile_windows
 RUNNER_EXIT_S = 1800  # a runner that closed its output has this long to exit
 OnArm = Callable[[Mapping[str, Any]], None]
 
-# The sampling preset's tests (positions x settings) share this level (Bonferroni).
+# A family of draws' tests (its settings x positions) share this level (Bonferroni), whichever
+# of its arms a run selects: the sampling preset's halves, run in separate calls, keep its level.
 SAMPLING_ALPHA = 0.01
 
 
@@ -192,7 +193,6 @@ def summarize(
         "arms": {}, "lossless": [], "distribution": [], "sampling": [], "parity": [], "tp": [], "grammar": [],
         "logprobs": [], "problems": [],
     }
-    tests = sum(arm.draws.positions for arm in arms if arm.draws and arm.arm.algorithm != TARGET_ONLY)
     for name, record in by_name.items():
         arm = known.get(name)
         if not record.get("ok"):
@@ -211,9 +211,9 @@ def summarize(
             continue
         baseline = by_name.get(arm.baseline or "")
         if baseline and baseline.get("ok") and arm.draws:
-            verdicts = sampling_verdicts(baseline, record, arm.draws, alpha=SAMPLING_ALPHA / max(tests, 1))
+            verdicts = sampling_verdicts(baseline, record, arm.draws, alpha=sampling_level(arm.draws))
             summary["sampling"] += verdicts
-            summary["problems"] += [v["text"] for v in verdicts if not v["passed"]]
+            summary["problems"] += _sampling_problems(arm, verdicts)
         elif baseline and baseline.get("ok") and not arm.sampled:
             report = decode_compare.lossless_report(baseline, record)
             summary["lossless"].append(report)
@@ -242,6 +242,20 @@ def summarize(
                 test = decode_compare.distribution_test(plain, record, position)
                 summary["distribution"].append(dict(test, arm=name))
     return summary
+
+
+def sampling_level(draws: Draws) -> float:
+    family = next(family for family in SAMPLING_FAMILIES if draws in family)
+    return SAMPLING_ALPHA / sum(d.positions for d in family)
+
+
+def _sampling_problems(arm: CheckArm, verdicts: list[dict[str, Any]]) -> list[str]:
+    """Each rejected position; for a control arm (a known other law), none rejected."""
+    if not arm.control:
+        return [v["text"] for v in verdicts if not v["passed"]]
+    if all(v["passed"] for v in verdicts):
+        return [f"{arm.name}: draws from another law than {arm.baseline}, and no position's test told them apart"]
+    return []
 
 
 def sampling_verdicts(

@@ -102,6 +102,23 @@ def detectable_tv(n_eff: float, dof: int, alpha: float, power: float = POWER) ->
     return tv if tv <= 1 else None
 
 
+def power_against(
+    reference: Sequence[Sequence[float]], arm: Sequence[Sequence[float]], draws: int, alpha: float
+) -> float:
+    """The pooled test's power at one position when prompt i's tokens follow the law
+    ``reference[i]`` in the baseline and ``arm[i]`` in the arm, ``draws`` of each: the
+    non-central χ² above, with λ and the degrees of freedom over the tokens the test keeps
+    apart (an expected RARE draws or more in both arms together)."""
+    from scipy.stats import chi2, ncx2
+
+    lam, dof = 0.0, 0
+    for p, q in zip(reference, arm, strict=True):
+        kept = [(a, b) for a, b in zip(p, q, strict=True) if (a + b) * draws >= RARE]
+        lam += draws / 2 * sum((a - b) ** 2 / ((a + b) / 2) for a, b in kept)
+        dof += len(kept) - 1
+    return float(ncx2.sf(chi2.isf(alpha, dof), dof, lam)) if dof > 0 else 0.0
+
+
 def planned_tv(prompts: int, draws: int, categories: int, alpha: float, power: float = POWER) -> float | None:
     """`detectable_tv` before running: ``prompts`` x ``draws`` per arm, at most ``categories``
     tokens per prompt (top-k bounds them; more degrees of freedom only lower the power, so this

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,95 @@ def test_the_summary_tests_every_position_at_the_presets_level_and_fails_a_shift
     failed = checks.summarize([plain, shifted], arms, None)
     assert len(failed["problems"]) == 8 and "FAILED" in failed["problems"][0]
     assert summary["lossless"] == []  # sampled arms are not judged token for token
+
+
+def test_a_run_of_one_half_of_the_preset_keeps_the_presets_level():
+    """The T = 0.6 and T = 1 halves run in separate device calls; each must still be tested at
+    0.01 / 16, not at 0.01 / 8 for the eight tests its own arms make."""
+    half = [arm for arm in check_presets.PRESETS["sampling"] if arm.draws.temperature == 1.0]
+    draws = half[0].draws
+    plain = sampled_record("plain-t1-draws", [5, 3, 2, 1], draws, seed=0)
+    same = sampled_record("ddtree-b32-t1-draws", [5, 3, 2, 1], draws, seed=1)
+    verdicts = checks.summarize([plain, same], half, None)["sampling"]
+    assert len(verdicts) == 8 and all(v["alpha"] == pytest.approx(0.01 / 16) for v in verdicts)
+
+
+def test_power_against_a_given_change_matches_simulation():
+    p, q, n, alpha = [0.4, 0.3, 0.2, 0.1], [0.34, 0.33, 0.2, 0.13], 1500, 0.01
+    assert sampled.power_against([p], [q], n, alpha) == pytest.approx(
+        simulated_power(np.array(p), np.array(q), n, alpha, 4000, seed=2), abs=0.03
+    )
+    assert sampled.power_against([p, p], [p, p], n, alpha) == pytest.approx(alpha)
+
+
+def test_the_filters_preset_judges_its_control_by_whether_the_test_tells_it_apart():
+    arms = check_presets.PRESETS["sampling-filters"]
+    assert [arm.name for arm in arms] == ["plain-t1.5-draws", "ddtree-b32-t1.5-draws", "ddtree-b32-t1.5-draws-eagle-order"]
+    control = arms[2]
+    assert control.control and control.env == {"SGLANG_DDTREE_SAMPLING_FILTERS": "eagle"}
+    assert control.runner_arm(256)["sampling"] == {"temperature": 1.5, "top_p": 0.8, "top_k": 20, "max_new_tokens": 9, "ignore_eos": True}
+    draws = control.draws
+    plain = sampled_record("plain-t1.5-draws", [5, 3, 2, 1], draws, seed=0)
+    same = sampled_record("ddtree-b32-t1.5-draws", [5, 3, 2, 1], draws, seed=1)
+    told_apart = sampled_record(control.name, [3, 5, 2, 1], draws, seed=2)
+    summary = checks.summarize([plain, same, told_apart], arms, None)
+    assert summary["problems"] == [] and all(v["alpha"] == pytest.approx(0.01 / 8) for v in summary["sampling"])
+    not_told = sampled_record(control.name, [5, 3, 2, 1], draws, seed=3)
+    problems = checks.summarize([plain, same, not_told], arms, None)["problems"]
+    assert problems == [f"{control.name}: draws from another law than plain-t1.5-draws, and no position's test told them apart"]
+
+
+def filtered_laws(probs, top_k: int, top_p: float):
+    """SGLang's sampler's law (the nucleus of the unfiltered row, then the top k) and
+    eagle_sample's (the top k renormalised, then the nucleus of that), per row."""
+    import torch
+
+    ordered, order = probs.sort(dim=-1, descending=True)
+    rank = torch.arange(probs.shape[-1])
+    joint = ordered * ((rank < top_k) & (ordered.cumsum(-1) - ordered < top_p))
+    top = ordered * (rank < top_k)
+    top = top / top.sum(-1, keepdim=True)
+    eagle = top * (top.cumsum(-1) - top < top_p)
+    unsort = order.argsort(dim=-1)
+    return [(law / law.sum(-1, keepdim=True)).gather(-1, unsort) for law in (joint, eagle)]
+
+
+@pytest.mark.parametrize(
+    ("draws", "power"),
+    [(check_presets.FILTERS[0], (0.95, 1.0)), (check_presets.SAMPLING[1], (0.0, 0.01))],
+    ids=["filters-preset", "sampling-preset-t1"],
+)
+def test_the_filters_order_is_told_apart_on_the_fixture_pair_where_both_bind(draws, power):
+    """The fixture target's own laws at the check's prompts: position 1 (the first tree depth)
+    mixes over the first token, which both arms' prefill samples under the sampler's law. The
+    filters preset separates the two orders; the sampling preset's T = 1 setting cannot (its
+    top 50 tokens hold nearly all the mass)."""
+    torch = pytest.importorskip("torch")
+    import json
+
+    from ddtree_overlay.fixture_paths import PAIRS
+    from ddtree_overlay.reference.model import load_target
+
+    target = load_target(PAIRS["dense"] / "target")
+    prompts = json.loads((PAIRS["dense"] / "heldout_prompts.json").read_text())[: draws.prompts]
+
+    def laws(ids: list[list[int]]):
+        batch = torch.tensor(ids)
+        logits = target(batch, torch.arange(batch.shape[1]).expand_as(batch)).logits[:, -1]
+        return filtered_laws(torch.softmax(logits.double() / draws.temperature, -1), draws.top_k, draws.top_p)
+
+    reference, arm = [], []
+    with torch.no_grad():
+        for prompt in prompts:
+            first = laws([prompt])[0][0]
+            tokens = first.nonzero().flatten().tolist()
+            joint, eagle = laws([[*prompt, t] for t in tokens])
+            weights = first[tokens].unsqueeze(1)
+            reference.append((weights * joint).sum(0).tolist())
+            arm.append((weights * eagle).sum(0).tolist())
+    low, high = power
+    found = sampled.power_against(reference, arm, draws.per_prompt, checks.sampling_level(draws))
+    assert low <= found <= high
+    if draws in check_presets.FILTERS:
+        page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md").read_text().split())
+        assert f"separates the two orders with power {found:.2f}" in page
