@@ -799,3 +799,61 @@ def test_the_path_rows_only_bitmask_as_cited():
     assert cell in " ".join(text.split()), cell
     json32, json256 = rows["after"][("json string", 32)]["7"], rows["after"][("json string", 256)]["7"]
     assert f"[{json32['ms']:.2f} and {json256['ms']:.2f}](#the-path-grammar-mask-holding-its-path-rows-only-cpu)" in summary()
+
+
+def test_the_t1_sampling_check_reanalysed_at_the_presets_level_as_cited():
+    pytest.importorskip("scipy")
+    from ddtree_overlay.bench import check_presets, checks
+
+    run = "2026-12-05-sampling-t1-h100"
+    recorded = json.loads((BENCH / run / "summary.json").read_text())["sampling"]
+    assert all(t["alpha"] == pytest.approx(0.01 / 8) for t in recorded)  # as the device judged it
+    verdicts = checks.summarize(list(arms(run).values()), check_presets.PRESETS["sampling"], None)
+    tests = verdicts["sampling"]
+    assert [t["position"] for t in tests] == list(range(1, 9)) and verdicts["problems"] == []
+    assert all(t["alpha"] == pytest.approx(0.01 / 16) and t["temperature"] == 1.0 for t in tests)
+    assert [t["chi2"] for t in tests] == pytest.approx([t["chi2"] for t in recorded])
+    p = [t["p_value"] for t in tests]
+    tv = [t["detectable_tv"] for t in tests]
+    one = [t["detectable_tv_one_prompt"] for t in tests]
+    row = f"T = 1 (top-p 0.8, top-k 50) χ² p = {min(p):.3f}–{max(p):.3f} at α = 0.01 ÷ 16; detects TV ≥ {min(tv):.3f}–{max(tv):.3f} at every prompt"
+    assert row in summary(), row
+    text = " ".join(section("Many prompts at T = 1, and at T = 0.6 on 0.5.17: DDTREE B = 32 against target-only sampling").split())
+    for t in tests:
+        assert f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |" in text
+    assert f"(p = {min(p):.3f}–{max(p):.3f}, against α = {0.01 / 16:.6f})" in text
+    assert f"{min(tv):.2f}–{max(tv):.2f} at every prompt" in text and f"{min(one):.2f}–{max(one):.2f} confined to a single prompt" in text
+    t06 = json.loads((BENCH / "2026-12-05-sampling-t0.6-h100" / "summary.json").read_text())["sampling"]
+    median = f"median {statistics.median(p):.2f}, against {statistics.median(t['p_value'] for t in t06):.2f} at T = 0.6"
+    assert median in text, median
+
+
+def test_the_0517_sampling_draws_are_the_0514_engines_token_for_token():
+    newer, older = arms("2026-12-05-sampling-t0.6-0.5.17-h100"), arms("2026-12-05-sampling-t0.6-h100")
+    assert set(newer) == set(older) == {"plain-t0.6-draws", "ddtree-b32-t0.6-draws"}
+    for name in newer:
+        assert len(newer[name]["outputs"]) == 8192 and newer[name]["outputs"] == older[name]["outputs"]
+    log = lzma.decompress((BENCH / "2026-12-05-sampling-t0.6-0.5.17-h100" / "device-log.txt.xz").read_bytes()).decode()
+    assert "sglang:       0.5.17" in log and "patch set:    sglang-0.5.17-ddtree" in log
+    assert "16384 sequences as on 0.5.14, token for token" in summary()
+
+
+def test_the_27b_b32_round_trace_with_the_32x32_tile_as_cited():
+    extend, split = json.loads((BENCH / "2026-12-05-qwen3.6-27b-b32-round-trace-h100" / "round_trace.json").read_text())
+    assert extend["paths"]["verify_attention"] == "full-mask" and split["paths"]["verify_attention"] == "splitkv"
+    assert extend["requests_at_once"] == split["requests_at_once"] == 9
+    e, k = extend["trace"]["gpu"], split["trace"]["gpu"]
+    assert f"**{k['kernel_ms'] / e['kernel_ms']:.3f}×** ({k['kernel_ms']:.2f} against {e['kernel_ms']:.2f} ms); tok/s {split['tok_per_s'] / extend['tok_per_s']:.3f}×" in summary()
+    text = section("The Qwen3.6-27B shape at bs 16, B = 32: the 32 × 32 tile in an engine (H100)")
+    for name, arm in (("extend (FULL mask)", extend), ("split-KV (32 × 32)", split)):
+        g = arm["trace"]["gpu"]
+        cells = (f"| {name} | {arm['tok_per_s']:.1f} | {arm['step_ms']:.2f} | {g['kernel_ms']:.2f} | "
+                 f"{arm['trace']['stages']['verify']['gpu_ms']:.2f} | {g['families']['attention']:.2f} | "
+                 f"{g['families']['ddtree']:.2f} | {g['families']['gemm']:.2f} |")
+        assert cells in text, cells
+    flat = " ".join(text.split())
+    assert f"took {e['kernel_ms'] - k['kernel_ms']:.2f} ms of kernel time off a B = 32 round" in flat
+    assert f"rose by {k['families']['ddtree'] - e['families']['ddtree']:.2f} ms" in flat
+    kernels = [dict((n, ms) for n, ms, _ in arm["trace"]["gpu"]["top_kernels"]) for arm in (extend, split)]
+    assert f"{kernels[1]['_tree_attention_partial_kernel']:.2f} of them the split-KV partial kernel" in flat
+    assert f"took {kernels[0]['_tree_verify_kernel']:.2f} and {kernels[1]['_tree_verify_kernel']:.2f} ms" in flat
