@@ -303,6 +303,15 @@ def test_the_head_dim_256_tiles_as_cited():
         assert f"| {r['bs']} | {r['prefix']} | {r['n']} | {r['splits']} | {cells} |" in text
 
 
+def round_trace_row(name: str, arm: dict) -> str:
+    """A round-trace table row: tok/s, wall and kernel ms per round, the verify stage's GPU ms,
+    and the attention, DDTREE and GEMM kernel families."""
+    g = arm["trace"]["gpu"]
+    return (f"| {name} | {arm['tok_per_s']:.1f} | {arm['step_ms']:.2f} | {g['kernel_ms']:.2f} | "
+            f"{arm['trace']['stages']['verify']['gpu_ms']:.2f} | {g['families']['attention']:.2f} | "
+            f"{g['families']['ddtree']:.2f} | {g['families']['gemm']:.2f} |")
+
+
 def test_the_head_dim_256_round_trace_as_cited():
     extend, split = json.loads((BENCH / "2026-12-05-qwen3.6-27b-b15-splitkv-round-trace-h100" / "round_trace.json").read_text())
     assert extend["paths"]["verify_attention"] == "full-mask" and split["paths"]["verify_attention"] == "splitkv"
@@ -310,11 +319,7 @@ def test_the_head_dim_256_round_trace_as_cited():
     assert f"**{k['kernel_ms'] / e['kernel_ms']:.3f}×** ({k['kernel_ms']:.2f} against {e['kernel_ms']:.2f} ms); tok/s {split['tok_per_s'] / extend['tok_per_s']:.3f}×" in summary()
     text = section("The Qwen3.6-27B shape at bs 16, B = 15: the split-KV verify in an engine (H100)")
     for name, arm in (("extend (FULL mask)", extend), ("split-KV (32 × 16)", split)):
-        g = arm["trace"]["gpu"]
-        cells = (f"| {name} | {arm['tok_per_s']:.1f} | {arm['step_ms']:.2f} | {g['kernel_ms']:.2f} | "
-                 f"{arm['trace']['stages']['verify']['gpu_ms']:.2f} | {g['families']['attention']:.2f} | "
-                 f"{g['families']['ddtree']:.2f} | {g['families']['gemm']:.2f} |")
-        assert cells in text, cells
+        assert round_trace_row(name, arm) in text, round_trace_row(name, arm)
     assert f"took {e['kernel_ms'] - k['kernel_ms']:.2f} ms of kernel time off a round" in text
 
 
@@ -846,11 +851,7 @@ def test_the_27b_b32_round_trace_with_the_32x32_tile_as_cited():
     assert f"**{k['kernel_ms'] / e['kernel_ms']:.3f}×** ({k['kernel_ms']:.2f} against {e['kernel_ms']:.2f} ms); tok/s {split['tok_per_s'] / extend['tok_per_s']:.3f}×" in summary()
     text = section("The Qwen3.6-27B shape at bs 16, B = 32: the 32 × 32 tile in an engine (H100)")
     for name, arm in (("extend (FULL mask)", extend), ("split-KV (32 × 32)", split)):
-        g = arm["trace"]["gpu"]
-        cells = (f"| {name} | {arm['tok_per_s']:.1f} | {arm['step_ms']:.2f} | {g['kernel_ms']:.2f} | "
-                 f"{arm['trace']['stages']['verify']['gpu_ms']:.2f} | {g['families']['attention']:.2f} | "
-                 f"{g['families']['ddtree']:.2f} | {g['families']['gemm']:.2f} |")
-        assert cells in text, cells
+        assert round_trace_row(name, arm) in text, round_trace_row(name, arm)
     flat = " ".join(text.split())
     assert f"took {e['kernel_ms'] - k['kernel_ms']:.2f} ms of kernel time off a B = 32 round" in flat
     assert f"rose by {k['families']['ddtree'] - e['families']['ddtree']:.2f} ms" in flat

@@ -32,6 +32,7 @@ FILES = (
     "sglang/srt/speculative/ddtree_compat.py",
     "sglang/srt/speculative/ddtree_compat_base.py",
     "sglang/srt/speculative/ddtree_contract.py",
+    "sglang/srt/speculative/ddtree_sampling.py",
     "sglang/srt/speculative/ddtree_hybrid.py",
     "sglang/srt/speculative/ddtree_gdn_tree.py",
     "sglang/srt/speculative/ddtree_verify_attention.py",
