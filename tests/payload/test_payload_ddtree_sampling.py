@@ -1,7 +1,8 @@
 """ddtree_sampling: inside its scope eagle_sample's two renormalisers give the law of SGLang's
-sampler (top-p cut from the unfiltered row, then top-k), whichever it calls first; outside it,
-and with one filter alone, they are SGLang's own. Which module binds them on each release is
-the matrix's check (``renorm_site_problems`` in every release's contract)."""
+sampler (top-p cut from the unfiltered row, then top-k, then min-p), whichever it calls first and
+whichever it skips for the batch's flags; outside it, and with one of top-k / top-p alone, they
+are SGLang's own. Which module binds them on each release is the matrix's check
+(``renorm_site_problems`` in every release's contract)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ torch = pytest.importorskip("torch")
 from payload_modules import load_payload_module  # noqa: E402
 
 SITE_MODULE = "ddtree_sampling_test_kernels"
+TOP_K_ALL = 1 << 30
 
 
 def sampling():
@@ -37,11 +39,13 @@ def top_p_renorm(probs: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
     return kept / kept.sum(-1, keepdim=True)
 
 
-def joint_law(probs: torch.Tensor, top_ks: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
-    """SGLang's sampler (flashinfer "joint", the torch backend): top k AND the unfiltered nucleus."""
-    rank = probs.argsort(dim=-1, descending=True).argsort(dim=-1)
-    nucleus = top_p_renorm(probs, top_ps) > 0
-    kept = probs * nucleus * (rank < top_ks.view(-1, 1))
+def sampler_law(probs, top_ks, top_ps, min_ps) -> torch.Tensor:
+    """SGLang's torch sampler: the top k AND the unfiltered nucleus, then min-p of the likeliest."""
+    ordered, order = probs.sort(dim=-1, descending=True)
+    rank = torch.arange(probs.shape[-1])
+    keep = (rank < top_ks.view(-1, 1)) & (ordered.cumsum(-1) - ordered < top_ps.view(-1, 1))
+    keep &= ordered >= min_ps.view(-1, 1) * ordered[:, :1]
+    kept = torch.zeros_like(probs).scatter(-1, order, ordered * keep)
     return kept / kept.sum(-1, keepdim=True)
 
 
@@ -54,71 +58,98 @@ def site(monkeypatch):
     return module
 
 
-def target_probs(site, probs, top_ks, top_ps, *, top_k_first: bool = True):
-    """eagle_sample's two steps, looking the renormalisers up at call time as it does."""
-    steps = [(site.top_k_renorm_prob, top_ks), (site.top_p_renorm_prob, top_ps)]
-    for renorm, threshold in steps if top_k_first else steps[::-1]:
-        probs = renorm(probs, threshold)
-    return probs
-
-
-def batch(top_ps: list[float], *, top_k: bool = True, top_p: bool = True):
+def batch(top_ks: list[int], top_ps: list[float], min_ps: list[float] | None = None):
+    min_ps = min_ps or [0.0] * len(top_ks)
     return types.SimpleNamespace(
-        need_top_k_sampling=top_k, need_top_p_sampling=top_p, top_ps=torch.tensor(top_ps)
+        need_top_k_sampling=any(k != TOP_K_ALL for k in top_ks),
+        need_top_p_sampling=any(p != 1.0 for p in top_ps),
+        need_min_p_sampling=any(m > 0 for m in min_ps),
+        top_ks=torch.tensor(top_ks),
+        top_ps=torch.tensor(top_ps),
+        min_ps=torch.tensor(min_ps),
     )
+
+
+def target_probs(site, info, probs, rows_per_request: int, *, release: str = "0.5.16+"):
+    """eagle_sample's steps, looking the renormalisers up at call time as it does: 0.5.14 and
+    0.5.15 call both always, 0.5.16+ each where the batch's flag asks; ``top-p-first`` is the
+    order SGLang's proposed fix would call them in."""
+    top_ks = info.top_ks.repeat_interleave(rows_per_request)
+    top_ps = info.top_ps.repeat_interleave(rows_per_request)
+    steps = [
+        (info.need_top_k_sampling, lambda p: site.top_k_renorm_prob(p, top_ks)),
+        (info.need_top_p_sampling, lambda p: site.top_p_renorm_prob(p, top_ps)),
+    ]
+    if release == "top-p-first":
+        steps.reverse()
+    for needed, step in steps:
+        if needed or release == "0.5.14":
+            probs = step(probs)
+    return probs
 
 
 def the_site(module) -> object:
     return module.RenormSite(SITE_MODULE, "top_k_renorm_prob", "top_p_renorm_prob", "unused")
 
 
+def unchanged(site) -> bool:
+    return site.top_k_renorm_prob is top_k_renorm and site.top_p_renorm_prob is top_p_renorm
+
+
 # SGLang's own regression example for the order: top k = 4, top p = 0.82
 PROBS = torch.tensor([0.35, 0.25, 0.20, 0.05, 0.03, 0.03, 0.03, 0.03, 0.03])
 
 
-def test_the_scope_gives_the_samplers_joint_law_where_eagle_samples_order_does_not(site) -> None:
+def test_the_scope_gives_the_samplers_law_where_eagle_samples_order_does_not(site) -> None:
     module = sampling()
     rows = PROBS.repeat(3, 1)  # one request, three verify rows
-    top_ks, top_ps = torch.tensor([4, 4, 4]), torch.tensor([0.82, 0.82, 0.82])
-    joint = joint_law(rows, top_ks, top_ps)
-    assert joint[0, 3] > 0  # the unfiltered nucleus reaches the fourth token
-    assert target_probs(site, rows, top_ks, top_ps)[0, 3] == 0  # top-k first: it does not
-    with module.joint_top_k_top_p(the_site(module), batch([0.82]), 3):
-        inside = target_probs(site, rows, top_ks, top_ps)
-    assert torch.allclose(inside, joint)
-    assert site.top_k_renorm_prob is top_k_renorm and site.top_p_renorm_prob is top_p_renorm
+    info = batch([4], [0.82])
+    law = sampler_law(rows, torch.tensor([4] * 3), torch.tensor([0.82] * 3), torch.zeros(3))
+    assert law[0, 3] > 0  # the unfiltered nucleus reaches the fourth token
+    assert target_probs(site, info, rows, 3)[0, 3] == 0  # top-k first: it does not
+    with module.sampler_filters(the_site(module), info, 3):
+        inside = target_probs(site, info, rows, 3)
+    assert torch.allclose(inside, law) and unchanged(site)
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_each_requests_rows_take_its_own_top_p_in_either_call_order(site, seed: int) -> None:
+@pytest.mark.parametrize("release", ["0.5.14", "0.5.16+", "top-p-first"])
+@pytest.mark.parametrize(
+    ("top_ks", "top_ps", "min_ps"),
+    [
+        ([5, 20, TOP_K_ALL], [0.6, 0.9, 0.75], None),  # both filters, per request
+        ([5, TOP_K_ALL, 12], [1.0, 0.7, 0.9], [0.0, 0.1, 0.3]),  # with min-p
+        ([TOP_K_ALL] * 3, [1.0] * 3, [0.05, 0.0, 0.2]),  # min-p alone
+        ([TOP_K_ALL] * 3, [0.8, 0.9, 1.0], [0.1, 0.0, 0.0]),  # top-p and min-p
+    ],
+    ids=["top-k-and-top-p", "all-three", "min-p-alone", "top-p-and-min-p"],
+)
+def test_each_requests_rows_take_the_samplers_law(site, release, top_ks, top_ps, min_ps) -> None:
     module = sampling()
-    generator = torch.Generator().manual_seed(seed)
-    bs, rows_per_request, vocab = 3, 4, 50
-    probs = torch.softmax(torch.randn(bs * rows_per_request, vocab, generator=generator) * 1.5, -1)
-    request_ks = torch.tensor([5, 20, vocab])
-    request_ps = [0.6, 0.9, 0.75]
-    top_ks = request_ks.repeat_interleave(rows_per_request)
-    top_ps = torch.tensor(request_ps).repeat_interleave(rows_per_request)
-    joint = joint_law(probs, top_ks, top_ps)
-    for top_k_first in (True, False):
-        with module.joint_top_k_top_p(the_site(module), batch(request_ps), rows_per_request):
-            inside = target_probs(site, probs, top_ks, top_ps, top_k_first=top_k_first)
-        assert torch.allclose(inside, joint, atol=1e-6)
+    generator = torch.Generator().manual_seed(len(release))
+    rows_per_request, vocab = 4, 50
+    probs = torch.softmax(torch.randn(3 * rows_per_request, vocab, generator=generator) * 1.5, -1)
+    info = batch(top_ks, top_ps, min_ps)
+    law = sampler_law(probs, *(t.repeat_interleave(rows_per_request) for t in (info.top_ks, info.top_ps, info.min_ps)))
+    with module.sampler_filters(the_site(module), info, rows_per_request):
+        inside = target_probs(site, info, probs, rows_per_request, release=release)
+    assert torch.allclose(inside, law, atol=1e-6)
+    assert unchanged(site) and info.need_top_k_sampling == any(k != TOP_K_ALL for k in top_ks)
 
 
-@pytest.mark.parametrize(("top_k", "top_p"), [(True, False), (False, True), (False, False)])
-def test_one_filter_alone_leaves_the_renormalisers_as_they_are(site, top_k: bool, top_p: bool) -> None:
+@pytest.mark.parametrize(("top_ks", "top_ps"), [([4], [1.0]), ([TOP_K_ALL], [0.82]), ([TOP_K_ALL], [1.0])])
+def test_one_of_top_k_and_top_p_alone_leaves_the_renormalisers_as_they_are(site, top_ks, top_ps) -> None:
     module = sampling()
-    with module.joint_top_k_top_p(the_site(module), batch([0.82], top_k=top_k, top_p=top_p), 3):
-        assert site.top_k_renorm_prob is top_k_renorm and site.top_p_renorm_prob is top_p_renorm
+    with module.sampler_filters(the_site(module), batch(top_ks, top_ps), 3):
+        assert unchanged(site)
 
 
 def test_the_renormalisers_come_back_when_the_sample_raises(site) -> None:
     module = sampling()
-    with pytest.raises(RuntimeError, match="sampling failed"), module.joint_top_k_top_p(the_site(module), batch([0.82]), 3):
-        assert site.top_k_renorm_prob is not top_k_renorm
+    info = batch([TOP_K_ALL], [1.0], [0.1])
+    with pytest.raises(RuntimeError, match="sampling failed"), module.sampler_filters(the_site(module), info, 3):
+        assert not unchanged(site) and info.need_top_k_sampling
         raise RuntimeError("sampling failed")
-    assert site.top_k_renorm_prob is top_k_renorm and site.top_p_renorm_prob is top_p_renorm
+    assert unchanged(site) and not info.need_top_k_sampling
 
 
 EAGLE_UTILS = '''

@@ -38,7 +38,7 @@ from sglang.srt.speculative.ddtree_contract import (
 )
 from sglang.srt.speculative.ddtree_sampling import (
     SGL_KERNEL_SITE,
-    joint_top_k_top_p,
+    sampler_filters,
     renorm_site_problems,
 )
 
@@ -334,10 +334,10 @@ class CompatShim:
 
     def sampling_filters(self, sampling_info, rows_per_request: int):
         """The scope of an ``eagle_sample`` call at T > 0 in which its target probabilities
-        take the top-k / top-p law of SGLang's sampler (``ddtree_sampling``); under
+        take the top-k / top-p / min-p law of SGLang's sampler (``ddtree_sampling``); under
         SGLANG_DDTREE_SAMPLING_FILTERS=eagle, eagle_sample's own."""
         from sglang.srt.speculative.ddtree_envs import envs
 
         if envs.SGLANG_DDTREE_SAMPLING_FILTERS.get() == "eagle":
             return nullcontext()
-        return joint_top_k_top_p(self.RENORM_SITE, sampling_info, rows_per_request)
+        return sampler_filters(self.RENORM_SITE, sampling_info, rows_per_request)

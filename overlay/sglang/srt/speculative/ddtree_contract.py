@@ -57,6 +57,12 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
         "params": ("verify_input", "batch", "logits_output"),
         "reads_subset_of": ("verify_input", "sglang.srt.speculative.ddtree_info:DDTreeVerifyInput"),
     },
+    # What ddtree_sampling reads to give a T > 0 round the sampler's top-k / top-p / min-p law.
+    "sglang.srt.sampling.sampling_batch_info:SamplingBatchInfo": {
+        "fields": (
+            "top_ps", "min_ps", "need_top_k_sampling", "need_top_p_sampling", "need_min_p_sampling",
+        ),
+    },
     # The startup warm-up (ddtree_warmup) reads the round's root-token dtype off an idle input.
     "sglang.srt.speculative.dflash_info_v2:DFlashDraftInputV2.create_idle_input": {"params": ("device",)},
     # The commit moves the accepted nodes' target KV (ddtree_kv_move) over the tables and tiling

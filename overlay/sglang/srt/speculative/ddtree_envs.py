@@ -94,10 +94,10 @@ class DDTreeEnvs:
 
     SGLANG_DDTREE_SAMPLING_FILTERS = DDTreeEnvChoice(
         ("sampler", "eagle"),
-        "at T > 0 with both top-k and top-p: sampler: the tree samples the law of SGLang's "
-        "sampler (the nucleus cut from the unfiltered distribution; ddtree_sampling); eagle: "
-        "eagle_sample's own order (top-k renormalised, the nucleus cut from what is left), "
-        "the sampling check's control arm",
+        "at T > 0 with top-k and top-p, or min-p: sampler: the tree samples the law of "
+        "SGLang's sampler (the nucleus cut from the unfiltered distribution, min-p applied; "
+        "ddtree_sampling); eagle: eagle_sample's own (top-k renormalised, the nucleus cut from "
+        "what is left, min-p ignored), the sampling check's control arm",
     )
 
     # Gated-DeltaNet hybrid targets

@@ -1,18 +1,21 @@
-"""Tree sampling at T > 0 under the top-k / top-p law of SGLang's own sampler.
+"""Tree sampling at T > 0 under the top-k / top-p / min-p law of SGLang's own sampler.
 
 SGLang's sampler keeps a token that is among the top k *and* inside the top-p nucleus of the
-unfiltered distribution: flashinfer's ``filter_apply_order="joint"``, and the torch backend's
-cumulative sum over the unfiltered probabilities. ``eagle_sample``, which DDTREE's accept
-stage calls as EAGLE's worker does, renormalises the top k first and cuts the nucleus out of
-what is left (every release 0.5.14 - 0.5.23). Where both filters bind that nucleus is
-narrower, so target-only decoding and the tree sampled different laws: Qwen's recommended
-top-k 20 with top-p 0.95 is such a setting whenever the top 20 tokens hold less than all the
-mass.
+unfiltered distribution (flashinfer's ``filter_apply_order="joint"``, the torch backend's
+cumulative sum over the unfiltered probabilities), and with min-p only those at least min_p
+times the likeliest. ``eagle_sample``, which DDTREE's accept stage calls as EAGLE's worker
+does, renormalises the top k first and cuts the nucleus out of what is left, and ignores min-p
+(every release 0.5.14 - 0.5.23). Where top-k and top-p both bind that nucleus is narrower, so
+target-only decoding and the tree sampled different laws: Qwen's recommended top-k 20 with
+top-p 0.95 is such a setting whenever the top 20 tokens hold less than all the mass.
 
-Inside ``joint_top_k_top_p`` the two renormalisers eagle_sample calls cut the nucleus once,
-from the unfiltered rows, before the top k, in whichever order eagle_sample calls them.
-``RenormSite`` names where the release's eagle_sample finds them; ``renorm_site_problems``
-checks that on CPU (the matrix runs it with the compat contract).
+Inside ``sampler_filters`` the two renormalisers eagle_sample calls cut the nucleus once, from
+the unfiltered rows, before the top k, in whichever order eagle_sample calls them, and the top-k
+step ends with the min-p cut (a batch with min-p requests has eagle_sample take that step).
+One case keeps SGLang's own inconsistency out: its flashinfer sampler cuts the top k first in a
+batch that holds a min-p request. ``RenormSite`` names where the release's eagle_sample finds
+the renormalisers; ``renorm_site_problems`` checks that on CPU (the matrix runs it with the
+compat contract).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 from typing import List
 
 import torch
+
+from sglang.srt.speculative.ddtree_utils import replaced_attribute
 
 
 @dataclass(frozen=True)
@@ -46,14 +51,22 @@ SGL_KERNEL_SITE = RenormSite(
 
 
 @contextmanager
-def joint_top_k_top_p(site: RenormSite, sampling_info, rows_per_request: int):
-    if not (sampling_info.need_top_k_sampling and sampling_info.need_top_p_sampling):
-        yield  # one filter alone gives the same law in either order
+def sampler_filters(site: RenormSite, sampling_info, rows_per_request: int):
+    both = sampling_info.need_top_k_sampling and sampling_info.need_top_p_sampling
+    min_p = sampling_info.need_min_p_sampling
+    if not (both or min_p):
+        yield  # one of top-k / top-p alone gives the same law in either order
         return
     module = importlib.import_module(site.module)
     top_k_renorm = getattr(module, site.top_k)
     top_p_renorm = getattr(module, site.top_p)
-    top_ps = torch.repeat_interleave(sampling_info.top_ps, rows_per_request, dim=0)
+    top_ks_apply = sampling_info.need_top_k_sampling
+
+    def rows(per_request: torch.Tensor) -> torch.Tensor:
+        return torch.repeat_interleave(per_request, rows_per_request, dim=0)
+
+    top_ps = rows(sampling_info.top_ps) if sampling_info.need_top_p_sampling else None
+    min_ps = rows(sampling_info.min_ps).view(-1, 1) if min_p else None
     nucleus_cut = False
 
     def top_p_once(probs, *args, **kwargs):
@@ -63,13 +76,22 @@ def joint_top_k_top_p(site: RenormSite, sampling_info, rows_per_request: int):
         nucleus_cut = True
         return top_p_renorm(probs, *args, **kwargs)
 
-    def top_k_after_top_p(probs, *args, **kwargs):
-        return top_k_renorm(top_p_once(probs, top_ps), *args, **kwargs)
+    def top_k_then_min_p(probs, *args, **kwargs):
+        if top_ps is not None:
+            probs = top_p_once(probs, top_ps)
+        if top_ks_apply:
+            probs = top_k_renorm(probs, *args, **kwargs)
+        if min_ps is not None:
+            probs = probs * (probs >= min_ps * probs.amax(dim=-1, keepdim=True))
+            probs = probs / probs.sum(dim=-1, keepdim=True)
+        return probs
 
-    setattr(module, site.top_k, top_k_after_top_p)
+    setattr(module, site.top_k, top_k_then_min_p)
     setattr(module, site.top_p, top_p_once)
     try:
-        yield
+        # min-p alone: eagle_sample still takes the top-k step, where the cut happens
+        with replaced_attribute(sampling_info, "need_top_k_sampling", True):
+            yield
     finally:
         setattr(module, site.top_k, top_k_renorm)
         setattr(module, site.top_p, top_p_renorm)
@@ -77,7 +99,7 @@ def joint_top_k_top_p(site: RenormSite, sampling_info, rows_per_request: int):
 
 def renorm_site_problems(site: RenormSite) -> List[str]:
     """Whether the installed eagle_sample calls both renormalisers and binds them from
-    ``site`` (what ``joint_top_k_top_p`` replaces)."""
+    ``site`` (what ``sampler_filters`` replaces)."""
     from sglang.srt.speculative import eagle_utils
 
     source = inspect.getsource(eagle_utils.eagle_sample)

@@ -15,8 +15,8 @@ One decode round, as the paper defines it:
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
             depth, ancestor-only mask
   accept    SGLang's tree kernels: verify_tree_greedy at T=0, target-only tree
-            sampling at T>0 (lossless, honours temperature / top-p / top-k, with
-            both filters in the order SGLang's sampler applies them: ddtree_sampling)
+            sampling at T>0 (lossless, honours temperature / top-p / top-k / min-p
+            as SGLang's sampler applies them: ddtree_sampling)
   commit    the accepted path's KV moved to the front of the verify block, and
             the accepted nodes' target features written into the draft KV
 Prefill and idle batches are DFlash's own.
