@@ -53,11 +53,12 @@ GRAMMAR_PATH_MASK = {"SGLANG_DDTREE_GRAMMAR_MASK": "path"}  # rows filled along 
 class Draws:
     """Independent draws at T > 0: each of ``prompts`` prompts decoded ``per_prompt`` times,
     ``positions`` tokens after the prefill's (so tree depths 1 … ``positions`` in the first
-    round), with top-p and top-k."""
+    round), with top-p and top-k, and min-p where it is above 0."""
 
     temperature: float
     top_p: float
     top_k: int
+    min_p: float = 0.0
     prompts: int = 32
     per_prompt: int = 256
     positions: int = 8
@@ -67,13 +68,19 @@ class Draws:
             "temperature": self.temperature,
             "top_p": self.top_p,
             "top_k": self.top_k,
+            **({"min_p": self.min_p} if self.min_p else {}),
             "max_new_tokens": self.positions + 1,
             "ignore_eos": True,
         }
 
     @property
     def label(self) -> str:
-        return f"T = {self.temperature:g}, top-p {self.top_p:g}, top-k {self.top_k}"
+        min_p = f", min-p {self.min_p:g}" if self.min_p else ""
+        return f"T = {self.temperature:g}, top-p {self.top_p:g}, top-k {self.top_k}{min_p}"
+
+    @property
+    def tag(self) -> str:
+        return f"t{self.temperature:g}" + (f"-minp{self.min_p:g}" if self.min_p else "") + "-draws"
 
 
 @dataclass(frozen=True)
@@ -137,16 +144,29 @@ def _dflash(name: str, **fields: Any) -> CheckArm:
 
 def _draws_pair(draws: Draws) -> tuple[CheckArm, CheckArm]:
     """Target-only and DDTREE B = 32 drawing the same prompts with the same sampling."""
-    tag = f"t{draws.temperature:g}-draws"
-    plain = CheckArm(f"plain-{tag}", Arm(TARGET_ONLY), draws=draws)
-    return plain, _ddtree(f"ddtree-b32-{tag}", 32, draws=draws, baseline=plain.name)
+    plain = CheckArm(f"plain-{draws.tag}", Arm(TARGET_ONLY), draws=draws)
+    return plain, _ddtree(f"ddtree-b32-{draws.tag}", 32, draws=draws, baseline=plain.name)
+
+
+def _eagle_control(draws: Draws) -> CheckArm:
+    """DDTREE B = 32 drawing under eagle_sample's own filters (top k first, min-p ignored): a
+    law the test must tell apart from target-only's."""
+    return _ddtree(
+        f"ddtree-b32-{draws.tag}-eagle",
+        32,
+        draws=draws,
+        baseline=f"plain-{draws.tag}",
+        env={"SGLANG_DDTREE_SAMPLING_FILTERS": "eagle"},
+        control=True,
+    )
 
 
 # Qwen3's recommended sampling (T 0.6, top-p 0.95, top-k 20) and a wider one.
 SAMPLING = (Draws(0.6, top_p=0.95, top_k=20), Draws(1.0, top_p=0.8, top_k=50))
 # Where top-k and top-p both bind on the fixture pair, so their order changes the law: at T 1.5
-# its top 20 tokens hold visibly less than all the mass (at the settings above, nearly all).
-FILTERS = (Draws(1.5, top_p=0.8, top_k=20),)
+# its top 20 tokens hold visibly less than all the mass (at the settings above, nearly all);
+# and the same with min-p, which eagle_sample ignores.
+FILTERS = (Draws(1.5, top_p=0.8, top_k=20), Draws(1.5, top_p=0.8, top_k=20, min_p=0.2))
 # Each family's tests (its settings x positions) share one level, whichever arms a run selects.
 SAMPLING_FAMILIES = (SAMPLING, FILTERS)
 
@@ -218,20 +238,11 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     # 32 prompts x 256 draws per arm, positions 1-8, a pooled chi-square test per position
     # (`bench.sampled`), with the smallest TV distance each test detects reported beside it.
     "sampling": tuple(arm for draws in SAMPLING for arm in _draws_pair(draws)),
-    # Top-k and top-p together: DDTREE must draw the law of SGLang's sampler (the nucleus of the
-    # unfiltered distribution, then the top k); the control keeps eagle_sample's order (top k
-    # first, a narrower nucleus), a change the test must detect.
-    "sampling-filters": (
-        *_draws_pair(FILTERS[0]),
-        _ddtree(
-            "ddtree-b32-t1.5-draws-eagle-order",
-            32,
-            draws=FILTERS[0],
-            baseline="plain-t1.5-draws",
-            env={"SGLANG_DDTREE_SAMPLING_FILTERS": "eagle"},
-            control=True,
-        ),
-    ),
+    # Top-k and top-p together, then with min-p: DDTREE must draw the law of SGLang's sampler
+    # (the nucleus of the unfiltered distribution, then the top k; in a min-p batch on the
+    # flashinfer sampler the top k first, then min-p); each control keeps eagle_sample's
+    # filters (top k first, min-p ignored), a change the test must detect.
+    "sampling-filters": tuple(arm for draws in FILTERS for arm in (*_draws_pair(draws), _eagle_control(draws))),
     "flashinfer": (
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),

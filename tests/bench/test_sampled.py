@@ -136,48 +136,61 @@ def test_power_against_a_given_change_matches_simulation():
     assert sampled.power_against([p, p], [p, p], n, alpha) == pytest.approx(alpha)
 
 
-def test_the_filters_preset_judges_its_control_by_whether_the_test_tells_it_apart():
+def test_the_filters_preset_judges_each_control_by_whether_the_test_tells_it_apart():
     arms = check_presets.PRESETS["sampling-filters"]
-    assert [arm.name for arm in arms] == ["plain-t1.5-draws", "ddtree-b32-t1.5-draws", "ddtree-b32-t1.5-draws-eagle-order"]
-    control = arms[2]
+    assert [arm.name for arm in arms] == [
+        "plain-t1.5-draws", "ddtree-b32-t1.5-draws", "ddtree-b32-t1.5-draws-eagle",
+        "plain-t1.5-minp0.2-draws", "ddtree-b32-t1.5-minp0.2-draws", "ddtree-b32-t1.5-minp0.2-draws-eagle",
+    ]
+    control = arms[5]
     assert control.control and control.env == {"SGLANG_DDTREE_SAMPLING_FILTERS": "eagle"}
-    assert control.runner_arm(256)["sampling"] == {"temperature": 1.5, "top_p": 0.8, "top_k": 20, "max_new_tokens": 9, "ignore_eos": True}
+    assert control.baseline == "plain-t1.5-minp0.2-draws"
+    assert control.runner_arm(256)["sampling"] == {
+        "temperature": 1.5, "top_p": 0.8, "top_k": 20, "min_p": 0.2, "max_new_tokens": 9, "ignore_eos": True,
+    }
     draws = control.draws
-    plain = sampled_record("plain-t1.5-draws", [5, 3, 2, 1], draws, seed=0)
-    same = sampled_record("ddtree-b32-t1.5-draws", [5, 3, 2, 1], draws, seed=1)
+    plain = sampled_record("plain-t1.5-minp0.2-draws", [5, 3, 2, 1], draws, seed=0)
+    same = sampled_record("ddtree-b32-t1.5-minp0.2-draws", [5, 3, 2, 1], draws, seed=1)
     told_apart = sampled_record(control.name, [3, 5, 2, 1], draws, seed=2)
     summary = checks.summarize([plain, same, told_apart], arms, None)
-    assert summary["problems"] == [] and all(v["alpha"] == pytest.approx(0.01 / 8) for v in summary["sampling"])
+    assert summary["problems"] == [] and all(v["alpha"] == pytest.approx(0.01 / 16) for v in summary["sampling"])
     not_told = sampled_record(control.name, [5, 3, 2, 1], draws, seed=3)
     problems = checks.summarize([plain, same, not_told], arms, None)["problems"]
-    assert problems == [f"{control.name}: draws from another law than plain-t1.5-draws, and no position's test told them apart"]
+    assert problems == [f"{control.name}: draws from another law than {control.baseline}, and no position's test told them apart"]
 
 
-def filtered_laws(probs, top_k: int, top_p: float):
-    """SGLang's sampler's law (the nucleus of the unfiltered row, then the top k) and
-    eagle_sample's (the top k renormalised, then the nucleus of that), per row."""
+def filtered_laws(probs, draws: check_presets.Draws):
+    """SGLang's flashinfer sampler's law (the nucleus of the unfiltered row and the top k; in a
+    min-p batch the nucleus of the renormalised top k; then min-p), and eagle_sample's (the top
+    k renormalised, then its nucleus; no min-p), per row."""
     import torch
 
     ordered, order = probs.sort(dim=-1, descending=True)
-    rank = torch.arange(probs.shape[-1])
-    joint = ordered * ((rank < top_k) & (ordered.cumsum(-1) - ordered < top_p))
-    top = ordered * (rank < top_k)
+    in_top_k = torch.arange(probs.shape[-1]) < draws.top_k
+    top = ordered * in_top_k
     top = top / top.sum(-1, keepdim=True)
-    eagle = top * (top.cumsum(-1) - top < top_p)
+    eagle = top * (top.cumsum(-1) - top < draws.top_p)
+    nucleus_of = top if draws.min_p else ordered
+    sampler = ordered * in_top_k * (nucleus_of.cumsum(-1) - nucleus_of < draws.top_p)
+    sampler = sampler * (ordered >= draws.min_p * ordered[..., :1])
     unsort = order.argsort(dim=-1)
-    return [(law / law.sum(-1, keepdim=True)).gather(-1, unsort) for law in (joint, eagle)]
+    return [(law / law.sum(-1, keepdim=True)).gather(-1, unsort) for law in (sampler, eagle)]
 
 
 @pytest.mark.parametrize(
     ("draws", "power"),
-    [(check_presets.FILTERS[0], (0.95, 1.0)), (check_presets.SAMPLING[1], (0.0, 0.01))],
-    ids=["filters-preset", "sampling-preset-t1"],
+    [
+        (check_presets.FILTERS[0], (0.95, 1.0)),
+        (check_presets.FILTERS[1], (0.95, 1.0)),
+        (check_presets.SAMPLING[1], (0.0, 0.01)),
+    ],
+    ids=["filters-order", "filters-min-p", "sampling-preset-t1"],
 )
-def test_the_filters_order_is_told_apart_on_the_fixture_pair_where_both_bind(draws, power):
+def test_eagle_samples_filters_are_told_apart_on_the_fixture_pair_where_they_bind(draws, power):
     """The fixture target's own laws at the check's prompts: position 1 (the first tree depth)
     mixes over the first token, which both arms' prefill samples under the sampler's law. The
-    filters preset separates the two orders; the sampling preset's T = 1 setting cannot (its
-    top 50 tokens hold nearly all the mass)."""
+    filters preset's settings separate the sampler's law from eagle_sample's; the sampling
+    preset's T = 1 setting cannot (its top 50 tokens hold nearly all the mass)."""
     torch = pytest.importorskip("torch")
     import json
 
@@ -190,20 +203,20 @@ def test_the_filters_order_is_told_apart_on_the_fixture_pair_where_both_bind(dra
     def laws(ids: list[list[int]]):
         batch = torch.tensor(ids)
         logits = target(batch, torch.arange(batch.shape[1]).expand_as(batch)).logits[:, -1]
-        return filtered_laws(torch.softmax(logits.double() / draws.temperature, -1), draws.top_k, draws.top_p)
+        return filtered_laws(torch.softmax(logits.double() / draws.temperature, -1), draws)
 
     reference, arm = [], []
     with torch.no_grad():
         for prompt in prompts:
             first = laws([prompt])[0][0]
             tokens = first.nonzero().flatten().tolist()
-            joint, eagle = laws([[*prompt, t] for t in tokens])
+            law, eagle = laws([[*prompt, t] for t in tokens])
             weights = first[tokens].unsqueeze(1)
-            reference.append((weights * joint).sum(0).tolist())
+            reference.append((weights * law).sum(0).tolist())
             arm.append((weights * eagle).sum(0).tolist())
     low, high = power
     found = sampled.power_against(reference, arm, draws.per_prompt, checks.sampling_level(draws))
     assert low <= found <= high
     if draws in check_presets.FILTERS:
         page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md").read_text().split())
-        assert f"separates the two orders with power {found:.2f}" in page
+        assert f"{draws.label}: power {found:.2f}" in page, f"{draws.label}: power {found:.2f}"

@@ -1,8 +1,9 @@
 """ddtree_sampling: inside its scope eagle_sample's two renormalisers give the law of SGLang's
-sampler (top-p cut from the unfiltered row, then top-k, then min-p), whichever it calls first and
-whichever it skips for the batch's flags; outside it, and with one of top-k / top-p alone, they
-are SGLang's own. Which module binds them on each release is the matrix's check
-(``renorm_site_problems`` in every release's contract)."""
+sampler (top-p cut from the unfiltered row, then top-k, then min-p; the top k first in a min-p
+batch on the flashinfer sampler), whichever it calls first and whichever it skips for the
+batch's flags; outside it, and with one of top-k / top-p alone, they are SGLang's own. Which
+module binds them on each release, and how its sampler reads its backend, is the matrix's
+check (``law_problems`` in every release's contract)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,14 @@ def top_p_renorm(probs: torch.Tensor, top_ps: torch.Tensor) -> torch.Tensor:
     return kept / kept.sum(-1, keepdim=True)
 
 
-def sampler_law(probs, top_ks, top_ps, min_ps) -> torch.Tensor:
-    """SGLang's torch sampler: the top k AND the unfiltered nucleus, then min-p of the likeliest."""
+def sampler_law(probs, top_ks, top_ps, min_ps, *, top_k_first: bool = False) -> torch.Tensor:
+    """SGLang's torch sampler: the top k AND the unfiltered nucleus, then min-p of the likeliest;
+    ``top_k_first``: its flashinfer sampler in a min-p batch, the nucleus of the renormalised top k."""
     ordered, order = probs.sort(dim=-1, descending=True)
     rank = torch.arange(probs.shape[-1])
-    keep = (rank < top_ks.view(-1, 1)) & (ordered.cumsum(-1) - ordered < top_ps.view(-1, 1))
+    in_top_k = rank < top_ks.view(-1, 1)
+    nucleus_of = (ordered * in_top_k) / (ordered * in_top_k).sum(-1, keepdim=True) if top_k_first else ordered
+    keep = in_top_k & (nucleus_of.cumsum(-1) - nucleus_of < top_ps.view(-1, 1))
     keep &= ordered >= min_ps.view(-1, 1) * ordered[:, :1]
     kept = torch.zeros_like(probs).scatter(-1, order, ordered * keep)
     return kept / kept.sum(-1, keepdim=True)
@@ -107,11 +111,12 @@ def test_the_scope_gives_the_samplers_law_where_eagle_samples_order_does_not(sit
     law = sampler_law(rows, torch.tensor([4] * 3), torch.tensor([0.82] * 3), torch.zeros(3))
     assert law[0, 3] > 0  # the unfiltered nucleus reaches the fourth token
     assert target_probs(site, info, rows, 3)[0, 3] == 0  # top-k first: it does not
-    with module.sampler_filters(the_site(module), info, 3):
+    with module.sampler_filters(the_site(module), info, 3, False):
         inside = target_probs(site, info, rows, 3)
     assert torch.allclose(inside, law) and unchanged(site)
 
 
+@pytest.mark.parametrize("top_k_first", [False, True], ids=["joint", "flashinfer-min-p"])
 @pytest.mark.parametrize("release", ["0.5.14", "0.5.16+", "top-p-first"])
 @pytest.mark.parametrize(
     ("top_ks", "top_ps", "min_ps"),
@@ -123,14 +128,15 @@ def test_the_scope_gives_the_samplers_law_where_eagle_samples_order_does_not(sit
     ],
     ids=["top-k-and-top-p", "all-three", "min-p-alone", "top-p-and-min-p"],
 )
-def test_each_requests_rows_take_the_samplers_law(site, release, top_ks, top_ps, min_ps) -> None:
+def test_each_requests_rows_take_the_samplers_law(site, release, top_ks, top_ps, min_ps, top_k_first) -> None:
     module = sampling()
     generator = torch.Generator().manual_seed(len(release))
     rows_per_request, vocab = 4, 50
     probs = torch.softmax(torch.randn(3 * rows_per_request, vocab, generator=generator) * 1.5, -1)
     info = batch(top_ks, top_ps, min_ps)
-    law = sampler_law(probs, *(t.repeat_interleave(rows_per_request) for t in (info.top_ks, info.top_ps, info.min_ps)))
-    with module.sampler_filters(the_site(module), info, rows_per_request):
+    thresholds = (t.repeat_interleave(rows_per_request) for t in (info.top_ks, info.top_ps, info.min_ps))
+    law = sampler_law(probs, *thresholds, top_k_first=top_k_first)
+    with module.sampler_filters(the_site(module), info, rows_per_request, top_k_first):
         inside = target_probs(site, info, probs, rows_per_request, release=release)
     assert torch.allclose(inside, law, atol=1e-6)
     assert unchanged(site) and info.need_top_k_sampling == any(k != TOP_K_ALL for k in top_ks)
@@ -139,14 +145,14 @@ def test_each_requests_rows_take_the_samplers_law(site, release, top_ks, top_ps,
 @pytest.mark.parametrize(("top_ks", "top_ps"), [([4], [1.0]), ([TOP_K_ALL], [0.82]), ([TOP_K_ALL], [1.0])])
 def test_one_of_top_k_and_top_p_alone_leaves_the_renormalisers_as_they_are(site, top_ks, top_ps) -> None:
     module = sampling()
-    with module.sampler_filters(the_site(module), batch(top_ks, top_ps), 3):
+    with module.sampler_filters(the_site(module), batch(top_ks, top_ps), 3, False):
         assert unchanged(site)
 
 
 def test_the_renormalisers_come_back_when_the_sample_raises(site) -> None:
     module = sampling()
     info = batch([TOP_K_ALL], [1.0], [0.1])
-    with pytest.raises(RuntimeError, match="sampling failed"), module.sampler_filters(the_site(module), info, 3):
+    with pytest.raises(RuntimeError, match="sampling failed"), module.sampler_filters(the_site(module), info, 3, False):
         assert not unchanged(site) and info.need_top_k_sampling
         raise RuntimeError("sampling failed")
     assert unchanged(site) and not info.need_top_k_sampling
@@ -165,27 +171,64 @@ def eagle_sample(verify_input, batch, logits_output):
 '''
 
 
-def fake_eagle_utils(monkeypatch, tmp_path, source: str) -> None:
-    path = tmp_path / "eagle_utils.py"
+SAMPLER = '''
+def _sample_from_probs(self, probs, sampling_info):
+    backend = get_exec().kernel.sampling_backend
+    if backend == "flashinfer":
+        if sampling_info.need_min_p_sampling:
+            probs = top_k_renorm_prob(probs, sampling_info.top_ks)
+            probs = top_p_renorm_prob(probs, sampling_info.top_ps)
+            return min_p_sampling_from_probs(probs, sampling_info.min_ps)
+        return top_k_top_p_sampling_from_probs(
+            probs, sampling_info.top_ks, sampling_info.top_ps, filter_apply_order="joint"
+        )
+'''
+BACKEND = ("sglang.srt.runtime_context", "get_exec", "kernel.sampling_backend")
+
+
+def fake_module(monkeypatch, tmp_path, dotted: str, source: str) -> None:
+    """``dotted`` as a module of ``source`` written to a file (inspect reads its source)."""
+    path = tmp_path / f"{dotted.rpartition('.')[2]}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location("sglang.srt.speculative.eagle_utils", path)
+    spec = importlib.util.spec_from_file_location(dotted, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setitem(sys.modules, "sglang.srt.speculative.eagle_utils", module)
-    monkeypatch.setattr(sys.modules["sglang.srt.speculative"], "eagle_utils", module, raising=False)
+    package, _, name = dotted.rpartition(".")
+    if package not in sys.modules:
+        monkeypatch.setitem(sys.modules, package, types.ModuleType(package))
+    monkeypatch.setitem(sys.modules, dotted, module)
+    monkeypatch.setattr(sys.modules[package], name, module, raising=False)
 
 
-def test_the_site_check_finds_the_import_and_both_calls(monkeypatch, tmp_path) -> None:
+def test_the_law_check_finds_the_imports_the_calls_and_the_samplers_filters(monkeypatch, tmp_path) -> None:
     module = sampling()
-    fake_eagle_utils(monkeypatch, tmp_path, EAGLE_UTILS)
-    assert module.renorm_site_problems(module.SGL_KERNEL_SITE) == []
+    backend = module.SamplerBackend(*BACKEND)
+    fake_module(monkeypatch, tmp_path, "sglang.srt.speculative.eagle_utils", EAGLE_UTILS)
+    fake_module(monkeypatch, tmp_path, "sglang.srt.layers.sampler", SAMPLER)
+    assert module.law_problems(module.SGL_KERNEL_SITE, backend) == []
     flashinfer = module.RenormSite(
         "flashinfer.sampling", "top_k_renorm_probs", "top_p_renorm_probs",
         "from flashinfer.sampling import top_k_renorm_probs as top_k_renorm_prob",
     )
-    assert module.renorm_site_problems(flashinfer) == [
-        "eagle_utils no longer binds the renormalisers by "
-        "`from flashinfer.sampling import top_k_renorm_probs as top_k_renorm_prob`"
+    assert module.law_problems(flashinfer, backend) == [
+        "eagle_utils no longer holds `from flashinfer.sampling import top_k_renorm_probs as top_k_renorm_prob`"
     ]
-    fake_eagle_utils(monkeypatch, tmp_path, EAGLE_UTILS.replace("return top_p_renorm_prob(probs, top_ps)", "return probs"))
-    assert module.renorm_site_problems(module.SGL_KERNEL_SITE) == ["eagle_sample no longer calls `top_p_renorm_prob(`"]
+    flags = module.SamplerBackend("sglang.srt.runtime_context", "get_flags", "sampling_backend")
+    assert module.law_problems(module.SGL_KERNEL_SITE, flags) == [
+        "the sampler no longer holds `backend = get_flags().sampling_backend`"
+    ]
+    fake_module(monkeypatch, tmp_path, "sglang.srt.layers.sampler", SAMPLER.replace('"joint"', '"top_k_first"'))
+    assert module.law_problems(module.SGL_KERNEL_SITE, backend) == [
+        'the sampler no longer holds `filter_apply_order="joint"`'
+    ]
+    fake_module(monkeypatch, tmp_path, "sglang.srt.layers.sampler", SAMPLER)
+    fake_module(monkeypatch, tmp_path, "sglang.srt.speculative.eagle_utils", EAGLE_UTILS.replace("return top_p_renorm_prob(probs, top_ps)", "return probs"))
+    assert module.law_problems(module.SGL_KERNEL_SITE, backend) == ["eagle_sample no longer calls `top_p_renorm_prob(`"]
+
+
+def test_the_backend_is_read_through_the_releases_accessor(monkeypatch) -> None:
+    module = sampling()
+    context = types.ModuleType("ddtree_sampling_test_context")
+    context.get_exec = lambda: types.SimpleNamespace(kernel=types.SimpleNamespace(sampling_backend="pytorch"))
+    monkeypatch.setitem(sys.modules, context.__name__, context)
+    assert module.SamplerBackend(context.__name__, "get_exec", "kernel.sampling_backend").read() == "pytorch"

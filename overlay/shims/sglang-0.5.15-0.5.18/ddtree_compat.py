@@ -27,6 +27,7 @@ from sglang.srt.speculative.ddtree_contract import (
     DFLASH_WORKER_ASSIGNED,
     installed_release,
 )
+from sglang.srt.speculative.ddtree_sampling import SamplerBackend
 from sglang.srt.speculative.ddtree_utils import replaced_attribute
 
 RELEASE = installed_release()
@@ -44,6 +45,15 @@ class Sglang0515To0518Shim(CompatShim):
     GRAMMAR_TREE = RELEASE >= (0, 5, 17)
     # 0.5.18+: it lets return_logprob requests through too (compute_spec_logprobs).
     SPEC_LOGPROBS = RELEASE >= (0, 5, 18)
+    # The sampler reads its backend from the runtime context's flags, its server args (0.5.16)
+    # or its kernel settings (0.5.17+).
+    SAMPLER_BACKEND = (
+        SamplerBackend("sglang.srt.runtime_context", "get_exec", "kernel.sampling_backend")
+        if RELEASE >= (0, 5, 17)
+        else SamplerBackend("sglang.srt.runtime_context", "get_server_args", "sampling_backend")
+        if RELEASE >= (0, 5, 16)
+        else SamplerBackend("sglang.srt.runtime_context", "get_flags", "sampling_backend")
+    )
     CONTRACT = {
         **CompatShim.CONTRACT,
         DFLASH_WORKER: {

@@ -38,8 +38,10 @@ from sglang.srt.speculative.ddtree_contract import (
 )
 from sglang.srt.speculative.ddtree_sampling import (
     SGL_KERNEL_SITE,
+    TOP_K_FIRST_WITH_MIN_P,
+    SamplerBackend,
+    law_problems,
     sampler_filters,
-    renorm_site_problems,
 )
 
 # Frames a scheduler's stack may already hold when the grammar bitmask walk starts (Python's
@@ -82,8 +84,10 @@ class CompatShim:
     GRAMMAR_TREE = False
     # Whether the release returns a speculative round's logprobs (0.5.18+; see output_logprobs).
     SPEC_LOGPROBS = False
-    # Where eagle_sample finds its top-k / top-p renormalisers (see sampling_filters).
+    # Where eagle_sample finds its top-k / top-p renormalisers, and how the sampler reads its
+    # backend (see sampling_filters).
     RENORM_SITE = SGL_KERNEL_SITE
+    SAMPLER_BACKEND = SamplerBackend("sglang.srt.server_args", "get_global_server_args", "sampling_backend")
 
     CONTRACT = {
         **SHARED_CONTRACT,
@@ -132,7 +136,7 @@ class CompatShim:
             **(SPEC_LOGPROBS_CONTRACT if self.SPEC_LOGPROBS else {}),
             **refused_requests_contract(self.GRAMMAR_TREE, self.SPEC_LOGPROBS),
         }
-        return contract_problems(contract) + renorm_site_problems(self.RENORM_SITE)
+        return contract_problems(contract) + law_problems(self.RENORM_SITE, self.SAMPLER_BACKEND)
 
     def root_tokens(self, draft_input) -> torch.Tensor:
         """The bonus token of the last verify: the tree's root and the draft block's slot 0."""
@@ -340,4 +344,8 @@ class CompatShim:
 
         if envs.SGLANG_DDTREE_SAMPLING_FILTERS.get() == "eagle":
             return nullcontext()
-        return sampler_filters(self.RENORM_SITE, sampling_info, rows_per_request)
+        top_k_first = (
+            sampling_info.need_min_p_sampling
+            and self.SAMPLER_BACKEND.read() in TOP_K_FIRST_WITH_MIN_P
+        )
+        return sampler_filters(self.RENORM_SITE, sampling_info, rows_per_request, top_k_first)

@@ -3,19 +3,20 @@
 SGLang's sampler keeps a token that is among the top k *and* inside the top-p nucleus of the
 unfiltered distribution (flashinfer's ``filter_apply_order="joint"``, the torch backend's
 cumulative sum over the unfiltered probabilities), and with min-p only those at least min_p
-times the likeliest. ``eagle_sample``, which DDTREE's accept stage calls as EAGLE's worker
-does, renormalises the top k first and cuts the nucleus out of what is left, and ignores min-p
-(every release 0.5.14 - 0.5.23). Where top-k and top-p both bind that nucleus is narrower, so
-target-only decoding and the tree sampled different laws: Qwen's recommended top-k 20 with
-top-p 0.95 is such a setting whenever the top 20 tokens hold less than all the mass.
+times the likeliest; one exception is its own: on the flashinfer backend a batch holding a
+min-p request cuts the top k first and the nucleus from what is left. ``eagle_sample``, which
+DDTREE's accept stage calls as EAGLE's worker does, always cuts the top k first and ignores
+min-p (every release 0.5.14 - 0.5.23). Where top-k and top-p both bind the nucleus it keeps is
+narrower, so target-only decoding and the tree sampled different laws: Qwen's recommended
+top-k 20 with top-p 0.95 is such a setting whenever the top 20 tokens hold less than all the
+mass.
 
-Inside ``sampler_filters`` the two renormalisers eagle_sample calls cut the nucleus once, from
-the unfiltered rows, before the top k, in whichever order eagle_sample calls them, and the top-k
-step ends with the min-p cut (a batch with min-p requests has eagle_sample take that step).
-One case keeps SGLang's own inconsistency out: its flashinfer sampler cuts the top k first in a
-batch that holds a min-p request. ``RenormSite`` names where the release's eagle_sample finds
-the renormalisers; ``renorm_site_problems`` checks that on CPU (the matrix runs it with the
-compat contract).
+Inside ``sampler_filters`` the first of the two renormalisers eagle_sample calls applies the
+sampler's whole law (its filters in the sampler's order, min-p last) and the other passes its
+input through; a batch with min-p requests has eagle_sample take the top-k step, so one is
+called. ``RenormSite`` names where the release's eagle_sample finds the renormalisers and
+``SamplerBackend`` how its sampler reads its backend; ``law_problems`` checks both on CPU (the
+matrix runs it with the compat contract).
 """
 
 from __future__ import annotations
@@ -50,8 +51,32 @@ SGL_KERNEL_SITE = RenormSite(
 )
 
 
+@dataclass(frozen=True)
+class SamplerBackend:
+    """How the release's sampler reads its backend: ``accessor()`` from ``module``, then the
+    attributes ``path``."""
+
+    module: str
+    accessor: str
+    path: str
+
+    def read(self) -> str:
+        value = getattr(importlib.import_module(self.module), self.accessor)()
+        for name in self.path.split("."):
+            value = getattr(value, name)
+        return value
+
+    @property
+    def source(self) -> str:
+        return f"backend = {self.accessor}().{self.path}"
+
+
+# The sampler backends whose min-p batches cut the top k first (sglang's Sampler).
+TOP_K_FIRST_WITH_MIN_P = ("flashinfer", "intel_xpu")
+
+
 @contextmanager
-def sampler_filters(site: RenormSite, sampling_info, rows_per_request: int):
+def sampler_filters(site: RenormSite, sampling_info, rows_per_request: int, top_k_first: bool):
     both = sampling_info.need_top_k_sampling and sampling_info.need_top_p_sampling
     min_p = sampling_info.need_min_p_sampling
     if not (both or min_p):
@@ -60,36 +85,34 @@ def sampler_filters(site: RenormSite, sampling_info, rows_per_request: int):
     module = importlib.import_module(site.module)
     top_k_renorm = getattr(module, site.top_k)
     top_p_renorm = getattr(module, site.top_p)
-    top_ks_apply = sampling_info.need_top_k_sampling
 
     def rows(per_request: torch.Tensor) -> torch.Tensor:
         return torch.repeat_interleave(per_request, rows_per_request, dim=0)
 
-    top_ps = rows(sampling_info.top_ps) if sampling_info.need_top_p_sampling else None
+    steps = []
+    if sampling_info.need_top_k_sampling:
+        steps.append((top_k_renorm, rows(sampling_info.top_ks)))
+    if sampling_info.need_top_p_sampling:
+        steps.insert(len(steps) if top_k_first else 0, (top_p_renorm, rows(sampling_info.top_ps)))
     min_ps = rows(sampling_info.min_ps).view(-1, 1) if min_p else None
-    nucleus_cut = False
+    applied = False
 
-    def top_p_once(probs, *args, **kwargs):
-        nonlocal nucleus_cut
-        if nucleus_cut:
+    def sampler_law_once(probs, *args, **kwargs):
+        nonlocal applied
+        if applied:
             return probs
-        nucleus_cut = True
-        return top_p_renorm(probs, *args, **kwargs)
-
-    def top_k_then_min_p(probs, *args, **kwargs):
-        if top_ps is not None:
-            probs = top_p_once(probs, top_ps)
-        if top_ks_apply:
-            probs = top_k_renorm(probs, *args, **kwargs)
+        applied = True
+        for renorm, threshold in steps:
+            probs = renorm(probs, threshold)
         if min_ps is not None:
             probs = probs * (probs >= min_ps * probs.amax(dim=-1, keepdim=True))
             probs = probs / probs.sum(dim=-1, keepdim=True)
         return probs
 
-    setattr(module, site.top_k, top_k_then_min_p)
-    setattr(module, site.top_p, top_p_once)
+    setattr(module, site.top_k, sampler_law_once)
+    setattr(module, site.top_p, sampler_law_once)
     try:
-        # min-p alone: eagle_sample still takes the top-k step, where the cut happens
+        # min-p alone: eagle_sample still takes the top-k step, which applies it
         with replaced_attribute(sampling_info, "need_top_k_sampling", True):
             yield
     finally:
@@ -97,9 +120,11 @@ def sampler_filters(site: RenormSite, sampling_info, rows_per_request: int):
         setattr(module, site.top_p, top_p_renorm)
 
 
-def renorm_site_problems(site: RenormSite) -> List[str]:
+def law_problems(site: RenormSite, backend: SamplerBackend) -> List[str]:
     """Whether the installed eagle_sample calls both renormalisers and binds them from
-    ``site`` (what ``sampler_filters`` replaces)."""
+    ``site`` (what ``sampler_filters`` replaces), and whether the sampler reads its backend
+    as ``backend`` says and filters as the module's docstring says."""
+    from sglang.srt.layers import sampler
     from sglang.srt.speculative import eagle_utils
 
     source = inspect.getsource(eagle_utils.eagle_sample)
@@ -108,6 +133,19 @@ def renorm_site_problems(site: RenormSite) -> List[str]:
         for name in ("top_k_renorm_prob", "top_p_renorm_prob")
         if f"{name}(" not in source
     ]
-    if " ".join(site.imports.split()) not in " ".join(inspect.getsource(eagle_utils).split()):
-        problems.append(f"eagle_utils no longer binds the renormalisers by `{site.imports}`")
+    expected = {
+        "eagle_utils": (eagle_utils, (site.imports,)),
+        "the sampler": (
+            sampler,
+            (
+                backend.source,
+                'filter_apply_order="joint"',
+                "if sampling_info.need_min_p_sampling: probs = top_k_renorm_prob(probs, "
+                "sampling_info.top_ks) probs = top_p_renorm_prob(probs, sampling_info.top_ps)",
+            ),
+        ),
+    }
+    for name, (module, texts) in expected.items():
+        flat = " ".join(inspect.getsource(module).split())
+        problems += [f"{name} no longer holds `{text}`" for text in texts if " ".join(text.split()) not in flat]
     return problems
