@@ -287,7 +287,7 @@ def sampling_verdicts(
         verdicts.append(test | {
             "arm": record["arm"], "baseline": baseline["arm"], "position": position, "alpha": alpha,
             "passed": passed, "detectable_tv": tv, "detectable_tv_one_prompt": one, "text": text,
-            "temperature": draws.temperature, "top_p": draws.top_p, "top_k": draws.top_k,
+            "temperature": draws.temperature, "top_p": draws.top_p, "top_k": draws.top_k, "min_p": draws.min_p,
         })
     return verdicts
 

@@ -154,6 +154,7 @@ def test_the_filters_preset_judges_each_control_by_whether_the_test_tells_it_apa
     told_apart = sampled_record(control.name, [3, 5, 2, 1], draws, seed=2)
     summary = checks.summarize([plain, same, told_apart], arms, None)
     assert summary["problems"] == [] and all(v["alpha"] == pytest.approx(0.01 / 16) for v in summary["sampling"])
+    assert {v["min_p"] for v in summary["sampling"]} == {0.2} and "min-p 0.2" in summary["sampling"][0]["text"]
     not_told = sampled_record(control.name, [5, 3, 2, 1], draws, seed=3)
     problems = checks.summarize([plain, same, not_told], arms, None)["problems"]
     assert problems == [f"{control.name}: draws from another law than {control.baseline}, and no position's test told them apart"]
