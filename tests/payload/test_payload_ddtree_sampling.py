@@ -65,6 +65,7 @@ def site(monkeypatch):
 def batch(top_ks: list[int], top_ps: list[float], min_ps: list[float] | None = None):
     min_ps = min_ps or [0.0] * len(top_ks)
     return types.SimpleNamespace(
+        is_all_greedy=False,
         need_top_k_sampling=any(k != TOP_K_ALL for k in top_ks),
         need_top_p_sampling=any(p != 1.0 for p in top_ps),
         need_min_p_sampling=any(m > 0 for m in min_ps),
@@ -146,6 +147,57 @@ def test_each_requests_rows_take_the_samplers_law(site, release, top_ks, top_ps,
 def test_one_of_top_k_and_top_p_alone_leaves_the_renormalisers_as_they_are(site, top_ks, top_ps) -> None:
     module = sampling()
     with module.sampler_filters(the_site(module), batch(top_ks, top_ps), 3, False):
+        assert unchanged(site)
+
+
+def test_an_all_greedy_batch_leaves_the_renormalisers_as_they_are(site) -> None:
+    module = sampling()
+    info = batch([TOP_K_ALL], [1.0], [0.1])  # min-p alone: an active scope would force the top-k step
+    info.is_all_greedy = True
+    with module.sampler_filters(the_site(module), info, 3, False):
+        assert unchanged(site) and not info.need_top_k_sampling
+
+
+@pytest.mark.parametrize("on_cuda", [True, False])
+def test_a_sample_that_never_reached_the_renormalisers_raises_where_it_should_have(site, monkeypatch, on_cuda) -> None:
+    """On CUDA a batch that is not all greedy takes eagle_sample's sampling path: a scope whose
+    replaced renormalisers were never called means a release binds them elsewhere."""
+    module = sampling()
+    monkeypatch.setattr(module, "samples_on_cuda", lambda: on_cuda)
+    scope = module.sampler_filters(the_site(module), batch([4], [0.82]), 3, False)
+    if on_cuda:
+        with pytest.raises(RuntimeError, match="SGLANG_DDTREE_SAMPLING_FILTERS=eagle"), scope:
+            pass
+    else:
+        with scope:
+            pass
+    assert unchanged(site)
+
+
+def test_the_compat_shim_chooses_the_order_by_the_samplers_backend_and_the_switch(site, monkeypatch) -> None:
+    """A min-p batch: the flashinfer sampler cuts the top k first, the torch one the nucleus of
+    the unfiltered row; SGLANG_DDTREE_SAMPLING_FILTERS=eagle leaves eagle_sample's law."""
+    module = sampling()
+    base = load_payload_module("sglang.srt.speculative.ddtree_compat_base")
+    context = types.ModuleType("ddtree_sampling_test_context")
+    monkeypatch.setitem(sys.modules, context.__name__, context)
+
+    class Shim(base.CompatShim):
+        RENORM_SITE = the_site(module)
+        SAMPLER_BACKEND = module.SamplerBackend(context.__name__, "get_backend", "name")
+
+    generator = torch.Generator().manual_seed(3)
+    probs = torch.softmax(torch.randn(4, 40, generator=generator) * 1.5, -1)
+    info = batch([6], [0.7], [0.05])
+    thresholds = [t.repeat_interleave(4) for t in (info.top_ks, info.top_ps, info.min_ps)]
+    for backend, top_k_first in (("flashinfer", True), ("pytorch", False)):
+        context.get_backend = lambda backend=backend: types.SimpleNamespace(name=backend)
+        with Shim().sampling_filters(info, 4):
+            inside = target_probs(site, info, probs.clone(), 4)
+        assert torch.allclose(inside, sampler_law(probs, *thresholds, top_k_first=top_k_first), atol=1e-6), backend
+    assert not torch.allclose(sampler_law(probs, *thresholds, top_k_first=True), sampler_law(probs, *thresholds))
+    monkeypatch.setenv("SGLANG_DDTREE_SAMPLING_FILTERS", "eagle")
+    with Shim().sampling_filters(info, 4):
         assert unchanged(site)
 
 

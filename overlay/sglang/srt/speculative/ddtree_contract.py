@@ -60,7 +60,8 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
     # What ddtree_sampling reads to give a T > 0 round the sampler's top-k / top-p / min-p law.
     "sglang.srt.sampling.sampling_batch_info:SamplingBatchInfo": {
         "fields": (
-            "top_ps", "min_ps", "need_top_k_sampling", "need_top_p_sampling", "need_min_p_sampling",
+            "top_ks", "top_ps", "min_ps", "is_all_greedy",
+            "need_top_k_sampling", "need_top_p_sampling", "need_min_p_sampling",
         ),
     },
     # The startup warm-up (ddtree_warmup) reads the round's root-token dtype off an idle input.

@@ -75,12 +75,18 @@ class SamplerBackend:
 TOP_K_FIRST_WITH_MIN_P = ("flashinfer", "intel_xpu")
 
 
+def samples_on_cuda() -> bool:
+    """Where eagle_sample takes its sampling path for a batch that is not all greedy (ROCm,
+    XPU and NPU commit argmax there, renormalising nothing)."""
+    return torch.cuda.is_available() and torch.version.hip is None
+
+
 @contextmanager
 def sampler_filters(site: RenormSite, sampling_info, rows_per_request: int, top_k_first: bool):
     both = sampling_info.need_top_k_sampling and sampling_info.need_top_p_sampling
     min_p = sampling_info.need_min_p_sampling
-    if not (both or min_p):
-        yield  # one of top-k / top-p alone gives the same law in either order
+    if sampling_info.is_all_greedy or not (both or min_p):
+        yield  # greedy, or one of top-k / top-p alone: the same law in either order
         return
     module = importlib.import_module(site.module)
     top_k_renorm = getattr(module, site.top_k)
@@ -104,9 +110,9 @@ def sampler_filters(site: RenormSite, sampling_info, rows_per_request: int, top_
         applied = True
         for renorm, threshold in steps:
             probs = renorm(probs, threshold)
-        if min_ps is not None:
-            probs = probs * (probs >= min_ps * probs.amax(dim=-1, keepdim=True))
-            probs = probs / probs.sum(dim=-1, keepdim=True)
+        if min_ps is not None:  # in place: a fresh renormaliser's output, or eagle_sample's own softmax
+            probs.masked_fill_(probs < min_ps * probs.amax(dim=-1, keepdim=True), 0.0)
+            probs.div_(probs.sum(dim=-1, keepdim=True))
         return probs
 
     setattr(module, site.top_k, sampler_law_once)
@@ -115,6 +121,12 @@ def sampler_filters(site: RenormSite, sampling_info, rows_per_request: int, top_
         # min-p alone: eagle_sample still takes the top-k step, which applies it
         with replaced_attribute(sampling_info, "need_top_k_sampling", True):
             yield
+        if not applied and samples_on_cuda():
+            raise RuntimeError(
+                "DDTREE: eagle_sample sampled without calling the top-k / top-p renormalisers "
+                f"bound from {site.module}, so the tree did not draw SGLang's sampler's law; "
+                "SGLANG_DDTREE_SAMPLING_FILTERS=eagle serves eagle_sample's own law instead."
+            )
     finally:
         setattr(module, site.top_k, top_k_renorm)
         setattr(module, site.top_p, top_p_renorm)
