@@ -190,7 +190,8 @@ def summarize(
     by_name = {record["arm"]: record for record in records}
     known = {arm.name: arm for arm in arms}
     summary: dict[str, Any] = {
-        "arms": {}, "lossless": [], "distribution": [], "sampling": [], "parity": [], "tp": [], "grammar": [],
+        "arms": {}, "lossless": [], "distribution": [], "sampling": [], "sampling_combined": [], "parity": [],
+        "tp": [], "grammar": [],
         "logprobs": [], "problems": [],
     }
     for name, record in by_name.items():
@@ -214,6 +215,7 @@ def summarize(
             verdicts = sampling_verdicts(baseline, record, arm.draws, alpha=sampling_level(arm.draws))
             summary["sampling"] += verdicts
             summary["problems"] += _sampling_problems(arm, verdicts)
+            summary["sampling_combined"].append(combined_report(baseline, record, arm.draws))
         elif baseline and baseline.get("ok") and not arm.sampled:
             report = decode_compare.lossless_report(baseline, record)
             summary["lossless"].append(report)
@@ -247,6 +249,18 @@ def summarize(
 def sampling_level(draws: Draws) -> float:
     family = next(family for family in SAMPLING_FAMILIES if draws in family)
     return SAMPLING_ALPHA / sum(d.positions for d in family)
+
+
+def combined_report(baseline: Mapping[str, Any], record: Mapping[str, Any], draws: Draws) -> dict[str, Any]:
+    """Every position at once, reported beside the per-position verdicts (not one of them): the
+    sum of their statistics against its permutation law, which keeps their dependence."""
+    test = sampled.combined_test(baseline, record, draws.per_prompt, draws.positions)
+    text = (
+        f"{record['arm']} against {baseline['arm']} ({draws.label}), positions 1-{draws.positions} at once: "
+        f"χ² sum {test['chi2']:.1f} (relabelled draws: mean {test['null_mean']:.1f}), "
+        f"permutation p = {test['p_value']:.3g} over {test['rounds']} relabellings"
+    )
+    return test | {"arm": record["arm"], "baseline": baseline["arm"], "text": text}
 
 
 def _sampling_problems(arm: CheckArm, verdicts: list[dict[str, Any]]) -> list[str]:

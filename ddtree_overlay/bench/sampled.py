@@ -134,3 +134,48 @@ def by_prompt(record: Mapping[str, Any], draws: int, position: int) -> list[list
         [out[position] for out in outputs[i : i + draws] if len(out) > position]
         for i in range(0, len(outputs), draws)
     ]
+
+
+def combined_test(
+    reference: Mapping[str, Any], arm: Mapping[str, Any], draws: int, positions: int,
+    rounds: int = 2000, seed: int = 0,
+) -> dict[str, Any]:
+    """Every position at once: the sum over positions 1 … ``positions`` of the pooled
+    statistics, against its permutation law. Within each prompt, ``rounds`` times, the two
+    arms' whole draws are relabelled at random (as many to each arm as it drew), which keeps
+    the dependence between one draw's positions that rules out adding their χ² degrees of
+    freedom. Draws shorter than ``positions`` + 1 tokens are left out."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    observed, null = 0.0, np.zeros(rounds)
+    full = positions + 1
+    prompts = range(0, len(reference["outputs"]), draws)
+    for start in prompts:
+        ours = [o for o in reference["outputs"][start : start + draws] if len(o) >= full]
+        theirs = [o for o in arm["outputs"][start : start + draws] if len(o) >= full]
+        both = ours + theirs
+        if not ours or not theirs:
+            continue
+        n, total = len(ours), len(both)
+        chosen = np.zeros((rounds, total), dtype=np.float32)
+        np.put_along_axis(chosen, rng.random((rounds, total)).argsort(axis=1)[:, :n], 1.0, axis=1)
+        for position in range(1, full):
+            tokens = [o[position] for o in both]
+            counts = Counter(tokens)
+            common = sorted(t for t in counts if counts[t] >= RARE)
+            index = {t: i for i, t in enumerate(common)}
+            columns = len(common) + (len(common) < len(counts))
+            if columns < 2:
+                continue
+            onehot = np.zeros((total, columns), dtype=np.float32)
+            onehot[np.arange(total), [index.get(t, len(common)) for t in tokens]] = 1.0
+            column = onehot.sum(axis=0)
+            expected_ours, expected_theirs = column * n / total, column * (total - n) / total
+            mine = chosen @ onehot
+            null += ((mine - expected_ours) ** 2 / expected_ours + (column - mine - expected_theirs) ** 2 / expected_theirs).sum(axis=1)
+            observed += pearson(
+                [int(c) for c in onehot[:n].sum(axis=0)], [int(c) for c in onehot[n:].sum(axis=0)]
+            )[0]
+    p_value = float((1 + (null >= observed - 1e-9).sum()) / (rounds + 1))
+    return {"chi2": observed, "p_value": p_value, "rounds": rounds, "positions": positions, "null_mean": float(null.mean())}

@@ -189,6 +189,6 @@ def run_gpu_checks(
         "arms": checks.arms_view(summary),
         "out": str(out),
         "summary": {
-            key: summary[key] for key in ("lossless", "parity", "tp", "distribution", "sampling", "grammar", "logprobs")
+            key: summary[key] for key in ("lossless", "parity", "tp", "distribution", "sampling", "sampling_combined", "grammar", "logprobs")
         },
     }

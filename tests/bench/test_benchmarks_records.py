@@ -858,3 +858,16 @@ def test_the_27b_b32_round_trace_with_the_32x32_tile_as_cited():
     kernels = [dict((n, ms) for n, ms, _ in arm["trace"]["gpu"]["top_kernels"]) for arm in (extend, split)]
     assert f"{kernels[1]['_tree_attention_partial_kernel']:.2f} of them the split-KV partial kernel" in flat
     assert f"took {kernels[0]['_tree_verify_kernel']:.2f} and {kernels[1]['_tree_verify_kernel']:.2f} ms" in flat
+
+
+def test_the_combined_test_of_both_sampling_halves_as_cited():
+    pytest.importorskip("numpy")
+    from ddtree_overlay.bench import sampled
+
+    cited = []
+    for run, temperature in (("2026-12-05-sampling-t1-h100", "1"), ("2026-12-05-sampling-t0.6-h100", "0.6")):
+        records = arms(run)
+        test = sampled.combined_test(records[f"plain-t{temperature}-draws"], records[f"ddtree-b32-t{temperature}-draws"], 256, 8)
+        cited.append(test["p_value"])
+    text = " ".join(section("Many prompts at T = 1, and at T = 0.6 on 0.5.17: DDTREE B = 32 against target-only sampling").split())
+    assert f"gives p = {cited[0]:.3f} at T = 1 and {cited[1]:.3f} at T = 0.6" in text

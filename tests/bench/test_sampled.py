@@ -221,3 +221,28 @@ def test_eagle_samples_filters_are_told_apart_on_the_fixture_pair_where_they_bin
     if draws in check_presets.FILTERS:
         page = " ".join((Path(__file__).resolve().parents[2] / "docs" / "BENCHMARKS.md").read_text().split())
         assert f"{draws.label}: power {found:.2f}" in page, f"{draws.label}: power {found:.2f}"
+
+
+def test_the_combined_test_keeps_a_same_law_and_tells_a_shifted_one_with_its_statistic_the_positions_sum():
+    draws = check_presets.Draws(1.0, top_p=1.0, top_k=10, prompts=6, per_prompt=120, positions=3)
+    plain = sampled_record("plain", [5, 3, 2, 1], draws, seed=0)
+    same = sampled.combined_test(plain, sampled_record("same", [5, 3, 2, 1], draws, seed=1), 120, 3, rounds=500)
+    shifted_record = sampled_record("shifted", [4, 4, 2, 1], draws, seed=2)
+    shifted = sampled.combined_test(plain, shifted_record, 120, 3, rounds=500)
+    positions_sum = sum(
+        sampled.pooled_test(sampled.by_prompt(plain, 120, p), sampled.by_prompt(shifted_record, 120, p))["chi2"]
+        for p in (1, 2, 3)
+    )
+    assert shifted["chi2"] == pytest.approx(positions_sum) and shifted["p_value"] < 0.01
+    assert same["p_value"] > 0.05 and same["null_mean"] == pytest.approx(same["chi2"], rel=0.5)
+    assert sampled.combined_test(plain, shifted_record, 120, 3, rounds=500) == shifted  # seeded
+
+
+def test_the_summary_reports_the_combined_test_beside_the_verdicts():
+    arms = check_presets.PRESETS["sampling"]
+    draws = arms[0].draws
+    plain = sampled_record("plain-t0.6-draws", [5, 3, 2, 1], draws, seed=0)
+    same = sampled_record("ddtree-b32-t0.6-draws", [5, 3, 2, 1], draws, seed=1)
+    (combined,) = checks.summarize([plain, same], arms, None)["sampling_combined"]
+    assert combined["arm"] == "ddtree-b32-t0.6-draws" and combined["baseline"] == "plain-t0.6-draws"
+    assert "positions 1-8 at once" in combined["text"] and "permutation p =" in combined["text"]
