@@ -27,7 +27,7 @@ from sglang.srt.speculative.ddtree_contract import (
     DFLASH_WORKER_ASSIGNED,
     installed_release,
 )
-from sglang.srt.speculative.ddtree_sampling import SamplerBackend
+from sglang.srt.speculative.ddtree_sampling import EXEC_KERNEL_BACKEND, SamplerBackend
 from sglang.srt.speculative.ddtree_utils import replaced_attribute
 
 RELEASE = installed_release()
@@ -48,7 +48,7 @@ class Sglang0515To0518Shim(CompatShim):
     # The sampler reads its backend from the runtime context's flags, its server args (0.5.16)
     # or its kernel settings (0.5.17+).
     SAMPLER_BACKEND = (
-        SamplerBackend("sglang.srt.runtime_context", "get_exec", "kernel.sampling_backend")
+        EXEC_KERNEL_BACKEND
         if RELEASE >= (0, 5, 17)
         else SamplerBackend("sglang.srt.runtime_context", "get_server_args", "sampling_backend")
         if RELEASE >= (0, 5, 16)

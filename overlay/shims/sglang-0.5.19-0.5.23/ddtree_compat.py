@@ -39,7 +39,7 @@ from sglang.srt.speculative.ddtree_contract import (
     VERIFY_INPUT_FIELDS,
     installed_release,
 )
-from sglang.srt.speculative.ddtree_sampling import SGL_KERNEL_SITE, RenormSite, SamplerBackend
+from sglang.srt.speculative.ddtree_sampling import EXEC_KERNEL_BACKEND, SGL_KERNEL_SITE, RenormSite
 from sglang.srt.speculative.ddtree_utils import replaced_attribute
 
 RELEASE = installed_release()
@@ -73,7 +73,7 @@ class Sglang0519To0523Shim(CompatShim):
     GRAMMAR_TREE = True  # grammar-constrained requests reach the worker (grammar_tree)
     SPEC_LOGPROBS = True  # so do return_logprob requests (output_logprobs)
     RENORM_SITE = EAGLE_RENORM_SITE
-    SAMPLER_BACKEND = SamplerBackend("sglang.srt.runtime_context", "get_exec", "kernel.sampling_backend")
+    SAMPLER_BACKEND = EXEC_KERNEL_BACKEND
     CONTRACT = {
         **SHARED_CONTRACT,
         # The prefix-cache tracking interval of a hybrid target's recurrent state.

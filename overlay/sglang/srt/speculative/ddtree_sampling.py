@@ -71,6 +71,9 @@ class SamplerBackend:
         return f"backend = {self.accessor}().{self.path}"
 
 
+# How 0.5.17+ samplers read their backend: the runtime context's kernel settings.
+EXEC_KERNEL_BACKEND = SamplerBackend("sglang.srt.runtime_context", "get_exec", "kernel.sampling_backend")
+
 # The sampler backends whose min-p batches cut the top k first (sglang's Sampler).
 TOP_K_FIRST_WITH_MIN_P = ("flashinfer", "intel_xpu")
 
