@@ -53,7 +53,9 @@ GRAMMAR_PATH_MASK = {"SGLANG_DDTREE_GRAMMAR_MASK": "path"}  # rows filled along 
 class Draws:
     """Independent draws at T > 0: each of ``prompts`` prompts decoded ``per_prompt`` times,
     ``positions`` tokens after the prefill's (so tree depths 1 … ``positions`` in the first
-    round), with top-p and top-k, and min-p where it is above 0."""
+    round), with top-p and top-k, and min-p where it is above 0. The engines draw at random
+    seed ``seed``: engines at one seed draw the same sequences, so a second sample of a setting
+    needs another."""
 
     temperature: float
     top_p: float
@@ -62,6 +64,7 @@ class Draws:
     prompts: int = 32
     per_prompt: int = 256
     positions: int = 8
+    seed: int = 0
 
     def sampling(self) -> dict[str, Any]:
         return {
@@ -80,7 +83,9 @@ class Draws:
 
     @property
     def tag(self) -> str:
-        return f"t{self.temperature:g}" + (f"-minp{self.min_p:g}" if self.min_p else "") + "-draws"
+        min_p = f"-minp{self.min_p:g}" if self.min_p else ""
+        seed = f"-seed{self.seed}" if self.seed else ""
+        return f"t{self.temperature:g}{min_p}-draws{seed}"
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,8 @@ class CheckArm:
             sampling = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
         waves = self.sampled or self.draws is not None
         engine = GRAPH | (WAVES if waves else {}) | self.arm.engine_args() | dict(self.engine)
+        if self.draws and self.draws.seed:
+            engine["random_seed"] = self.draws.seed
         runner: dict[str, Any] = {"name": self.name, "engine": engine, "sampling": sampling}
         if self.grammars:
             engine |= GRAMMAR_ENGINE
@@ -167,8 +174,10 @@ SAMPLING = (Draws(0.6, top_p=0.95, top_k=20), Draws(1.0, top_p=0.8, top_k=50))
 # its top 20 tokens hold visibly less than all the mass (at the settings above, nearly all);
 # and the same with min-p, which eagle_sample ignores.
 FILTERS = (Draws(1.5, top_p=0.8, top_k=20), Draws(1.5, top_p=0.8, top_k=20, min_p=0.2))
+# SAMPLING's T = 1 setting drawn again at another seed: a second, independent sample.
+REPEAT = (Draws(1.0, top_p=0.8, top_k=50, seed=1),)
 # Each family's tests (its settings x positions) share one level, whichever arms a run selects.
-SAMPLING_FAMILIES = (SAMPLING, FILTERS)
+SAMPLING_FAMILIES = (SAMPLING, FILTERS, REPEAT)
 
 
 PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
@@ -243,6 +252,9 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     # flashinfer sampler the top k first, then min-p); each control keeps eagle_sample's
     # filters (top k first, min-p ignored), a change the test must detect.
     "sampling-filters": tuple(arm for draws in FILTERS for arm in (*_draws_pair(draws), _eagle_control(draws))),
+    # The T = 1 setting again with every engine at random seed 1 (the other checks' engines
+    # draw at 0): a family of its own, its eight positions tested at 0.01 / 8.
+    "sampling-repeat": tuple(arm for draws in REPEAT for arm in _draws_pair(draws)),
     "flashinfer": (
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),

@@ -871,3 +871,67 @@ def test_the_combined_test_of_both_sampling_halves_as_cited():
         cited.append(test["p_value"])
     text = " ".join(section("Many prompts at T = 1, and at T = 0.6 on 0.5.17: DDTREE B = 32 against target-only sampling").split())
     assert f"gives p = {cited[0]:.3f} at T = 1 and {cited[1]:.3f} at T = 0.6" in text
+
+
+def test_the_27b_b15_round_trace_with_the_32x32_tile_as_cited():
+    split, extend = json.loads((BENCH / "2026-12-05-qwen3.6-27b-b15-32x32-round-trace-h100" / "round_trace.json").read_text())
+    assert extend["paths"]["verify_attention"] == "full-mask" and split["paths"]["verify_attention"] == "splitkv"
+    assert extend["requests_at_once"] == split["requests_at_once"] == 10
+    e, k = extend["trace"]["gpu"], split["trace"]["gpu"]
+    assert f"**{k['kernel_ms'] / e['kernel_ms']:.3f}×** ({k['kernel_ms']:.2f} against {e['kernel_ms']:.2f} ms); tok/s {split['tok_per_s'] / extend['tok_per_s']:.3f}×" in summary()
+    text = section("The Qwen3.6-27B shape at bs 16, B = 15: the 32 × 32 tile in an engine (H100)")
+    for name, arm in (("extend (FULL mask)", extend), ("split-KV (32 × 32)", split)):
+        assert round_trace_row(name, arm) in text, round_trace_row(name, arm)
+    flat = " ".join(text.split())
+    assert f"took {e['kernel_ms'] - k['kernel_ms']:.2f} ms of kernel time off a B = 15 round ({k['kernel_ms'] / e['kernel_ms']:.3f}×" in flat
+    assert f"rose by {k['families']['ddtree'] - e['families']['ddtree']:.2f} ms" in flat
+    assert f"fell by {e['families']['attention'] - k['families']['attention']:.2f}" in flat
+    kernels = [dict((n, ms) for n, ms, _ in arm["trace"]["gpu"]["top_kernels"]) for arm in (extend, split)]
+    assert f"partial kernel took {kernels[1]['_tree_attention_partial_kernel']:.2f} ms a round" in flat
+    assert f"`_tree_verify_kernel`) took {kernels[0]['_tree_verify_kernel']:.2f} ms in both arms" in flat
+    assert f"{kernels[1]['_tree_verify_kernel']:.2f}" == f"{kernels[0]['_tree_verify_kernel']:.2f}"
+    older = json.loads((BENCH / "2026-12-05-qwen3.6-27b-b15-splitkv-round-trace-h100" / "round_trace.json").read_text())
+    older_partial = dict((n, ms) for n, ms, _ in older[1]["trace"]["gpu"]["top_kernels"])["_tree_attention_partial_kernel"]
+    assert f"against {older_partial:.2f} with the 32 × 16 tile" in flat
+    assert f"`extend` arm ({older[0]['trace']['gpu']['kernel_ms']:.2f} and {e['kernel_ms']:.2f} ms)" in flat
+
+
+def p_text(p: float) -> str:
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+
+
+def test_the_sampling_filters_check_as_cited():
+    """Both calls' records judged together at the preset's level: the sampler's law passes at
+    every position, each eagle_sample control is told apart, and the page's tables and ranges
+    are those verdicts."""
+    pytest.importorskip("scipy")
+    from ddtree_overlay.bench import check_presets, checks
+
+    run = "2026-12-05-sampling-filters-h100"
+    records = [*arms(f"{run}/topk-topp").values(), *arms(f"{run}/minp").values()]
+    verdicts = checks.summarize(records, check_presets.PRESETS["sampling-filters"], None)
+    assert verdicts["problems"] == []
+    tests = {(t["arm"], t["position"]): t for t in verdicts["sampling"]}
+    combined = {c["arm"]: c["p_value"] for c in verdicts["sampling_combined"]}
+    assert all(t["alpha"] == pytest.approx(0.01 / 16) for t in tests.values())
+    text = " ".join(section("The sampler's filter law at T = 1.5: DDTREE B = 32 against target-only, eagle_sample's law as the control").split())
+    ranges = []
+    for arm in ("ddtree-b32-t1.5-draws", "ddtree-b32-t1.5-minp0.2-draws"):
+        law, control = [[tests[(name, position)] for position in range(1, 9)] for name in (arm, f"{arm}-eagle")]
+        assert all(t["passed"] for t in law) and not all(t["passed"] for t in control)
+        for a, c in zip(law, control, strict=True):
+            row = f"| {a['position']} | {a['chi2']:.1f} | {a['dof']} | {p_text(a['p_value'])} | {c['chi2']:.1f} | {c['dof']} | {p_text(c['p_value'])} |"
+            assert row in text, row
+        ranges.append(f"{p_text(min(t['p_value'] for t in law))}–{p_text(max(t['p_value'] for t in law))}")
+        assert combined[arm] > 0.05 and combined[f"{arm}-eagle"] < 0.01
+    assert f"p = {ranges[0]} and {ranges[1]}" in text
+    assert f"p = {combined['ddtree-b32-t1.5-draws']:.3f} and p = {combined['ddtree-b32-t1.5-minp0.2-draws']:.3f}" in text
+    assert f"p = {combined['ddtree-b32-t1.5-draws-eagle']:.4f} and p = {combined['ddtree-b32-t1.5-minp0.2-draws-eagle']:.4f}" in text
+    rejected = [p for (name, p), t in tests.items() if name == "ddtree-b32-t1.5-draws-eagle" and not t["passed"]]
+    assert rejected == [1, 5] and "at positions 1 and 5" in text
+    with_min_p = [tests[("ddtree-b32-t1.5-minp0.2-draws-eagle", p)] for p in range(1, 9)]
+    assert not any(t["passed"] for t in with_min_p)
+    assert f"(p ≤ {p_text(max(t['p_value'] for t in with_min_p))})" in text
+    assert f"χ² p = {ranges[0]} and {ranges[1]} at α = 0.01 ÷ 16" in summary()
+    tv = [t["detectable_tv"] for t in tests.values()]
+    assert f"TV ≥ {min(tv):.3f}–{max(tv):.3f} at every prompt" in text

@@ -246,3 +246,15 @@ def test_the_summary_reports_the_combined_test_beside_the_verdicts():
     (combined,) = checks.summarize([plain, same], arms, None)["sampling_combined"]
     assert combined["arm"] == "ddtree-b32-t0.6-draws" and combined["baseline"] == "plain-t0.6-draws"
     assert "positions 1-8 at once" in combined["text"] and "permutation p =" in combined["text"]
+
+
+def test_the_repeat_preset_draws_the_t1_setting_at_another_seed_as_a_family_of_its_own():
+    first = {arm.name: arm for arm in check_presets.PRESETS["sampling"]}["ddtree-b32-t1-draws"]
+    arms = {arm.name: arm for arm in check_presets.PRESETS["sampling-repeat"]}
+    assert set(arms) == {"plain-t1-draws-seed1", "ddtree-b32-t1-draws-seed1"}
+    repeat = arms["ddtree-b32-t1-draws-seed1"]
+    assert repeat.baseline == "plain-t1-draws-seed1"
+    runner, before = repeat.runner_arm(256), first.runner_arm(256)
+    assert runner["sampling"] == before["sampling"] and runner["engine"]["random_seed"] == 1
+    assert "random_seed" not in before["engine"]  # the runner's own seed, 0
+    assert checks.sampling_level(repeat.draws) == pytest.approx(0.01 / 8)
