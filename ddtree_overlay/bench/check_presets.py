@@ -6,7 +6,7 @@ what it adds to the engine and its environment and what its output is judged aga
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ddtree_overlay.bench.arms import DFLASH, TARGET_ONLY, Arm, BudgetPolicy
@@ -174,8 +174,8 @@ SAMPLING = (Draws(0.6, top_p=0.95, top_k=20), Draws(1.0, top_p=0.8, top_k=50))
 # its top 20 tokens hold visibly less than all the mass (at the settings above, nearly all);
 # and the same with min-p, which eagle_sample ignores.
 FILTERS = (Draws(1.5, top_p=0.8, top_k=20), Draws(1.5, top_p=0.8, top_k=20, min_p=0.2))
-# SAMPLING's T = 1 setting drawn again at another seed: a second, independent sample.
-REPEAT = (Draws(1.0, top_p=0.8, top_k=50, seed=1),)
+# SAMPLING's settings drawn again at another seed: a second, independent sample.
+REPEAT = tuple(replace(draws, seed=1) for draws in SAMPLING)
 # Each family's tests (its settings x positions) share one level, whichever arms a run selects.
 SAMPLING_FAMILIES = (SAMPLING, FILTERS, REPEAT)
 
@@ -252,8 +252,7 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     # flashinfer sampler the top k first, then min-p); each control keeps eagle_sample's
     # filters (top k first, min-p ignored), a change the test must detect.
     "sampling-filters": tuple(arm for draws in FILTERS for arm in (*_draws_pair(draws), _eagle_control(draws))),
-    # The T = 1 setting again with every engine at random seed 1 (the other checks' engines
-    # draw at 0): a family of its own, its eight positions tested at 0.01 / 8.
+    # `sampling` again with every engine at random seed 1 (the other checks' engines draw at 0).
     "sampling-repeat": tuple(arm for draws in REPEAT for arm in _draws_pair(draws)),
     "flashinfer": (
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),

@@ -935,3 +935,31 @@ def test_the_sampling_filters_check_as_cited():
     assert f"χ² p = {ranges[0]} and {ranges[1]} at α = 0.01 ÷ 16" in summary()
     tv = [t["detectable_tv"] for t in tests.values()]
     assert f"TV ≥ {min(tv):.3f}–{max(tv):.3f} at every prompt" in text
+
+
+def test_the_second_t1_sample_at_seed_1_on_0517_as_cited():
+    pytest.importorskip("scipy")
+    from ddtree_overlay.bench import check_presets, checks
+
+    run = "2026-12-05-sampling-t1-seed1-0.5.17-h100"
+    records = arms(run)
+    verdicts = checks.summarize(list(records.values()), check_presets.PRESETS["sampling-repeat"], None)
+    tests = verdicts["sampling"]
+    assert verdicts["problems"] == [] and [t["position"] for t in tests] == list(range(1, 9))
+    assert all(t["passed"] and t["alpha"] == pytest.approx(0.01 / 16) and t["temperature"] == 1.0 for t in tests)
+    recorded = json.loads((BENCH / run / "summary.json").read_text())["sampling"]
+    assert all(t["alpha"] == pytest.approx(0.01 / 8) for t in recorded)  # as the device judged it
+    assert [t["chi2"] for t in tests] == pytest.approx([t["chi2"] for t in recorded])
+    log = lzma.decompress((BENCH / run / "device-log.txt.xz").read_bytes()).decode()
+    assert "sglang:       0.5.17" in log and "patch set:    sglang-0.5.17-ddtree" in log
+    seed0 = arms("2026-12-05-sampling-t1-h100")["plain-t1-draws"]["outputs"]
+    same = sum(a == b for a, b in zip(records["plain-t1-draws-seed1"]["outputs"], seed0, strict=True))
+    assert same < len(seed0)  # another sample: seed 0 at 0.5.17 returned every sequence again
+    text = " ".join(section("A second sample at T = 1, on 0.5.17: every engine at random seed 1").split())
+    for t in tests:
+        assert f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |" in text
+    p = [t["p_value"] for t in tests]
+    combined = verdicts["sampling_combined"][0]["p_value"]
+    assert f"(p = {min(p):.3f}–{max(p):.3f}, against α = {0.01 / 16:.6f})" in text and f"{same} of its 8192" in text
+    assert f"median {statistics.median(p):.2f}, against 0.10 at seed 0" in text and f"gives p = {combined:.3f} (0.021 at seed 0)" in text
+    assert f"χ² p = {min(p):.3f}–{max(p):.3f} at α = 0.01 ÷ 16, all positions at once p = {combined:.3f}" in summary()

@@ -248,13 +248,14 @@ def test_the_summary_reports_the_combined_test_beside_the_verdicts():
     assert "positions 1-8 at once" in combined["text"] and "permutation p =" in combined["text"]
 
 
-def test_the_repeat_preset_draws_the_t1_setting_at_another_seed_as_a_family_of_its_own():
-    first = {arm.name: arm for arm in check_presets.PRESETS["sampling"]}["ddtree-b32-t1-draws"]
+def test_the_repeat_preset_draws_the_sampling_settings_again_at_another_seed():
+    first = {arm.name: arm for arm in check_presets.PRESETS["sampling"]}
     arms = {arm.name: arm for arm in check_presets.PRESETS["sampling-repeat"]}
-    assert set(arms) == {"plain-t1-draws-seed1", "ddtree-b32-t1-draws-seed1"}
-    repeat = arms["ddtree-b32-t1-draws-seed1"]
-    assert repeat.baseline == "plain-t1-draws-seed1"
-    runner, before = repeat.runner_arm(256), first.runner_arm(256)
-    assert runner["sampling"] == before["sampling"] and runner["engine"]["random_seed"] == 1
-    assert "random_seed" not in before["engine"]  # the runner's own seed, 0
-    assert checks.sampling_level(repeat.draws) == pytest.approx(0.01 / 8)
+    assert set(arms) == {f"{name}-seed1" for name in first}
+    for name, arm in first.items():
+        repeat = arms[f"{name}-seed1"]
+        assert repeat.baseline == (arm.baseline and f"{arm.baseline}-seed1")
+        runner, before = repeat.runner_arm(256), arm.runner_arm(256)
+        assert runner["sampling"] == before["sampling"] and runner["engine"]["random_seed"] == 1
+        assert "random_seed" not in before["engine"]  # the runner's own seed, 0
+        assert checks.sampling_level(repeat.draws) == pytest.approx(0.01 / 16)
