@@ -161,21 +161,13 @@ def test_the_filters_preset_judges_each_control_by_whether_the_test_tells_it_apa
 
 
 def filtered_laws(probs, draws: check_presets.Draws):
-    """SGLang's flashinfer sampler's law (the nucleus of the unfiltered row and the top k; in a
-    min-p batch the nucleus of the renormalised top k; then min-p), and eagle_sample's (the top
-    k renormalised, then its nucleus; no min-p), per row."""
+    """SGLang's flashinfer sampler's law (in a min-p batch the top k first) and eagle_sample's,
+    per row."""
     import torch
+    from sampler_laws import eagle_law, sampler_law
 
-    ordered, order = probs.sort(dim=-1, descending=True)
-    in_top_k = torch.arange(probs.shape[-1]) < draws.top_k
-    top = ordered * in_top_k
-    top = top / top.sum(-1, keepdim=True)
-    eagle = top * (top.cumsum(-1) - top < draws.top_p)
-    nucleus_of = top if draws.min_p else ordered
-    sampler = ordered * in_top_k * (nucleus_of.cumsum(-1) - nucleus_of < draws.top_p)
-    sampler = sampler * (ordered >= draws.min_p * ordered[..., :1])
-    unsort = order.argsort(dim=-1)
-    return [(law / law.sum(-1, keepdim=True)).gather(-1, unsort) for law in (sampler, eagle)]
+    top_ks, top_ps, min_ps = (torch.full(probs.shape[:1], value, dtype=probs.dtype) for value in (draws.top_k, draws.top_p, draws.min_p))
+    return [sampler_law(probs, top_ks, top_ps, min_ps, top_k_first=bool(draws.min_p)), eagle_law(probs, top_ks, top_ps)]
 
 
 @pytest.mark.parametrize(
