@@ -312,15 +312,39 @@ def round_trace_row(name: str, arm: dict) -> str:
             f"{g['families']['ddtree']:.2f} | {g['families']['gemm']:.2f} |")
 
 
-def test_the_head_dim_256_round_trace_as_cited():
-    extend, split = json.loads((BENCH / "2026-12-05-qwen3.6-27b-b15-splitkv-round-trace-h100" / "round_trace.json").read_text())
-    assert extend["paths"]["verify_attention"] == "full-mask" and split["paths"]["verify_attention"] == "splitkv"
+def cited_splitkv_trace(run: str, title: str, tile: str) -> tuple[dict, dict, str]:
+    """A 27B-shape round trace of DDTREE under SGLang's kernel (FULL mask) and the split-KV
+    verify: both arms' table rows in the section ``title``, their kernel-time ratio in the
+    summary. Returns the two arms' GPU summaries and the section's text on one line."""
+    arms = {arm["paths"]["verify_attention"]: arm for arm in json.loads((BENCH / run / "round_trace.json").read_text())}
+    extend, split = arms["full-mask"], arms["splitkv"]
     e, k = extend["trace"]["gpu"], split["trace"]["gpu"]
     assert f"**{k['kernel_ms'] / e['kernel_ms']:.3f}×** ({k['kernel_ms']:.2f} against {e['kernel_ms']:.2f} ms); tok/s {split['tok_per_s'] / extend['tok_per_s']:.3f}×" in summary()
-    text = section("The Qwen3.6-27B shape at bs 16, B = 15: the split-KV verify in an engine (H100)")
-    for name, arm in (("extend (FULL mask)", extend), ("split-KV (32 × 16)", split)):
+    text = section(title)
+    for name, arm in (("extend (FULL mask)", extend), (f"split-KV ({tile})", split)):
         assert round_trace_row(name, arm) in text, round_trace_row(name, arm)
-    assert f"took {e['kernel_ms'] - k['kernel_ms']:.2f} ms of kernel time off a round" in text
+    assert extend["requests_at_once"] == split["requests_at_once"]
+    return extend, split, " ".join(text.split())
+
+
+def top_kernels(arm: dict) -> dict[str, float]:
+    return {name: ms for name, ms, _ in arm["trace"]["gpu"]["top_kernels"]}
+
+
+def assert_kernel_time_moved(extend: dict, split: dict, budget: int, text: str) -> None:
+    """The 32 x 32 sections' reading: the kernel time taken off a round, DDTREE's kernels' rise."""
+    e, k = extend["trace"]["gpu"], split["trace"]["gpu"]
+    assert f"took {e['kernel_ms'] - k['kernel_ms']:.2f} ms of kernel time off a B = {budget} round" in text
+    assert f"rose by {k['families']['ddtree'] - e['families']['ddtree']:.2f} ms" in text
+
+
+def test_the_head_dim_256_round_trace_as_cited():
+    extend, split, text = cited_splitkv_trace(
+        "2026-12-05-qwen3.6-27b-b15-splitkv-round-trace-h100",
+        "The Qwen3.6-27B shape at bs 16, B = 15: the split-KV verify in an engine (H100)",
+        "32 × 16",
+    )
+    assert f"took {extend['trace']['gpu']['kernel_ms'] - split['trace']['gpu']['kernel_ms']:.2f} ms of kernel time off a round" in text
 
 
 @pytest.mark.parametrize("run", sorted(QWEN3_RUNS))
@@ -844,20 +868,15 @@ def test_the_0517_sampling_draws_are_the_0514_engines_token_for_token():
 
 
 def test_the_27b_b32_round_trace_with_the_32x32_tile_as_cited():
-    extend, split = json.loads((BENCH / "2026-12-05-qwen3.6-27b-b32-round-trace-h100" / "round_trace.json").read_text())
-    assert extend["paths"]["verify_attention"] == "full-mask" and split["paths"]["verify_attention"] == "splitkv"
-    assert extend["requests_at_once"] == split["requests_at_once"] == 9
-    e, k = extend["trace"]["gpu"], split["trace"]["gpu"]
-    assert f"**{k['kernel_ms'] / e['kernel_ms']:.3f}×** ({k['kernel_ms']:.2f} against {e['kernel_ms']:.2f} ms); tok/s {split['tok_per_s'] / extend['tok_per_s']:.3f}×" in summary()
-    text = section("The Qwen3.6-27B shape at bs 16, B = 32: the 32 × 32 tile in an engine (H100)")
-    for name, arm in (("extend (FULL mask)", extend), ("split-KV (32 × 32)", split)):
-        assert round_trace_row(name, arm) in text, round_trace_row(name, arm)
-    flat = " ".join(text.split())
-    assert f"took {e['kernel_ms'] - k['kernel_ms']:.2f} ms of kernel time off a B = 32 round" in flat
-    assert f"rose by {k['families']['ddtree'] - e['families']['ddtree']:.2f} ms" in flat
-    kernels = [dict((n, ms) for n, ms, _ in arm["trace"]["gpu"]["top_kernels"]) for arm in (extend, split)]
-    assert f"{kernels[1]['_tree_attention_partial_kernel']:.2f} of them the split-KV partial kernel" in flat
-    assert f"took {kernels[0]['_tree_verify_kernel']:.2f} and {kernels[1]['_tree_verify_kernel']:.2f} ms" in flat
+    extend, split, text = cited_splitkv_trace(
+        "2026-12-05-qwen3.6-27b-b32-round-trace-h100",
+        "The Qwen3.6-27B shape at bs 16, B = 32: the 32 × 32 tile in an engine (H100)",
+        "32 × 32",
+    )
+    assert split["requests_at_once"] == 9
+    assert_kernel_time_moved(extend, split, 32, text)
+    assert f"{top_kernels(split)['_tree_attention_partial_kernel']:.2f} of them the split-KV partial kernel" in text
+    assert f"took {top_kernels(extend)['_tree_verify_kernel']:.2f} and {top_kernels(split)['_tree_verify_kernel']:.2f} ms" in text
 
 
 def test_the_combined_test_of_both_sampling_halves_as_cited():
@@ -874,26 +893,22 @@ def test_the_combined_test_of_both_sampling_halves_as_cited():
 
 
 def test_the_27b_b15_round_trace_with_the_32x32_tile_as_cited():
-    split, extend = json.loads((BENCH / "2026-12-05-qwen3.6-27b-b15-32x32-round-trace-h100" / "round_trace.json").read_text())
-    assert extend["paths"]["verify_attention"] == "full-mask" and split["paths"]["verify_attention"] == "splitkv"
-    assert extend["requests_at_once"] == split["requests_at_once"] == 10
+    extend, split, text = cited_splitkv_trace(
+        "2026-12-05-qwen3.6-27b-b15-32x32-round-trace-h100",
+        "The Qwen3.6-27B shape at bs 16, B = 15: the 32 × 32 tile in an engine (H100)",
+        "32 × 32",
+    )
     e, k = extend["trace"]["gpu"], split["trace"]["gpu"]
-    assert f"**{k['kernel_ms'] / e['kernel_ms']:.3f}×** ({k['kernel_ms']:.2f} against {e['kernel_ms']:.2f} ms); tok/s {split['tok_per_s'] / extend['tok_per_s']:.3f}×" in summary()
-    text = section("The Qwen3.6-27B shape at bs 16, B = 15: the 32 × 32 tile in an engine (H100)")
-    for name, arm in (("extend (FULL mask)", extend), ("split-KV (32 × 32)", split)):
-        assert round_trace_row(name, arm) in text, round_trace_row(name, arm)
-    flat = " ".join(text.split())
-    assert f"took {e['kernel_ms'] - k['kernel_ms']:.2f} ms of kernel time off a B = 15 round ({k['kernel_ms'] / e['kernel_ms']:.3f}×" in flat
-    assert f"rose by {k['families']['ddtree'] - e['families']['ddtree']:.2f} ms" in flat
-    assert f"fell by {e['families']['attention'] - k['families']['attention']:.2f}" in flat
-    kernels = [dict((n, ms) for n, ms, _ in arm["trace"]["gpu"]["top_kernels"]) for arm in (extend, split)]
-    assert f"partial kernel took {kernels[1]['_tree_attention_partial_kernel']:.2f} ms a round" in flat
-    assert f"`_tree_verify_kernel`) took {kernels[0]['_tree_verify_kernel']:.2f} ms in both arms" in flat
-    assert f"{kernels[1]['_tree_verify_kernel']:.2f}" == f"{kernels[0]['_tree_verify_kernel']:.2f}"
+    assert split["requests_at_once"] == 10
+    assert_kernel_time_moved(extend, split, 15, text)
+    assert f"({k['kernel_ms'] / e['kernel_ms']:.3f}×; the 32 × 16 tile's was 0.968×" in text
+    assert f"fell by {e['families']['attention'] - k['families']['attention']:.2f}" in text
+    assert f"partial kernel took {top_kernels(split)['_tree_attention_partial_kernel']:.2f} ms a round" in text
+    gdn = {f"{top_kernels(arm)['_tree_verify_kernel']:.2f}" for arm in (extend, split)}
+    assert len(gdn) == 1 and f"`_tree_verify_kernel`) took {gdn.pop()} ms in both arms" in text
     older = json.loads((BENCH / "2026-12-05-qwen3.6-27b-b15-splitkv-round-trace-h100" / "round_trace.json").read_text())
-    older_partial = dict((n, ms) for n, ms, _ in older[1]["trace"]["gpu"]["top_kernels"])["_tree_attention_partial_kernel"]
-    assert f"against {older_partial:.2f} with the 32 × 16 tile" in flat
-    assert f"`extend` arm ({older[0]['trace']['gpu']['kernel_ms']:.2f} and {e['kernel_ms']:.2f} ms)" in flat
+    assert f"against {top_kernels(older[1])['_tree_attention_partial_kernel']:.2f} with the 32 × 16 tile" in text
+    assert f"`extend` arm ({older[0]['trace']['gpu']['kernel_ms']:.2f} and {e['kernel_ms']:.2f} ms)" in text
 
 
 def p_text(p: float) -> str:
