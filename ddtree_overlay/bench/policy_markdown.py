@@ -28,11 +28,12 @@ def policy_lines(rows: Sequence[Mapping[str, Any]], intro: str, end: str) -> lis
 
 
 def policy_view(view: Mapping[str, Any]) -> str:
-    """One line of an adaptive policy's snapshot: per graph batch size, round ms per width plus
-    the shared gap and the width it chooses; then Φ̄ per width and c. Batch sizes and widths in
-    ascending order (the profile's JSON sorts them as text)."""
+    """One line of an adaptive policy's snapshot: per graph batch size (and count of
+    grammar-constrained requests, timed apart), round ms per width plus the shared gap and the
+    width it chooses; then Φ̄ per width and c. Batch sizes and widths in ascending order (the
+    profile's JSON sorts them as text)."""
     parts = []
-    for bucket, widths in sorted(view.get("round_ms", {}).items(), key=lambda item: int(item[0])):
+    for bucket, widths in sorted(view.get("round_ms", {}).items(), key=lambda item: bucket_order(item[0])):
         ordered = sorted(widths.items(), key=lambda item: budget_order(parse_budget(item[0])))
         rounds = " ".join(f"{w}:{ms:.2f}" for w, ms in ordered)
         gap = view.get("gap_ms", {}).get(bucket)
@@ -45,3 +46,9 @@ def policy_view(view: Mapping[str, Any]) -> str:
         parts.append("Φ̄ " + "/".join(f"{v:.2f}" for v in phi))
     parts.append(f"c {view.get('scale', 1.0):.2f}")
     return "; ".join(parts)
+
+
+def bucket_order(bucket: str) -> tuple[int, int]:
+    """A snapshot's batch-size key, ``"16"`` or ``"16 grammar 4"``, as numbers."""
+    size, _, grammar = bucket.partition(" grammar ")
+    return int(size), int(grammar or 0)

@@ -864,3 +864,19 @@ def test_each_engine_shows_the_requests_it_served_at_once_and_a_note_where_fewer
         "- DFLASH served at most 1 of 2 requests at once: its KV cache fills the memory; its cells wider than 1 "
         "queued the rest"
     ]
+
+
+def test_the_policy_view_orders_batch_sizes_and_their_grammar_tables_by_number() -> None:
+    from ddtree_overlay.bench.policy_markdown import policy_view
+
+    view = {
+        "round_ms": {"16 grammar 4": {"8": 5.9}, "16": {"8": 1.1, "32": 1.3}, "2": {"8": 1.0}, "16 grammar 1": {"8": 2.7}},
+        "gap_ms": {"16": 0.5, "16 grammar 4": 0.6},
+        "choice": {"16": 32, "16 grammar 4": 8},
+        "phi": None,
+        "scale": 1.0,
+    }
+    assert policy_view(view) == (
+        "bs 2: round ms 8:1.00; bs 16: round ms 8:1.10 32:1.30 + gap 0.50 -> B=32; "
+        "bs 16 grammar 1: round ms 8:2.70; bs 16 grammar 4: round ms 8:5.90 + gap 0.60 -> B=8; c 1.00"
+    )

@@ -15,6 +15,7 @@ from payload_modules import load_payload_module  # noqa: E402
 da = load_payload_module("sglang.srt.speculative.ddtree_adaptive")
 
 BUDGETS = (8, 32, 128)
+B1 = da.Bucket(1)  # batch size 1, no grammar-constrained request
 
 
 def make(batch_sizes=(1, 2, 4, 8), **kwargs):
@@ -39,12 +40,12 @@ def scores_with_prefix_mass(bs: int, phi: dict[int, float]) -> torch.Tensor:
     return q.log()  # q = 0 -> -inf: unreachable nodes
 
 
-def run_rounds(policy, gpu, n, *, bs=1, phi, round_ms, accepted=1.0, gap_ms=0.5):
+def run_rounds(policy, gpu, n, *, bs=1, phi, round_ms, accepted=1.0, gap_ms=0.5, grammar_requests=0):
     """``n`` decode rounds: each takes round_ms(budget) of GPU time and accepts ``accepted``
     times the Φ of the budget it used, per request. Returns the budgets chosen."""
     chosen = []
     for _ in range(n):
-        budget = policy.begin_round(bs)
+        budget = policy.begin_round(bs, grammar_requests=grammar_requests)
         chosen.append(budget)
         gpu.now += round_ms(budget)
         drafts = round(accepted * phi[budget])
@@ -63,8 +64,8 @@ def test_untimed_widths_are_tried_first_then_the_most_tokens_per_ms_wins() -> No
     assert chosen[:6] == [8, 8, 32, 32, 128, 128]
     assert set(chosen[6:]) == {32}
     assert policy.phi == pytest.approx([3.0, 5.0, 5.5], rel=1e-5)
-    assert policy.round_ms[(1, 32)] == pytest.approx(1.32, abs=0.01)  # the round
-    assert policy.gap_ms[1] == pytest.approx(0.5, abs=0.01)  # and the gap after it
+    assert policy.round_ms[(B1, 32)] == pytest.approx(1.32, abs=0.01)  # the round
+    assert policy.gap_ms[B1] == pytest.approx(0.5, abs=0.01)  # and the gap after it
     assert gpu.syncs == 0
     view = policy.snapshot()
     assert view["choice"] == {"1": 32} and view["gap_ms"] == {"1": pytest.approx(0.5, abs=0.01)}
@@ -85,7 +86,7 @@ def test_a_long_gap_after_one_widths_timing_is_shared_not_held_against_that_widt
         policy.end_round(scores_with_prefix_mass(1, phi), torch.full((1,), round(phi[budget]) + 1))
         gpu.now += 4.0 if budget == 128 and i < 6 else 0.3  # both of 128's first timings
     assert set(chosen[6:]) == {128}
-    assert policy.round_ms[(1, 128)] == pytest.approx(1.3)
+    assert policy.round_ms[(B1, 128)] == pytest.approx(1.3)
 
 
 def test_a_host_bound_round_takes_the_widest_tree() -> None:
@@ -122,7 +123,7 @@ def test_nothing_waits_on_the_gpu_and_a_late_gpu_only_delays_the_feedback() -> N
     assert gpu.syncs == 0 and policy.phi is None
     gpu.completed = math.inf  # statistics of rounds past the 8 slots were dropped, timings kept
     policy.begin_round(1)
-    assert policy._samples[(1, 8)] == 20 and policy.phi is not None
+    assert policy._samples[(B1, 8)] == 20 and policy.phi is not None
 
 
 def test_only_every_nth_round_is_measured_and_slots_are_reused() -> None:
@@ -134,31 +135,52 @@ def test_only_every_nth_round_is_measured_and_slots_are_reused() -> None:
     # The last timing round's end, then 25 measured rounds: a start and a done event each, and
     # the next round's start as its end.
     assert gpu.created - created == 1 + 3 * 25
-    assert policy._samples[(1, 32)] == 2 + 25
+    assert policy._samples[(B1, 32)] == 2 + 25
     assert len(policy._free_slots) == da.STATS_SLOTS  # every measured round's came back
 
 
 def test_a_measured_round_before_a_prefill_or_an_idle_engine_keeps_its_round_and_statistics() -> None:
     policy, gpu = make(sample_every=1)
     run_rounds(policy, gpu, 9, phi=PHI, round_ms=lambda b: 1.0, gap_ms=0.4)
-    assert (policy.round_ms[(1, 128)], policy.gap_ms[1]) == pytest.approx((1.0, 0.4))
-    samples = policy._samples[(1, 128)]
+    assert (policy.round_ms[(B1, 128)], policy.gap_ms[B1]) == pytest.approx((1.0, 0.4))
+    samples = policy._samples[(B1, 128)]
     policy.interrupt()
     gpu.now += 5.0  # a prefill batch ran
     run_rounds(policy, gpu, 1, phi={**PHI, 128: 7.0}, round_ms=lambda b: 1.0, gap_ms=0.4)
     gpu.now += 30.0  # idle, and nothing told the policy
     policy.begin_round(1)
-    assert policy._samples[(1, 128)] == samples + 2  # both rounds count
-    assert policy.gap_ms[1] == pytest.approx(0.4)  # neither the prefill nor the idle time
+    assert policy._samples[(B1, 128)] == samples + 2  # both rounds count
+    assert policy.gap_ms[B1] == pytest.approx(0.4)  # neither the prefill nor the idle time
     assert policy.phi[-1] > PHI[128]  # the statistics count too
 
 
 def test_widths_are_timed_per_graph_batch_size() -> None:
     policy, _ = make(batch_sizes=(1, 2, 4, 8, 16))
-    assert [policy.bucket(bs) for bs in (1, 3, 8, 9, 16, 17, 40)] == [1, 4, 8, 16, 16, 32, 64]
+    assert [policy.bucket(bs).batch_size for bs in (1, 3, 8, 9, 16, 17, 40)] == [1, 4, 8, 16, 16, 32, 64]
     policy, gpu = make()
     run_rounds(policy, gpu, 12, bs=1, phi=PHI, round_ms=lambda b: 1.0 + 0.01 * b)
     assert run_rounds(policy, gpu, 1, bs=3, phi=PHI, round_ms=lambda b: 1.0) == [8]  # bucket 4: untimed
+
+
+def test_rounds_with_grammar_requests_are_timed_apart_per_power_of_two_of_them() -> None:
+    """SGLang's bitmask walk, on the host beside the verify, lengthens a constrained batch's
+    round by about 0.2 ms per tree node and constrained request: timed with the free rounds,
+    those would be dropped as stalls (more than MAX_EXCESS_MS above the running cost) and the
+    widest tree would keep looking cheap."""
+    policy, gpu = make(batch_sizes=(1, 2, 4, 8, 16))
+    assert [tuple(policy.bucket(16, n)) for n in (0, 1, 2, 3, 5, 16)] == [(16, 0), (16, 1), (16, 2), (16, 4), (16, 8), (16, 16)]
+    free = lambda b: 1.0 + 0.01 * b  # noqa: E731
+    assert set(run_rounds(policy, gpu, 20, bs=16, phi=PHI, round_ms=free)[6:]) == {32}
+    walk = lambda b: free(b) + 0.2 * b * 3  # noqa: E731 - three constrained requests
+    constrained = run_rounds(policy, gpu, 20, bs=16, phi=PHI, round_ms=walk, grammar_requests=3)
+    assert constrained[:6] == [8, 8, 32, 32, 128, 128] and set(constrained[6:]) == {8}
+    four = da.Bucket(16, 4)
+    assert policy.round_ms[(four, 128)] == pytest.approx(walk(128), abs=0.01)
+    assert policy.round_ms[(da.Bucket(16), 128)] == pytest.approx(free(128), abs=0.01)
+    assert set(run_rounds(policy, gpu, 5, bs=16, phi=PHI, round_ms=free)) == {32}  # free rounds unchanged
+    view = policy.snapshot()
+    assert view["choice"] == {"16": 32, "16 grammar 4": 8}
+    assert view["round_ms"]["16 grammar 4"]["128"] == pytest.approx(walk(128), abs=0.01)
 
 
 # --- the chain among the choices ---------------------------------------------------------------
@@ -246,7 +268,7 @@ def test_rounds_that_verify_an_earlier_choice_are_timed_as_what_they_verify() ->
             chain_scores_with_mass(1, phi[CHAIN]),
         )
         gpu.now += 0.2
-    assert policy.round_ms == pytest.approx({(1, CHAIN): 1.0, (1, 32): 2.0, (1, 128): 3.0})
+    assert policy.round_ms == pytest.approx({(B1, CHAIN): 1.0, (B1, 32): 2.0, (B1, 128): 3.0})
     assert set(choices[-10:]) == set(verified[-10:]) == {CHAIN}
     assert policy._wanted == set()  # no width left waiting to be timed
 
@@ -255,8 +277,8 @@ def test_a_round_far_above_its_widths_running_cost_is_left_out_as_a_stall() -> N
     """What serving.md warns of for grammar rounds that wait on the host walk."""
     policy, gpu = make(sample_every=1, explore_every=1000)
     run_rounds(policy, gpu, 12, phi=PHI, round_ms=lambda b: 10.0)
-    assert all(policy.round_ms[(1, b)] == pytest.approx(10.0) for b in BUDGETS)
+    assert all(policy.round_ms[(B1, b)] == pytest.approx(10.0) for b in BUDGETS)
     run_rounds(policy, gpu, 20, phi=PHI, round_ms=lambda b: 10.0 + da.MAX_EXCESS_MS + 1.0)
-    assert all(policy.round_ms[(1, b)] == pytest.approx(10.0) for b in BUDGETS)
+    assert all(policy.round_ms[(B1, b)] == pytest.approx(10.0) for b in BUDGETS)
     run_rounds(policy, gpu, 20, phi=PHI, round_ms=lambda b: 10.0 + da.MAX_EXCESS_MS - 1.0)
     assert max(policy.round_ms.values()) > 20.0

@@ -50,8 +50,8 @@ def recording_policy(gpu: FakeGPU) -> tuple:
     choices = []
     begin = policy.begin_round
 
-    def recorded(bs, shape=None):
-        choices.append(begin(bs, shape))
+    def recorded(bs, shape=None, **kwargs):
+        choices.append(begin(bs, shape, **kwargs))
         return choices[-1]
 
     policy.begin_round = recorded
@@ -154,5 +154,18 @@ def test_rank_0_sends_its_policys_choice_and_verifies_what_it_sent_lag_rounds_la
         accepted = torch.full((2,), round(PHI[verified[-1]]) + 1)
         leader.end_round(tree_scores(2), accepted, chain_scores(2))
     assert verified == lagged(choices, [2] * 12)
-    assert policy.round_ms[(2, CHAIN)] == pytest.approx(1.0)  # timed as what it verified
+    assert policy.round_ms[(da.Bucket(2), CHAIN)] == pytest.approx(1.0)  # timed as what it verified
     assert gpu.syncs == 0
+
+
+def test_a_followers_choices_are_kept_apart_for_rounds_with_grammar_requests() -> None:
+    """Rank 0 times constrained batches in tables of their own; what it chose for one applies to
+    rounds of that batch size with as many constrained requests (to a power of two)."""
+    follower = shared_budget(None, FakeGPU())
+    sent = [(0, CHAIN), (3, 32), (0, CHAIN), (4, 32), (0, CHAIN), (1, 128)]
+    verified = []
+    for grammar_requests, shape in sent:
+        verified.append(follower.begin_round(1, grammar_requests=grammar_requests))
+        follower.received(torch.tensor([[float(BUDGETS.index(shape))], [-1.0]], dtype=torch.float64))
+    # LAG rounds later: the free rounds take the chain, the 3- and 4-request rounds B = 32
+    assert verified == [WIDEST, WIDEST, CHAIN, 32, CHAIN, WIDEST]

@@ -32,6 +32,14 @@ dictionary lookup. At a batch size, widths not timed yet are tried (and measured
 context. A width's first timings keep the lower one (a first replay may pay a one-off cost), later
 ones move an average.
 
+A batch holding grammar-constrained requests is timed in tables of its own, per power of two of
+such requests (``Bucket``): SGLang's grammar bitmask walk runs on the host beside the verify, at
+0.17 - 0.24 ms per tree node and constrained request on a 2-core host (2026-12-05, 5.55 ms at
+B = 32, 43.75 at B = 256), so where it outlasts the verify it lengthens the round, the more the
+wider the tree. Timed with the unconstrained rounds, those rounds would sit above the running
+cost by more than ``MAX_EXCESS_MS`` and be dropped as stalls, and the widths would keep the cost
+of rounds without a walk.
+
 Under tensor parallelism only rank 0 runs the policy, and every rank verifies its choice a
 couple of rounds later (ddtree_adaptive_tp): a round then verifies a shape chosen earlier
 (``begin_round``'s ``shape``), and is timed as that shape.
@@ -42,7 +50,7 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import torch
 
@@ -69,9 +77,25 @@ def graph_bucket(batch_sizes: Sequence[int], bs: int) -> int:
     return 1 << (int(bs) - 1).bit_length()
 
 
+class Bucket(NamedTuple):
+    """The rounds one cost table times: the graph batch size the batch pads to, and its
+    grammar-constrained requests rounded up to a power of two (0: none)."""
+
+    batch_size: int
+    grammar: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.batch_size}" + (f" grammar {self.grammar}" if self.grammar else "")
+
+
+def round_bucket(batch_sizes: Sequence[int], bs: int, grammar_requests: int = 0) -> Bucket:
+    grammar = 1 << (int(grammar_requests) - 1).bit_length() if grammar_requests > 0 else 0
+    return Bucket(graph_bucket(batch_sizes, bs), grammar)
+
+
 @dataclass
 class _Round:
-    key: Tuple[int, Shape]  # (batch-size bucket, shape)
+    key: Tuple[Bucket, Shape]
     start: Any  # CUDA event at the round's first launch
     batch_size: int
     done: Any = None  # CUDA event after the round's last launch (``end_round``)
@@ -91,7 +115,7 @@ class AdaptiveBudget:
         new_event / new_host_buffer: ``torch.cuda.Event(enable_timing=True)`` and a pinned
             float32 host tensor of a given length; injectable for CPU tests.
 
-    Use per decode round: ``shape = begin_round(bs)`` before the first launch, then
+    Use per decode round: ``shape = begin_round(bs, grammar_requests=n)`` before the first launch, then
     ``end_round(log_scores, accept_lens, chain_log_scores)`` after the last; ``interrupt()``
     before another batch (a prefill) runs.
     """
@@ -124,14 +148,14 @@ class AdaptiveBudget:
         self._free_slots = [new_host_buffer(len(self.budgets) + 1) for _ in range(STATS_SLOTS)]
         self._pending: Deque[_Round] = deque()
         self._open: Optional[_Round] = None  # the measured round awaiting its end event
-        self.round_ms: Dict[Tuple[int, Shape], float] = {}  # r(bs, w)
-        self.gap_ms: Dict[int, float] = {}  # g(bs), per bucket
-        self._samples: Dict[Tuple[int, Shape], int] = {}
-        self._timed_at: Dict[Tuple[int, Shape], int] = {}  # round count when last timed
-        self._best: Dict[int, Shape] = {}  # per bucket, until the next fold brings news
-        self._wanted: Set[Tuple[int, Shape]] = set()  # chosen to be timed, not timed since
-        self._rounds: Dict[int, int] = {}  # per bucket
-        self._timed_buckets: Set[int] = set()  # every width has MIN_SAMPLES timings there
+        self.round_ms: Dict[Tuple[Bucket, Shape], float] = {}  # r(bs, w)
+        self.gap_ms: Dict[Bucket, float] = {}  # g(bs), per bucket
+        self._samples: Dict[Tuple[Bucket, Shape], int] = {}
+        self._timed_at: Dict[Tuple[Bucket, Shape], int] = {}  # round count when last timed
+        self._best: Dict[Bucket, Shape] = {}  # per bucket, until the next fold brings news
+        self._wanted: Set[Tuple[Bucket, Shape]] = set()  # chosen to be timed, not timed since
+        self._rounds: Dict[Bucket, int] = {}  # per bucket
+        self._timed_buckets: Set[Bucket] = set()  # every width has MIN_SAMPLES timings there
         self._round_count = 0
         self.phi: Optional[List[float]] = None  # Φ̄ per shape (``budgets`` order), per request
         self._accepted = 0.0  # EMAs of accepted drafts and of Φ at the widths used, per request
@@ -160,12 +184,15 @@ class AdaptiveBudget:
             "scale": round(self.scale, 4),
         }
 
-    def bucket(self, bs: int) -> int:
-        return graph_bucket(self.batch_sizes, bs)
+    def bucket(self, bs: int, grammar_requests: int = 0) -> Bucket:
+        return round_bucket(self.batch_sizes, bs, grammar_requests)
 
-    def begin_round(self, bs: int, shape: Optional[Shape] = None) -> Shape:
-        """The shape the policy chooses for a round at ``bs`` now; on a measured round (or
-        right after one) marks its start on the current stream.
+    def begin_round(
+        self, bs: int, shape: Optional[Shape] = None, *, grammar_requests: int = 0
+    ) -> Shape:
+        """The shape the policy chooses for a round at ``bs`` with ``grammar_requests`` of its
+        requests constrained now; on a measured round (or right after one) marks its start on
+        the current stream.
 
         The round verifies that choice, or ``shape`` where the caller fixed it (under TP: what
         rank 0 chose rounds before, ddtree_adaptive_tp); it is timed as the shape it verifies,
@@ -177,7 +204,7 @@ class AdaptiveBudget:
             self._close(start, timed=True)
         self._fold()
         self._round_count += 1
-        bucket = self.bucket(bs)
+        bucket = self.bucket(bs, grammar_requests)
         choice, explore = self._choose(bucket)
         if explore:
             self._wanted.add((bucket, choice))
@@ -231,7 +258,7 @@ class AdaptiveBudget:
         rnd.end, rnd.timed = end, timed
         self._pending.append(rnd)
 
-    def _choose(self, bucket: int) -> Tuple[Shape, bool]:
+    def _choose(self, bucket: Bucket) -> Tuple[Shape, bool]:
         """The shape, and whether it is chosen to be timed rather than for its θ."""
         count = self._rounds[bucket] = self._rounds.get(bucket, 0) + 1
         if bucket not in self._timed_buckets:  # samples only grow: once timed, always timed
@@ -246,7 +273,7 @@ class AdaptiveBudget:
             best = self._best[bucket] = self._most_tokens_per_ms(bucket)
         return best, False
 
-    def _most_tokens_per_ms(self, bucket: int) -> Shape:
+    def _most_tokens_per_ms(self, bucket: Bucket) -> Shape:
         if self.phi is None:
             return self.widest
         scale = self.scale
@@ -273,7 +300,7 @@ class AdaptiveBudget:
         if folded:
             self._best.clear()
 
-    def _time(self, key: Tuple[int, Shape], ms: float) -> None:
+    def _time(self, key: Tuple[Bucket, Shape], ms: float) -> None:
         old = self.round_ms.get(key)
         if old is not None and ms > old + MAX_EXCESS_MS:
             return
@@ -286,7 +313,7 @@ class AdaptiveBudget:
             self.round_ms[key] = old + COST_EMA * (ms - old)
         self._timed_at[key] = self._round_count
 
-    def _time_gap(self, bucket: int, ms: float) -> None:
+    def _time_gap(self, bucket: Bucket, ms: float) -> None:
         old = self.gap_ms.get(bucket)
         if old is None:
             self.gap_ms[bucket] = ms

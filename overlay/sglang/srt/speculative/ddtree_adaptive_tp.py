@@ -10,7 +10,8 @@ top-K pieces (``ddtree_tp.gather_topk_pieces_with_tail``; rank 0's is the index 
 policy chose for this round's batch size), so no second collective pays its latency (tens of µs
 between PCIe-linked GPUs). After the all-gather every rank copies rank 0's value to pinned memory
 behind an event, and the round ``LAG`` rounds later takes it in: from then on, rounds at that
-batch size (its graph bucket) verify that shape; before any choice arrives, the widest.
+batch size (its graph bucket, and as many grammar-constrained requests: ``Bucket``) verify that
+shape; before any choice arrives, the widest.
 
 Every rank counts the same decode rounds at the same batch sizes (the scheduler's batches are
 the same on every rank), so every rank applies the same choices at the same rounds. Two rounds
@@ -28,7 +29,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from sglang.srt.speculative.ddtree_adaptive import AdaptiveBudget, graph_bucket
+from sglang.srt.speculative.ddtree_adaptive import AdaptiveBudget, Bucket, round_bucket
 from sglang.srt.speculative.ddtree_budget import Shape, shape_order
 
 LAG = 2  # rounds from rank 0's choice to the first round that verifies it
@@ -69,23 +70,23 @@ class RankZeroBudget:
         self._new_host_buffer = new_host_buffer or (
             lambda: torch.empty(1, dtype=torch.float64, pin_memory=True)
         )
-        self._chosen: Dict[int, Shape] = {}  # per bucket: rank 0's latest choice applied
+        self._chosen: Dict[Bucket, Shape] = {}  # per bucket: rank 0's latest choice applied
         # (round, bucket, pinned slot, event) of each round whose choice has not been applied
-        self._in_flight: Deque[Tuple[int, int, torch.Tensor, Any]] = deque()
+        self._in_flight: Deque[Tuple[int, Bucket, torch.Tensor, Any]] = deque()
         self._free: List[Tuple[torch.Tensor, Any]] = []
         self._round = 0
-        self._bucket = 0  # this round's
+        self._bucket = Bucket(0)  # this round's
         self._proposal = -1.0  # what this rank sends: rank 0's choice's index
 
-    def begin_round(self, bs: int) -> Shape:
+    def begin_round(self, bs: int, *, grammar_requests: int = 0) -> Shape:
         """This round's shape, the same on every rank."""
         self._round += 1
         while self._in_flight and self._in_flight[0][0] <= self._round - LAG:
             self._apply(*self._in_flight.popleft()[1:])
-        self._bucket = graph_bucket(self.batch_sizes, bs)
+        self._bucket = round_bucket(self.batch_sizes, bs, grammar_requests)
         shape = self._chosen.get(self._bucket, self.budgets[-1])
         if self.policy is not None:
-            self._proposal = float(self.budgets.index(self.policy.begin_round(bs, shape)))
+            self._proposal = float(self.budgets.index(self.policy.begin_round(bs, shape, grammar_requests=grammar_requests)))
         return shape
 
     def tail(self) -> torch.Tensor:
@@ -116,7 +117,7 @@ class RankZeroBudget:
         if self.policy is not None:
             self.policy.interrupt()
 
-    def _apply(self, bucket: int, slot: torch.Tensor, event: Any) -> None:
+    def _apply(self, bucket: Bucket, slot: torch.Tensor, event: Any) -> None:
         if not event.query():
             event.synchronize()  # see the module docstring: agreement over speed
         self._chosen[bucket] = self.budgets[int(slot[0])]

@@ -159,6 +159,9 @@ SHARED_CONTRACT: Dict[str, Dict[str, object]] = {
     GDN_BACKEND + "._forward_metadata": {
         "source_reads": ("forward_batch.spec_info.retrieve_next_token",),
     },
+    # The adaptive policy times a batch by how many of its requests walk a grammar bitmask.
+    "sglang.srt.managers.schedule_batch:ScheduleBatch": {"fields": ("reqs", "has_grammar")},
+    "sglang.srt.managers.schedule_batch:Req": {"assigned": ("grammar",)},
 }
 
 

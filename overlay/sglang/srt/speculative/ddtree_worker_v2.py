@@ -395,7 +395,11 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         if adaptive is None:
             width = self.verify_widths.width_for(bs)
         else:
-            width = self.verify_widths.by_shape[adaptive.begin_round(bs)]
+            constrained = (
+                sum(req.grammar is not None for req in batch.reqs) if batch.has_grammar else 0
+            )
+            shape = adaptive.begin_round(bs, grammar_requests=constrained)
+            width = self.verify_widths.by_shape[shape]
         n = width.num_verify_tokens
         seq_lens_cpu, seq_lens_sum = planning_seq_lens(batch, draft_input, n)
         profiler = self.profiler
