@@ -108,8 +108,12 @@ def path_grammar_mask(reqs, tree, logits: torch.Tensor, rows: PathRows, barrier)
         barrier()
     next_token, next_sibling, draft = (t.tolist() for t in tree.resolve())
     nodes = len(draft[0])
-    top_values, top_ids = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)
-    top_values, top_ids = top_values.float().cpu(), top_ids.cpu()  # rows read as the paths reach them
+    top = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)
+    # Rows are read as the paths reach them; values and token ids reach the host in one copy
+    # (both exact in fp64).
+    packed = torch.cat([top.values.double(), top.indices.double()], dim=-1).cpu()
+    top_values, top_ids = packed.chunk(2, dim=-1)
+    top_ids = top_ids.long()
     for i, req in enumerate(reqs):
         grammar = req.grammar
         if grammar is None:
