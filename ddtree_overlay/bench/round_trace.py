@@ -31,8 +31,9 @@ Before the measured arms, an untimed primer engine of the first arm decodes the 
 shuts down (``--no-primer``: none): on a fresh machine the first DDTREE engine of a command ran
 2.0-2.7x slower per step than later ones (hybrid fixture, B = 32, 2026-12-02;
 docs/bench.md#the-primer-engine). Writes DIR/round_trace.json (the primer's record tagged
-``primer``, out of the table) and a markdown table to stdout. Run on the H200 in the
-interpreter with the patched sglang.
+``primer``, out of the table) and a markdown table to stdout; with random weights and a DFLASH
+arm, DDTREE ÷ DFLASH projected on the trace's costs with the DDTree paper's Qwen3-8B curve
+(``trace_projection``). Run on the H200 in the interpreter with the patched sglang.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B
 from ddtree_overlay.bench.arms import (
     DDTREE,
     EAGLE3,
@@ -62,6 +64,7 @@ from ddtree_overlay.bench.kernel_families import FAMILIES, short_kernel_name
 from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import asks_for_widest_batch, baseline_draft
 from ddtree_overlay.bench.settings import SETTINGS, Setting, make_setting
+from ddtree_overlay.bench.trace_projection import project_trace, trace_projection_lines
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
 from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment, requests_at_once
 
@@ -351,6 +354,9 @@ def main(argv: list | None = None) -> int:
         keep(attempt(name, partial(run_arm, name, arm, env, setting, args, out)))
     measured = [r for r in records if not r.get("primer")]
     print(table([r for r in measured if "error" not in r]))
+    if not setting.real_weights:
+        ok = [r for r in measured if "error" not in r]
+        print("\n".join(trace_projection_lines(project_trace(ok, PAPER_QWEN3_8B), PAPER_QWEN3_8B)))
     return 0 if all("error" not in r for r in measured) else 1
 
 

@@ -978,3 +978,21 @@ def test_the_second_t1_sample_at_seed_1_on_0517_as_cited():
     assert f"(p = {min(p):.3f}–{max(p):.3f}, against α = {0.01 / 16:.6f})" in text and f"{same} of its 8192" in text
     assert f"median {statistics.median(p):.2f}, against 0.10 at seed 0" in text and f"gives p = {combined:.3f} (0.021 at seed 0)" in text
     assert f"χ² p = {min(p):.3f}–{max(p):.3f} at α = 0.01 ÷ 16, all positions at once p = {combined:.3f}" in summary()
+
+
+def test_the_8b_bs16_projection_on_the_split_kv_round_trace_as_cited():
+    from ddtree_overlay.bench.trace_projection import project_trace
+
+    records = json.loads(lzma.decompress((BENCH / "2026-12-04-qwen3-8b-bs16-b16-splitkv" / "round_trace.json.xz").read_bytes()))
+    (b16,) = project_trace(records, PAPER_QWEN3_8B)
+    by_arm = {r["arm"]: r for r in records}
+    b15 = by_arm["ddtree-b15@SGLANG_DDTREE_VERIFY_ATTENTION=splitkv"]["step_ms"] / by_arm["dflash"]["step_ms"]  # both ran 16
+    text = " ".join(projection_section().split())
+    cited = (
+        f"costs **{b16['wall_ratio']:.3f}×** DFLASH's wall ms per request ({b16['kernel_ratio']:.3f}× in kernel time), "
+        f"so with the paper's τ {b16['tau']:.2f} the projection is **{x(b16['speedup_vs_dflash'])}** "
+        f"({x(b16['kernel_speedup_vs_dflash'])} on kernel time; τ {b16['break_even_tau']:.2f} breaks even)"
+    )
+    assert cited in text, cited
+    assert f"B = 15, DFLASH's width, costs {b15:.3f}× DFLASH's round" in text
+    assert f"wherever its τ exceeds {PAPER_QWEN3_8B.chain * b15:.2f}, {b15:.2f} of the chain's 7.79" in text

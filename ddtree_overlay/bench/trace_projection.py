@@ -1,0 +1,85 @@
+"""DDTREE ÷ DFLASH projected from a round trace (`round_trace.py`): each fixed-budget DDTREE arm's
+cost per request and round against the DFLASH arm's of the same trace, with an acceptance curve's
+τ on top, as `projection` does for a bench's cells.
+
+A trace decodes fixed waves of ``batch_size`` prompts, of which an engine runs at most its
+``requests_at_once``; a step's cost per request is its wall ms (and its GPU kernel ms, traced on
+the first wave) over the requests it ran. With random weights every round accepts one token, so
+the costs are a round's at that width and the curve supplies what a trained pair would accept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ddtree_overlay.bench.acceptance_curve import AcceptanceCurve
+from ddtree_overlay.bench.arms import DDTREE, DFLASH, parse_with_env
+from ddtree_overlay.bench.table_cells import DASH, cell
+
+
+def _running(record: Mapping[str, Any]) -> int:
+    return min(int(record["batch_size"]), int(record.get("requests_at_once") or record["batch_size"]))
+
+
+def _costs(record: Mapping[str, Any]) -> tuple[float, float | None]:
+    """Wall and kernel ms per request and round."""
+    running = _running(record)
+    kernel = (record.get("trace") or {}).get("gpu", {}).get("kernel_ms")
+    return record["step_ms"] / running, None if kernel is None else kernel / running
+
+
+def project_trace(records: Sequence[Mapping[str, Any]], curve: AcceptanceCurve) -> list[dict[str, Any]]:
+    """One row per fixed-budget DDTREE arm whose budget the curve covers, against the trace's
+    DFLASH arm (none without one): the cost ratios, τ, the τ that breaks even on wall time, and
+    the projected DDTREE ÷ DFLASH on wall and on kernel time."""
+    timed = [(r, parse_with_env(r["arm"])[0]) for r in records if r.get("step_ms") and not r.get("primer")]
+    chain = next((r for r, arm in timed if arm.algorithm == DFLASH), None)
+    if chain is None:
+        return []
+    chain_wall, chain_kernel = _costs(chain)
+    rows = []
+    for record, arm in timed:
+        budget = arm.policy.budget if arm.algorithm == DDTREE and not arm.chain else None
+        tau = None if budget is None else curve.tau(budget)
+        if tau is None:
+            continue
+        wall, kernel = _costs(record)
+        kernel_ratio = None if None in (kernel, chain_kernel) else kernel / chain_kernel
+        rows.append({
+            "arm": record["arm"],
+            "dflash": chain["arm"],
+            "budget": budget,
+            "tau": tau,
+            "wall_ratio": wall / chain_wall,
+            "kernel_ratio": kernel_ratio,
+            "break_even_tau": curve.chain * wall / chain_wall,
+            "speedup_vs_dflash": tau / curve.chain / (wall / chain_wall),
+            "kernel_speedup_vs_dflash": None if kernel_ratio is None else tau / curve.chain / kernel_ratio,
+        })
+    return rows
+
+
+def trace_projection_lines(rows: Sequence[Mapping[str, Any]], curve: AcceptanceCurve) -> list[str]:
+    if not rows:
+        return []
+
+    def x(value: float | None) -> str:
+        return DASH if value is None else f"x{value:.2f}"
+
+    lines = [
+        "",
+        f"**A projection, not a measurement**: DDTREE ÷ DFLASH with {curve.name} (DFLASH τ {curve.chain:g}) "
+        "on this trace's costs per request and round (random weights: one token per round, so a real "
+        "round's commit of τ tokens is not in them)",
+        "",
+        "| arm | τ (curve) | wall ratio | kernel ratio | τ to break even (wall) | projected (wall) | projected (kernel) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        kernel = cell(r["kernel_ratio"], ".3f")
+        lines.append(
+            f"| {r['arm']} | {r['tau']:.2f} | {r['wall_ratio']:.3f} | {kernel} | {r['break_even_tau']:.2f} | "
+            f"{x(r['speedup_vs_dflash'])} | {x(r['kernel_speedup_vs_dflash'])} |"
+        )
+    return lines
