@@ -31,12 +31,13 @@ def _costs(record: Mapping[str, Any]) -> tuple[float, float | None]:
 
 def project_trace(records: Sequence[Mapping[str, Any]], curve: AcceptanceCurve) -> list[dict[str, Any]]:
     """One row per fixed-budget DDTREE arm whose budget the curve covers, against the trace's
-    DFLASH arm (none without one): the cost ratios, τ, the τ that breaks even on wall time, and
-    the projected DDTREE ÷ DFLASH on wall and on kernel time."""
+    cheapest DFLASH arm per request and round (none without one): the cost ratios, τ, the τ that
+    breaks even on wall time, and the projected DDTREE ÷ DFLASH on wall and on kernel time."""
     timed = [(r, parse_with_env(r["arm"])[0]) for r in records if r.get("step_ms") and not r.get("primer")]
-    chain = next((r for r, arm in timed if arm.algorithm == DFLASH), None)
-    if chain is None:
+    chains = [r for r, arm in timed if arm.algorithm == DFLASH]
+    if not chains:
         return []
+    chain = min(chains, key=lambda r: _costs(r)[0])
     chain_wall, chain_kernel = _costs(chain)
     rows = []
     for record, arm in timed:
@@ -70,8 +71,8 @@ def trace_projection_lines(rows: Sequence[Mapping[str, Any]], curve: AcceptanceC
     lines = [
         "",
         f"**A projection, not a measurement**: DDTREE ÷ DFLASH with {curve.name} (DFLASH τ {curve.chain:g}) "
-        "on this trace's costs per request and round (random weights: one token per round, so a real "
-        "round's commit of τ tokens is not in them)",
+        f"on this trace's costs per request and round, against {rows[0]['dflash']} (its cheapest DFLASH arm; "
+        "random weights: one token per round, so a real round's commit of τ tokens is not in them)",
         "",
         "| arm | τ (curve) | wall ratio | kernel ratio | τ to break even (wall) | projected (wall) | projected (kernel) |",
         "|---|---|---|---|---|---|---|",

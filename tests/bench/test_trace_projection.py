@@ -15,10 +15,11 @@ def record(arm: str, step_ms: float, kernel_ms: float | None, *, at_once: int = 
     return {"arm": arm, "batch_size": 16, "requests_at_once": at_once, "step_ms": step_ms, **trace, **extra}
 
 
-def test_each_budget_on_the_curve_is_projected_against_the_traces_dflash_per_request_running() -> None:
+def test_each_budget_on_the_curve_is_projected_against_the_traces_cheapest_dflash_per_request_running() -> None:
     records = [
         record("ddtree-b16", 12.0, 10.0, primer=True),  # the untimed primer: not a row
         record("dflash", 10.0, 8.0, at_once=8),  # capped: 8 requests ran its steps
+        record("dflash-no-overlap@flashinfer", 12.0, 8.0),  # 0.75 ms per request: the cheaper
         record("ddtree-b16@SGLANG_DDTREE_VERIFY_ATTENTION=splitkv", 22.0, 17.6),
         record("ddtree-b32", 30.0, None),  # τ 5.5 between 16 and 64, in log2 B
         record("ddtree-b15", 20.0, 16.0),  # outside the curve
@@ -28,13 +29,14 @@ def test_each_budget_on_the_curve_is_projected_against_the_traces_dflash_per_req
     rows = project_trace(records, CURVE)
     assert [r["arm"] for r in rows] == ["ddtree-b16@SGLANG_DDTREE_VERIFY_ATTENTION=splitkv", "ddtree-b32"]
     b16, b32 = rows
-    assert (b16["wall_ratio"], b16["kernel_ratio"]) == pytest.approx((22 / 16 / (10 / 8), 17.6 / 16 / (8 / 8)))
-    assert b16["speedup_vs_dflash"] == pytest.approx(5.0 / 4.0 / 1.1)
-    assert b16["kernel_speedup_vs_dflash"] == pytest.approx(5.0 / 4.0 / 1.1)
-    assert b16["break_even_tau"] == pytest.approx(4.0 * 1.1)
+    assert b16["dflash"] == "dflash-no-overlap@flashinfer"
+    assert (b16["wall_ratio"], b16["kernel_ratio"]) == pytest.approx((22 / 16 / (12 / 16), 17.6 / 16 / (8 / 16)))
+    assert b16["speedup_vs_dflash"] == pytest.approx(5.0 / 4.0 / (22 / 12))
+    assert b16["kernel_speedup_vs_dflash"] == pytest.approx(5.0 / 4.0 / 2.2)
+    assert b16["break_even_tau"] == pytest.approx(4.0 * 22 / 12)
     assert b32["tau"] == pytest.approx(5.5) and b32["kernel_ratio"] is None
     lines = trace_projection_lines(rows, CURVE)
-    assert "| ddtree-b32 | 5.50 | 1.500 | \u2013 | 6.00 | x0.92 | \u2013 |" in lines
+    assert "| ddtree-b32 | 5.50 | 2.500 | \u2013 | 10.00 | x0.55 | \u2013 |" in lines
     assert lines[1].startswith("**A projection, not a measurement**")
 
 
