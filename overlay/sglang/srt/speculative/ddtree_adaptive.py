@@ -115,9 +115,9 @@ class AdaptiveBudget:
         new_event / new_host_buffer: ``torch.cuda.Event(enable_timing=True)`` and a pinned
             float32 host tensor of a given length; injectable for CPU tests.
 
-    Use per decode round: ``shape = begin_round(bs, grammar_requests=n)`` before the first launch, then
-    ``end_round(log_scores, accept_lens, chain_log_scores)`` after the last; ``interrupt()``
-    before another batch (a prefill) runs.
+    Use per decode round: ``shape = begin_round(bs, grammar_requests=n)`` before the first
+    launch, then ``end_round(log_scores, accept_lens, chain_log_scores)`` after the last;
+    ``interrupt()`` before another batch (a prefill) runs.
     """
 
     def __init__(

@@ -16,7 +16,10 @@ sampler's whole law (its filters in the sampler's order, min-p last) and the oth
 input through; a batch with min-p requests has eagle_sample take the top-k step, so one is
 called. ``RenormSite`` names where the release's eagle_sample finds the renormalisers and
 ``SamplerBackend`` how its sampler reads its backend; ``law_problems`` checks both on CPU (the
-matrix runs it with the compat contract).
+matrix runs it with the compat contract). On an H100 (2026-12-05, 0.5.14, the dense fixture
+pair, 8192 draws a side) the tree's tokens passed a χ² test against target-only sampling at
+every position 1 - 8 at T = 1.5 with top-k 20 and top-p 0.8, without and with min-p 0.2, and
+eagle_sample's own law failed it in both.
 """
 
 from __future__ import annotations
