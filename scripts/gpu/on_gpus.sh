@@ -65,10 +65,12 @@ main() {
   source scripts/gpu/setup_env.sh "$bundle"
   rm -rf "$JOBS" && mkdir -p "$JOBS"
   # The device copies the working tree; its git HEAD can be an older commit than the tree
-  # (2026-12-05: the checkout's first), so the line also counts the files that differ from it.
+  # (2026-12-05: the checkout's first), so the line also counts the files that differ from it,
+  # and the sources' digest is what names the commit the call ran.
   local changed
   changed=$(git status --porcelain 2>/dev/null | wc -l)
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $changed paths differing from it in the tree sent; setup took $((SECONDS - start)) s"
+  echo "sources: $(bash scripts/gpu/source_digest.sh) (scripts/gpu/source_digest.sh in a clean checkout names the commit)"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
   overlay apply --env "$ENV_PY" || return 3
   local pids=() index=0 gpus job
