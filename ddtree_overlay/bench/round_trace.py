@@ -353,9 +353,9 @@ def main(argv: list | None = None) -> int:
         print(f"== {name}", flush=True)
         keep(attempt(name, partial(run_arm, name, arm, env, setting, args, out)))
     measured = [r for r in records if not r.get("primer")]
-    print(table([r for r in measured if "error" not in r]))
+    ok = [r for r in measured if "error" not in r]
+    print(table(ok))
     if not setting.real_weights:
-        ok = [r for r in measured if "error" not in r]
         print("\n".join(trace_projection_lines(project_trace(ok, PAPER_QWEN3_8B), PAPER_QWEN3_8B)))
     return 0 if all("error" not in r for r in measured) else 1
 
