@@ -16,8 +16,10 @@
 # Tensor parallelism, both GPUs in one job, one step after the other:
 #   GPUS_PER_JOB=2 bash scripts/gpu/on_gpus.sh .devsite/site-0.5.14.tar.xz \
 #     'check tp; bench qwen3-8b-random --tp-size 2 --budgets 32 --batch-sizes 1 --temperatures 0'
-# $OUT receives log.txt (setup, apply, rollback, status and every job's tail) and jobs.tar.gz
-# (job-N/: the bench's or the check's results and its full log).
+# $OUT receives log.txt (setup, apply, rollback, status and every job's tail), jobs.tar.gz
+# (job-N/: the bench's or the check's results and its full log) and compile-cache.tar.xz (the
+# kernels the machine compiled: copied to .devcache/ and carried, a fresh machine's first engine
+# skips those compiles; scripts/gpu/compile_cache.sh).
 set -uo pipefail
 usage="usage: bash scripts/gpu/on_gpus.sh BUNDLE 'JOB' ['JOB' ...]"
 bundle=${1:?$usage}
@@ -72,6 +74,7 @@ main() {
   echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $changed paths differing from it in the tree sent; setup took $((SECONDS - start)) s"
   echo "sources: $(bash scripts/gpu/source_digest.sh) (scripts/gpu/source_digest.sh in a clean checkout names the commit)"
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+  bash scripts/gpu/compile_cache.sh restore .devcache/compile-cache.tar.xz
   overlay apply --env "$ENV_PY" || return 3
   local pids=() index=0 gpus job
   for job in "$@"; do
@@ -99,6 +102,7 @@ main() {
   echo "== rollback ($((SECONDS - start)) s)"
   overlay rollback --env "$ENV_PY"
   overlay status --env "$ENV_PY"
+  bash scripts/gpu/compile_cache.sh save "$OUT/compile-cache.tar.xz"
   tar -czf "$OUT/jobs.tar.gz" -C "$JOBS" .
   echo "done after $((SECONDS - start)) s"
 }
