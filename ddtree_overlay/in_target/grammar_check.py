@@ -13,7 +13,8 @@ batch that got through stops the round. From 0.5.17:
 * under SGLANG_DDTREE_GRAMMAR_MASK=path (rows filled along the greedy accept path only): on the
   narrow tree, on random drafters and targets whose scores tie, on a flat target (every token
   tied, past the path mask's top-k: CPU torch's top-k of 16 equal scores leaves out ids 0-7),
-  and on wide-vocabulary rounds whose top-k holds no allowed token, the
+  on wide-vocabulary rounds whose top-k holds no allowed token, and on a NaN logit that
+  SGLANG_SANITIZE_NAN_LOGITS turns into -1e30 before eagle_sample's mask, the
   masked greedy walk accepts the nodes and tokens it accepts under SGLang's walk, its bitmask
   holds exactly the rows on that path, each equal to SGLang's, the grammar left where it was.
 """
@@ -54,6 +55,8 @@ def grammar_check():
 
 
 def _path_mask_problems(narrow):
+    import os
+
     import torch
 
     problems = _same_walk(narrow, "narrow tree")
@@ -70,6 +73,13 @@ def _path_mask_problems(narrow):
     flat = _round(NARROW_VOCAB, halves(4, len(NARROW_VOCAB)), budget=10)
     flat.target = torch.zeros_like(flat.target)  # every token tied, past any top-k
     problems += _same_walk(flat, "a flat target")
+    nan = _round(NARROW_VOCAB, _scores(NARROW_VOCAB, NARROW_DRAFT), budget=10)
+    nan.target[0, NARROW_VOCAB.index("7")] = float("nan")  # at a token the grammar allows there
+    os.environ["SGLANG_SANITIZE_NAN_LOGITS"] = "1"  # eagle_sample then reads it as -1e30
+    try:
+        problems += _same_walk(nan, "a NaN logit under SGLANG_SANITIZE_NAN_LOGITS=1")
+    finally:
+        del os.environ["SGLANG_SANITIZE_NAN_LOGITS"]
     for seed in range(WIDE_ROUNDS):  # the top-k holds no allowed token: whole rows decide
         case = _round(WIDE_VOCAB, torch.randn(3, len(WIDE_VOCAB), generator=generator), budget=24)
         case.target[:, : len(MARKS)] -= 3.0
@@ -181,8 +191,11 @@ def _masked(case, barrier=None):
     it applied."""
     from sglang.srt.speculative import ddtree_compat as compat
 
+    from sglang.srt.utils.async_probe import sanitize_nan_logits
+
     logits = types.SimpleNamespace(next_token_logits=case.target.clone())
     mask = compat.grammar_mask(case.batch, compat.grammar_tree(case.batch, case.verify_input), logits, barrier)
+    sanitize_nan_logits(logits.next_token_logits)  # eagle_sample's order: sanitised, then masked
     mask.apply(logits.next_token_logits)
     return mask, logits.next_token_logits
 

@@ -162,6 +162,15 @@ ADAPTIVE_CASES = (
 )
 
 
+def _strict_thinking_case():
+    """Strict thinking gives every request a grammar: served where the tree verify applies
+    grammars (0.5.17+), refused at startup before."""
+    from sglang.srt.speculative.ddtree_compat import GRAMMAR_TREE
+
+    extra = {"enable_strict_thinking": True, "speculative_dflash_block_size": 16}
+    return extra, ((16, 16, 15) if GRAMMAR_TREE else "--enable-strict-thinking's grammar")
+
+
 def resolution_check():
     """DDTREE's server-args hook on real ServerArgs (the bundled fixture pair as model paths).
 
@@ -180,6 +189,7 @@ def resolution_check():
         RESOLUTION_CASES
         + (SCHEDULE_CASES if "speculative_ddtree_budget_schedule" in flags else ())
         + (ADAPTIVE_CASES if "speculative_ddtree_adaptive_budgets" in flags else ())
+        + (_strict_thinking_case(),)
     )
     for extra, expected in cases:
         try:

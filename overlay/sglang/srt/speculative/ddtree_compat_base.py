@@ -299,7 +299,12 @@ class CompatShim:
         if envs.SGLANG_DDTREE_GRAMMAR_MASK.get() == "path" and path_mask_applies(sampling_info):
             path_rows = PathRows.allocate(batch.reqs, sampling_info.vocab_size)
         if path_rows is not None:
+            from sglang.srt.utils.async_probe import sanitize_nan_logits
+
             logits = logits_output.next_token_logits
+            # eagle_sample's first step (SGLANG_SANITIZE_NAN_LOGITS), here before the path is
+            # read: the accept's argmax sees no NaN, so neither may the walk that predicts it.
+            sanitize_nan_logits(logits, "verify: target model logits")
             mask = path_grammar_mask(batch.reqs, tree, logits, path_rows, barrier)
             if mask is None:
                 return None

@@ -213,6 +213,7 @@ GRAMMAR_TREE_CONTRACT: Dict[str, Dict[str, object]] = {
         **SHARED_CONTRACT["sglang.srt.speculative.eagle_utils:eagle_sample"],
         "params": ("verify_input", "batch", "logits_output", "grammar_mask"),
         "source_reads": (
+            "sanitize_nan_logits(next_token_logits,",
             "sampling_info.acc_additive_penalties",
             "sampling_info.acc_scaling_penalties",
             "sampling_info.logit_bias",
@@ -220,6 +221,8 @@ GRAMMAR_TREE_CONTRACT: Dict[str, Dict[str, object]] = {
             "torch.argmax(next_token_logits, dim=-1)",
         ),
     },
+    # ... whose first step the path mask repeats before it reads the verify's logits
+    "sglang.srt.utils.async_probe:sanitize_nan_logits": {"params": ("logits", "msg")},
     # DDTREE's spec class answers supports_grammar_overlap() False unless
     # SGLANG_DDTREE_GRAMMAR_OVERLAP=1: the scheduler then resolves the previous round's result,
     # which advances each grammar, before a grammar batch's round, and hands the worker no

@@ -146,7 +146,7 @@ def _handle_ddtree(server_args: "ServerArgs") -> None:
 
 def _unsupported_ddtree_settings(cfg):
     """Every reason DDTREE cannot run with these flags, in order of checking."""
-    from sglang.srt.speculative.ddtree_compat import attention_backends
+    from sglang.srt.speculative.ddtree_compat import GRAMMAR_TREE, attention_backends
 
     prefill_backend, decode_backend = attention_backends(cfg)
     for name, backend in (("prefill", prefill_backend), ("decode", decode_backend)):
@@ -201,6 +201,13 @@ def _unsupported_ddtree_settings(cfg):
         yield "DDTREE does not support --speculative-adaptive."
     if cfg.enable_return_hidden_states:
         yield "DDTREE does not support --enable-return-hidden-states."
+    if getattr(cfg, "enable_strict_thinking", False) and not GRAMMAR_TREE:
+        # Strict thinking gives every request a reasoning grammar, which DFlash's request
+        # check (json_schema / regex / ebnf / structural_tag) lets through to the round.
+        yield (
+            "DDTREE cannot apply --enable-strict-thinking's grammar to its tree verify on this "
+            "sglang release (0.5.17+ can)."
+        )
     if getattr(cfg, "elastic_ep_backend", None) is not None:
         # From 0.5.21 a scale event recaptures the target's decode graphs and replaces its
         # runner; the verify-width graphs DDTREE holds would go stale.
