@@ -190,7 +190,6 @@ def _masked(case, barrier=None):
     """The round's mask as the worker builds it through the shim, and the target's logits with
     it applied."""
     from sglang.srt.speculative import ddtree_compat as compat
-
     from sglang.srt.utils.async_probe import sanitize_nan_logits
 
     logits = types.SimpleNamespace(next_token_logits=case.target.clone())

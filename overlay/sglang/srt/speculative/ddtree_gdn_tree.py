@@ -89,6 +89,17 @@ def verify_v_block(bs: int, v_dim: int) -> int:
     return min(triton.next_power_of_2(v_dim), 8 if bs <= 4 else 16)
 
 
+def prefetch_depth(v_block: int) -> int:
+    """The verify's lookahead (0 none, 1 the walk, 2 the walk and the inputs): a step's inputs
+    loaded a step early hide their latency behind its update, but each thread holds its k and q
+    rows replicated across the block's columns, so at V block 16 the inputs' lookahead takes
+    sm_90 from 128 to 224 registers a thread (ahead-of-time builds, 2026-12-05) and the
+    occupancy that hides latency across programs; at V block 8 it takes 80 to 96, and the walk's
+    lookahead alone keeps 128 at V block 16. Not yet timed on a GPU: scripts/gpu/gdn_flat_state.py
+    times 0, 1 and 2."""
+    return 2 if v_block <= 8 else 1
+
+
 def max_path_len(block_size: int) -> int:
     """Root-to-node path length bound of a DDTREE tree: its deepest node is block_size - 1."""
     return triton.next_power_of_2(max(int(block_size), 1))
@@ -361,6 +372,28 @@ def tree_walk(parents: torch.Tensor, num_verify_tokens: int, slots: int) -> torc
 
 
 @triton.jit
+def _walk_step(walk_ptr, base, j, HAS_PARENTS: tl.constexpr):
+    """The walk's j-th step: (node, reload slot, store slot); without parents the chain's."""
+    if HAS_PARENTS:
+        p_walk = walk_ptr + (base + j) * 3
+        return tl.load(p_walk), tl.load(p_walk + 1), tl.load(p_walk + 2)
+    else:
+        return j, j * 0 - 1, j * 0 - 1
+
+
+@triton.jit
+def _node_inputs(row, k_head, v_head, a_head, b_head, q_head, stride_k, stride_v, stride_a, stride_b, stride_q, o_k, o_v, mask_k, mask_v):
+    """One verify row's inputs from the head's base pointers: k, v as stored, a, b, q (k, a, b
+    and q in fp32)."""
+    b_k = tl.load(k_head + row * stride_k + o_k, mask=mask_k, other=0).to(tl.float32)
+    v_raw = tl.load(v_head + row * stride_v + o_v, mask=mask_v, other=0)
+    b_a = tl.load(a_head + row * stride_a).to(tl.float32)
+    b_b = tl.load(b_head + row * stride_b).to(tl.float32)
+    b_q = tl.load(q_head + row * stride_q + o_k, mask=mask_k, other=0).to(tl.float32)
+    return b_k, v_raw, b_a, b_b, b_q
+
+
+@triton.jit
 def _tree_verify_kernel(
     q_ptr,
     k_ptr,
@@ -404,6 +437,7 @@ def _tree_verify_kernel(
     STASH: tl.constexpr,
     SOFTPLUS_THRESHOLD: tl.constexpr,
     L2NORM_EPS: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     req = tl.program_id(0).to(tl.int64)
     i_v = tl.program_id(1)
@@ -430,21 +464,44 @@ def _tree_verify_kernel(
     scratch_base = scratch_ptr + req * stride_scratch_req + i_hv * V * K
 
     base = req * n_tokens
+    k_head, v_head = k_ptr + i_h * stride_k_head, v_ptr + i_hv * stride_v_head
+    a_head, b_head, q_head = a_ptr + i_hv, b_ptr + i_hv, q_ptr + i_h * stride_q_head
+    # PREFETCH steps of lookahead (prefetch_depth): 1 loads the walk's next entry during this
+    # step, so a step's input loads need not wait for its entry; 2 also loads the next step's
+    # inputs, so a step starts with them in registers (the last steps ask for the last node
+    # again). The same arithmetic on the same values whatever the depth.
+    first = tl.zeros([], dtype=tl.int32)
+    if PREFETCH >= 1:
+        nx_node, nx_reload, nx_store = _walk_step(walk_ptr, base, first, HAS_PARENTS)
+    if PREFETCH == 2:
+        nx_k, nx_v, nx_a, nx_b, nx_q = _node_inputs(
+            base + nx_node, k_head, v_head, a_head, b_head, q_head,
+            stride_k_tok, stride_v_tok, stride_a_tok, stride_b_tok, stride_q_tok, o_k, o_v, mask_k, mask_v,
+        )
+        cur_node, cur_reload, cur_store = nx_node, nx_reload, nx_store
+        nx_node, nx_reload, nx_store = _walk_step(walk_ptr, base, tl.minimum(first + 1, n_tokens - 1), HAS_PARENTS)
     for j in range(n_tokens):  # preorder: every parent before its children
-        if HAS_PARENTS:
-            p_walk = walk_ptr + (base + j) * 3
-            node = tl.load(p_walk)
-            reload = tl.load(p_walk + 1)
-            store = tl.load(p_walk + 2)
+        if PREFETCH == 2:
+            node, reload, store = cur_node, cur_reload, cur_store
+            b_k, v_raw, b_a, b_b, b_q = nx_k, nx_v, nx_a, nx_b, nx_q
+            nx_k, nx_v, nx_a, nx_b, nx_q = _node_inputs(
+                base + nx_node, k_head, v_head, a_head, b_head, q_head,
+                stride_k_tok, stride_v_tok, stride_a_tok, stride_b_tok, stride_q_tok, o_k, o_v, mask_k, mask_v,
+            )
+            cur_node, cur_reload, cur_store = nx_node, nx_reload, nx_store
+            nx_node, nx_reload, nx_store = _walk_step(walk_ptr, base, tl.minimum(j + 2, n_tokens - 1), HAS_PARENTS)
         else:
-            node = j  # a chain
-        # Every input of the node first: none waits behind the scratch store below.
+            if PREFETCH == 1:
+                node, reload, store = nx_node, nx_reload, nx_store
+                nx_node, nx_reload, nx_store = _walk_step(walk_ptr, base, tl.minimum(j + 1, n_tokens - 1), HAS_PARENTS)
+            else:
+                node, reload, store = _walk_step(walk_ptr, base, j, HAS_PARENTS)
+            # Every input of the node first: none waits behind the scratch store below.
+            b_k, v_raw, b_a, b_b, b_q = _node_inputs(
+                base + node, k_head, v_head, a_head, b_head, q_head,
+                stride_k_tok, stride_v_tok, stride_a_tok, stride_b_tok, stride_q_tok, o_k, o_v, mask_k, mask_v,
+            )
         row = base + node
-        b_k = tl.load(k_ptr + row * stride_k_tok + i_h * stride_k_head + o_k, mask=mask_k, other=0).to(tl.float32)
-        v_raw = tl.load(v_ptr + row * stride_v_tok + i_hv * stride_v_head + o_v, mask=mask_v, other=0)
-        b_a = tl.load(a_ptr + row * stride_a_tok + i_hv).to(tl.float32)
-        b_b = tl.load(b_ptr + row * stride_b_tok + i_hv).to(tl.float32)
-        b_q = tl.load(q_ptr + row * stride_q_tok + i_h * stride_q_head + o_k, mask=mask_k, other=0).to(tl.float32)
         if HAS_PARENTS:
             if (reload >= 0) & has_scratch:
                 # The store's own pointer block: each thread reads back what it wrote.
@@ -491,13 +548,15 @@ def tree_verify(
     walk: Optional[torch.Tensor] = None,
     scratch: Optional[torch.Tensor] = None,
     scale: Optional[float] = None,
+    prefetch: Optional[int] = None,
 ) -> torch.Tensor:
     """One GDN layer's tree verify: o [1, T, HV, V] in q's dtype, as SGLang's target_verify.
 
     q, k [1, T, H, K] or [T, H, K]; v [1, T, HV, V]; a, b [T, HV]; T = bs * num_verify_tokens.
     ``retrieve_parent_token`` None verifies chains. ``stash`` None keeps no inputs. ``walk``
     (``tree_walk`` of these parents) and ``scratch`` (``allocate_branch_scratch``), both made
-    here when None, are what a forward shares across its layers."""
+    here when None, are what a forward shares across its layers. ``prefetch`` is the walk's
+    lookahead (``prefetch_depth``'s when None; scripts/gpu/gdn_flat_state.py times each)."""
     h, kd = k.shape[-2], k.shape[-1]
     hv, vd = v.shape[-2], v.shape[-1]
     q3, k3, v3 = q.reshape(-1, h, kd), k.reshape(-1, h, kd), v.reshape(-1, hv, vd)
@@ -526,6 +585,7 @@ def tree_verify(
     if stash is not None:
         layer_stash = (stash.k[layer], stash.v[layer], stash.g[layer], stash.beta[layer])
     bv = verify_v_block(bs, vd)
+    depth = prefetch_depth(bv) if prefetch is None else int(prefetch)
     grid = (bs, triton.cdiv(vd, bv), hv)
     _tree_verify_kernel[grid](
         q3,
@@ -567,6 +627,7 @@ def tree_verify(
         STASH=stash is not None,
         SOFTPLUS_THRESHOLD=SOFTPLUS_THRESHOLD,
         L2NORM_EPS=L2NORM_EPS,
+        PREFETCH=depth,
         num_warps=1,
     )
     return o
