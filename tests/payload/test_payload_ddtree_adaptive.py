@@ -183,6 +183,18 @@ def test_rounds_with_grammar_requests_are_timed_apart_per_power_of_two_of_them()
     assert view["round_ms"]["16 grammar 4"]["128"] == pytest.approx(walk(128), abs=0.01)
 
 
+def test_a_batch_counts_the_requests_its_grammar_walk_constrains() -> None:
+    import types
+
+    def batch(grammars, has_grammar):
+        return types.SimpleNamespace(has_grammar=has_grammar, reqs=[types.SimpleNamespace(grammar=g) for g in grammars])
+
+    matcher = object()
+    assert da.grammar_requests(batch([matcher, None, matcher], True)) == 2
+    assert da.grammar_requests(batch([None, None], False)) == 0
+    assert da.grammar_requests(batch([matcher], False)) == 0  # SGLang's flag decides whether the walk runs
+
+
 # --- the chain among the choices ---------------------------------------------------------------
 
 db = load_payload_module("sglang.srt.speculative.ddtree_budget")

@@ -88,6 +88,11 @@ class Bucket(NamedTuple):
         return f"{self.batch_size}" + (f" grammar {self.grammar}" if self.grammar else "")
 
 
+def grammar_requests(batch) -> int:
+    """How many of a ScheduleBatch's requests the grammar bitmask walk constrains this round."""
+    return sum(req.grammar is not None for req in batch.reqs) if batch.has_grammar else 0
+
+
 def round_bucket(batch_sizes: Sequence[int], bs: int, grammar_requests: int = 0) -> Bucket:
     grammar = 1 << (int(grammar_requests) - 1).bit_length() if grammar_requests > 0 else 0
     return Bucket(graph_bucket(batch_sizes, bs), grammar)

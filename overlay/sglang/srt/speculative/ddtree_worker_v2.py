@@ -38,7 +38,7 @@ from sglang.srt.distributed import get_tp_group
 from sglang.srt.managers.schedule_batch import ScheduleBatch
 from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
-from sglang.srt.speculative.ddtree_adaptive import AdaptiveBudget
+from sglang.srt.speculative.ddtree_adaptive import AdaptiveBudget, grammar_requests
 from sglang.srt.speculative.ddtree_adaptive_tp import RankZeroBudget
 from sglang.srt.speculative.ddtree_budget import BudgetPolicy
 from sglang.srt.speculative.ddtree_compat import (
@@ -395,10 +395,7 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         if adaptive is None:
             width = self.verify_widths.width_for(bs)
         else:
-            constrained = (
-                sum(req.grammar is not None for req in batch.reqs) if batch.has_grammar else 0
-            )
-            shape = adaptive.begin_round(bs, grammar_requests=constrained)
+            shape = adaptive.begin_round(bs, grammar_requests=grammar_requests(batch))
             width = self.verify_widths.by_shape[shape]
         n = width.num_verify_tokens
         seq_lens_cpu, seq_lens_sum = planning_seq_lens(batch, draft_input, n)
