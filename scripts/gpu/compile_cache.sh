@@ -54,7 +54,9 @@ save() {
   fi
   du -sh "$stage"/* | sed 's|\t.*/|  |; s|^|compile cache, unpacked: |'
   mkdir -p "$(dirname "$archive")"
-  tar -C "$stage" -cf - . | xz -T0 -6 > "$archive"
+  # written aside and moved in whole: a save cut off leaves no archive the next call would trust
+  tar -C "$stage" -cf - . | xz -T0 -6 > "$archive.part"
+  mv "$archive.part" "$archive"
   local size
   size=$(stat -c %s "$archive")
   if [ "$size" -gt "$limit_bytes" ]; then
