@@ -52,10 +52,13 @@ def compile_for(kernel, signature: dict, constants: dict, capability: int, **opt
     return len(k.asm["cubin"]), stack_bytes(k.asm["cubin"])
 
 
-def run_aot_script(body: str, timeout: int) -> list:
+def run_aot_script(body: str, timeout: int, triton_dir: Path | None = None) -> list:
     """``body`` run with this directory on its path (for `payload_modules` and this module), in
-    a fresh interpreter without TRITON_INTERPRET; its last line of output, read as JSON."""
+    a fresh interpreter without TRITON_INTERPRET (with ``triton_dir``'s triton first on its
+    path, where given); its last line of output, read as JSON."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if triton_dir is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(triton_dir), env.get("PYTHONPATH"))))
     script = f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n{body}"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=timeout)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -51,7 +51,9 @@ def block_config(head_dim: int) -> tuple[int, int, int]:
     level with or faster than SGLang's extend kernel at every batch, context and width
     (1.00-7.1x), and 0.98-1.7x the speed of the spill-free 32 x 16 (64 x 32 was fastest at 7
     of the 12 shapes and slower than extend at two); it spills 16 bytes of stack on sm_90 and
-    40-48 on sm_86 (none on sm_120), as the tests' ahead-of-time build holds it to."""
+    40-48 on sm_86 (none on sm_120) as triton 3.9.0 builds it, which the tests' ahead-of-time
+    build holds it to; triton 3.6.0's build (torch 2.11's, the GPU host's where it was timed)
+    spills 32-56 on sm_90, 16-48 on sm_86 and 24-72 on sm_120 (2026-12-05)."""
     if head_dim <= 128:
         return 64, 32, 8
     return 32, 32, 8
