@@ -125,7 +125,7 @@ def compare(flat, bs: int, n: int, block: int, seed: int) -> bool:
     )
     print(f"bs {bs}, verify width {n}, block {block}, longest accepted path {max(map(len, paths))}")
     print(f"  max |o_flat - o_snapshot| = {out_diff:.3g}; max |state_flat - state_snapshot| at the accepted leaf = {state_diff:.3g}")
-    default = flat.prefetch_depth(flat.verify_v_block(bs, V))
+    default = flat.prefetch_depth(bs, flat.verify_v_block(bs, V))
     by_depth = ", ".join(
         f"lookahead {depth}{' (default)' if depth == default else ''} {timed(lambda d=depth: flat_verify(d)):.3f}"
         for depth in DEPTHS

@@ -264,8 +264,8 @@ def test_every_lookahead_changes_no_bit(shape):
             assert torch.equal(got, want)
 
 
-def test_the_lookahead_holds_the_inputs_only_where_the_registers_allow():
-    assert [flat.prefetch_depth(flat.verify_v_block(bs, 128)) for bs in (1, 4, 5, 32)] == [2, 2, 1, 1]
+def test_the_lookahead_costs_registers_only_where_one_wave_holds_the_programs():
+    assert [flat.prefetch_depth(bs, flat.verify_v_block(bs, 128)) for bs in (1, 2, 4, 5, 32)] == [2, 1, 1, 0, 0]
 
 
 def test_no_parent_links_verify_a_chain():

@@ -89,15 +89,19 @@ def verify_v_block(bs: int, v_dim: int) -> int:
     return min(triton.next_power_of_2(v_dim), 8 if bs <= 4 else 16)
 
 
-def prefetch_depth(v_block: int) -> int:
-    """The verify's lookahead (0 none, 1 the walk, 2 the walk and the inputs): a step's inputs
-    loaded a step early hide their latency behind its update, but each thread holds its k and q
-    rows replicated across the block's columns, so at V block 16 the inputs' lookahead takes
-    sm_90 from 128 to 224 registers a thread (ahead-of-time builds, 2026-12-05) and the
-    occupancy that hides latency across programs; at V block 8 it takes 80 to 96, and the walk's
-    lookahead alone keeps 128 at V block 16. Not yet timed on a GPU: scripts/gpu/gdn_flat_state.py
-    times 0, 1 and 2."""
-    return 2 if v_block <= 8 else 1
+def prefetch_depth(bs: int, v_block: int) -> int:
+    """The verify's lookahead: 0 none, 1 the walk's next entry, 2 also the next step's inputs.
+    Loaded a step early, a step's inputs wait behind its update instead of before it, but each
+    thread holds its k and q rows replicated across the block's columns, so depth 2 takes sm_90
+    from 76 to 118 registers a thread at V block 8 and from 127 to 247 at 16 (triton 3.6.0,
+    torch 2.11's; 3.9.0: 80 to 96, 128 to 224), and depth 1 from 127 to 167 at 16 (3.9.0: none),
+    fewer programs resident to hide each other's latency. So 2 for one request, whose programs
+    (at most 16 V blocks x 48 value heads) fit one wave of any card served at those registers;
+    1 at V block 8, where it adds none on sm_86 and sm_90; 0 above. Ahead-of-time builds,
+    2026-12-05; not yet timed on a GPU (scripts/gpu/gdn_flat_state.py times 0, 1 and 2)."""
+    if bs <= 1:
+        return 2
+    return 1 if v_block <= 8 else 0
 
 
 def max_path_len(block_size: int) -> int:
@@ -585,7 +589,7 @@ def tree_verify(
     if stash is not None:
         layer_stash = (stash.k[layer], stash.v[layer], stash.g[layer], stash.beta[layer])
     bv = verify_v_block(bs, vd)
-    depth = prefetch_depth(bv) if prefetch is None else int(prefetch)
+    depth = prefetch_depth(bs, bv) if prefetch is None else int(prefetch)
     grid = (bs, triton.cdiv(vd, bv), hv)
     _tree_verify_kernel[grid](
         q3,
