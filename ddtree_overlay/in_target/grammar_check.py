@@ -75,11 +75,15 @@ def _path_mask_problems(narrow):
     problems += _same_walk(flat, "a flat target")
     nan = _round(NARROW_VOCAB, _scores(NARROW_VOCAB, NARROW_DRAFT), budget=10)
     nan.target[0, NARROW_VOCAB.index("7")] = float("nan")  # at a token the grammar allows there
+    before = os.environ.get("SGLANG_SANITIZE_NAN_LOGITS")
     os.environ["SGLANG_SANITIZE_NAN_LOGITS"] = "1"  # eagle_sample then reads it as -1e30
     try:
         problems += _same_walk(nan, "a NaN logit under SGLANG_SANITIZE_NAN_LOGITS=1")
     finally:
-        del os.environ["SGLANG_SANITIZE_NAN_LOGITS"]
+        if before is None:
+            del os.environ["SGLANG_SANITIZE_NAN_LOGITS"]
+        else:
+            os.environ["SGLANG_SANITIZE_NAN_LOGITS"] = before
     for seed in range(WIDE_ROUNDS):  # the top-k holds no allowed token: whole rows decide
         case = _round(WIDE_VOCAB, torch.randn(3, len(WIDE_VOCAB), generator=generator), budget=24)
         case.target[:, : len(MARKS)] -= 3.0

@@ -9,7 +9,7 @@ each request's accepted leaf (1e-4: the two kernels sum in different orders), ea
 per layer (the flat one with the forward's tree walk built beforehand, as the layers after the
 first run it; the walk's own build, once per forward, beside it), and the per-request
 verify-state bytes of both modes at 48 layers. Exits 1 past tolerance.
-  python scripts/gpu/gdn_flat_state.py [--bs 1 8 32] [--budget 32] [--block 16]
+  python scripts/gpu/gdn_flat_state.py [--bs 1 8 32] [--budget 32] [--block 16] [--reps 50]
 Needs an env with sglang 0.5.14 (its kernel) and this repo on PYTHONPATH (the flat module loads
 from overlay/, so the overlay need not be applied).
 """
@@ -26,7 +26,6 @@ from ddtree_overlay.bench.payload_modules import load_payload_module
 HV, H, K, V, LAYERS, CONV = 48, 16, 128, 128, 48, (2 * 16 * 128 + 48 * 128) * 3
 OUTPUT_TOLERANCE, STATE_TOLERANCE = 2e-2, 1e-4
 DEPTHS = (0, 1, 2)  # the verify's lookahead (flat.prefetch_depth): none, the walk, the walk and the inputs
-REPS = 50
 
 
 def random_tree(bs: int, n: int, block: int, gen: torch.Generator) -> torch.Tensor:
@@ -45,18 +44,18 @@ def random_tree(bs: int, n: int, block: int, gen: torch.Generator) -> torch.Tens
     return parents
 
 
-def timed(fn) -> float:
+def timed(fn, reps: int = 50) -> float:
     fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    for _ in range(REPS):
+    for _ in range(reps):
         fn()
     end.record()
     torch.cuda.synchronize()
-    return start.elapsed_time(end) / REPS
+    return start.elapsed_time(end) / reps
 
 
-def compare(flat, bs: int, n: int, block: int, seed: int) -> bool:
+def compare(flat, bs: int, n: int, block: int, seed: int, reps: int) -> bool:
     """One batch size: both verifies on the same trees; prints differences and times."""
     from sglang.srt.layers.attention.fla.fused_sigmoid_gating_recurrent import (
         fused_sigmoid_gating_delta_rule_update,
@@ -127,12 +126,12 @@ def compare(flat, bs: int, n: int, block: int, seed: int) -> bool:
     print(f"  max |o_flat - o_snapshot| = {out_diff:.3g}; max |state_flat - state_snapshot| at the accepted leaf = {state_diff:.3g}")
     default = flat.prefetch_depth(bs, flat.verify_v_block(bs, V))
     by_depth = ", ".join(
-        f"lookahead {depth}{' (default)' if depth == default else ''} {timed(lambda d=depth: flat_verify(d)):.3f}"
+        f"lookahead {depth}{' (default)' if depth == default else ''} {timed(lambda d=depth: flat_verify(d), reps):.3f}"
         for depth in DEPTHS
     )
     print(
-        f"  verify ms per layer: snapshot {timed(snapshot_verify):.3f}, flat {by_depth} "
-        f"(its tree walk, once per forward: {timed(build_walk):.3f}); every lookahead the same bits: {same_bits}"
+        f"  verify ms per layer: snapshot {timed(snapshot_verify, reps):.3f}, flat {by_depth} "
+        f"(its tree walk, once per forward: {timed(build_walk, reps):.3f}); every lookahead the same bits: {same_bits}"
     )
     return out_diff <= OUTPUT_TOLERANCE and state_diff <= STATE_TOLERANCE and same_bits
 
@@ -142,13 +141,14 @@ def main() -> int:
     args.add_argument("--bs", type=int, nargs="+", default=[1, 8, 32])
     args.add_argument("--budget", type=int, default=32)
     args.add_argument("--block", type=int, default=16)
+    args.add_argument("--reps", type=int, default=50, help="timed calls per kernel (1 under compute-sanitizer)")
     opts = args.parse_args()
 
     import sglang.srt.layers.attention.fla.fused_sigmoid_gating_recurrent  # noqa: F401  (the real
     # sglang package first: loading the payload module alone would stand in for it)
     flat = load_payload_module("sglang.srt.speculative.ddtree_gdn_tree")
     n = opts.budget + 1
-    ok = all([compare(flat, bs, n, opts.block, seed) for seed, bs in enumerate(opts.bs)])
+    ok = all([compare(flat, bs, n, opts.block, seed, opts.reps) for seed, bs in enumerate(opts.bs)])
     snapshot_bytes = LAYERS * (HV * V * K * 4 + CONV * 2)
     flat_bytes = LAYERS * CONV * 2 + flat.stash_bytes_per_node(
         layers=LAYERS, key_heads=H, value_heads=HV, k_dim=K, v_dim=V, activation_itemsize=2

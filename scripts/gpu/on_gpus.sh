@@ -103,8 +103,12 @@ main() {
   overlay rollback --env "$ENV_PY"
   overlay status --env "$ENV_PY"
   tar -czf "$OUT/jobs.tar.gz" -C "$JOBS" .
-  # last, and bounded: the results are packed whatever happens to the cache
-  timeout 30 bash scripts/gpu/compile_cache.sh save "$OUT/compile-cache.tar.xz" || echo "compile cache: not kept (save stopped)"
+  # last, and bounded by what the call has left: the results are packed whatever happens to it
+  local save_s=$((limit_s - (SECONDS - start) - 5))
+  save_s=$((save_s < 30 ? save_s : 30))
+  if [ "$save_s" -gt 0 ]; then
+    timeout "$save_s" bash scripts/gpu/compile_cache.sh save "$OUT/compile-cache.tar.xz" || echo "compile cache: not kept (save stopped after $save_s s)"
+  fi
   echo "done after $((SECONDS - start)) s"
 }
 

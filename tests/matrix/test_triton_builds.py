@@ -9,6 +9,7 @@ between triton releases (the tests hold 3.9.0's); here only the builds are asked
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -46,12 +47,17 @@ def aot_script(module_name: str) -> str:
 
 
 def triton_install(version: str) -> Path:
+    """triton ``version`` in the matrix cache, installed aside and renamed in whole, so an
+    install cut off is never taken for one."""
     target = cache_root() / "triton" / version
-    if not (target / "triton" / "__init__.py").is_file():
+    if not target.is_dir():
+        partial = target.with_name(f"{version}.partial")
+        shutil.rmtree(partial, ignore_errors=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), f"triton=={version}"],
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(partial), f"triton=={version}"],
             check=True,
         )
+        partial.rename(target)
     return target
 
 

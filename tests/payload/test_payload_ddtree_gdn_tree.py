@@ -246,15 +246,19 @@ def test_the_kernel_matches_its_torch_path_walk_and_leaves_the_committed_state_a
 
 
 @pytest.mark.parametrize("shape", ["random-deep", "bushy", "star", "no parents"])
-def test_every_lookahead_changes_no_bit(shape):
+@pytest.mark.parametrize(("bs", "n"), [(1, 1), (1, 2), (3, 9), (5, 2), (5, 9)])
+def test_every_lookahead_changes_no_bit(shape, bs, n):
     """The pipelined walks run the same arithmetic on the same inputs: outputs and the stash
-    equal, bit for bit, to the walk that loads each step's inputs in that step."""
-    bs, n = 2, 9
-    layer = Layer(bs, n, seed=11)
+    equal, bit for bit, to the walk that loads each step's inputs in that step, at one-node
+    and two-node trees (the clamped last steps), with a padded request, stash rows for fewer
+    requests than the batch, and the batch sizes each default depth serves (V blocks 8, 16)."""
+    layer = Layer(bs, n, seed=11 + bs + n)
+    if bs > 1:
+        layer.slots[-1] = -1  # a padded request: zero state
     parents = None if shape == "no parents" else TREES[shape](bs, n)
     results = []
     for depth in (0, 1, 2):
-        stash = layer.stash(bs, n)
+        stash = layer.stash(max(bs - 1, 1), n)
         results.append((layer.verify(parents, stash=stash, prefetch=depth), stash))
     (o_want, stash_want), *pipelined = results
     assert stash_want.v.abs().sum() > 0  # the stash was written, not empty buffers compared
@@ -262,6 +266,40 @@ def test_every_lookahead_changes_no_bit(shape):
         assert torch.equal(o, o_want)
         for got, want in zip((stash.k, stash.v, stash.g, stash.beta), (stash_want.k, stash_want.v, stash_want.g, stash_want.beta), strict=True):
             assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_the_lookahead_reads_no_step_past_the_walk(n):
+    """The walk's rows past the batch hold a node far outside it: a lookahead that read a step
+    past the last would load that node's inputs, which crashes the interpreter (in a forked
+    child here); the last steps must ask for the last node again."""
+    from forked import run_forked
+
+    bs = 2
+    layer = Layer(bs, n, seed=3)
+    parents = TREES["random-deep"](bs, n)
+
+    def verify():
+        with triton_interpreter():
+            scratch = flat.allocate_branch_scratch(
+                rows=bs, width=n, block_size=n, value_heads=2, v_dim=20, k_dim=24, device="cpu"
+            )
+            walk = torch.full((bs + 2, n, 3), 2**30, dtype=torch.int32)
+            walk[:bs] = flat.tree_walk(parents, n, int(scratch.shape[1]))
+            for depth in (1, 2):
+                flat.tree_verify(
+                    q=layer.q, k=layer.k, v=layer.v, a=layer.a, b=layer.b, A_log=layer.A_log,
+                    dt_bias=layer.dt_bias, ssm_states=layer.state, cache_indices=layer.slots,
+                    num_verify_tokens=n, retrieve_parent_token=parents, stash=None, layer=0,
+                    walk=walk[:bs], scratch=scratch, prefetch=depth,
+                )
+
+    assert run_forked(verify) == 0
+
+
+def test_a_lookahead_past_two_is_refused():
+    with pytest.raises(ValueError, match="0, 1 or 2 steps ahead, not 3"):
+        Layer(1, 2).verify(None, prefetch=3)
 
 
 def test_the_lookahead_costs_registers_only_where_one_wave_holds_the_programs():

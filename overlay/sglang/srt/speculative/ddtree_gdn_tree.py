@@ -590,6 +590,8 @@ def tree_verify(
         layer_stash = (stash.k[layer], stash.v[layer], stash.g[layer], stash.beta[layer])
     bv = verify_v_block(bs, vd)
     depth = prefetch_depth(bs, bv) if prefetch is None else int(prefetch)
+    if depth not in (0, 1, 2):
+        raise ValueError(f"DDTREE's GDN tree verify looks 0, 1 or 2 steps ahead, not {prefetch}.")
     grid = (bs, triton.cdiv(vd, bv), hv)
     _tree_verify_kernel[grid](
         q3,
