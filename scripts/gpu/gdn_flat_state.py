@@ -25,7 +25,7 @@ from ddtree_overlay.bench.payload_modules import load_payload_module
 
 HV, H, K, V, LAYERS, CONV = 48, 16, 128, 128, 48, (2 * 16 * 128 + 48 * 128) * 3
 OUTPUT_TOLERANCE, STATE_TOLERANCE = 2e-2, 1e-4
-DEPTHS = (0, 1, 2)  # the verify's lookahead (flat.prefetch_depth): none, the walk, the walk and the inputs
+DEPTHS = (0, 1, 2)  # the verify's lookahead (flat.LOOKAHEAD): none, the walk, the walk and the inputs
 
 
 def random_tree(bs: int, n: int, block: int, gen: torch.Generator) -> torch.Tensor:
@@ -124,7 +124,7 @@ def compare(flat, bs: int, n: int, block: int, seed: int, reps: int) -> bool:
     )
     print(f"bs {bs}, verify width {n}, block {block}, longest accepted path {max(map(len, paths))}")
     print(f"  max |o_flat - o_snapshot| = {out_diff:.3g}; max |state_flat - state_snapshot| at the accepted leaf = {state_diff:.3g}")
-    default = flat.prefetch_depth(bs, flat.verify_v_block(bs, V))
+    default = flat.LOOKAHEAD
     by_depth = ", ".join(
         f"lookahead {depth}{' (default)' if depth == default else ''} {timed(lambda d=depth: flat_verify(d), reps):.3f}"
         for depth in DEPTHS

@@ -93,17 +93,18 @@ def test_a_misspelt_mode_is_refused(monkeypatch):
         va.verify_attention_mode()
 
 
-def test_auto_runs_split_kv_on_plain_causal_layers_of_head_dim_128_and_256():
+def test_auto_runs_split_kv_on_plain_causal_layers_of_head_dim_64_128_and_256():
     assert va.auto_keeps_extend(server_args(), model()) is None
     assert va.auto_keeps_extend(server_args(), model(Block(0), Block(1, head_dim=256))) is None
+    assert va.auto_keeps_extend(server_args(), model(Block(0, head_dim=64))) is None
 
 
 @pytest.mark.parametrize(
     ("args", "layers", "reason"),
     [
-        ({}, (Block(0), Block(1, head_dim=64)), "its attention head dim is 64; engines measured"),
-        ({}, (Block(0, head_dim=96),), "its attention head dim is 96"),
-        ({}, (Block(0, head_dim=128, v_head_dim=64),), "its attention head dim is 64/128"),
+        ({}, (Block(0), Block(1, head_dim=96)), "its attention head dim is 96; engines measured"),
+        ({}, (Block(0, head_dim=80),), "its attention head dim is 80"),
+        ({}, (Block(0, head_dim=128, v_head_dim=96),), "its attention head dim is 96/128"),
         ({"attention_backend": "flashinfer"}, (), "flashinfer (prefill) and flashinfer (decode)"),
         ({"prefill_attention_backend": "flashinfer"}, (), "flashinfer (prefill) and triton (decode)"),
         ({"enable_deterministic_inference": True}, (), "--enable-deterministic-inference is set"),
@@ -135,7 +136,7 @@ def model_runner(*layers, draft=False, **args):
     [
         (None, model_runner(), True),
         ("auto", model_runner(Block(0, head_dim=256)), True),
-        ("auto", model_runner(Block(0, head_dim=64)), False),
+        ("auto", model_runner(Block(0, head_dim=96)), False),
         ("extend", model_runner(), False),
         ("splitkv", model_runner(Block(0, head_dim=256)), True),
         (None, model_runner(draft=True), False),
@@ -161,10 +162,10 @@ def test_the_worker_reads_the_choice_back_from_the_target_backend(monkeypatch):
     assert va.verify_attention_in_use(runner) == (
         True, "DDTREE target verify: the split-KV kernel, a tail-only tree mask (SGLANG_DDTREE_VERIFY_ATTENTION=auto)"
     )
-    runner = model_runner(Block(0, head_dim=64))
+    runner = model_runner(Block(0, head_dim=96))
     runner.attn_backend = backend_of(runner)
     tail_only, line = va.verify_attention_in_use(runner)
-    assert not tail_only and "FULL-layout tree mask (SGLANG_DDTREE_VERIFY_ATTENTION=auto: its attention head dim is 64" in line
+    assert not tail_only and "FULL-layout tree mask (SGLANG_DDTREE_VERIFY_ATTENTION=auto: its attention head dim is 96" in line
 
 
 def test_splitkv_on_a_backend_without_it_is_refused(monkeypatch):

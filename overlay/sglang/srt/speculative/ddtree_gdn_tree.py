@@ -89,19 +89,13 @@ def verify_v_block(bs: int, v_dim: int) -> int:
     return min(triton.next_power_of_2(v_dim), 8 if bs <= 4 else 16)
 
 
-def prefetch_depth(bs: int, v_block: int) -> int:
-    """The verify's lookahead: 0 none, 1 the walk's next entry, 2 also the next step's inputs.
-    Loaded a step early, a step's inputs wait behind its update instead of before it, but each
-    thread holds its k and q rows replicated across the block's columns, so depth 2 takes sm_90
-    from 76 to 118 registers a thread at V block 8 and from 127 to 247 at 16 (triton 3.6.0,
-    torch 2.11's; 3.9.0: 80 to 96, 128 to 224), and depth 1 from 127 to 167 at 16 (3.9.0: none),
-    fewer programs resident to hide each other's latency. So 2 for one request, whose programs
-    (at most 16 V blocks x 48 value heads) fit one wave of any card served at those registers;
-    1 at V block 8, where it adds none on sm_86 and sm_90; 0 above. Ahead-of-time builds,
-    2026-12-05; not yet timed on a GPU (scripts/gpu/gdn_flat_state.py times 0, 1 and 2)."""
-    if bs <= 1:
-        return 2
-    return 1 if v_block <= 8 else 0
+# The verify's lookahead: 0 none, 1 the walk's next entry loaded during each step, 2 also the
+# next step's inputs. On an H100 at Qwen3.6-27B's shape, B = 15 (2026-12-05,
+# scripts/gpu/gdn_flat_state.py), ms per layer at bs 1 / 4 / 10 / 32: 0: 0.052 / 0.052 / 0.086 /
+# 0.242, 1: 0.048 / 0.050 / 0.084 / 0.237, 2: 0.048 / 0.053 / 0.100 / 0.270 (it holds k and q
+# twice, replicated across the block's columns: sm_90 76 -> 118 registers a thread at V block 8,
+# 127 -> 247 at 16, triton 3.6.0). Depth 2 stays for a timing on the cards not yet measured.
+LOOKAHEAD = 1
 
 
 def max_path_len(block_size: int) -> int:
@@ -470,7 +464,7 @@ def _tree_verify_kernel(
     base = req * n_tokens
     k_head, v_head = k_ptr + i_h * stride_k_head, v_ptr + i_hv * stride_v_head
     a_head, b_head, q_head = a_ptr + i_hv, b_ptr + i_hv, q_ptr + i_h * stride_q_head
-    # PREFETCH steps of lookahead (prefetch_depth): 1 loads the walk's next entry during this
+    # PREFETCH steps of lookahead (LOOKAHEAD): 1 loads the walk's next entry during this
     # step, so a step's input loads need not wait for its entry; 2 also loads the next step's
     # inputs, so a step starts with them in registers (the last steps ask for the last node
     # again). The same arithmetic on the same values whatever the depth.
@@ -560,7 +554,7 @@ def tree_verify(
     ``retrieve_parent_token`` None verifies chains. ``stash`` None keeps no inputs. ``walk``
     (``tree_walk`` of these parents) and ``scratch`` (``allocate_branch_scratch``), both made
     here when None, are what a forward shares across its layers. ``prefetch`` is the walk's
-    lookahead (``prefetch_depth``'s when None; scripts/gpu/gdn_flat_state.py times each)."""
+    lookahead (``LOOKAHEAD`` when None; scripts/gpu/gdn_flat_state.py times each)."""
     h, kd = k.shape[-2], k.shape[-1]
     hv, vd = v.shape[-2], v.shape[-1]
     q3, k3, v3 = q.reshape(-1, h, kd), k.reshape(-1, h, kd), v.reshape(-1, hv, vd)
@@ -589,7 +583,7 @@ def tree_verify(
     if stash is not None:
         layer_stash = (stash.k[layer], stash.v[layer], stash.g[layer], stash.beta[layer])
     bv = verify_v_block(bs, vd)
-    depth = prefetch_depth(bs, bv) if prefetch is None else int(prefetch)
+    depth = LOOKAHEAD if prefetch is None else int(prefetch)
     if depth not in (0, 1, 2):
         raise ValueError(f"DDTREE's GDN tree verify looks 0, 1 or 2 steps ahead, not {prefetch}.")
     grid = (bs, triton.cdiv(vd, bv), hv)

@@ -320,9 +320,10 @@ def tree_verify_attention(
 # 1.13x DFLASH's to 0.94x. At 256 (H100, Qwen3.6-27B shape, B = 15, 1 K prompts, 10 requests at
 # once, 2026-12-05) it took the round's kernel time from 41.12 to 39.79 ms with the 32 x 16 tile,
 # and with the 32 x 32 tile since chosen (block_config) from 41.04 to 38.47 ms at B = 15 and
-# from 49.87 to 48.68 at B = 32 (9 at once). At the fixture pairs' 64 one 32-request wave per
-# arm (0.2-0.4 s, profiler on, 2026-12-04) could not tell the two apart.
-AUTO_HEAD_DIMS = (128, 256)
+# from 49.87 to 48.68 at B = 32 (9 at once). At 64 (H100, the dense fixture pair, B = 32, bs 16,
+# 2026-12-05, each verify in two engines in alternating order) from 0.650 / 0.649 to 0.598 /
+# 0.599 ms.
+AUTO_HEAD_DIMS = (64, 128, 256)
 # Models whose attention hands the backend a score_mod at forward time, where no layer attribute
 # shows it: Inkling's relative-position bias (sglang 0.5.16+, ``models/inkling_common``).
 SCORE_MOD_MODEL_MODULES = ("sglang.srt.models.inkling",)
