@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import re
 import statistics
 from functools import cache
 from pathlib import Path
@@ -996,3 +997,85 @@ def test_the_8b_bs16_projection_on_the_split_kv_round_trace_as_cited():
     assert cited in text, cited
     assert f"B = 15, DFLASH's width, costs {b15:.3f}× DFLASH's round" in text
     assert f"wherever its τ exceeds {PAPER_QWEN3_8B.chain * b15:.2f}, {b15:.2f} of the chain's 7.79" in text
+
+
+def test_the_8b_bs1_budget_trace_and_its_projections_as_cited():
+    from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B
+    from ddtree_overlay.bench.trace_projection import project_trace
+
+    run = "2026-12-05-qwen3-8b-bs1-budgets-round-trace-h100"
+    records = json.loads((BENCH / run / "round_trace.json").read_text())
+    by_arm = {r["arm"]: r for r in records}
+    text = " ".join(section("Qwen3-8B shape, bs 1: the budgets on the paper's curve, traced, against DFLASH on flashinfer and on triton (H100)").split())
+    rows = {row["budget"]: row for row in project_trace(records, PAPER_QWEN3_8B)}
+    assert {row["dflash"] for row in rows.values()} == {"dflash-no-overlap"}  # the cheaper wall time
+    flashinfer = by_arm["dflash-no-overlap@flashinfer"]["trace"]["gpu"]["kernel_ms"]
+    for budget, row in rows.items():
+        arm = by_arm[f"ddtree-b{budget}-no-overlap"]
+        kernel = arm["trace"]["gpu"]["kernel_ms"]
+        on_flashinfer = row["tau"] / PAPER_QWEN3_8B.chain / (kernel / flashinfer)
+        cells = f"| {arm['step_ms']:.3f} | {arm['tok_per_s']:.1f} | {kernel:.3f} |"
+        assert cells in text, cells
+        assert f"{row['speedup_vs_dflash']:.2f}×" in text and f"{on_flashinfer:.2f}×" in text
+    assert f"**{rows[32]['speedup_vs_dflash']:.2f}×** at B = 32" in text
+    assert f"B = 32 projects {rows[32]['tau'] / PAPER_QWEN3_8B.chain / (by_arm['ddtree-b32-no-overlap']['trace']['gpu']['kernel_ms'] / flashinfer):.2f}×" in text
+    assert "0.864× its wall ms per step, 0.847× its kernel time" in text
+    assert (rows[32]["wall_ratio"], rows[32]["kernel_ratio"]) == (pytest.approx(0.864, abs=5e-4), pytest.approx(0.847, abs=5e-4))
+    assert f"{by_arm['dflash-no-overlap@flashinfer']['step_ms']:.1f} ms per step" in text
+
+
+def test_the_gdn_lookahead_timing_as_cited():
+    log = lzma.decompress((BENCH / "2026-12-05-qwen3-8b-bs1-budgets-round-trace-h100" / "log.xz").read_bytes()).decode()
+    text = section("The GDN tree verify's lookahead at Qwen3.6-27B's shape (H100)")
+    timed = re.findall(r"bs (\d+), verify width 16.*?snapshot ([\d.]+), flat lookahead 0(?: \(default\))? ([\d.]+), lookahead 1(?: \(default\))? ([\d.]+), lookahead 2(?: \(default\))? ([\d.]+).*?same bits: True", log, re.S)
+    assert [t[0] for t in timed] == ["1", "4", "10", "32"] and "PASS" in log
+    for bs, snapshot, *depths in timed:
+        fastest = min(map(float, depths))
+        cells = " | ".join(f"**{d}**" if float(d) == fastest else d for d in depths)
+        assert f"| {bs} | {snapshot} | {cells} |" in text, (bs, cells)
+        assert float(depths[1]) == fastest  # lookahead 1, the default, the fastest or tied
+    assert len(re.findall(r"max \|o_flat - o_snapshot\| = 0; max \|state_flat - state_snapshot\| at the accepted leaf = 0", log)) == 4
+
+
+def test_the_dense_fixture_bs1_three_engines_as_cited():
+    report = json.loads((BENCH / "2026-12-05-fixture-bs1-three-engines-h100" / "bench.json").read_text())
+    rows = {row["group"]: row for row in report["steady"]["rows"]}
+    dflash, ddtree = ([e["tok_per_s"] for e in rows[g]["engines"]] for g in ("dflash-no-overlap", "ddtree-adaptive-16-64-256"))
+    assert len(dflash) == len(ddtree) == 3
+    median = statistics.median(ddtree) / statistics.median(dflash)
+    worst = min(ddtree) / max(dflash)
+    text = " ".join(section("Dense fixture, c = 1: three engines per arm in shuffled rounds (H100)").split())
+    assert f"**{median:.2f}×** DFLASH in the median of three engines per arm, worst case {worst:.2f}×" in text
+    assert f"| {statistics.median(dflash):.0f} ({min(dflash):.0f}–{max(dflash):.0f}) | {', '.join(f'{x:.0f}' for x in dflash)} |" in text
+    assert f"| {statistics.median(ddtree):.0f} ({min(ddtree):.0f}–{max(ddtree):.0f}) | {', '.join(f'{x:.0f}' for x in ddtree)} |" in text
+    assert f"**{median:.2f}×** (adaptive 16/64/256, {statistics.median(ddtree):.0f} against {statistics.median(dflash):.0f} tok/s" in summary()
+    assert median >= 1.3
+
+
+def test_the_128x16_tile_timing_as_cited():
+    rows = json.loads((BENCH / "2026-12-05-verify-attention-128x16-tile-h100" / "verify_attention.json").read_text())["rows"]
+    text = section("The split-KV tile for 17 verify tokens at the Qwen3-8B shape (H100)")
+    for row in rows:
+        default, tile, extend = row["splitkv_ms"], row["tiles"]["128x16x8"]["ms"], row["extend_ms"]
+        line = f"| {row['bs']} | {row['prefix']} | {row['n']} | "
+        if line in text:
+            cells = text.split(line, 1)[1].split("\n", 1)[0]
+            assert [c.strip("* |") for c in cells.split("|")][:3] == [f"{default:.3f}", f"{tile:.3f}", f"{extend:.3f}"], (line, cells)
+    by = {(r["bs"], r["prefix"], r["n"]): r for r in rows}
+    speedups = [by[(16, p, 17)]["splitkv_ms"] / by[(16, p, 17)]["tiles"]["128x16x8"]["ms"] for p in (1024, 8192)]
+    assert f"{speedups[0]:.2f}× and {speedups[1]:.2f}× the default's speed at bs 16" in " ".join(text.split())
+
+
+def test_the_head_dim_64_pair_as_cited():
+    records = json.loads((BENCH / "2026-12-05-head-dim-64-splitkv-round-trace-h100" / "round_trace.json").read_text())
+    timed = [r for r in records if not r.get("primer")]
+    assert [r["paths"]["verify_attention"] for r in timed] == ["full-mask", "splitkv", "splitkv", "full-mask"]
+    text = section("The split-KV verify at head dim 64: the dense fixture pair in an engine, each switch twice (H100)")
+    for r in timed:
+        g = r["trace"]["gpu"]
+        name = "extend" if r["paths"]["verify_attention"] == "full-mask" else "split-KV"
+        row = f"| {name} | {r['step_ms']:.3f} | {r['tok_per_s']:.0f} | {g['kernel_ms']:.3f} | {g['families']['attention']:.3f} | {g['families']['ddtree']:.3f} |"
+        assert row in text, row
+    kernel = {name: [r["trace"]["gpu"]["kernel_ms"] for r in timed if r["paths"]["verify_attention"] == name] for name in ("full-mask", "splitkv")}
+    assert max(kernel["splitkv"]) < min(kernel["full-mask"])
+    assert f"({statistics.mean(kernel['splitkv']) / statistics.mean(kernel['full-mask']):.2f}×) in both pairs" in " ".join(text.split())
