@@ -20,7 +20,8 @@ usage="usage: bash scripts/gpu/compile_cache.sh save|restore ARCHIVE [SITE]"
 mode=${1:?$usage}
 archive=${2:?$usage}
 site=${3:-/tmp/site}
-limit_bytes=$((${COMPILE_CACHE_MAX_MIB:-8} * 1024 * 1024))
+max_mib=${COMPILE_CACHE_MAX_MIB:-8}
+limit_bytes=$((max_mib * 1024 * 1024))
 stage=$(mktemp -d)
 trap 'rm -rf "$stage" "$archive.part"' EXIT
 trap 'exit 143' TERM INT
@@ -43,6 +44,10 @@ linked() {  # a ninja build dir's NAME.so, where its .ninja_log records building
 
 keep() {  # copy $1 to $stage/$2
   mkdir -p "$stage/$(dirname "$2")" && cp "$1" "$stage/$2"
+}
+
+unpacked() {  # each path's size on disk, for the log
+  du -sh "$@" | sed 's|\t.*/|  |; s|^|compile cache, unpacked: |'
 }
 
 pack() {  # the stage into $archive (written aside, moved in whole); 1 where it would be too large
@@ -82,15 +87,15 @@ save() {
   fi
   local modules=no
   if [ -n "$(ls -A "$stage")" ]; then
-    du -sh "$stage"/* | sed 's|\t.*/|  |; s|^|compile cache, unpacked: |'
-    pack || { echo "compile cache: the modules alone not packed under ${COMPILE_CACHE_MAX_MIB:-8} MiB; not kept"; return 0; }
+    unpacked "$stage"/*
+    pack || { echo "compile cache: the modules alone not packed under $max_mib MiB; not kept"; return 0; }
     modules=yes
   fi
   if [ -d "$HOME/.triton/cache" ]; then
     mkdir -p "$stage/triton" && cp -r "$HOME/.triton/cache/." "$stage/triton/"
-    du -sh "$stage/triton" | sed 's|\t.*/|  |; s|^|compile cache, unpacked: |'
+    unpacked "$stage/triton"
     if ! pack; then
-      echo "compile cache: Triton's cache not packed under ${COMPILE_CACHE_MAX_MIB:-8} MiB; kept without it"
+      echo "compile cache: Triton's cache not packed under $max_mib MiB; kept without it"
     fi
   fi
   if [ ! -f "$archive" ]; then

@@ -281,8 +281,9 @@ def test_the_lookahead_reads_no_step_past_the_walk(n):
 
     def verify():
         with triton_interpreter():
+            _, _, value_heads, v_dim = layer.v.shape
             scratch = flat.allocate_branch_scratch(
-                rows=bs, width=n, block_size=n, value_heads=2, v_dim=20, k_dim=24, device="cpu"
+                rows=bs, width=n, block_size=n, value_heads=value_heads, v_dim=v_dim, k_dim=layer.k.shape[-1], device="cpu"
             )
             walk = torch.full((bs + 2, n, 3), 2**30, dtype=torch.int32)
             walk[:bs] = flat.tree_walk(parents, n, int(scratch.shape[1]))

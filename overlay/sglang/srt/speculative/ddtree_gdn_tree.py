@@ -522,7 +522,7 @@ def _tree_verify_kernel(
                 tl.store(stash_v_ptr + (srow * HV + i_hv) * V + o_v, v_raw, mask=mask_v)
                 if i_v == 0:
                     if i_hv % (HV // H) == 0:  # one writer per key head
-                        p_k = k_ptr + row * stride_k_tok + i_h * stride_k_head + o_k
+                        p_k = k_head + row * stride_k_tok + o_k
                         tl.store(stash_k_ptr + (srow * H + i_h) * K + o_k, tl.load(p_k, mask=mask_k, other=0), mask=mask_k)
                     tl.store(stash_g_ptr + srow * HV + i_hv, b_g)
                     tl.store(stash_beta_ptr + srow * HV + i_hv, b_beta)
