@@ -1,7 +1,7 @@
 """DDTREE's target-verify attention on the triton backend, timed against SGLang's kernel.
 
     python3 scripts/gpu/verify_attention.py [--out DIR] [--batch-sizes 1,4,16] [--prefixes 1024,8192]
-        [--widths 16,17,33] [--shapes qwen3-8b,qwen3.6-27b] [--tiles 128x16,32x32x4]
+        [--widths 16,17,33] [--shapes qwen3-8b,qwen3.6-27b] [--tiles 64x32,32x32x4]
     python3 scripts/gpu/verify_attention.py --plot DIR   # redraw DIR/verify_attention.png from its JSON
 
 For each attention shape (Qwen3-8B: 32 q / 8 kv heads, dim 128; Qwen3.6-27B's attention layers:
@@ -14,9 +14,9 @@ GPU ms per call (CUDA events, median of 20 after 3 warm-ups) of
 - ``chain16``: ``extend_attention_fwd`` causal at 16 tokens, no mask (DFLASH's chain verify) at
   the same batch and prefix;
 - with ``--tiles MxN[xW],...``, ``splitkv`` again with each candidate's BLOCK_M x BLOCK_N tiles
-  and W warps (8 unless given) instead of ``block_config``'s: e.g. 128 x 16 at head dim 128
-  builds without spills for sm_86 / 90 / 120 and takes the 68 rows of a 17-node tree at the 8B
-  shape's GQA group of 4 in one row block where 64-row tiles take two; at head dim 256,
+  and W warps (8 unless given) instead of ``block_config``'s: e.g. 64 x 32 at head dim 128, the
+  tile ``block_config`` runs outside 65-128 rows per program (128 x 16 within them; both build
+  without spills for sm_86 / 90 / 120); at head dim 256,
   32 x 32 and 16 x 32 x 4 spill at most 48 and 16 bytes where wider tiles spill 184-976
   (an ahead-of-time build for sm_86 / 90 / 120 on a CPU, 2026-12-05).
 Agreement: the largest |splitkv - extend| over the outputs (bf16; both round the probabilities
@@ -173,7 +173,7 @@ def main() -> int:
 
     def candidate(tile, case, o, mask):
         default = va.block_config
-        va.block_config = lambda head_dim: tile  # read by num_splits and the launch
+        va.block_config = lambda head_dim, rows: tile  # read by num_splits and the launch
         try:
             return splitkv(case, o, mask)
         finally:
