@@ -40,6 +40,14 @@ class AcceptanceCurve:
         weight = (math.log2(budget) - math.log2(lo)) / (math.log2(hi) - math.log2(lo))
         return self.budgets[lo] + weight * (self.budgets[hi] - self.budgets[lo])
 
+    def break_even_tau(self, cost_ratio: float) -> float:
+        """The τ at which a DDTREE round costing ``cost_ratio`` x DFLASH's ties it."""
+        return self.chain * cost_ratio
+
+    def speedup(self, tau: float | None, cost_ratio: float | None) -> float | None:
+        """DDTREE ÷ DFLASH tokens per second: (τ ÷ DFLASH's τ) ÷ the round cost ratio."""
+        return None if tau is None or cost_ratio is None else tau / self.chain / cost_ratio
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -89,9 +89,9 @@ def project_steady(report: Mapping[str, Any], curve: AcceptanceCurve) -> list[di
                 "step_ratio": cost,
                 "worst_step_ratio": worst,
                 "tau": tau,
-                "break_even_tau": curve.chain * cost,
-                "speedup_vs_dflash": tau / curve.chain / cost if tau is not None else None,
-                "worst_speedup_vs_dflash": tau / curve.chain / worst if tau is not None else None,
+                "break_even_tau": curve.break_even_tau(cost),
+                "speedup_vs_dflash": curve.speedup(tau, cost),
+                "worst_speedup_vs_dflash": curve.speedup(tau, worst),
             })
         projected = [b for b in budgets if b["speedup_vs_dflash"] is not None]
         columns.append({
@@ -131,15 +131,15 @@ def project(report: Mapping[str, Any], curve: AcceptanceCurve) -> dict[str, Any]
                 "step_ratio": steps,
                 "stages_ms": {stage: split[stage] for stage in (*STAGES, "other") if stage in split},
                 "tau": tau,
-                "break_even_tau": curve.chain * steps,
-                "speedup_vs_dflash": tau / curve.chain / steps if tau is not None else None,
+                "break_even_tau": curve.break_even_tau(steps),
+                "speedup_vs_dflash": curve.speedup(tau, steps),
             }
             if capped(row, chain):
                 at_cap = step_ratio(row, chain, at_cap=True)
                 entry |= {
                     "step_ratio_at_cap": at_cap,
-                    "break_even_tau_at_cap": curve.chain * at_cap,
-                    "speedup_at_cap": tau / curve.chain / at_cap if tau is not None else None,
+                    "break_even_tau_at_cap": curve.break_even_tau(at_cap),
+                    "speedup_at_cap": curve.speedup(tau, at_cap),
                 }
             budgets.append(entry)
         projected = [b for b in budgets if b["speedup_vs_dflash"] is not None]

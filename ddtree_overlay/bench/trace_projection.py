@@ -54,9 +54,9 @@ def project_trace(records: Sequence[Mapping[str, Any]], curve: AcceptanceCurve) 
             "tau": tau,
             "wall_ratio": wall / chain_wall,
             "kernel_ratio": kernel_ratio,
-            "break_even_tau": curve.chain * wall / chain_wall,
-            "speedup_vs_dflash": tau / curve.chain / (wall / chain_wall),
-            "kernel_speedup_vs_dflash": None if kernel_ratio is None else tau / curve.chain / kernel_ratio,
+            "break_even_tau": curve.break_even_tau(wall / chain_wall),
+            "speedup_vs_dflash": curve.speedup(tau, wall / chain_wall),
+            "kernel_speedup_vs_dflash": curve.speedup(tau, kernel_ratio),
         })
     return rows
 

@@ -32,6 +32,12 @@ def test_tau_is_interpolated_in_log2_budget_and_never_extrapolated():
     assert CURVE.tau(8) is None and CURVE.tau(128) is None
 
 
+def test_the_speedup_is_the_tau_ratio_over_the_cost_ratio():
+    assert CURVE.speedup(CURVE.chain * 1.5, 1.2) == pytest.approx(1.25)
+    assert CURVE.break_even_tau(1.2) == pytest.approx(CURVE.chain * 1.2)
+    assert CURVE.speedup(None, 1.2) is None and CURVE.speedup(6.0, None) is None
+
+
 def test_projection_is_the_acceptance_ratio_over_the_step_ratio_per_batch_size():
     report = run(
         cell("DFLASH", 1, 10.0), cell("DFLASH", 1, 8.0, overlap=False),  # the faster mode: 8 ms
