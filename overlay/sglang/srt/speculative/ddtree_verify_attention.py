@@ -46,18 +46,14 @@ _CPU_SM_COUNT = 8  # stand-in SM count off the GPU (the interpreter)
 
 def block_config(head_dim: int, rows: int) -> tuple[int, int, int]:
     """(BLOCK_M rows, BLOCK_N keys, num_warps) of the partial kernel for a head dim and a
-    program's rows (GQA group x verify tokens). Up to 128: the largest tile that builds for
-    sm_86, sm_90 and sm_120 without spilling registers, 64 x 32, except where the rows are 65-128
-    at head dims 65-128: 128 x 16 takes them in one row block instead of two, and at the Qwen3-8B
-    shape (group 4) with 17 nodes it ran 1.16x (1 K prefix) and 1.28x (8 K) the speed of 64 x 32
-    at bs 16 on an H100 (2026-12-05), within 5 % at bs 1 and 4; at 16 and 33 nodes (64 and 132
-    rows) 64 x 32 was faster. At 256: 32 x 32, of five tiles timed on an H100 at Qwen3.6-27B's
-    heads (2026-12-05) the one level with or faster than SGLang's extend kernel at every batch,
-    context and width (1.00-7.1x), and 0.98-1.7x the speed of the spill-free 32 x 16 (64 x 32
-    was fastest at 7 of the 12 shapes and slower than extend at two); it spills 16 bytes of
-    stack on sm_90 and 40-48 on sm_86 (none on sm_120) as triton 3.9.0 builds it, which the
-    tests' ahead-of-time build holds it to; triton 3.6.0's build (torch 2.11's, the GPU host's
-    where it was timed) spills 32-56 on sm_90, 16-48 on sm_86 and 24-72 on sm_120 (2026-12-05)."""
+    program's rows (GQA group x verify tokens), as timed on an H100 (2026-12-05, BENCHMARKS).
+    Up to head dim 128: 64 x 32, the largest tile that builds for sm_86, sm_90 and sm_120
+    without spilling registers, or for 65-128 rows above head dim 64 128 x 16 (one row block
+    instead of two: 1.16-1.28x at the 8B shape's 4 x 17 rows at bs 16, within 5 % at bs 1 and 4;
+    slower at 64 and 132 rows). At 256: 32 x 32, of five tiles the one level with or faster than
+    SGLang's extend kernel at every batch, context and width (1.00-7.1x); it spills 16 bytes on
+    sm_90 and 40-48 on sm_86 as triton 3.9.0 builds it (the tests' ahead-of-time build holds it
+    to that), 32-56 on sm_90 and 24-72 on sm_120 with triton 3.6.0, which timed it."""
     if head_dim > 128:
         return 32, 32, 8
     if head_dim > 64 and 64 < rows <= 128:
