@@ -230,20 +230,32 @@ def fixed_budget(row: Mapping[str, Any]) -> bool:
     )
 
 
-_SETTING = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
+_ENV_SETTING = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
+# ServerArgs an arm may set for its own engine: the drafter's attention backend (DFLASH's draft
+# worker reads it, and DDTREE's inherits that).
+ENGINE_SETTINGS = ("speculative_draft_attention_backend",)
 
 
-def parse_with_env(text: str) -> tuple[Arm, dict[str, str]]:
-    """An arm and the environment its engine starts with: ``ddtree-b32@SGLANG_X=1@SGLANG_Y=0``
-    (an A/B of the payload's switches in one run), a baseline arm's backend first where it names
-    one (``dflash@flashinfer@SGLANG_X=1``). ValueError names what does not parse."""
+def parse_with_settings(text: str) -> tuple[Arm, dict[str, str], dict[str, str]]:
+    """An arm, the environment its engine starts with and the engine keywords it adds:
+    ``ddtree-b32@SGLANG_X=1@speculative_draft_attention_backend=flashinfer`` (an A/B of the
+    payload's switches or the drafter's backend in one run), a baseline arm's backend first
+    where it names one (``dflash@flashinfer@SGLANG_X=1``). ValueError names what does not parse."""
     name, *settings = text.split("@")
     if settings and "=" not in settings[0]:  # a baseline arm's backend: dflash@flashinfer@SGLANG_X=1
         name, settings = f"{name}@{settings[0]}", settings[1:]
-    bad = [setting for setting in settings if not _SETTING.match(setting)]
-    if bad:
-        raise ValueError(f"arm {text!r}: {bad[0]!r} is not KEY=VALUE")
-    return Arm.parse(name), dict(setting.split("=", 1) for setting in settings)
+    env, engine = {}, {}
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        if _ENV_SETTING.match(setting):
+            env[key] = value
+        elif key in ENGINE_SETTINGS and value:
+            engine[key] = value
+        else:
+            raise ValueError(
+                f"arm {text!r}: {setting!r} is neither ENV_NAME=VALUE nor one of {', '.join(ENGINE_SETTINGS)}=VALUE"
+            )
+    return Arm.parse(name), env, engine
 
 
 _NAME = re.compile(

@@ -22,7 +22,8 @@ ddtree-adaptive-<B1>-<B2>... (a budget per round among B1, B2, ...), ddtree-sche
 (a budget per batch size), dflash, nextn (the target's MTP head, as the bench runs it), plain,
 each with -no-overlap, every arm on triton unless a baseline arm names its backend (dflash@flashinfer),
 and each optionally with environment settings for its engine, e.g.
-ddtree-b256@SGLANG_DDTREE_COMMIT_GRAPH=1 (A/B of the payload's switches in one command). An arm
+ddtree-b256@SGLANG_DDTREE_COMMIT_GRAPH=1 (A/B of the payload's switches in one command), or the
+drafter's attention backend, ddtree-b32@speculative_draft_attention_backend=flashinfer. An arm
 the setting cannot run (nextn without an MTP head, or with overlap scheduling on a hybrid target
 where stock SGLang crashes, `bench.nextn_overlap`; eagle3, which needs a drafter this tool is
 not given) stops the command before any engine starts.
@@ -48,6 +49,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B
 from ddtree_overlay.bench.arms import (
@@ -57,7 +59,7 @@ from ddtree_overlay.bench.arms import (
     TARGET_ONLY,
     Arm,
     engine_keywords,
-    parse_with_env,
+    parse_with_settings,
 )
 from ddtree_overlay.bench.engine_paths import paths_text, traced_paths
 from ddtree_overlay.bench.kernel_families import FAMILIES, short_kernel_name
@@ -102,20 +104,26 @@ def refusal(arm: Arm, setting: Setting, sglang_version: str | None) -> str | Non
     return None
 
 
-def parse_arms(text: str, setting: Setting, sglang_version: str | None) -> list:
-    """(name, arm, environment: the arm's as the bench sets it, the name's settings over it) per
-    comma-separated arm; a bad name, or an arm the setting cannot run, stops before any engine
-    starts."""
+class TracedArm(NamedTuple):
+    name: str  # as given, settings included: the record's "arm"
+    arm: Arm
+    env: dict  # the arm's environment as the bench sets it, the name's settings over it
+    engine: dict  # engine keywords the name adds (`arms.ENGINE_SETTINGS`)
+
+
+def parse_arms(text: str, setting: Setting, sglang_version: str | None) -> list[TracedArm]:
+    """One per comma-separated arm; a bad name, or an arm the setting cannot run, stops before
+    any engine starts."""
     arms = []
     for name in (a for a in text.split(",") if a):
         try:
-            arm, env = parse_with_env(name)
+            arm, env, engine = parse_with_settings(name)
         except ValueError as error:
             raise SystemExit(f"round_trace: {error}") from None
         why = refusal(arm, setting, sglang_version)
         if why:
             raise SystemExit(f"round_trace: {name}: {why}")
-        arms.append((name, arm, arm.engine_env(hybrid=setting.hybrid) | env))
+        arms.append(TracedArm(name, arm, arm.engine_env(hybrid=setting.hybrid) | env, engine))
     return arms
 
 
@@ -156,13 +164,13 @@ def greedy_of(setting: Setting) -> dict:
     return {"temperature": 0.0, "max_new_tokens": setting.max_new_tokens, "ignore_eos": True}
 
 
-def start_engine(arm: Arm, env: dict, setting: Setting, args):
+def start_engine(traced: TracedArm, setting: Setting, args):
     """The arm's engine and its start seconds."""
     import sglang as sgl
 
     t0 = time.perf_counter()
-    with environment(env):  # the engine's processes inherit it at start
-        engine = sgl.Engine(**engine_kwargs(arm, setting, args.tp_size, args.batch_size))
+    with environment(traced.env):  # the engine's processes inherit it at start
+        engine = sgl.Engine(**engine_kwargs(traced.arm, setting, args.tp_size, args.batch_size), **traced.engine)
     return engine, round(time.perf_counter() - t0, 1)
 
 
@@ -171,15 +179,15 @@ def decode_waves(engine, waves: list, greedy: dict) -> list:
     return [[out["meta_info"] for out in engine.generate(input_ids=wave, sampling_params=greedy)] for wave in waves]
 
 
-def prime(name: str, arm: Arm, env: dict, setting: Setting, args) -> dict:
+def prime(traced: TracedArm, setting: Setting, args) -> dict:
     """The first arm's engine started, its decode run once untimed, and shut down: what a
     fresh machine's first engine is slow at is done before anything is measured."""
-    engine, start_s = start_engine(arm, env, setting, args)
+    engine, start_s = start_engine(traced, setting, args)
     try:
         decode_waves(engine, waves_of(setting, args), greedy_of(setting))
     finally:
         engine.shutdown()
-    return {"arm": name, "tp_size": args.tp_size, "start_s": start_s}
+    return {"arm": traced.name, "tp_size": args.tp_size, "start_s": start_s}
 
 
 def attempt(name: str, call) -> dict:
@@ -190,9 +198,10 @@ def attempt(name: str, call) -> dict:
         return {"arm": name, "error": f"{type(exc).__name__}: {exc}"}
 
 
-def run_arm(name: str, arm: Arm, env: dict, setting: Setting, args, out: Path) -> dict:
+def run_arm(traced: TracedArm, setting: Setting, args, out: Path) -> dict:
+    name, arm = traced.name, traced.arm
     waves, greedy = waves_of(setting, args), greedy_of(setting)
-    engine, start_s = start_engine(arm, env, setting, args)
+    engine, start_s = start_engine(traced, setting, args)
     record = {"arm": name, "tp_size": args.tp_size, "start_s": start_s}
     try:
         record["requests_at_once"] = requests_at_once(engine)  # SGLang's cap: a wave wider than it queues
@@ -335,8 +344,9 @@ def main(argv: list | None = None) -> int:
     arms = parse_arms(args.arms, setting, installed_sglang())
     if args.dry_run:
         print(f"round trace of {args.setting}, batch size {args.batch_size}, primer {'on' if args.primer else 'off'}:")
-        for name, arm, env in arms:
-            print(f"  {name}: {arm.label}" + "".join(f" {key}={value}" for key, value in sorted(env.items())))
+        for traced in arms:
+            settings = sorted({**traced.env, **traced.engine}.items())
+            print(f"  {traced.name}: {traced.arm.label}" + "".join(f" {key}={value}" for key, value in settings))
         return 0
     records: list = []
 
@@ -346,12 +356,11 @@ def main(argv: list | None = None) -> int:
         (out / "round_trace.json").write_text(json.dumps(records, indent=1))
 
     if args.primer and arms:
-        name, arm, env = arms[0]
-        print(f"== {name}: untimed primer", flush=True)
-        keep(attempt(name, partial(prime, name, arm, env, setting, args)) | {"primer": True})
-    for name, arm, env in arms:
-        print(f"== {name}", flush=True)
-        keep(attempt(name, partial(run_arm, name, arm, env, setting, args, out)))
+        print(f"== {arms[0].name}: untimed primer", flush=True)
+        keep(attempt(arms[0].name, partial(prime, arms[0], setting, args)) | {"primer": True})
+    for traced in arms:
+        print(f"== {traced.name}", flush=True)
+        keep(attempt(traced.name, partial(run_arm, traced, setting, args, out)))
     measured = [r for r in records if not r.get("primer")]
     ok = [r for r in measured if "error" not in r]
     print(table(ok))

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddtree_overlay.bench.acceptance_curve import AcceptanceCurve
-from ddtree_overlay.bench.arms import DDTREE, DFLASH, parse_with_env
+from ddtree_overlay.bench.arms import DDTREE, DFLASH, parse_with_settings
 from ddtree_overlay.bench.table_cells import DASH, cell
 
 
@@ -33,7 +33,7 @@ def project_trace(records: Sequence[Mapping[str, Any]], curve: AcceptanceCurve) 
     """One row per fixed-budget DDTREE arm whose budget the curve covers, against the trace's
     cheapest DFLASH arm per request and round (none without one): the cost ratios, τ, the τ that
     breaks even on wall time, and the projected DDTREE ÷ DFLASH on wall and on kernel time."""
-    timed = [(r, parse_with_env(r["arm"])[0]) for r in records if r.get("step_ms") and not r.get("primer")]
+    timed = [(r, parse_with_settings(r["arm"])[0]) for r in records if r.get("step_ms") and not r.get("primer")]
     chains = [r for r, arm in timed if arm.algorithm == DFLASH]
     if not chains:
         return []

@@ -13,7 +13,7 @@ from ddtree_overlay.bench.arms import (
     Arm,
     BudgetPolicy,
     number_list,
-    parse_with_env,
+    parse_with_settings,
     policy_label,
     verify_width,
 )
@@ -120,17 +120,23 @@ def test_number_lists_are_sorted_sets_of_numbers_at_least_the_minimum() -> None:
 
 def test_an_arm_with_settings_starts_its_engine_with_them() -> None:
     """scripts/gpu/round_trace.py's arms: an A/B of the payload's switches in one run."""
-    arm, env = parse_with_env("ddtree-b256-no-overlap@SGLANG_DDTREE_COMMIT_GRAPH=1@SGLANG_DDTREE_TREE_GRAPH=0")
-    assert arm == Arm.ddtree(256, overlap=False)
+    arm, env, engine = parse_with_settings("ddtree-b256-no-overlap@SGLANG_DDTREE_COMMIT_GRAPH=1@SGLANG_DDTREE_TREE_GRAPH=0")
+    assert arm == Arm.ddtree(256, overlap=False) and engine == {}
     assert env == {"SGLANG_DDTREE_COMMIT_GRAPH": "1", "SGLANG_DDTREE_TREE_GRAPH": "0"}
-    assert parse_with_env("plain") == (Arm(TARGET_ONLY), {})
-    assert parse_with_env("dflash@flashinfer@SGLANG_X=1") == (Arm(DFLASH, backend="flashinfer"), {"SGLANG_X": "1"})
+    assert parse_with_settings("plain") == (Arm(TARGET_ONLY), {}, {})
+    assert parse_with_settings("dflash@flashinfer@SGLANG_X=1") == (Arm(DFLASH, backend="flashinfer"), {"SGLANG_X": "1"}, {})
+    assert parse_with_settings("ddtree-b32@speculative_draft_attention_backend=flashinfer@SGLANG_X=1") == (
+        Arm.ddtree(32), {"SGLANG_X": "1"}, {"speculative_draft_attention_backend": "flashinfer"}
+    )
 
 
-@pytest.mark.parametrize("text", ["ddtree-b32@lower=1", "ddtree-b32@NOVALUE", "eagle@SGLANG_X=1"])
+@pytest.mark.parametrize(
+    "text",
+    ["ddtree-b32@lower=1", "ddtree-b32@NOVALUE", "eagle@SGLANG_X=1", "ddtree-b32@speculative_draft_attention_backend="],
+)
 def test_a_bad_arm_or_setting_is_refused(text: str) -> None:
-    with pytest.raises(ValueError, match=r"is not KEY=VALUE|unknown arm"):
-        parse_with_env(text)
+    with pytest.raises(ValueError, match=r"is neither ENV_NAME=VALUE nor|unknown arm"):
+        parse_with_settings(text)
 
 
 @pytest.mark.parametrize(

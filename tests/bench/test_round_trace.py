@@ -65,12 +65,12 @@ def test_what_the_setting_runs_is_parsed_with_its_environment_over_the_bench_arm
     parsed = round_trace.parse_arms("nextn,ddtree-b32@SGLANG_X=1", hybrid, "0.5.17")
     serve_fewer = {"SGLANG_DDTREE_SERVE_FEWER_REQUESTS": "1"}  # as the bench starts DDTREE on a hybrid
     assert parsed == [
-        ("nextn", Arm.parse("nextn"), {}),
-        ("ddtree-b32@SGLANG_X=1", Arm.ddtree(32), serve_fewer | {"SGLANG_X": "1"}),
+        ("nextn", Arm.parse("nextn"), {}, {}),
+        ("ddtree-b32@SGLANG_X=1", Arm.ddtree(32), serve_fewer | {"SGLANG_X": "1"}, {}),
     ]
     assert round_trace.parse_arms("nextn-no-overlap", hybrid, "0.5.14")[0][1] == Arm.parse("nextn-no-overlap")
     dense = settings.make_setting("fixture", scratch=tmp_path)
-    (_, _, env), = round_trace.parse_arms("ddtree-b15-chain@SGLANG_DDTREE_TREE_SHAPE=tree", dense, "0.5.17")
+    (_, _, env, _), = round_trace.parse_arms("ddtree-b15-chain@SGLANG_DDTREE_TREE_SHAPE=tree", dense, "0.5.17")
     assert env == {"SGLANG_DDTREE_TREE_SHAPE": "tree"}  # the name's setting wins over the chain control's
     assert round_trace.parse_arms("ddtree-b15-chain", dense, "0.5.17")[0][2] == {"SGLANG_DDTREE_TREE_SHAPE": "chain"}
 
@@ -106,6 +106,15 @@ def test_an_untimed_primer_of_the_first_arm_starts_before_the_measured_ones(tmp_
     done, records, engines = trace(tmp_path / "without", "--arms", "nextn-no-overlap,ddtree-b32", "--no-primer")
     assert done.returncode == 0, done.stderr
     assert len(engines) == 2 and not any(r.get("primer") for r in records)
+
+
+def test_an_arms_engine_setting_reaches_its_engine_only(tmp_path: Path) -> None:
+    done, records, engines = trace(
+        tmp_path, "--arms", "ddtree-b32@speculative_draft_attention_backend=flashinfer,ddtree-b32", "--no-primer"
+    )
+    assert done.returncode == 0, done.stderr
+    assert [e.get("speculative_draft_attention_backend") for e in engines] == ["flashinfer", None]
+    assert [r["arm"] for r in records] == ["ddtree-b32@speculative_draft_attention_backend=flashinfer", "ddtree-b32"]
 
 
 def test_a_refused_arm_starts_no_engine_at_all(tmp_path: Path) -> None:
