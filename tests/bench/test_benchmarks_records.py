@@ -1024,6 +1024,34 @@ def test_the_8b_bs1_budget_trace_and_its_projections_as_cited():
     assert f"{by_arm['dflash-no-overlap@flashinfer']['step_ms']:.1f} ms per step" in text
 
 
+def test_the_8b_bs1_gap_to_dflash_on_flashinfer_as_cited():
+    """The per-family kernel ms behind the bs 1 gap, and the paper's τ ratios that bound it."""
+    from ddtree_overlay.bench.acceptance_curve import PAPER_QWEN3_8B
+
+    run = "2026-12-05-qwen3-8b-bs1-budgets-round-trace-h100"
+    by_arm = {r["arm"]: r["trace"] for r in json.loads((BENCH / run / "round_trace.json").read_text())}
+    text = " ".join(section("Qwen3-8B shape, bs 1: the budgets on the paper's curve, traced, against DFLASH on flashinfer and on triton (H100)").split())
+    dflash = by_arm["dflash-no-overlap@flashinfer"]["gpu"]
+
+    def attention(budget):
+        trace = by_arm[f"ddtree-b{budget}-no-overlap"]
+        return trace["gpu"]["families"]["attention"] + trace["stages"]["verify"]["gpu_families"]["ddtree"]
+
+    b32, b64 = by_arm["ddtree-b32-no-overlap"], by_arm["ddtree-b64-no-overlap"]
+    family = lambda gpu, name: gpu["families"][name]  # noqa: E731
+    assert f"B = 32 spends {b32['gpu']['kernel_ms'] - dflash['kernel_ms']:.3f} ms more" in text
+    assert f"Of it, {attention(32) - family(dflash, 'attention'):.3f} is attention" in text
+    assert f"the drafter's on triton ({family(b32['gpu'], 'attention'):.3f})" in text
+    assert f"among them ({b32['stages']['verify']['gpu_families']['ddtree']:.3f}), against {family(dflash, 'attention'):.3f}" in text
+    gemm = family(b32["gpu"], "gemm") - family(dflash, "gemm")
+    assert f"{gemm:.3f} is GEMMs ({family(b32['gpu'], 'gemm'):.3f} against {family(dflash, 'gemm'):.3f}" in text
+    norms = family(b32["gpu"], "norm/act/rope/elementwise") - family(dflash, "norm/act/rope/elementwise")
+    assert f"{norms:.3f} norms and elementwise" in text
+    ratios = [PAPER_QWEN3_8B.tau(b) / PAPER_QWEN3_8B.chain for b in (32, 64, 128)]
+    assert f"{ratios[0]:.2f} at B = 32, {ratios[1]:.2f} at 64 and {ratios[2]:.2f} at 128" in text
+    assert f"B = 64's round is {b64['gpu']['kernel_ms'] - dflash['kernel_ms']:.3f} ms dearer, its attention {attention(64):.3f} ms" in text
+
+
 def test_the_gdn_lookahead_timing_as_cited():
     log = lzma.decompress((BENCH / "2026-12-05-qwen3-8b-bs1-budgets-round-trace-h100" / "log.xz").read_bytes()).decode()
     text = section("The GDN tree verify's lookahead at Qwen3.6-27B's shape (H100)")
