@@ -1,7 +1,7 @@
 """DDTREE's target-verify attention on the triton backend, timed against SGLang's kernel.
 
     python3 scripts/gpu/verify_attention.py [--out DIR] [--batch-sizes 1,4,16] [--prefixes 1024,8192]
-        [--widths 16,17,33] [--shapes qwen3-8b,qwen3.6-27b] [--tiles 64x32,32x32x4]
+        [--widths 16,17,33] [--shapes qwen3-8b,qwen3.6-27b] [--tiles 64x32,32x32x4] [--min-splits 64,128]
     python3 scripts/gpu/verify_attention.py --plot DIR   # redraw DIR/verify_attention.png from its JSON
 
 For each attention shape (Qwen3-8B: 32 q / 8 kv heads, dim 128; Qwen3.6-27B's attention layers:
@@ -18,7 +18,11 @@ GPU ms per call (CUDA events, median of 20 after 3 warm-ups) of
   tile ``block_config`` runs outside 65-128 rows per program (128 x 16 within them; both build
   without spills for sm_86 / 90 / 120); at head dim 256,
   32 x 32 and 16 x 32 x 4 spill at most 48 and 16 bytes where wider tiles spill 184-976
-  (an ahead-of-time build for sm_86 / 90 / 120 on a CPU, 2026-12-05).
+  (an ahead-of-time build for sm_86 / 90 / 120 on a CPU, 2026-12-05);
+- with ``--min-splits S,...``, ``splitkv`` again with ``MIN_SPLIT_TOKENS`` (the fewest prefix keys
+  a split walks) at each S: at bs 1 a 1 K prefix gives 256-key splits 4 programs per (kv head,
+  row block), and a smaller S more programs of fewer key tiles each.
+Each variant's ms, split count and difference from ``extend`` go in its row's ``variants``.
 Agreement: the largest |splitkv - extend| over the outputs (bf16; both round the probabilities
 to bf16 before the value product), and the same with the tree a chain against ``chain16``'s
 causal kernel. A row whose difference passes 2e-2 is marked and the exit code is 1. Needs torch,
@@ -59,6 +63,20 @@ def tile_list(text: str) -> list:
 
 def tile_name(tile: tuple) -> str:
     return "x".join(map(str, tile))
+
+
+def min_split_list(text: str) -> list:
+    """``S,...``: prefix keys per split, each a multiple of 32 (every BLOCK_N divides it)."""
+    sizes = ints(text)
+    if not sizes or any(size < 32 or size % 32 for size in sizes):
+        raise argparse.ArgumentTypeError(f"min splits {text!r} must be multiples of 32")
+    return sizes
+
+
+def variants(tiles: list, min_splits: list) -> dict:
+    """name -> the payload module attributes a timed variant sets (read by num_splits and the launch)."""
+    out = {tile_name(tile): {"block_config": lambda head_dim, rows, tile=tile: tile} for tile in tiles}
+    return out | {f"min-split {size}": {"MIN_SPLIT_TOKENS": size} for size in min_splits}
 
 
 class Case:
@@ -146,6 +164,7 @@ def main() -> int:
     ap.add_argument("--widths", type=ints, default=[16, 17, 33])
     ap.add_argument("--shapes", default="qwen3-8b,qwen3.6-27b")
     ap.add_argument("--tiles", type=tile_list, default=[], help="BLOCK_MxBLOCK_N[xWARPS],... to time too")
+    ap.add_argument("--min-splits", type=min_split_list, default=[], help="MIN_SPLIT_TOKENS values to time too")
     args = ap.parse_args()
     if args.plot:
         return 0 if write_plot(args.plot) else 1
@@ -171,13 +190,17 @@ def main() -> int:
         )
         return splits
 
-    def candidate(tile, case, o, mask):
-        default = va.block_config
-        va.block_config = lambda head_dim, rows: tile  # read by num_splits and the launch
+    timed_variants = variants(args.tiles, args.min_splits)
+
+    def variant(name, case, o, mask):
+        defaults = {attr: getattr(va, attr) for attr in timed_variants[name]}
+        for attr, value in timed_variants[name].items():
+            setattr(va, attr, value)
         try:
             return splitkv(case, o, mask)
         finally:
-            va.block_config = default
+            for attr, value in defaults.items():
+                setattr(va, attr, value)
 
     def extend(case, o, mask):
         extend_attention_fwd(
@@ -188,8 +211,8 @@ def main() -> int:
 
     rows, failed = [], False
     header = f"{'shape':<12} {'bs':>3} {'prefix':>6} {'N':>3} {'S':>3} {'splitkv ms':>10} {'extend ms':>9} {'speedup':>7} {'chain16 ms':>10} {'|diff|':>8} {'chain |diff|':>12}"
-    for tile in args.tiles:
-        header += f" {tile_name(tile) + ' ms':>10} {'|diff|':>8}"
+    for name in timed_variants:
+        header += f" {name + ' ms':>10} {'|diff|':>8}"
     print(header)
     for shape in args.shapes.split(","):
         q_heads, kv_heads, dim = SHAPES[shape]
@@ -213,17 +236,17 @@ def main() -> int:
                                extend_ms=ext_ms, chain16_ms=chain_ms, max_abs_diff=diff, chain_max_abs_diff=chain_diff)
                     line = (f"{shape:<12} {bs:>3} {prefix:>6} {n:>3} {splits:>3} {ours_ms:>10.3f} {ext_ms:>9.3f} "
                             f"{ext_ms / ours_ms:>6.2f}x {chain_ms:>10.3f} {diff:>8.1e} {chain_diff:>12.1e}")
-                    row["tiles"] = {}
-                    for tile in args.tiles:
-                        o_tile = torch.empty_like(case.q)
-                        candidate(tile, case, o_tile, tail)
-                        timed = row["tiles"][tile_name(tile)] = dict(
-                            ms=gpu_ms(partial(candidate, tile, case, o_tile, tail)),
-                            max_abs_diff=float((o_tile.float() - o_ext.float()).abs().max()),
+                    row["variants"] = {}
+                    for name in timed_variants:
+                        o_variant = torch.empty_like(case.q)
+                        timed = row["variants"][name] = dict(
+                            splits=variant(name, case, o_variant, tail),
+                            ms=gpu_ms(partial(variant, name, case, o_variant, tail)),
+                            max_abs_diff=float((o_variant.float() - o_ext.float()).abs().max()),
                         )
                         line += f" {timed['ms']:>10.3f} {timed['max_abs_diff']:>8.1e}"
-                    tile_diffs = [timed["max_abs_diff"] for timed in row["tiles"].values()]
-                    bad = max(diff, chain_diff, *tile_diffs) > TOLERANCE
+                    variant_diffs = [timed["max_abs_diff"] for timed in row["variants"].values()]
+                    bad = max(diff, chain_diff, *variant_diffs) > TOLERANCE
                     failed |= bad
                     rows.append(row)
                     print(line + ("  DISAGREE" if bad else ""))

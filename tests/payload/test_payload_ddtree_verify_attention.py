@@ -170,6 +170,13 @@ def test_candidate_tiles_compute_the_same_attention(monkeypatch, tile, heads):
     torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
 
 
+def test_a_smaller_min_split_computes_the_same_attention(monkeypatch):
+    """``scripts/gpu/verify_attention.py --min-splits``: more, shorter prefix splits."""
+    monkeypatch.setattr(va, "MIN_SPLIT_TOKENS", 64)
+    verify = Verify(8, 2, 128, 17, [3 * 64 + 5, 40], dtype=torch.float32, seed=9)
+    torch.testing.assert_close(verify.run(num_splits=5).double(), verify.reference(), atol=1e-5, rtol=1e-5)
+
+
 def test_the_split_count_does_not_change_the_result():
     """One split or many: the same partial sums merged, to fp32 rounding."""
     verify = Verify(4, 2, 128, 9, [0, 1, 2 * SPLIT + 37], dtype=torch.float32, seed=5)
