@@ -61,7 +61,7 @@ def test_checkpoint_holds_exactly_the_drafter_module_weights() -> None:
     assert not any("embed_tokens" in name for name in stored)
 
 
-def test_the_drafter_fits_the_device_transfer() -> None:
+def test_the_checkpoint_stays_under_2_5_mb_and_its_log_records_its_size() -> None:
     sizes = {f.name: f.stat().st_size for f in DRAFT.iterdir()}
     assert sizes["model.safetensors"] < 2_500_000, sizes
     assert read_json(DRAFT / "training_log.json")["bytes"]["model.safetensors"] == sizes["model.safetensors"]
