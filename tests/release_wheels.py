@@ -1,6 +1,7 @@
 """The stock sglang wheels in the matrix cache (~/.cache/ddtree-overlay/matrix/wheels;
 `ddtree-overlay matrix` fills it) and a release's patches applied to their files: for the tests
-that check per-release hunks against each release's own sources."""
+that check per-release hunks against each release's own sources; and a scratch venv with a
+release installed over the matrix's CPU import closure, for the tests that run its code."""
 
 from __future__ import annotations
 
@@ -11,6 +12,15 @@ from overlay_helpers import REPO_ROOT
 
 from ddtree_overlay.engine.hunks import apply_hunks
 from ddtree_overlay.engine.patchset import load_patch_set
+from ddtree_overlay.matrix.envs import (
+    BaseEnv,
+    cache_root,
+    closure_names,
+    ensure_pins_env,
+    ensure_wheel,
+    scratch_venv,
+    wheel_requirements,
+)
 
 WHEELS = Path.home() / ".cache" / "ddtree-overlay" / "matrix" / "wheels"
 
@@ -39,3 +49,13 @@ def apply_at_own_lines(stock: bytes, diff, what) -> str:
     assert outcome.applied, (what, [h.describe() for h in outcome.hunks])
     assert all(h.offset == 0 for h in outcome.hunks), (what, [h.describe() for h in outcome.hunks])
     return outcome.after.decode()
+
+
+def release_env(release: str, scratch: Path) -> Path:
+    """A venv under ``scratch`` with sglang ``release`` (no deps) over the matrix's CPU torch
+    and the release's pinned pure-Python closure (the wheel downloads once, then is cached)."""
+    cache = cache_root()
+    wheel = ensure_wheel(release, cache / "wheels")
+    pins = {n: v for n, v in wheel_requirements(wheel)["pins"].items() if n in closure_names()}
+    base = BaseEnv(cache)
+    return scratch_venv(release, wheel, [base.ensure(), ensure_pins_env(pins, base, cache)], scratch)

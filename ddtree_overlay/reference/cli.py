@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from .decode import generate_ar, generate_ddtree, generate_dflash
+from .decode import generate_ar, generate_ddtree, generate_dflash, generate_eagle3
+from .eagle3 import load_eagle3_draft
 from .hybrid import load_any_target
 from .metrics import aggregate, prompt_metrics
 from .model import load_draft
@@ -33,15 +34,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--draft",
-        help="dir with config.json + model.safetensors (DFlashDraftModel); needed for dflash/ddtree",
+        help="dir with config.json + model.safetensors (DFlashDraftModel for dflash/ddtree, "
+        "LlamaForCausalLMEagle3 for eagle3)",
     )
     p.add_argument("--prompts", required=True, help="JSON file: list of token-id lists")
-    p.add_argument("--algo", choices=("ar", "dflash", "ddtree"), required=True)
+    p.add_argument("--algo", choices=("ar", "dflash", "ddtree", "eagle3"), required=True)
     p.add_argument(
         "--budget",
         type=int,
         default=16,
         help="DDTree budget B: drafted nodes per round, root excluded",
+    )
+    p.add_argument(
+        "--num-steps",
+        type=int,
+        default=3,
+        help="EAGLE-3 drafted tokens per round (SGLang's speculative_num_steps, topk 1)",
     )
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -67,12 +75,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def load_drafter(args: argparse.Namespace, dtype: torch.dtype):
+    """The algorithm's drafter (None for ar) and the most tokens one of its rounds commits."""
+    if args.algo == "ar":
+        return None, 1
+    if args.algo == "eagle3":
+        return load_eagle3_draft(args.draft, dtype=dtype, device=args.device), args.num_steps + 1
+    draft = load_draft(args.draft, dtype=dtype, device=args.device)
+    return draft, draft.cfg.block_size
+
+
 def run(args: argparse.Namespace) -> dict:
     dtype = DTYPES[args.dtype]
     target = load_any_target(args.target, dtype=dtype, device=args.device)
-    draft = load_draft(args.draft, dtype=dtype, device=args.device) if args.algo != "ar" else None
     prompts = json.loads(Path(args.prompts).read_text())[: args.limit]
-    block_size = draft.cfg.block_size if draft is not None else 1
+    draft, block_size = load_drafter(args, dtype)
     want_baseline = args.algo != "ar" and args.temperature < 1e-5 and not args.no_baseline
     results, baselines, rows = [], [], []
     for i, prompt in enumerate(prompts):
@@ -87,6 +104,8 @@ def run(args: argparse.Namespace) -> dict:
             r = generate_ar(target, prompt, **kw)
         elif args.algo == "dflash":
             r = generate_dflash(target, draft, prompt, record_trees=args.trees, **kw)
+        elif args.algo == "eagle3":
+            r = generate_eagle3(target, draft, prompt, num_steps=args.num_steps, **kw)
         else:
             r = generate_ddtree(
                 target, draft, prompt, budget=args.budget, record_trees=args.trees, **kw

@@ -1,4 +1,5 @@
-"""Target-only, DFlash (linear) and DDTree (tree) decoding, batch 1, one function per algorithm.
+"""Target-only, DFlash (linear), DDTree (tree) and EAGLE-3 (chain) decoding, batch 1, one
+function per algorithm.
 
 Each speculative round, in the glossary of `tree.py` (root = bonus token b, start = committed
 length = position of b):
@@ -19,6 +20,13 @@ length = position of b):
 DFlash is the chain special case: proposal = [b, argmax q_1, ..., argmax q_L] (greedy drafts at
 every T, as `dflash.py` of the reference does), causal mask. DDTree proposes the best-first tree
 of `tree.build_ddtree_tree` with an ancestor-only mask and positions start + depth.
+
+EAGLE-3 proposes a chain [b, d_1, ..., d_n] (SGLang's `speculative_num_steps` n, topk 1): a
+draft extend over the tokens committed since the last round (entry j = token x_{j+1} with the
+target features of position j) gives d_1 at position start - 1; step i feeds (d_i, the
+drafter's own hidden of the step before) at position start + i - 1 and gives d_{i+1}. Verify,
+accept and commit as DFlash's chain; the drafter's cache keeps the extend entries, and the
+steps' entries are overwritten by the next extend.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .eagle3 import Eagle3Draft
 from .hybrid import Qwen35Target
 from .hybrid_cache import HybridCache
 from .model import DFlashDraft, KVCache, Qwen3Target
@@ -53,7 +62,7 @@ class RoundTree:
 
 @dataclass(frozen=True)
 class DecodeResult:
-    algo: str  # "ar" | "dflash" | "ddtree"
+    algo: str  # "ar" | "dflash" | "ddtree" | "eagle3"
     prompt_len: int
     tokens: tuple[int, ...]  # generated tokens, at most max_new_tokens
     accept_lens: tuple[int, ...]  # per verify round, bonus included (empty for "ar")
@@ -270,5 +279,93 @@ def generate_ddtree(
         accept_lens=tuple(accept_lens),
         margins=(),
         trees=tuple(trees) if record_trees else None,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def draft_eagle3_chain(
+    target: Target,
+    draft: Eagle3Draft,
+    cache: KVCache,
+    *,
+    ctx_tokens: list[int],
+    ctx_aux: torch.Tensor,
+    ctx_start: int,
+    num_steps: int,
+) -> list[int]:
+    """Greedy drafts d_1..d_num_steps of one EAGLE-3 round.
+
+    ctx_tokens: the C tokens at positions ctx_start+1 .. ctx_start+C (the last is the root);
+    ctx_aux: [1, C, K*H] target features at positions ctx_start .. ctx_start+C-1."""
+    c = ctx_aux.shape[1]
+    assert len(ctx_tokens) == c, (len(ctx_tokens), c)
+    dev = ctx_aux.device
+    emb = target.model.embed_tokens(torch.tensor([ctx_tokens], device=dev))
+    positions = ctx_start + torch.arange(c, device=dev).unsqueeze(0)
+    hidden = draft(
+        emb, draft.project_target_hidden(ctx_aux), positions, cache=cache, cache_start=ctx_start
+    )[:, -1:]
+    drafts = [int(draft.logits(hidden)[0, -1].argmax())]
+    for p in range(ctx_start + c, ctx_start + c + num_steps - 1):
+        emb = target.model.embed_tokens(torch.tensor([[drafts[-1]]], device=dev))
+        hidden = draft(emb, hidden, torch.tensor([[p]], device=dev), cache=cache, cache_start=p)
+        drafts.append(int(draft.logits(hidden)[0, -1].argmax()))
+    return drafts
+
+
+@torch.inference_mode()
+def generate_eagle3(
+    target: Target,
+    draft: Eagle3Draft,
+    prompt: list[int],
+    *,
+    max_new_tokens: int,
+    num_steps: int = 3,
+    temperature: float = 0.0,
+    generator: torch.Generator | None = None,
+    stop_token: int | None = None,
+) -> DecodeResult:
+    t0 = time.perf_counter()
+    ids_k, n = draft.cfg.aux_layer_ids, num_steps + 1
+    max_len = len(prompt) + max_new_tokens + n + 1
+    tcache, dcache = target.new_cache(1, max_len), draft.new_cache(1, max_len)
+    out = _prefill(target, prompt, tcache, ids_k)
+    root = choose(out.logits[0, -1:], temperature, generator)[0]
+    seq, tokens, accept_lens = [*prompt, root], [root], []
+    ctx_aux, ctx_start, start = out.aux, 0, len(prompt)
+    dev = out.logits.device
+    while not _finish(tokens, max_new_tokens, stop_token)[1]:
+        drafts = draft_eagle3_chain(
+            target,
+            draft,
+            dcache,
+            ctx_tokens=seq[ctx_start + 1 : start + 1],
+            ctx_aux=ctx_aux,
+            ctx_start=ctx_start,
+            num_steps=num_steps,
+        )
+        chain = [root, *drafts]
+        pos = start + torch.arange(n, device=dev).unsqueeze(0)
+        ids = torch.tensor([chain], device=dev)
+        out = target(ids, pos, cache=tcache, cache_start=start, capture=ids_k)  # causal chain
+        y = choose(out.logits[0], temperature, generator)  # y_k = target's token after chain[:k+1]
+        acc = 0  # accept d_{k+1} while d_{k+1} == y_k
+        while acc < num_steps and chain[acc + 1] == y[acc]:
+            acc += 1
+        committed = [*chain[1 : acc + 1], y[acc]]
+        tokens += committed
+        seq += committed
+        accept_lens.append(acc + 1)
+        tcache.compact(start, list(range(acc + 1)))
+        ctx_aux, ctx_start = out.aux[:, : acc + 1], start
+        start, root = start + acc + 1, y[acc]
+    final, _ = _finish(tokens, max_new_tokens, stop_token)
+    return DecodeResult(
+        algo="eagle3",
+        prompt_len=len(prompt),
+        tokens=final,
+        accept_lens=tuple(accept_lens),
+        margins=(),
+        trees=None,
         seconds=time.perf_counter() - t0,
     )

@@ -528,14 +528,15 @@ def save_checkpoint(
     out_dir: str | Path,
     rename: Callable[[str], str] = lambda name: name,
 ) -> None:
-    """config.json + bf16 model.safetensors; `rename` maps module names to checkpoint names."""
+    """config.json + model.safetensors, floating tensors in bf16 (integer and bool buffers keep
+    their dtype); `rename` maps module names to checkpoint names."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     sd = {
-        rename(k): v.detach().to("cpu", torch.bfloat16).contiguous()
+        rename(k): v.detach().to("cpu", torch.bfloat16 if v.is_floating_point() else v.dtype).contiguous()
         for k, v in module.state_dict().items()
     }
     save_file(sd, str(out / "model.safetensors"), metadata={"format": "pt"})

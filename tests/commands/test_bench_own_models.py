@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 
 import pytest
 from bench_fakes import install_fake_sglang
-from overlay_helpers import run_cli
+from overlay_helpers import REPO_ROOT, run_cli
 
 from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.bench import settings, supervision
@@ -98,6 +100,23 @@ def test_the_dense_fixture_has_no_mtp_head_and_an_eagle3_draft_adds_a_baseline(t
     groups = {g["name"]: g for g in envelope["data"]["plan"]["groups"]}
     assert "nextn" not in groups and groups["eagle3"]["engine"]["speculative_draft_model_path"] == str(tmp_path)
     assert "max_running_requests" not in groups["eagle3"]["engine"]
+
+
+def test_the_dense_fixtures_eagle3_drafter_plans_its_arm_as_the_fixture_readme_runs_it(tmp_path: Path) -> None:
+    """The GPU command the fixture README gives for the EAGLE3 arm, its bench job dry-run from
+    the repository root as `scripts/gpu/on_gpus.sh` runs it."""
+    readme = (FIXTURES / "README.md").read_text()
+    job = re.search(r"bash scripts/gpu/on_gpus\.sh \S+ '(bench [^']+)'", readme).group(1)
+    setting, *args = shlex.split(job)[1:]
+    done, envelope = dry_run("--setting", setting, "--out", str(tmp_path / "out"), *args)
+    assert done.returncode == 0, done.stderr
+    groups = {g["name"]: g for g in envelope["data"]["plan"]["groups"]}
+    assert list(groups) == ["dflash", "eagle3", "ddtree-b32"]
+    engine = groups["eagle3"]["engine"]
+    assert engine["speculative_algorithm"] == "EAGLE3"
+    assert (REPO_ROOT / engine["speculative_draft_model_path"]).resolve() == FIXTURES / "eagle3"
+    chain = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    assert [engine[key] for key in chain] == [3, 1, 4]
 
 
 def test_chat_prompts_without_a_tokenizer_exit_14(tmp_path: Path) -> None:

@@ -19,16 +19,7 @@ from pathlib import Path
 
 import pytest
 from overlay_helpers import REPO_ROOT
-
-from ddtree_overlay.matrix.envs import (
-    BaseEnv,
-    cache_root,
-    closure_names,
-    ensure_pins_env,
-    ensure_wheel,
-    scratch_venv,
-    wheel_requirements,
-)
+from release_wheels import release_env
 
 PROBE = Path(__file__).with_name("hybrid_load_probe.py")
 
@@ -60,14 +51,6 @@ def fixture_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path,
     names = sorted(checkpoint_name(n) for n in target.state_dict())
     (out / "names.json").write_text(json.dumps(names))
     return out / "config.json", out / "names.json", names
-
-
-def release_env(release: str, scratch: Path) -> Path:
-    cache = cache_root()
-    wheel = ensure_wheel(release, cache / "wheels")
-    pins = {n: v for n, v in wheel_requirements(wheel)["pins"].items() if n in closure_names()}
-    base = BaseEnv(cache)
-    return scratch_venv(release, wheel, [base.ensure(), ensure_pins_env(pins, base, cache)], scratch)
 
 
 @pytest.mark.parametrize("release", ["0.5.14", "0.5.23"])
