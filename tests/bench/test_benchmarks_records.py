@@ -1107,3 +1107,69 @@ def test_the_head_dim_64_pair_as_cited():
     kernel = {name: [r["trace"]["gpu"]["kernel_ms"] for r in timed if r["paths"]["verify_attention"] == name] for name in ("full-mask", "splitkv")}
     assert max(kernel["splitkv"]) < min(kernel["full-mask"])
     assert f"({statistics.mean(kernel['splitkv']) / statistics.mean(kernel['full-mask']):.2f}×) in both pairs" in " ".join(text.split())
+
+
+def test_the_8b_c16_b15_and_b16_steady_state_as_cited():
+    run = "2026-12-06-qwen3-8b-c16-b15-b16-steady-h100"
+    rep = report(run)
+    rows = {row["group"]: row for row in rep["steady"]["rows"]}
+    (column,) = project(rep, PAPER_QWEN3_8B)["steady"]
+    budgets = {entry["budget"]: entry for entry in column["budgets"]}
+    text = " ".join(section("Qwen3-8B shape, c = 16, steady state: B = 16 and B = 15 against DFLASH on flashinfer (H100)").split())
+    starts = {group["name"]: group for group in rep["groups"]}
+    for group, budget in (("ddtree-b16", 16), ("ddtree-b15", 15)):
+        split = rows[group]["profile"]["ms_per_round"]
+        cells = (
+            f"| {rows[group]['tok_per_s']:.0f} | {budgets[budget]['step_ratio']:.3f} | {split['round']:.2f} "
+            f"({split['draft']:.2f} / {split['verify']:.2f}) | {starts[group]['start_s']:.1f} / {starts[group]['warm_up_s']:.1f} |"
+        )
+        assert cells in text, cells
+    b15, b16 = budgets[15], budgets[16]
+    assert f"**{b15['step_ratio']:.3f}×** DFLASH's on flashinfer in continuous batching" in text
+    assert b15["step_ratio"] <= 1.08 < b16["step_ratio"]
+    verify = rows["ddtree-b16"]["profile"]["ms_per_round"]["verify"] - rows["ddtree-b15"]["profile"]["ms_per_round"]["verify"]
+    assert f"the 17th token adds {verify:.2f} ms to the verify stage" in text
+    assert f"B = 16 at **{b16['speedup_vs_dflash']:.2f}×** DFLASH (τ {b16['tau']:.2f} against the {b16['break_even_tau']:.2f}" in text
+    assert f"it breaks even at τ {b15['break_even_tau']:.2f}" in text
+    bound = b16["tau"] / PAPER_QWEN3_8B.chain / b15["step_ratio"]
+    assert f"{b16['tau']:.2f} ÷ {PAPER_QWEN3_8B.chain:.2f} ÷ {b15['step_ratio']:.3f} = {bound:.2f}×" in text
+    assert f"here {b16['step_ratio'] / b15['step_ratio']:.2f}×" in text
+    assert f"**{b15['step_ratio']:.3f}× / {b16['step_ratio']:.3f}×** ({rows['ddtree-b15']['tok_per_s']:.0f} / {rows['ddtree-b16']['tok_per_s']:.0f} against {rows['dflash']['tok_per_s']:.0f} tok/s)" in summary()
+
+
+def test_the_fixture_eagle3_arm_and_its_parity_as_cited():
+    cells = {c["name"]: c for c in json.loads((BENCH / "2026-12-06-fixture-eagle3-h100" / "bench.json").read_text())["cells"]}
+    log = json.loads((Path(__file__).resolve().parents[2] / "ddtree_overlay" / "fixtures" / "eagle3" / "training_log.json").read_text())
+    per_prompt = log["eval_eagle3"]["accept_lens_per_prompt"]
+    text = " ".join(section("Dense fixture, bs 1 and 16: EAGLE-3 measured (H100)").split())
+    parity = []
+    for bs in (1, 16):
+        eagle3, ddtree = cells[f"eagle3/bs{bs}/t0"], cells[f"ddtree-b32/bs{bs}/t0"]
+        reference = per_prompt[: eagle3["prompts"]]
+        reference_tau = sum(map(sum, reference)) / sum(map(len, reference))
+        parity.append(eagle3["tokens_per_round"] / reference_tau)
+        assert f"{reference_tau:.3f} over the first {eagle3['prompts']}" in text
+        for arm, cell in (("EAGLE-3, flashinfer", eagle3), ("DDTREE B = 32", ddtree)):
+            row = f"| {arm} | {bs} | {cell['tok_per_s']:.0f} | {cell['tokens_per_round']:.3f} | {cell['step_ms']:.2f} |"
+            assert row in text, row
+    speedups = [cells[f"ddtree-b32/bs{bs}/t0"]["tok_per_s"] / cells[f"eagle3/bs{bs}/t0"]["tok_per_s"] for bs in (1, 16)]
+    assert f"**{parity[0]:.3f}× / {parity[1]:.3f}×**" in text and all(abs(p - 1) < 0.05 for p in parity)
+    assert f"{speedups[0]:.2f}× / {speedups[1]:.2f}× EAGLE-3's tok/s" in text
+    assert f"**{speedups[0]:.2f}× / {speedups[1]:.2f}×**" in summary() and f"{parity[0]:.3f}× / {parity[1]:.3f}× the reference's" in summary()
+
+
+def test_the_min_split_timing_as_cited():
+    rows = json.loads((BENCH / "2026-12-06-verify-attention-min-split-h100" / "verify_attention.json").read_text())["rows"]
+    text = section("The split-KV verify's prefix split size at bs 1 and 4 (H100)")
+    cited = 0
+    for row in rows:
+        line = f"| {row['bs']} | {row['prefix']} | {row['n']} | "
+        if line in text:
+            cells = text.split(line, 1)[1].split("\n", 1)[0]
+            expected = [row["splitkv_ms"], row["variants"]["min-split 64"]["ms"], row["variants"]["min-split 128"]["ms"], row["extend_ms"]]
+            assert [c.strip(" |") for c in cells.split("|")][:4] == [f"{ms:.3f}" for ms in expected], (line, cells)
+            cited += 1
+    assert cited == 7
+    long = [r for r in rows if r["prefix"] == 8192]
+    spread = max(abs(v["ms"] / r["splitkv_ms"] - 1) for r in long for v in r["variants"].values())
+    assert round(spread * 100, 1) == 2.4 and "within 2.4 % of the default" in " ".join(text.split())
