@@ -1047,6 +1047,8 @@ def test_the_8b_bs1_gap_to_dflash_on_flashinfer_as_cited():
     assert f"{gemm:.3f} is GEMMs ({family(b32['gpu'], 'gemm'):.3f} against {family(dflash, 'gemm'):.3f}" in text
     norms = family(b32["gpu"], "norm/act/rope/elementwise") - family(dflash, "norm/act/rope/elementwise")
     assert f"{norms:.3f} norms and elementwise" in text
+    rest = b32["gpu"]["kernel_ms"] - dflash["kernel_ms"] - (attention(32) - family(dflash, "attention")) - gemm - norms
+    assert f"and the last {rest:.3f} mostly the top-K's sampling" in text
     ratios = [PAPER_QWEN3_8B.tau(b) / PAPER_QWEN3_8B.chain for b in (32, 64, 128)]
     assert f"{ratios[0]:.2f} at B = 32, {ratios[1]:.2f} at 64 and {ratios[2]:.2f} at 128" in text
     assert f"B = 64's round is {b64['gpu']['kernel_ms'] - dflash['kernel_ms']:.3f} ms dearer, its attention {attention(64):.3f} ms" in text
@@ -1133,7 +1135,8 @@ def test_the_8b_c16_b15_and_b16_steady_state_as_cited():
     assert f"it breaks even at τ {b15['break_even_tau']:.2f}" in text
     bound = b16["tau"] / PAPER_QWEN3_8B.chain / b15["step_ratio"]
     assert f"{b16['tau']:.2f} ÷ {PAPER_QWEN3_8B.chain:.2f} ÷ {b15['step_ratio']:.3f} = {bound:.2f}×" in text
-    assert f"here {b16['step_ratio'] / b15['step_ratio']:.2f}×" in text
+    rounds = [rows[group]["profile"]["ms_per_round"]["round"] for group in ("ddtree-b16", "ddtree-b15")]
+    assert f"its cost per request and round is {b16['step_ratio'] / b15['step_ratio']:.2f}× B = 15's and its profiled round {rounds[0] / rounds[1]:.2f}×" in text
     assert f"**{b15['step_ratio']:.3f}× / {b16['step_ratio']:.3f}×** ({rows['ddtree-b15']['tok_per_s']:.0f} / {rows['ddtree-b16']['tok_per_s']:.0f} against {rows['dflash']['tok_per_s']:.0f} tok/s)" in summary()
 
 
