@@ -34,17 +34,16 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import train_fixtures as tf  # noqa: E402  (it puts ddtree_overlay/ on sys.path for `reference`)
-
-from reference.decode import generate_ar, generate_eagle3  # noqa: E402
-from reference.eagle3 import (  # noqa: E402
+import train_fixtures as tf  # it puts ddtree_overlay/ on sys.path for `reference`
+from reference.decode import generate_ar, generate_eagle3
+from reference.eagle3 import (
     Eagle3Config,
     Eagle3Draft,
     eagle3_config_json,
     load_eagle3_draft,
 )
-from reference.metrics import aggregate  # noqa: E402
-from reference.model import init_weights, load_target, save_checkpoint  # noqa: E402
+from reference.metrics import aggregate
+from reference.model import init_weights, load_target, save_checkpoint
 
 FIXTURES = tf.ROOT / "ddtree_overlay" / "fixtures"
 STEP_WEIGHT = 0.8  # CE weight of training-time-test step k: 0.8^k, as EAGLE-3 trains

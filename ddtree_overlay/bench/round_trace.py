@@ -170,7 +170,7 @@ def start_engine(traced: TracedArm, setting: Setting, args):
 
     t0 = time.perf_counter()
     with environment(traced.env):  # the engine's processes inherit it at start
-        engine = sgl.Engine(**engine_kwargs(traced.arm, setting, args.tp_size, args.batch_size), **traced.engine)
+        engine = sgl.Engine(**(engine_kwargs(traced.arm, setting, args.tp_size, args.batch_size) | traced.engine))
     return engine, round(time.perf_counter() - t0, 1)
 
 

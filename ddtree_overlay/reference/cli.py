@@ -72,7 +72,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--no-baseline", action="store_true", help="skip the target-only greedy comparison at T=0"
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.num_steps < 1:
+        p.error(f"--num-steps must be at least 1, got {args.num_steps}")
+    return args
 
 
 def load_drafter(args: argparse.Namespace, dtype: torch.dtype):

@@ -102,6 +102,21 @@ def _prefill(target: Target, prompt: list[int], cache: Cache, capture: tuple[int
 
 
 @torch.inference_mode()
+def _verify_chain(target, cache, chain: list[int], start: int, capture, temperature, generator, dev):
+    """One target forward over a drafted chain [root, d_1, ...] at ``start``: d_{k+1} is kept
+    while it equals the target's y_k. Returns the drafts kept, y and the kept positions' captured
+    features, with the accepted prefix compacted into ``cache``."""
+    ids = torch.tensor([chain], device=dev)
+    pos = start + torch.arange(len(chain), device=dev).unsqueeze(0)
+    out = target(ids, pos, cache=cache, cache_start=start, capture=capture)  # causal chain
+    y = choose(out.logits[0], temperature, generator)  # y_k = target's token after chain[:k+1]
+    acc = 0
+    while acc < len(chain) - 1 and chain[acc + 1] == y[acc]:
+        acc += 1
+    cache.compact(start, list(range(acc + 1)))  # the accepted prefix (in place for KV)
+    return acc, y, out.aux[:, : acc + 1]
+
+
 def generate_ar(
     target: Target,
     prompt: list[int],
@@ -192,21 +207,14 @@ def generate_dflash(
             target, draft, dcache, root=root, start=start, ctx_aux=ctx_aux, ctx_start=ctx_start
         )
         block = [root, *dl.argmax(dim=-1).tolist()]  # greedy drafts d_1..d_L
-        ids = torch.tensor([block], device=dev)
-        pos = start + torch.arange(q, device=dev).unsqueeze(0)
-        out = target(ids, pos, cache=tcache, cache_start=start, capture=ids_k)  # causal chain
-        y = choose(out.logits[0], temperature, generator)  # y_k = target's token after block[:k+1]
-        acc = 0  # accept d_{k+1} while d_{k+1} == y_k
-        while acc < q - 1 and block[acc + 1] == y[acc]:
-            acc += 1
+        acc, y, kept_aux = _verify_chain(target, tcache, block, start, ids_k, temperature, generator, dev)
         tokens += [*block[1 : acc + 1], y[acc]]
         accept_lens.append(acc + 1)
         if record_trees:
             trees.append(
                 RoundTree(tuple(block), (-1, *range(q - 1)), tuple(range(q)), tuple(range(acc + 1)))
             )
-        tcache.compact(start, list(range(acc + 1)))  # the accepted prefix (in place for KV)
-        ctx_aux, ctx_start = out.aux[:, : acc + 1], start
+        ctx_aux, ctx_start = kept_aux, start
         start, root = start + acc + 1, y[acc]
     final, _ = _finish(tokens, max_new_tokens, stop_token)
     return DecodeResult(
@@ -345,19 +353,12 @@ def generate_eagle3(
             num_steps=num_steps,
         )
         chain = [root, *drafts]
-        pos = start + torch.arange(n, device=dev).unsqueeze(0)
-        ids = torch.tensor([chain], device=dev)
-        out = target(ids, pos, cache=tcache, cache_start=start, capture=ids_k)  # causal chain
-        y = choose(out.logits[0], temperature, generator)  # y_k = target's token after chain[:k+1]
-        acc = 0  # accept d_{k+1} while d_{k+1} == y_k
-        while acc < num_steps and chain[acc + 1] == y[acc]:
-            acc += 1
+        acc, y, kept_aux = _verify_chain(target, tcache, chain, start, ids_k, temperature, generator, dev)
         committed = [*chain[1 : acc + 1], y[acc]]
         tokens += committed
         seq += committed
         accept_lens.append(acc + 1)
-        tcache.compact(start, list(range(acc + 1)))
-        ctx_aux, ctx_start = out.aux[:, : acc + 1], start
+        ctx_aux, ctx_start = kept_aux, start
         start, root = start + acc + 1, y[acc]
     final, _ = _finish(tokens, max_new_tokens, stop_token)
     return DecodeResult(

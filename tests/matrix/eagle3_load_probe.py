@@ -23,7 +23,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # -I leaves the script's dir out
 
-from hybrid_load_probe import torchvision_shim  # noqa: E402
+from hybrid_load_probe import torchvision_shim
 
 SHARD_ORDER = {"'q'": 0, "'k'": 1, "'v'": 2, "0": 0, "1": 1}
 
@@ -83,7 +83,10 @@ def model_class(server_args, model_dir, *, draft):
 def load_recorded(model, checkpoint):
     """Run the model's own load_weights on the checkpoint, recording where each tensor went."""
     import torch
-    from sglang.srt.model_loader.weight_utils import default_weight_loader, safetensors_weights_iterator
+    from sglang.srt.model_loader.weight_utils import (
+        default_weight_loader,
+        safetensors_weights_iterator,
+    )
 
     current = {}
     received = {}  # param name -> [(shard id, tensor)]

@@ -140,3 +140,41 @@ def test_the_cli_runs_the_chain_against_target_greedy(target, tmp_path: Path) ->
     assert report["aggregate"]["prompts"] == 2 and report["aggregate"]["divergent_prompts"] == 0
     assert len(report["aggregate"]["accept_histogram"]) == 3  # a round commits at most 2 drafts + 1
     assert all(row["new_tokens"] == 16 for row in report["prompts"])
+
+
+def test_every_round_drafts_as_a_fresh_extend_over_the_committed_prefix(target, prompts, monkeypatch) -> None:
+    """The drafter's cache, overwritten from round to round, holds what one extend over the
+    whole committed sequence would: each round's drafts equal those of a fresh cache."""
+    import ddtree_overlay.reference.decode as decode
+
+    drafter = load_eagle3_draft(FIXTURES / "eagle3", dtype=torch.float32)
+    rounds = []
+
+    def recorded(*args, **kwargs):
+        drafts = draft_eagle3_chain(*args, **kwargs)
+        rounds.append((kwargs["ctx_start"] + len(kwargs["ctx_tokens"]), drafts))
+        return drafts
+
+    monkeypatch.setattr(decode, "draft_eagle3_chain", recorded)
+    prompt = prompts[0]
+    result = decode.generate_eagle3(target, drafter, prompt, max_new_tokens=48, num_steps=STEPS)
+    seq = [*prompt, *result.tokens]
+    assert len(rounds) == len(result.accept_lens) > 10
+    for root_position, drafts in rounds:
+        features = target(
+            torch.tensor([seq[:root_position]]), torch.arange(root_position).unsqueeze(0), capture=drafter.cfg.aux_layer_ids
+        ).aux
+        fresh = draft_eagle3_chain(
+            target, drafter, drafter.new_cache(1, root_position + STEPS + 1),
+            ctx_tokens=seq[1 : root_position + 1], ctx_aux=features, ctx_start=0, num_steps=STEPS,
+        )
+        assert fresh == drafts, root_position
+
+
+def test_the_cli_refuses_a_chain_without_drafts(tmp_path: Path) -> None:
+    from ddtree_overlay.reference.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--target", str(FIXTURES / "target"), "--draft", str(FIXTURES / "eagle3"), "--prompts",
+              str(FIXTURES / "heldout_prompts.json"), "--algo", "eagle3", "--num-steps", "0"])
+    assert done.value.code == 2

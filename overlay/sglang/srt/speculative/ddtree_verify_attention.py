@@ -50,7 +50,7 @@ def block_config(head_dim: int, rows: int) -> tuple[int, int, int]:
     Up to head dim 128: 64 x 32, the largest tile that builds for sm_86, sm_90 and sm_120
     without spilling registers, or for 65-128 rows above head dim 64 128 x 16 (one row block
     instead of two: 1.16-1.28x at the 8B shape's 4 x 17 rows at bs 16, within 5 % at bs 1 and 4;
-    slower at 64 and 132 rows). At 256: 32 x 32, of five tiles the one level with or faster than
+    slower at 64 and 132 rows; 69-128 rows are not timed). At 256: 32 x 32, of five tiles the one level with or faster than
     SGLang's extend kernel at every batch, context and width (1.00-7.1x); it spills 16 bytes on
     sm_90 and 40-48 on sm_86 as triton 3.9.0 builds it (the tests' ahead-of-time build holds it
     to that), 32-56 on sm_90 and 24-72 on sm_120 with triton 3.6.0, which timed it."""
