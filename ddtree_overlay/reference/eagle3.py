@@ -36,6 +36,7 @@ from torch import nn
 
 from .model import (
     MLP,
+    HeadLayout,
     KVCache,
     RMSNorm,
     apply_rope,
@@ -110,7 +111,7 @@ def eagle3_config_json(cfg: Eagle3Config, *, bos: int, eos: int, pad: int) -> di
     }
 
 
-class Eagle3Attention(nn.Module):
+class Eagle3Attention(HeadLayout, nn.Module):
     """Llama attention over the 2H layer input: no q/k norm, unlike Qwen3's."""
 
     def __init__(self, cfg: Eagle3Config) -> None:
@@ -129,17 +130,9 @@ class Eagle3Attention(nn.Module):
         # x: [B, S, 2H], positions: [B, S] -> q [B, Hq, S, D], k, v [B, Hkv, S, D] (q, k roped)
         c = self.cfg
         cos, sin = rope_cos_sin(positions, c.head_dim, c.rope_theta)
-
-        def heads(t: torch.Tensor, n: int) -> torch.Tensor:
-            return t.view(*t.shape[:2], n, c.head_dim).transpose(1, 2)
-
-        q = apply_rope(heads(self.q_proj(x), c.num_attention_heads), cos, sin)
-        k = apply_rope(heads(self.k_proj(x), c.num_key_value_heads), cos, sin)
-        return q, k, heads(self.v_proj(x), c.num_key_value_heads)
-
-    def out(self, o: torch.Tensor) -> torch.Tensor:
-        # o: [B, Hq, S, D] -> [B, S, H]
-        return self.o_proj(o.transpose(1, 2).reshape(o.shape[0], o.shape[2], -1))
+        q = apply_rope(self.heads(self.q_proj(x), c.num_attention_heads), cos, sin)
+        k = apply_rope(self.heads(self.k_proj(x), c.num_key_value_heads), cos, sin)
+        return q, k, self.heads(self.v_proj(x), c.num_key_value_heads)
 
 
 class Eagle3Layer(nn.Module):

@@ -199,7 +199,20 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class Attention(nn.Module):
+class HeadLayout:
+    """Head split and output projection of an attention module with ``cfg.head_dim`` and
+    ``o_proj``: Qwen3's here, the EAGLE-3 drafter's Llama attention (`eagle3.py`)."""
+
+    def heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        # [B, S, n*D] -> [B, n, S, D]
+        return x.view(*x.shape[:2], n, self.cfg.head_dim).transpose(1, 2)
+
+    def out(self, o: torch.Tensor) -> torch.Tensor:
+        # o: [B, Hq, S, D] -> [B, S, H]
+        return self.o_proj(o.transpose(1, 2).reshape(o.shape[0], o.shape[2], -1))
+
+
+class Attention(HeadLayout, nn.Module):
     """Qwen3 attention weights; the target and the drafter use the same projections."""
 
     def __init__(self, cfg: Qwen3Config) -> None:
@@ -213,10 +226,6 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
 
-    def heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
-        # [B, S, n*D] -> [B, n, S, D]
-        return x.view(*x.shape[:2], n, self.cfg.head_dim).transpose(1, 2)
-
     def project_q(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         return apply_rope(
             self.q_norm(self.heads(self.q_proj(x), self.cfg.num_attention_heads)), cos, sin
@@ -229,10 +238,6 @@ class Attention(nn.Module):
         hkv = self.cfg.num_key_value_heads
         k = apply_rope(self.k_norm(self.heads(self.k_proj(x), hkv)), cos, sin)
         return k, self.heads(self.v_proj(x), hkv)
-
-    def out(self, o: torch.Tensor) -> torch.Tensor:
-        # o: [B, Hq, S, D] -> [B, S, H]
-        return self.o_proj(o.transpose(1, 2).reshape(o.shape[0], o.shape[2], -1))
 
 
 class DecoderLayer(nn.Module):
