@@ -101,11 +101,10 @@ def _prefill(target: Target, prompt: list[int], cache: Cache, capture: tuple[int
     return target(ids, pos, cache=cache, capture=capture)
 
 
-@torch.inference_mode()
 def _verify_chain(target, cache, chain: list[int], start: int, capture, temperature, generator, dev):
     """One target forward over a drafted chain [root, d_1, ...] at ``start``: d_{k+1} is kept
-    while it equals the target's y_k. Returns the drafts kept, y and the kept positions' captured
-    features, with the accepted prefix compacted into ``cache``."""
+    while it equals the target's y_k. Returns how many drafts were kept, y and the kept
+    positions' captured features, with the accepted prefix compacted into ``cache``."""
     ids = torch.tensor([chain], device=dev)
     pos = start + torch.arange(len(chain), device=dev).unsqueeze(0)
     out = target(ids, pos, cache=cache, cache_start=start, capture=capture)  # causal chain
@@ -117,6 +116,7 @@ def _verify_chain(target, cache, chain: list[int], start: int, capture, temperat
     return acc, y, out.aux[:, : acc + 1]
 
 
+@torch.inference_mode()
 def generate_ar(
     target: Target,
     prompt: list[int],
