@@ -56,7 +56,7 @@ ReferenceDirOption = Annotated[
         exists=True,
         file_okay=False,
         help="offline reference results made beforehand (`python -m ddtree_overlay.reference.batch DIR`: dflash.json, "
-        "ddtree-b<B>.json for the same prompts): bench compares acceptance with them instead of running "
+        "ddtree-b<B>.json, eagle3.json for the same prompts): bench compares acceptance with them instead of running "
         "the reference beside the sweep; verify --preset checks acceptance against them",
     ),
 ]
@@ -572,8 +572,8 @@ def bench(
             exists=True,
             file_okay=False,
             help="re-analyse a finished run's records (a --out dir) with this checkout's analysis, "
-            "without a GPU; rewrites its bench.json, bench.md and plots (with --reference-dir: its "
-            "offline reference results)",
+            "without a GPU; rewrites its bench.json, bench.md and plots (acceptance parity against "
+            "--reference-dir, else the run's own reference/ folder where it has one)",
         ),
     ] = None,
     acceptance_curve: Annotated[

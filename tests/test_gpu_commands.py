@@ -74,6 +74,7 @@ def test_each_roadmap_step_parses(step: list[str], tmp_path: Path) -> None:
     if kind == "bench":
         setting, rest = args[0], args[1:]
         (tmp_path / ".benchrefs").mkdir()  # made on a CPU before the call (the roadmap says how)
+        (tmp_path / "ddtree_overlay").symlink_to(ROOT / "ddtree_overlay")  # repo-relative paths: the fixtures
         done = _run([sys.executable, "-m", "ddtree_overlay", "bench", "--env", sys.executable, "--setting", setting,
                      "--out", str(tmp_path / "bench"), *rest, "--dry-run"], tmp_path)
         assert done.returncode == 0, done.stdout + done.stderr

@@ -36,6 +36,7 @@ import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 TARGET_ONLY, DFLASH, DDTREE = "target-only", "DFLASH", "DDTREE"
@@ -358,10 +359,13 @@ class Arm:
     def reference_key(self) -> str | None:
         """The offline reference an arm is judged against: one per algorithm and fixed budget,
         whatever the scheduling (overlap changes when the host works, not which tokens are
-        accepted). None for target-only, adaptive budgets and schedules: the offline decoder
-        runs one budget throughout. The chain control accepts what DFLASH accepts."""
+        accepted). None for target-only, NEXTN (no offline MTP decoder), adaptive budgets and
+        schedules: the offline decoder runs one budget throughout. The chain control accepts
+        what DFLASH accepts."""
         if self.algorithm == DFLASH or self.chain:
             return "dflash"
+        if self.algorithm == EAGLE3:
+            return "eagle3"
         if self.policy is not None and self.policy.budget is not None:
             return f"ddtree-b{self.policy.budget}"
         return None
@@ -401,3 +405,19 @@ class Arm:
             "chain": self.chain,
             **({"backend": self.backend} if self.backend else {}),
         }
+
+
+def reference_cli_args(key: str, *, draft: Path, eagle3_draft: Path | None) -> list[str]:
+    """The offline reference decoder's drafter and algorithm arguments for a `reference_key`
+    (``dflash``, ``ddtree-b<B>``, ``eagle3``): EAGLE-3 drafts the chain SGLang's EAGLE3 arm does,
+    with its own drafter."""
+    if key == "dflash":
+        return ["--draft", str(draft), "--algo", "dflash"]
+    if key == "eagle3":
+        if eagle3_draft is None:
+            raise ValueError("an eagle3 reference needs an EAGLE-3 drafter")
+        return ["--draft", str(eagle3_draft), "--algo", "eagle3", "--num-steps", str(CHAIN_DRAFT["speculative_num_steps"])]
+    budget = re.fullmatch(r"ddtree-b(\d+)", key)
+    if budget is None:
+        raise ValueError(f"no offline reference is named {key!r}")
+    return ["--draft", str(draft), "--algo", "ddtree", "--budget", budget.group(1)]

@@ -164,19 +164,21 @@ def _parity_deviation(row: Mapping[str, Any]) -> float:
 def _group_parity(
     group: EngineGroup, records: Records, planned: Mapping[str, Sequence[int]], reference: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
-    """Parity on the group's widest greedy cell that ran, checked on every repeat of it; the row
-    shown is the repeat furthest from the reference (``ratios`` has each repeat's)."""
-    t0 = sorted((c for c in group.cells if c.temperature == 0 and not (c.top2 or c.stream)), key=lambda c: -c.prompts)
-    for cell in t0:
-        measured = [
+    """Parity on the group's greedy cell that decoded the most prompts (a time box can cut a
+    cell short of its plan), checked on every repeat of it; the row shown is the repeat
+    furthest from the reference (``ratios`` has each repeat's)."""
+    candidates = []
+    for cell in (c for c in group.cells if c.temperature == 0 and not (c.top2 or c.stream)):
+        ran = [
             (repeat, records[(cell.name, repeat)])
             for repeat in planned.get(cell.name, ())
             if records.get((cell.name, repeat), {}).get("ok")
         ]
-        if measured:
-            break
-    else:
+        if ran:
+            candidates.append(ran)
+    if not candidates:
         return None
+    measured = max(candidates, key=lambda ran: max(len(record["outputs"]) for _, record in ran))  # of equals, the first
     rows = [parity_row(group, record, reference) | {"repeat": repeat} for repeat, record in measured]
     row = max(rows, key=_parity_deviation)  # of equals, the first
     row["ratios"] = [{"repeat": r["repeat"], "ratio": r.get("ratio")} for r in rows]

@@ -20,7 +20,7 @@ from ddtree_overlay.bench.plan import PRIMER, BenchConfig, plan_sweep
 from ddtree_overlay.bench.records import read_records
 from ddtree_overlay.bench.settings import SETTINGS, make_setting
 from ddtree_overlay.bench.state_memory import SNAPSHOT
-from ddtree_overlay.bench.supervision import load_references
+from ddtree_overlay.bench.supervision import REFERENCE_RESULTS, load_references
 from ddtree_overlay.engine.errors import bench_run_invalid
 
 PROMPTS_FILE = "prompts.json"  # the chat prompts' token ids, in a run's --out
@@ -68,8 +68,12 @@ def _recorded_report(run: Path) -> dict[str, Any]:
 
 def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str, Any]:
     """The report of the run in ``run`` (a bench ``--out`` dir) from its records; with
-    ``reference_dir``, acceptance parity against the offline reference results there."""
+    ``reference_dir`` (by default the run's own ``reference/``, where the bench writes the
+    references it runs beside the sweep), acceptance parity against the offline reference
+    results there."""
     old = _recorded_report(run)
+    if reference_dir is None and (run / REFERENCE_RESULTS).is_dir():
+        reference_dir = run / REFERENCE_RESULTS
     recorded = old["setting"]
     custom = recorded["name"] == "custom"
     chat = run / PROMPTS_FILE
@@ -109,8 +113,8 @@ def reanalysed_report(run: Path, reference_dir: Path | None = None) -> dict[str,
     report = analyse(plan, cells, engines, references=references, context=old["context"])
     report["config"]["max_minutes"] = config.max_minutes
     if references is None and old.get("parity"):
-        # The offline reference results rarely travel with the records: without them the run's
-        # own parity rows (and their issues) stand, rather than vanishing.
+        # Without the offline reference results the run's own parity rows (and their issues)
+        # stand, rather than vanishing.
         repeats = plan.config.repeats
         report["parity"] = old["parity"]
         report["issues"] += [issue for row in old["parity"] if (issue := parity_issue(row, repeats))]

@@ -27,6 +27,7 @@ from typing import Any
 
 from ddtree_overlay.bench import markdown
 from ddtree_overlay.bench.analysis import analyse
+from ddtree_overlay.bench.arms import reference_cli_args
 from ddtree_overlay.bench.plan import EngineRun, SweepPlan
 from ddtree_overlay.bench.plan_json import runner_plan
 from ddtree_overlay.bench.records import read_records
@@ -37,6 +38,7 @@ REFERENCE_DIR = PACKAGE_DIR / "reference"  # runnable by path: `python .../refer
 REFERENCE_WORKERS = 4  # CPU processes, one thread each, niced: the GPU sweep keeps its cores
 GRACE_S = 45  # past the deadline before the runner's process group is killed
 RECORDS_FILE = "records.jsonl"  # the runner's records, in the run's directory
+REFERENCE_RESULTS = "reference"  # the offline reference results run beside a sweep, in the run's directory
 
 Event = Mapping[str, Any]
 OnEvent = Callable[[Event], None]
@@ -233,16 +235,14 @@ class ReferenceRuns:
 
 
 def reference_jobs(plan: SweepPlan) -> dict[str, list[str]]:
-    """Reference CLI arguments per key (`dflash`, `ddtree-b16`, ...): T = 0, fp32, CPU."""
+    """Reference CLI arguments per key (`dflash`, `ddtree-b16`, `eagle3`, ...), drafter included:
+    T = 0, fp32, CPU. The chain control is judged against DFLASH's: it verifies DFLASH's chain."""
     jobs: dict[str, list[str]] = {}
     for group in plan.groups:
-        arm = group.arm
-        key = arm.reference_key
+        key = group.arm.reference_key
         if key is None or key in jobs or not any(c.temperature == 0 for c in group.cells):
             continue
-        # the chain control is judged against DFLASH's reference: it verifies DFLASH's chain
-        algo = ["--algo", "dflash"] if key == "dflash" else ["--algo", "ddtree", "--budget", str(arm.policy_or_fail.budget)]
-        jobs[key] = algo
+        jobs[key] = reference_cli_args(key, draft=plan.setting.draft, eagle3_draft=plan.setting.eagle3_draft)
     return jobs
 
 
@@ -259,13 +259,13 @@ def start_references(
     jobs = reference_jobs(plan)
     if not jobs:
         return None
-    ref_dir = out / "reference"
+    ref_dir = out / REFERENCE_RESULTS
     ref_dir.mkdir(parents=True, exist_ok=True)
     n_prompts = max(c.prompts for c in plan.cells)
     prompts = ref_dir / "prompts.json"
     prompts.write_text(json.dumps([list(p) for p in plan.setting.prompts[:n_prompts]]))
     common = [
-        "--target", str(plan.setting.target), "--draft", str(plan.setting.draft),
+        "--target", str(plan.setting.target),
         "--prompts", str(prompts), "--limit", str(n_prompts),
         "--max-new-tokens", str(plan.max_new_tokens), "--temperature", "0",
         "--device", "cpu", "--dtype", "float32", "--no-baseline",

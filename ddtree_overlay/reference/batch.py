@@ -1,10 +1,10 @@
 """Offline reference results for `ddtree-overlay bench --reference-dir DIR` on a fixture pair
 (`--pair dense` for `bench fixture`, `--pair hybrid` for `bench hybrid`): DFlash and DDTree at
-each budget, T = 0, fp32 on the CPU, the sweep's prompts (the first N held-out prompts of the
-pair) and length. Made beforehand, they spare the GPU host's cores during a
-sweep.
+each budget (and with `--eagle3` the dense target's EAGLE-3 chain, for `--eagle3-draft`), T = 0,
+fp32 on the CPU, the sweep's prompts (the first N held-out prompts of the pair) and length.
+Made beforehand, they spare the GPU host's cores during a sweep.
 
-    python -m ddtree_overlay.reference.batch DIR [--pair hybrid] [--budgets 4,8,...] [--prompts 32] [--max-new-tokens 256]
+    python -m ddtree_overlay.reference.batch DIR [--pair hybrid] [--budgets 4,8,...] [--prompts 32] [--max-new-tokens 256] [--eagle3]
 
 A sweep of fewer prompts uses the first ones (the fixture sweep's cells decode 16 by default;
 --prompts-per-cell 32 at bs 16 decodes two waves). One process per result, as many at once as
@@ -20,20 +20,20 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ddtree_overlay.fixture_paths import PAIRS
+from ddtree_overlay.bench.arms import reference_cli_args
+from ddtree_overlay.fixture_paths import EAGLE3_DRAFT, PAIRS
 
 
-def jobs(budgets: list[int]) -> dict[str, list[str]]:
-    """The reference CLI's algorithm arguments per result key, as the bench names them."""
-    return {"dflash": ["--algo", "dflash"]} | {
-        f"ddtree-b{b}": ["--algo", "ddtree", "--budget", str(b)] for b in budgets
-    }
+def jobs(pair: Path, budgets: list[int], *, eagle3: bool) -> dict[str, list[str]]:
+    """The reference CLI's drafter and algorithm arguments per result key, as the bench names them."""
+    keys = ["dflash", *(f"ddtree-b{b}" for b in budgets), *(["eagle3"] if eagle3 else [])]
+    return {key: reference_cli_args(key, draft=pair / "draft", eagle3_draft=EAGLE3_DRAFT) for key in keys}
 
 
 def run(key: str, algo: list[str], out: Path, pair: Path, prompts: int, max_new_tokens: int) -> bool:
     command = [
         sys.executable, "-m", "ddtree_overlay.reference",
-        "--target", str(pair / "target"), "--draft", str(pair / "draft"),
+        "--target", str(pair / "target"),
         "--prompts", str(pair / "heldout_prompts.json"), "--limit", str(prompts),
         "--max-new-tokens", str(max_new_tokens), "--temperature", "0", "--device", "cpu",
         "--dtype", "float32", "--no-baseline", *algo, "--json", str(out / f"{key}.json"),
@@ -73,11 +73,16 @@ def main() -> int:
     )
     parser.add_argument("--prompts", type=positive, default=32, help="the first N held-out fixture prompts")
     parser.add_argument("--max-new-tokens", type=positive, default=256)
+    parser.add_argument(
+        "--eagle3", action="store_true", help="also the EAGLE-3 chain with the dense target's EAGLE-3 drafter"
+    )
     args = parser.parse_args()
+    if args.eagle3 and args.pair != "dense":
+        parser.error("--eagle3: only the dense pair has an EAGLE-3 drafter")
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"{args.out} exists and is not a directory")
     args.out.mkdir(parents=True, exist_ok=True)
-    todo = jobs(args.budgets)
+    todo = jobs(PAIRS[args.pair], args.budgets, eagle3=args.eagle3)
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         results = pool.map(
             lambda item: run(*item, args.out, PAIRS[args.pair], args.prompts, args.max_new_tokens), todo.items()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ddtree_overlay.bench.arms import (
@@ -15,6 +17,7 @@ from ddtree_overlay.bench.arms import (
     number_list,
     parse_with_settings,
     policy_label,
+    reference_cli_args,
     verify_width,
 )
 
@@ -95,11 +98,23 @@ def test_policies_sort_fixed_then_adaptive_then_schedules_and_price_as_their_wid
     assert [p.widest for p in policies] == [64, 256, 32]
 
 
-def test_only_fixed_budgets_and_dflash_have_an_offline_reference() -> None:
+def test_only_fixed_budgets_dflash_and_eagle3_have_an_offline_reference() -> None:
     assert Arm.ddtree(8, overlap=False).reference_key == "ddtree-b8"
     assert Arm(DFLASH, overlap=False).reference_key == "dflash"
+    assert Arm(EAGLE3).reference_key == "eagle3"
     assert Arm.ddtree(BudgetPolicy(adaptive=(8, 32))).reference_key is None
-    assert Arm(TARGET_ONLY).reference_key is None
+    assert Arm(TARGET_ONLY).reference_key is None and Arm(NEXTN).reference_key is None
+
+
+def test_each_reference_key_names_its_drafter_and_algorithm() -> None:
+    draft, eagle3 = Path("pair/draft"), Path("eagle3")
+    assert reference_cli_args("ddtree-b8", draft=draft, eagle3_draft=None) == [
+        "--draft", "pair/draft", "--algo", "ddtree", "--budget", "8"]
+    assert reference_cli_args("eagle3", draft=draft, eagle3_draft=eagle3) == [
+        "--draft", "eagle3", "--algo", "eagle3", "--num-steps", "3"]
+    for key, why in (("eagle3", "needs an EAGLE-3 drafter"), ("nextn", "no offline reference is named 'nextn'")):
+        with pytest.raises(ValueError, match=why):
+            reference_cli_args(key, draft=draft, eagle3_draft=None)
 
 
 def test_rows_without_a_policy_have_no_policy_label() -> None:
@@ -146,7 +161,7 @@ def test_a_bad_arm_or_setting_is_refused(text: str) -> None:
 def test_chain_baselines_run_a_three_token_chain(name: str, algorithm: str, label: str, overlap: bool) -> None:
     arm = Arm.parse(name)
     assert arm == Arm(algorithm, overlap=overlap) and arm.name == name and arm.label == label
-    assert arm.reference_key is None and Arm.of_row(arm.row()) == arm
+    assert arm.reference_key == ("eagle3" if algorithm == EAGLE3 else None) and Arm.of_row(arm.row()) == arm
     assert arm.engine_args() == {
         "speculative_algorithm": algorithm,
         "speculative_num_steps": 3,

@@ -29,6 +29,20 @@ def test_without_references_the_runs_own_parity_and_its_issues_stay(tmp_path: Pa
     assert [r["status"] for r in report["cells"]] == [r["status"] for r in old["cells"]]
 
 
+def test_a_runs_own_reference_folder_judges_its_parity_on_the_cell_that_decoded_most(tmp_path: Path) -> None:
+    # both cells planned 16 prompts; the bs 1 cell decoded 8 before its time box
+    run = tmp_path / "run"
+    shutil.copytree(RUN.parents[1] / "2026-12-06-fixture-eagle3-h100", run)
+    report = reanalysed_report(run)
+    judged = {row["group"]: row for row in report["parity"]}
+    assert {group: row["cell"] for group, row in judged.items()} == {
+        "eagle3": "eagle3/bs16/t0", "ddtree-b32": "ddtree-b32/bs16/t0"}
+    assert all(row["status"] == "ok" for row in judged.values())
+    assert not any("as the run itself judged it" in note for note in report["notes"])
+    shutil.rmtree(run / "reference")
+    assert [row["group"] for row in reanalysed_report(run)["parity"]] == ["ddtree-b32"]  # the run's own rows
+
+
 def test_the_requests_each_engine_served_at_once_reach_the_report(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(RUN, run)

@@ -64,4 +64,5 @@ def test_hybrid_setting_is_the_bundled_hybrid_pair_with_reference_parity(tmp_pat
     held_out = json.loads((PAIRS["hybrid"] / "heldout_prompts.json").read_text())
     assert [list(p) for p in setting.prompts] == held_out
     plan = bp.plan_sweep(setting, bp.BenchConfig(budgets=(32,), batch_sizes=(1,), temperatures=(0.0,)))
-    assert reference_jobs(plan) == {"dflash": ["--algo", "dflash"], "ddtree-b32": ["--algo", "ddtree", "--budget", "32"]}
+    draft = ["--draft", str(setting.draft)]
+    assert reference_jobs(plan) == {"dflash": [*draft, "--algo", "dflash"], "ddtree-b32": [*draft, "--algo", "ddtree", "--budget", "32"]}

@@ -148,9 +148,12 @@ def test_the_chain_control_is_judged_against_dflashs_offline_reference(tmp_path:
     from ddtree_overlay.bench.supervision import reference_jobs
 
     alone = plan_for(tmp_path, batch_sizes=(1,), chain_control=True, only=("ddtree-b15-chain",))
-    assert reference_jobs(alone) == {"dflash": ["--algo", "dflash"]}
+    draft = ["--draft", str(alone.setting.draft)]
+    assert reference_jobs(alone) == {"dflash": [*draft, "--algo", "dflash"]}
     both = plan_for(tmp_path, batch_sizes=(1,), budgets=(15,), chain_control=True)
-    assert reference_jobs(both) == {"dflash": ["--algo", "dflash"], "ddtree-b15": ["--algo", "ddtree", "--budget", "15"]}
+    assert reference_jobs(both) == {
+        "dflash": [*draft, "--algo", "dflash"], "ddtree-b15": [*draft, "--algo", "ddtree", "--budget", "15"],
+    }
 
 
 def test_a_setting_that_measured_its_first_flashinfer_start_plans_it(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from ddtree_overlay.bench import plan as bp
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import ExitCode
+from ddtree_overlay.fixture_paths import EAGLE3_DRAFT
 
 FAST_RUNNER = {"idle_gap_s": 0.01, "health_idle_s": 0.01}
 
@@ -384,10 +385,11 @@ def test_no_overlap_ddtree_arms_run_without_overlap_and_survive_reanalysis(
 
 def test_no_overlap_ddtree_arms_share_their_budgets_reference(tmp_path: Path) -> None:
     plan = small_plan(tmp_path, budgets=(4, 8), ddtree_no_overlap=True)
+    draft = ["--draft", str(plan.setting.draft)]
     assert supervision.reference_jobs(plan) == {
-        "dflash": ["--algo", "dflash"],
-        "ddtree-b8": ["--algo", "ddtree", "--budget", "8"],
-        "ddtree-b4": ["--algo", "ddtree", "--budget", "4"],
+        "dflash": [*draft, "--algo", "dflash"],
+        "ddtree-b8": [*draft, "--algo", "ddtree", "--budget", "8"],
+        "ddtree-b4": [*draft, "--algo", "ddtree", "--budget", "4"],
     }
     loaded = supervision.load_references(plan, tmp_path)
     assert sorted(loaded) == ["ddtree-b4", "ddtree-b8", "dflash"]
@@ -395,18 +397,24 @@ def test_no_overlap_ddtree_arms_share_their_budgets_reference(tmp_path: Path) ->
 
 def test_reference_runs_once_per_algorithm_and_budget_on_the_cpu(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    plan = small_plan(tmp_path, budgets=(4,), max_new_tokens=4, prompts_per_cell=1, batch_sizes=(1,))
+    setting = settings.make_setting("fixture", scratch=tmp_path / "models", eagle3_draft=EAGLE3_DRAFT)
+    config = bp.BenchConfig(budgets=(4,), batch_sizes=(1,), temperatures=(0.0,), max_new_tokens=4,
+                            prompts_per_cell=1, primer=False)
+    plan = bp.plan_sweep(setting, config)
+    draft = ["--draft", str(setting.draft)]
     assert supervision.reference_jobs(plan) == {
-        "dflash": ["--algo", "dflash"], "ddtree-b4": ["--algo", "ddtree", "--budget", "4"],
+        "dflash": [*draft, "--algo", "dflash"], "ddtree-b4": [*draft, "--algo", "ddtree", "--budget", "4"],
+        "eagle3": ["--draft", str(EAGLE3_DRAFT), "--algo", "eagle3", "--num-steps", "3"],
     }
     events: list = []
     runs = supervision.start_references(Path(sys.executable), plan, tmp_path, deadline=None, on_event=events.append)
     assert runs is not None
     results = runs.wait()
-    assert sorted(results) == ["ddtree-b4", "dflash"]
+    assert sorted(results) == ["ddtree-b4", "dflash", "eagle3"]
     assert results["ddtree-b4"]["config"]["device"] == "cpu" and results["ddtree-b4"]["config"]["limit"] == 1
     assert results["ddtree-b4"]["aggregate"]["tokens_per_round"] > 0
-    assert {(e["key"], e["ok"]) for e in events} == {("dflash", True), ("ddtree-b4", True)}
+    assert results["eagle3"]["config"]["algo"] == "eagle3" and results["eagle3"]["config"]["draft"] == str(EAGLE3_DRAFT)
+    assert {(e["key"], e["ok"]) for e in events} == {("dflash", True), ("ddtree-b4", True), ("eagle3", True)}
 
 
 def test_precomputed_references_are_checked_against_the_sweep(tmp_path: Path) -> None:

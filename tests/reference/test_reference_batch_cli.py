@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ddtree_overlay.fixture_paths import EAGLE3_DRAFT, PAIRS
 from ddtree_overlay.reference import batch
 
 
@@ -25,6 +26,7 @@ def run_batch(*args: str) -> subprocess.CompletedProcess[str]:
         (["--budgets", ","], "argument --budgets: expected at least one budget"),
         (["--prompts", "0"], "argument --prompts: expected a number >= 1, got 0"),
         (["--max-new-tokens", "many"], "argument --max-new-tokens: expected a whole number, got 'many'"),
+        (["--pair", "hybrid", "--eagle3"], "--eagle3: only the dense pair has an EAGLE-3 drafter"),
     ],
 )
 def test_a_bad_argument_is_one_usage_line_and_nothing_is_written(tmp_path: Path, args: list[str], message: str) -> None:
@@ -43,4 +45,16 @@ def test_an_output_path_that_is_a_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_budgets_become_one_job_each_beside_dflash() -> None:
-    assert list(batch.jobs(batch.budget_list("8,32"))) == ["dflash", "ddtree-b8", "ddtree-b32"]
+    pair = PAIRS["dense"]
+    todo = batch.jobs(pair, batch.budget_list("8,32"), eagle3=False)
+    assert todo == {
+        "dflash": ["--draft", str(pair / "draft"), "--algo", "dflash"],
+        "ddtree-b8": ["--draft", str(pair / "draft"), "--algo", "ddtree", "--budget", "8"],
+        "ddtree-b32": ["--draft", str(pair / "draft"), "--algo", "ddtree", "--budget", "32"],
+    }
+
+
+def test_eagle3_is_the_bench_arms_chain_with_its_own_drafter() -> None:
+    todo = batch.jobs(PAIRS["dense"], [16], eagle3=True)
+    assert todo["eagle3"] == ["--draft", str(EAGLE3_DRAFT), "--algo", "eagle3", "--num-steps", "3"]
+    assert list(todo) == ["dflash", "ddtree-b16", "eagle3"]
