@@ -2,12 +2,15 @@
 
     python3 scripts/gpu/verify_attention.py [--out DIR] [--batch-sizes 1,4,16] [--prefixes 1024,8192]
         [--widths 16,17,33] [--shapes qwen3-8b,qwen3.6-27b] [--tiles 64x32,32x32x4] [--min-splits 64,128]
+        [--stages 3,4] [--graph]
     python3 scripts/gpu/verify_attention.py --plot DIR   # redraw DIR/verify_attention.png from its JSON
 
 For each attention shape (Qwen3-8B: 32 q / 8 kv heads, dim 128; Qwen3.6-27B's attention layers:
 24 q / 4 kv heads, dim 256), batch size, prefix length and verify width N, random bf16 queries,
 keys and values, each request's prefix in shuffled pool slots and a random tree of N nodes:
-GPU ms per call (CUDA events, median of 20 after 3 warm-ups) of
+GPU ms per call (CUDA events, median of 20 after 3 warm-ups; with ``--graph``, per call of a
+CUDA graph of 20 calls back to back, median of 10 replays: no host launch in between, as in an
+engine, where a short call otherwise times its own launch) of
 - ``splitkv``: ``ddtree_verify_attention.tree_verify_attention`` with the tail-only mask and the
   split count the backend would pick on this GPU;
 - ``extend``: SGLang's ``extend_attention_fwd`` with DDTREE's FULL-layout mask (today's path);
@@ -15,13 +18,16 @@ GPU ms per call (CUDA events, median of 20 after 3 warm-ups) of
   the same batch and prefix;
 - with ``--tiles MxN[xW],...``, ``splitkv`` again with each candidate's BLOCK_M x BLOCK_N tiles
   and W warps (8 unless given) instead of ``block_config``'s: e.g. 64 x 32 at head dim 128, the
-  tile ``block_config`` runs outside 65-128 rows per program (128 x 16 within them; both build
-  without spills for sm_86 / 90 / 120); at head dim 256,
-  32 x 32 and 16 x 32 x 4 spill at most 48 and 16 bytes where wider tiles spill 184-976
-  (an ahead-of-time build for sm_86 / 90 / 120 on a CPU, 2026-12-05);
+  tile ``block_config`` runs outside 65-128 rows per program (128 x 16 within them on sm_90);
+  at 8B's head dim 128 and 65 nodes, 64 x 64 builds without spills for sm_86 / 90 / 120 within
+  their shared memory, as 64 x 32 does, where 128 x 32 spills (an ahead-of-time build with the
+  launcher's alignment, 2026-12-06);
 - with ``--min-splits S,...``, ``splitkv`` again with ``MIN_SPLIT_TOKENS`` (the fewest prefix keys
   a split walks) at each S: at bs 1 a 1 K prefix gives 256-key splits 4 programs per (kv head,
-  row block), and a smaller S more programs of fewer key tiles each.
+  row block), and a smaller S more programs of fewer key tiles each;
+- with ``--stages K,...``, ``splitkv`` again with the partial kernel software-pipelined K deep
+  (``NUM_STAGES``, 2 by default): the prefix loop's key loads depend on the slot indices it loads
+  in the same iteration.
 Each variant's ms, launched split count and difference from ``extend`` go in its row's ``variants``.
 Agreement: the largest |splitkv - extend| over the outputs (bf16; both round the probabilities
 to bf16 before the value product), and the same with the tree a chain against ``chain16``'s
@@ -40,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from ddtree_overlay.bench.cuda_timing import gpu_ms  # noqa: E402
+from ddtree_overlay.bench.cuda_timing import gpu_ms, graph_ms  # noqa: E402
 
 SHAPES = {"qwen3-8b": (32, 8, 128), "qwen3.6-27b": (24, 4, 256)}
 TOLERANCE = 2e-2
@@ -73,10 +79,11 @@ def min_split_list(text: str) -> list:
     return sizes
 
 
-def variants(tiles: list, min_splits: list) -> dict:
+def variants(tiles: list, min_splits: list, stages: list) -> dict:
     """name -> the payload module attributes a timed variant sets (read by num_splits and the launch)."""
-    out = {tile_name(tile): {"block_config": lambda head_dim, rows, tile=tile: tile} for tile in tiles}
-    return out | {f"min-split {size}": {"MIN_SPLIT_TOKENS": size} for size in min_splits}
+    out = {tile_name(tile): {"block_config": lambda head_dim, rows, capability, tile=tile: tile} for tile in tiles}
+    out |= {f"min-split {size}": {"MIN_SPLIT_TOKENS": size} for size in min_splits}
+    return out | {f"stages {depth}": {"NUM_STAGES": depth} for depth in stages}
 
 
 class Case:
@@ -165,6 +172,8 @@ def main() -> int:
     ap.add_argument("--shapes", default="qwen3-8b,qwen3.6-27b")
     ap.add_argument("--tiles", type=tile_list, default=[], help="BLOCK_MxBLOCK_N[xWARPS],... to time too")
     ap.add_argument("--min-splits", type=min_split_list, default=[], help="MIN_SPLIT_TOKENS values to time too")
+    ap.add_argument("--stages", type=ints, default=[], help="NUM_STAGES values (pipelining depth) to time too")
+    ap.add_argument("--graph", action="store_true", help="time each call inside a CUDA graph (no host launches)")
     args = ap.parse_args()
     if args.plot:
         return 0 if write_plot(args.plot) else 1
@@ -183,14 +192,15 @@ def main() -> int:
 
     def splitkv(case, o, mask):
         q_heads, kv_heads, dim = case.q.shape[1], case.k.shape[1], case.q.shape[2]
-        splits = policy.num_splits(case.bs, q_heads, kv_heads, dim, case.n)
+        splits = policy.num_splits(case.bs, q_heads, kv_heads, dim, case.n, va.device_capability(case.q.device))
         va.tree_verify_attention(
             case.q, case.k, case.v, o, case.k_buffer, case.v_buffer, case.kv_indptr, case.kv_indices, mask,
             num_verify_tokens=case.n, num_splits=splits, sm_scale=case.sm_scale,
         )
         return splits
 
-    timed_variants = variants(args.tiles, args.min_splits)
+    timed_variants = variants(args.tiles, args.min_splits, args.stages)
+    timed = graph_ms if args.graph else gpu_ms
 
     def variant(name, case, o, mask):
         defaults = {attr: getattr(va, attr) for attr in timed_variants[name]}
@@ -220,7 +230,7 @@ def main() -> int:
             for prefix in args.prefixes:
                 chain = Case(du, q_heads, kv_heads, dim, bs, prefix, 16, chain=True, seed=1)
                 o_chain, o_ours = torch.empty_like(chain.q), torch.empty_like(chain.q)
-                chain_ms = gpu_ms(partial(extend, chain, o_chain, None))
+                chain_ms = timed(partial(extend, chain, o_chain, None))
                 splitkv(chain, o_ours, chain.ancestors.reshape(-1))
                 chain_diff = float((o_ours.float() - o_chain.float()).abs().max())
                 del chain
@@ -229,8 +239,8 @@ def main() -> int:
                     o_ours, o_ext = torch.empty_like(case.q), torch.empty_like(case.q)
                     tail = case.ancestors.reshape(-1)
                     splits = splitkv(case, o_ours, tail)
-                    ours_ms = gpu_ms(partial(splitkv, case, o_ours, tail))
-                    ext_ms = gpu_ms(partial(extend, case, o_ext, case.full_mask))
+                    ours_ms = timed(partial(splitkv, case, o_ours, tail))
+                    ext_ms = timed(partial(extend, case, o_ext, case.full_mask))
                     diff = float((o_ours.float() - o_ext.float()).abs().max())
                     row = dict(shape=shape, bs=bs, prefix=prefix, n=n, splits=splits, splitkv_ms=ours_ms,
                                extend_ms=ext_ms, chain16_ms=chain_ms, max_abs_diff=diff, chain_max_abs_diff=chain_diff)
@@ -239,14 +249,14 @@ def main() -> int:
                     row["variants"] = {}
                     for name in timed_variants:
                         o_variant = torch.empty_like(case.q)
-                        timed = row["variants"][name] = dict(
+                        result = row["variants"][name] = dict(
                             # launched; a min-split variant leaves more or fewer of them keyless
                             launched_splits=variant(name, case, o_variant, tail),
-                            ms=gpu_ms(partial(variant, name, case, o_variant, tail)),
+                            ms=timed(partial(variant, name, case, o_variant, tail)),
                             max_abs_diff=float((o_variant.float() - o_ext.float()).abs().max()),
                         )
-                        line += f" {timed['ms']:>10.3f} {timed['max_abs_diff']:>8.1e}"
-                    variant_diffs = [timed["max_abs_diff"] for timed in row["variants"].values()]
+                        line += f" {result['ms']:>10.3f} {result['max_abs_diff']:>8.1e}"
+                    variant_diffs = [result["max_abs_diff"] for result in row["variants"].values()]
                     bad = max(diff, chain_diff, *variant_diffs) > TOLERANCE
                     failed |= bad
                     rows.append(row)
@@ -254,7 +264,8 @@ def main() -> int:
                     del case
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "verify_attention.json").write_text(json.dumps({"gpu": props.name, "rows": rows}, indent=1))
+        timing = "cuda graph" if args.graph else "events"
+        (args.out / "verify_attention.json").write_text(json.dumps({"gpu": props.name, "timing": timing, "rows": rows}, indent=1))
         write_plot(args.out)
     return 1 if failed else 0
 

@@ -5,31 +5,28 @@ tail-only tree mask (``SGLANG_DDTREE_VERIFY_ATTENTION=splitkv``, or ``auto`` whe
 Every verify node of a request sees its whole committed prefix and, of the N tree nodes, its
 ancestors and itself. SGLang's ``extend_attention_fwd`` runs this with a FULL-layout mask (an
 [N, prefix + N] block per request, grown with the context) and walks the whole prefix in one
-program per (request, q head, row block): at batch 1 and a long context few programs run and
-the memory system idles. Here:
+program per (request, q head, row block): at batch 1 and a long context few programs run. Here:
 
-- ``_tree_attention_partial_kernel`` (one program per request, kv head, row block and split)
-  gives a split's softmax partial: splits 0..S-1 walk a slice of the prefix, no mask at all;
-  split S walks the N tree keys under the tail-only mask ([bs, N, N], row = ancestors-or-self
-  of a node, the size of ``ddtree_utils``'s ``ancestor_mask`` whatever the context). The rows of a
-  program are every q head of one kv head times every node (GQA: a K/V tile is loaded once
-  for the group);
+- ``_tree_attention_partial_kernel`` (one program per request, kv head, row block and split):
+  splits 0..S-1 walk a slice of the prefix, no mask at all; split S walks the N tree keys under
+  the tail-only mask ([bs, N, N] ancestors-or-self, whatever the context). A program's rows are
+  every q head of one kv head times every node (GQA: a K/V tile is loaded once for the group);
 - ``_tree_attention_merge_kernel`` (one program per verify token and q head) merges the S + 1
   partials by log-sum-exp.
 
-S is picked on the host from the batch size, the head count and the GPU's SM count, bounded
-by a longest prefix (``choose_num_splits``); each request then cuts its own prefix into at
-most S slices of at least ``MIN_SPLIT_TOKENS`` keys, and a split left without keys reports an
-empty partial. No host sync and a grid fixed by shapes: CUDA-graph capturable.
+S is picked on the host from the batch size, the head count and the GPU's SM count, bounded by a
+longest prefix (``choose_num_splits``); each request cuts its own prefix into at most S slices of
+at least ``MIN_SPLIT_TOKENS`` keys, and a split left without keys reports an empty partial. No
+host sync and a grid fixed by shapes: CUDA-graph capturable.
 
 The verify tokens are the backend's target-verify layout: request b's N nodes are rows
-b * N .. b * N + N - 1 of q, k and v (``qo_indptr`` is that arange); padded requests of a
-graph batch read whatever mask the buffer holds, and each node always sees itself, so their
-(discarded) rows stay finite.
+b * N .. b * N + N - 1 of q, k and v; padded requests of a graph batch read whatever mask the
+buffer holds, and each node always sees itself, so their (discarded) rows stay finite.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -40,25 +37,30 @@ from sglang.srt.speculative.ddtree_envs import envs
 
 MIN_SPLIT_TOKENS = 256  # fewest prefix keys a split walks (a multiple of every BLOCK_N)
 MAX_SPLITS = 64
+NUM_STAGES = 2  # the partial kernel's software-pipelining depth
 _WAVES = 2  # programs per SM the split count aims for
-_CPU_SM_COUNT = 8  # stand-in SM count off the GPU (the interpreter)
+_CPU_SM_COUNT, _CPU_CAPABILITY = 8, (9, 0)  # stand-ins off the GPU (the interpreter)
 
 
-def block_config(head_dim: int, rows: int) -> tuple[int, int, int]:
-    """(BLOCK_M rows, BLOCK_N keys, num_warps) of the partial kernel for a head dim and a
-    program's rows (GQA group x verify tokens), as timed on an H100 (2026-12-05, BENCHMARKS).
-    Up to head dim 128: 64 x 32, the largest tile that builds for sm_86, sm_90 and sm_120
-    without spilling registers, or for 65-128 rows above head dim 64 128 x 16 (one row block
-    instead of two: 1.16-1.28x at the 8B shape's 4 x 17 rows at bs 16, within 5 % at bs 1 and 4;
-    slower at 64 and 132 rows; 69-128 rows are not timed). At 256: 32 x 32, of five tiles the one level with or faster than
-    SGLang's extend kernel at every batch, context and width (1.00-7.1x); it spills 16 bytes on
-    sm_90 and 40-48 on sm_86 as triton 3.9.0 builds it (the tests' ahead-of-time build holds it
-    to that), 32-56 on sm_90 and 24-72 on sm_120 with triton 3.6.0, which timed it."""
+def block_config(head_dim: int, rows: int, capability: tuple) -> tuple[int, int, int]:
+    """(BLOCK_M rows, BLOCK_N keys, num_warps) of the partial kernel for a head dim, a program's
+    rows (GQA group x verify tokens) and the GPU's compute capability, as timed on an H100
+    (2026-12-05, BENCHMARKS). Up to head dim 128: 64 x 32; on sm_90 for 65-128 rows above head
+    dim 64, 128 x 16 (one row block instead of two: 1.16-1.28x at the 8B shape's 4 x 17 rows at
+    bs 16; 69-128 rows not timed), whose pipelined build needs 104 KiB of shared memory on sm_86
+    and sm_120, more than a block may have there. At 256: 32 x 32, level with or faster than
+    SGLang's extend kernel at every batch, context and width timed (1.00-7.1x)."""
     if head_dim > 128:
         return 32, 32, 8
-    if head_dim > 64 and 64 < rows <= 128:
+    if head_dim > 64 and 64 < rows <= 128 and capability[0] == 9:
         return 128, 16, 8
     return 64, 32, 8
+
+
+@functools.lru_cache(maxsize=None)
+def device_capability(device: torch.device) -> tuple:
+    """The compute capability block_config picks a tile for; off the GPU (the interpreter) sm_90's."""
+    return tuple(torch.cuda.get_device_capability(device)) if device.type == "cuda" else _CPU_CAPABILITY
 
 
 def row_blocks(group: int, num_verify_tokens: int, block_m: int) -> int:
@@ -290,7 +292,7 @@ def tree_verify_attention(
     if tail_mask.dtype == torch.bool:
         tail_mask = tail_mask.view(torch.uint8)
     group = num_q_heads // num_kv_heads
-    block_m, block_n, num_warps = block_config(head_dim, group * n)
+    block_m, block_n, num_warps = block_config(head_dim, group * n, device_capability(q.device))
     blocks = row_blocks(group, n, block_m)
     parts = int(num_splits) + 1
     part_o = torch.empty((tokens, num_q_heads, parts, v_dim), dtype=torch.float32, device=q.device)
@@ -306,7 +308,7 @@ def tree_verify_attention(
         HEAD_DIM=head_dim, V_DIM=v_dim,
         BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_DV=triton.next_power_of_2(v_dim),
         BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=MIN_SPLIT_TOKENS,
-        num_warps=num_warps, num_stages=2,
+        num_warps=num_warps, num_stages=NUM_STAGES,
     )
     _tree_attention_merge_kernel[(tokens, num_q_heads)](
         part_o, part_lse, o, o.stride(0), o.stride(1),
@@ -318,13 +320,8 @@ def tree_verify_attention(
 
 
 # The attention head dims at which ``auto`` runs the split-KV verify: where engines measured it
-# faster. At 128 (H200, Qwen3-8B shape, bs 16, 2026-12-04) it took the round's GPU time from
-# 1.13x DFLASH's to 0.94x. At 256 (H100, Qwen3.6-27B shape, B = 15, 1 K prompts, 10 requests at
-# once, 2026-12-05) it took the round's kernel time from 41.12 to 39.79 ms with the 32 x 16 tile,
-# and with the 32 x 32 tile since chosen (block_config) from 41.04 to 38.47 ms at B = 15 and
-# from 49.87 to 48.68 at B = 32 (9 at once). At 64 (H100, the dense fixture pair, B = 32, bs 16,
-# 2026-12-05, each verify in two engines in alternating order) from 0.650 / 0.649 to 0.598 /
-# 0.599 ms.
+# faster than the extend kernel (128: H200, Qwen3-8B shape, bs 16, 2026-12-04; 256: H100,
+# Qwen3.6-27B shape, B = 15 and 32, 2026-12-05; 64: H100, the dense fixture, 2026-12-05).
 AUTO_HEAD_DIMS = (64, 128, 256)
 # Models whose attention hands the backend a score_mod at forward time, where no layer attribute
 # shows it: Inkling's relative-position bias (sglang 0.5.16+, ``models/inkling_common``).
@@ -415,9 +412,11 @@ class TreeVerifyAttention:
         self.max_prefix_len = int(max_prefix_len)
         self.sm_count = int(sm_count) if sm_count and sm_count > 0 else _CPU_SM_COUNT
 
-    def num_splits(self, batch_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int, n: int) -> int:
+    def num_splits(
+        self, batch_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int, n: int, capability: tuple
+    ) -> int:
         group = num_q_heads // num_kv_heads
-        block_m, _, _ = block_config(head_dim, group * n)
+        block_m, _, _ = block_config(head_dim, group * n, capability)
         programs = batch_size * num_kv_heads * row_blocks(group, n, block_m)
         return choose_num_splits(programs, self.max_prefix_len, self.sm_count)
 
@@ -445,7 +444,9 @@ class TreeVerifyAttention:
         return tree_verify_attention(
             q, k, v, o, k_buffer, v_buffer, kv_indptr, kv_indices, tail_mask,
             num_verify_tokens=num_verify_tokens,
-            num_splits=self.num_splits(bs, q.shape[1], k.shape[1], q.shape[2], int(num_verify_tokens)),
+            num_splits=self.num_splits(
+                bs, q.shape[1], k.shape[1], q.shape[2], int(num_verify_tokens), device_capability(q.device)
+            ),
             sm_scale=sm_scale, k_scale=k_scale, v_scale=v_scale,
         )
 
