@@ -20,14 +20,16 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ddtree_overlay.bench.arms import reference_cli_args
 from ddtree_overlay.fixture_paths import EAGLE3_DRAFT, PAIRS
 
 
 def jobs(pair: Path, budgets: list[int], *, eagle3: bool) -> dict[str, list[str]]:
-    """The reference CLI's drafter and algorithm arguments per result key, as the bench names them."""
-    keys = ["dflash", *(f"ddtree-b{b}" for b in budgets), *(["eagle3"] if eagle3 else [])]
-    return {key: reference_cli_args(key, draft=pair / "draft", eagle3_draft=EAGLE3_DRAFT) for key in keys}
+    """The reference CLI's drafter and algorithm arguments per result key, as the bench names
+    them. EAGLE-3 drafts the CLI's default chain, the one the bench's EAGLE3 arm serves."""
+    draft = ["--draft", str(pair / "draft")]
+    todo = {"dflash": [*draft, "--algo", "dflash"]}
+    todo |= {f"ddtree-b{b}": [*draft, "--algo", "ddtree", "--budget", str(b)] for b in budgets}
+    return todo | ({"eagle3": ["--draft", str(EAGLE3_DRAFT), "--algo", "eagle3"]} if eagle3 else {})
 
 
 def run(key: str, algo: list[str], out: Path, pair: Path, prompts: int, max_new_tokens: int) -> bool:

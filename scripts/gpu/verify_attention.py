@@ -2,7 +2,7 @@
 
     python3 scripts/gpu/verify_attention.py [--out DIR] [--batch-sizes 1,4,16] [--prefixes 1024,8192]
         [--widths 16,17,33] [--shapes qwen3-8b,qwen3.6-27b] [--tiles 64x32,32x32x4] [--min-splits 64,128]
-        [--stages 3,4] [--graph]
+        [--stages 3,4] [--max-registers 128] [--graph]
     python3 scripts/gpu/verify_attention.py --plot DIR   # redraw DIR/verify_attention.png from its JSON
 
 For each attention shape (Qwen3-8B: 32 q / 8 kv heads, dim 128; Qwen3.6-27B's attention layers:
@@ -27,7 +27,10 @@ engine, where a short call otherwise times its own launch) of
   row block), and a smaller S more programs of fewer key tiles each;
 - with ``--stages K,...``, ``splitkv`` again with the partial kernel software-pipelined K deep
   (``NUM_STAGES``, 2 by default): the prefix loop's key loads depend on the slot indices it loads
-  in the same iteration.
+  in the same iteration;
+- with ``--max-registers R,...``, ``splitkv`` again with the partial kernel held to R registers
+  per thread (``MAX_REGISTERS``): at the 8B shape the 64 x 32 tile takes 143 on sm_90, so one
+  8-warp program fits an SM; at 128, two (it then spills 0-8 bytes by an aligned build).
 Each variant's ms, launched split count and difference from ``extend`` go in its row's ``variants``.
 Agreement: the largest |splitkv - extend| over the outputs (bf16; both round the probabilities
 to bf16 before the value product), and the same with the tree a chain against ``chain16``'s
@@ -79,11 +82,12 @@ def min_split_list(text: str) -> list:
     return sizes
 
 
-def variants(tiles: list, min_splits: list, stages: list) -> dict:
+def variants(tiles: list, min_splits: list, stages: list, max_registers: list) -> dict:
     """name -> the payload module attributes a timed variant sets (read by num_splits and the launch)."""
     out = {tile_name(tile): {"block_config": lambda head_dim, rows, capability, tile=tile: tile} for tile in tiles}
     out |= {f"min-split {size}": {"MIN_SPLIT_TOKENS": size} for size in min_splits}
-    return out | {f"stages {depth}": {"NUM_STAGES": depth} for depth in stages}
+    out |= {f"stages {depth}": {"NUM_STAGES": depth} for depth in stages}
+    return out | {f"maxnreg {cap}": {"MAX_REGISTERS": cap} for cap in max_registers}
 
 
 class Case:
@@ -173,6 +177,7 @@ def main() -> int:
     ap.add_argument("--tiles", type=tile_list, default=[], help="BLOCK_MxBLOCK_N[xWARPS],... to time too")
     ap.add_argument("--min-splits", type=min_split_list, default=[], help="MIN_SPLIT_TOKENS values to time too")
     ap.add_argument("--stages", type=ints, default=[], help="NUM_STAGES values (pipelining depth) to time too")
+    ap.add_argument("--max-registers", type=ints, default=[], help="MAX_REGISTERS values (per thread) to time too")
     ap.add_argument("--graph", action="store_true", help="time each call inside a CUDA graph (no host launches)")
     args = ap.parse_args()
     if args.plot:
@@ -199,7 +204,7 @@ def main() -> int:
         )
         return splits
 
-    timed_variants = variants(args.tiles, args.min_splits, args.stages)
+    timed_variants = variants(args.tiles, args.min_splits, args.stages, args.max_registers)
     timed = graph_ms if args.graph else gpu_ms
 
     def variant(name, case, o, mask):

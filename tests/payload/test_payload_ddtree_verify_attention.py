@@ -170,6 +170,16 @@ def test_candidate_tiles_compute_the_same_attention(monkeypatch, tile, heads):
     torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("setting", [{"NUM_STAGES": 3}, {"MAX_REGISTERS": 128}], ids=str)
+def test_the_launch_settings_the_timing_script_varies_compute_the_same_attention(monkeypatch, setting):
+    """``scripts/gpu/verify_attention.py --stages / --max-registers`` (the interpreter runs the
+    kernel whatever they are; the launch must take them)."""
+    for attr, value in setting.items():
+        monkeypatch.setattr(va, attr, value)
+    verify = Verify(8, 2, 128, 17, [3 * SPLIT + 5, 40], dtype=torch.float32, seed=10)
+    torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
+
+
 def test_a_smaller_min_split_computes_the_same_attention(monkeypatch):
     """``scripts/gpu/verify_attention.py --min-splits``: more, shorter prefix splits."""
     monkeypatch.setattr(va, "MIN_SPLIT_TOKENS", 64)
@@ -350,7 +360,7 @@ for capability in CAPABILITIES:
                 BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=va.MIN_SPLIT_TOKENS,
             )
             sig = dict(partial, **{name: "constexpr" for name in consts})
-            built.append([capability, dim, *compile_for(va._tree_attention_partial_kernel, sig, consts, capability, divisible=strides, num_warps=warps, num_stages=va.NUM_STAGES)])
+            built.append([capability, dim, *compile_for(va._tree_attention_partial_kernel, sig, consts, capability, divisible=strides, num_warps=warps, num_stages=va.NUM_STAGES, maxnreg=va.MAX_REGISTERS)])
             consts = dict(NUM_Q_HEADS=q_heads, PARTS=splits + 1, V_DIM=dim, BLOCK_PARTS=16, BLOCK_DV=dim)
             sig = dict(merge, **{name: "constexpr" for name in consts})
             built.append([capability, 0, *compile_for(va._tree_attention_merge_kernel, sig, consts, capability, divisible=("stride_ot", "stride_oh"), num_warps=2)])

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from ddtree_overlay.bench.arms import reference_cli_args
 from ddtree_overlay.fixture_paths import EAGLE3_DRAFT, PAIRS
 from ddtree_overlay.reference import batch
+from ddtree_overlay.reference.cli import parse_args
 
 
 def run_batch(*args: str) -> subprocess.CompletedProcess[str]:
@@ -56,5 +58,9 @@ def test_the_budgets_become_one_job_each_beside_dflash() -> None:
 
 def test_eagle3_is_the_bench_arms_chain_with_its_own_drafter() -> None:
     todo = batch.jobs(PAIRS["dense"], [16], eagle3=True)
-    assert todo["eagle3"] == ["--draft", str(EAGLE3_DRAFT), "--algo", "eagle3", "--num-steps", "3"]
     assert list(todo) == ["dflash", "ddtree-b16", "eagle3"]
+    # the reference CLI's default chain, as the bench asks for it beside a sweep
+    bench_job = reference_cli_args("eagle3", draft=PAIRS["dense"] / "draft", eagle3_draft=EAGLE3_DRAFT)
+    steps = bench_job[bench_job.index("--num-steps") + 1]
+    assert parse_args([*todo["eagle3"], "--target", "t", "--prompts", "p", "--json", "j"]).num_steps == int(steps)
+    assert todo["eagle3"] == [arg for arg in bench_job if arg not in ("--num-steps", steps)]

@@ -37,7 +37,7 @@ from sglang.srt.speculative.ddtree_envs import envs
 
 MIN_SPLIT_TOKENS = 256  # fewest prefix keys a split walks (a multiple of every BLOCK_N)
 MAX_SPLITS = 64
-NUM_STAGES = 2  # the partial kernel's software-pipelining depth
+NUM_STAGES, MAX_REGISTERS = 2, None  # the partial kernel's pipelining depth, registers per thread cap
 _WAVES = 2  # programs per SM the split count aims for
 _CPU_SM_COUNT, _CPU_CAPABILITY = 8, (9, 0)  # stand-ins off the GPU (the interpreter)
 
@@ -308,7 +308,7 @@ def tree_verify_attention(
         HEAD_DIM=head_dim, V_DIM=v_dim,
         BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_DV=triton.next_power_of_2(v_dim),
         BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=MIN_SPLIT_TOKENS,
-        num_warps=num_warps, num_stages=NUM_STAGES,
+        num_warps=num_warps, num_stages=NUM_STAGES, maxnreg=MAX_REGISTERS,
     )
     _tree_attention_merge_kernel[(tokens, num_q_heads)](
         part_o, part_lse, o, o.stride(0), o.stride(1),
