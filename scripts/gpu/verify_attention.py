@@ -17,11 +17,9 @@ engine, where a short call otherwise times its own launch) of
 - ``chain16``: ``extend_attention_fwd`` causal at 16 tokens, no mask (DFLASH's chain verify) at
   the same batch and prefix;
 - with ``--tiles MxN[xW],...``, ``splitkv`` again with each candidate's BLOCK_M x BLOCK_N tiles
-  and W warps (8 unless given) instead of ``block_config``'s: e.g. 64 x 32 at head dim 128, the
-  tile ``block_config`` runs outside 65-128 rows per program (128 x 16 within them on sm_90);
-  at 8B's head dim 128 and 65 nodes, 64 x 64 builds without spills for sm_86 / 90 / 120 within
-  their shared memory, as 64 x 32 does, where 128 x 32 spills (an ahead-of-time build with the
-  launcher's alignment, 2026-12-06);
+  and W warps (8 unless given) instead of ``block_config``'s (64 x 64 at head dim 128, 32 x 32 at
+  256: both build without spills for sm_86 / 90 / 120 within their shared memory, as the
+  launcher builds them, 2026-12-06);
 - with ``--min-splits S,...``, ``splitkv`` again with ``MIN_SPLIT_TOKENS`` (the fewest prefix keys
   a split walks) at each S: at bs 1 a 1 K prefix gives 256-key splits 4 programs per (kv head,
   row block), and a smaller S more programs of fewer key tiles each;
@@ -84,7 +82,7 @@ def min_split_list(text: str) -> list:
 
 def variants(tiles: list, min_splits: list, stages: list, max_registers: list) -> dict:
     """name -> the payload module attributes a timed variant sets (read by num_splits and the launch)."""
-    out = {tile_name(tile): {"block_config": lambda head_dim, rows, capability, tile=tile: tile} for tile in tiles}
+    out = {tile_name(tile): {"block_config": lambda head_dim, tile=tile: tile} for tile in tiles}
     out |= {f"min-split {size}": {"MIN_SPLIT_TOKENS": size} for size in min_splits}
     out |= {f"stages {depth}": {"NUM_STAGES": depth} for depth in stages}
     return out | {f"maxnreg {cap}": {"MAX_REGISTERS": cap} for cap in max_registers}
@@ -197,7 +195,7 @@ def main() -> int:
 
     def splitkv(case, o, mask):
         q_heads, kv_heads, dim = case.q.shape[1], case.k.shape[1], case.q.shape[2]
-        splits = policy.num_splits(case.bs, q_heads, kv_heads, dim, case.n, va.device_capability(case.q.device))
+        splits = policy.num_splits(case.bs, q_heads, kv_heads, dim, case.n)
         va.tree_verify_attention(
             case.q, case.k, case.v, o, case.k_buffer, case.v_buffer, case.kv_indptr, case.kv_indices, mask,
             num_verify_tokens=case.n, num_splits=splits, sm_scale=case.sm_scale,

@@ -149,13 +149,13 @@ def test_fp32_matches_the_plain_attention(shape):
     torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
 
 
-# Tile candidates ``scripts/gpu/verify_attention.py --tiles`` times: at head dim 128, 64 x 32
-# where ``block_config`` runs 128 x 16 (a GQA group of 4 x 17 nodes, 68 rows, in one row block
-# instead of two) and the reverse; at 256 (the 27B shape's group of 6 x 33 nodes, here 3 x 13),
-# the tiles that build with little or no spill.
+# Tile candidates ``scripts/gpu/verify_attention.py --tiles`` times: at head dim 128 (where
+# ``block_config`` runs 64 x 64) the former 64 x 32 and 128 x 16 and the 4-warp 32 x 64; at 256
+# (the 27B shape's group of 6 x 33 nodes, here 3 x 13), the tiles that build with little or no spill.
 TILE_CANDIDATES = [
     ((64, 32, 8), (8, 2, 128, 17)),
     ((128, 16, 8), (8, 2, 128, 9)),
+    ((32, 64, 4), (8, 2, 128, 17)),
     ((32, 32, 8), (6, 2, 256, 13)),
     ((16, 32, 4), (6, 2, 256, 13)),
     ((32, 64, 8), (6, 2, 256, 13)),
@@ -165,7 +165,7 @@ TILE_CANDIDATES = [
 
 @pytest.mark.parametrize("tile, heads", TILE_CANDIDATES, ids=lambda v: "x".join(map(str, v)))
 def test_candidate_tiles_compute_the_same_attention(monkeypatch, tile, heads):
-    monkeypatch.setattr(va, "block_config", lambda head_dim, rows, capability: tile)
+    monkeypatch.setattr(va, "block_config", lambda head_dim: tile)
     verify = Verify(*heads, [3 * SPLIT + 5, 40], dtype=torch.float32, seed=heads[3])
     torch.testing.assert_close(verify.run(num_splits=3).double(), verify.reference(), atol=1e-5, rtol=1e-5)
 
@@ -315,21 +315,11 @@ def test_the_split_count_fills_the_gpu_and_stops_at_the_longest_prefix():
 
 
 
-def test_the_tile_follows_the_rows_a_program_takes_and_the_gpu():
-    """128 x 16 only where it was timed faster: 65-128 rows (the 8B shape's group of 4 x 17
-    nodes) at head dims 65-128, on sm_90; SHAPES' second row runs it through the kernel. On
-    sm_86 and sm_120 its pipelined build needs more shared memory than a block may have."""
-    hopper = (9, 0)
-    assert va.block_config(128, 4 * 17, hopper) == (128, 16, 8)
-    assert va.block_config(128, 4 * 32, hopper) == (128, 16, 8)
-    assert va.block_config(128, 4 * 16, hopper) == (64, 32, 8)
-    assert va.block_config(128, 4 * 33, hopper) == (64, 32, 8)
-    assert va.block_config(64, 2 * 33, hopper) == (64, 32, 8)
-    assert va.block_config(256, 6 * 17, hopper) == (32, 32, 8)
-    for small_shared_memory in ((8, 6), (12, 0)):
-        assert va.block_config(128, 4 * 17, small_shared_memory) == (64, 32, 8)
-        assert va.block_config(256, 6 * 17, small_shared_memory) == (32, 32, 8)
-    assert va.device_capability(torch.device("cpu")) == hopper  # the interpreter runs sm_90's tiles
+def test_the_tile_follows_the_head_dim():
+    """64 x 64 above head dim 64 up to 128 (the 8B shape), 64 x 32 below, 32 x 32 at 256."""
+    assert va.block_config(128) == (64, 64, 8)
+    assert va.block_config(64) == (64, 32, 8)
+    assert va.block_config(256) == (32, 32, 8)
 
 AOT_SCRIPT = """
 import json
@@ -347,12 +337,12 @@ partial = {
 merge = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16", "stride_ot": "i32", "stride_oh": "i32"}
 built = []
 # Qwen3-8B (32 q / 8 kv heads, dim 128) and Qwen3.6-27B (24 q / 4 kv heads, dim 256) at N = 17 and
-# 33: at the 8B shape the 128 x 16 tile (sm_90) or the 64 x 32 one, then 64 x 32.
+# 33, each with block_config's tile.
 for capability in CAPABILITIES:
     for q_heads, kv_heads, dim in ((32, 8, 128), (24, 4, 256)):
         group = q_heads // kv_heads
         for n in (17, 33):
-            block_m, block_n, warps = va.block_config(dim, group * n, divmod(capability, 10))
+            block_m, block_n, warps = va.block_config(dim)
             splits = 8
             consts = dict(
                 N=n, GROUP=group, NUM_Q_HEADS=q_heads, ROW_BLOCKS=va.row_blocks(group, n, block_m),

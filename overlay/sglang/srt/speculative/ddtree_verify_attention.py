@@ -26,7 +26,6 @@ buffer holds, and each node always sees itself, so their (discarded) rows stay f
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
@@ -39,28 +38,21 @@ MIN_SPLIT_TOKENS = 256  # fewest prefix keys a split walks (a multiple of every 
 MAX_SPLITS = 64
 NUM_STAGES, MAX_REGISTERS = 2, None  # the partial kernel's pipelining depth, registers per thread cap
 _WAVES = 2  # programs per SM the split count aims for
-_CPU_SM_COUNT, _CPU_CAPABILITY = 8, (9, 0)  # stand-ins off the GPU (the interpreter)
+_CPU_SM_COUNT = 8  # stand-in SM count off the GPU (the interpreter)
 
 
-def block_config(head_dim: int, rows: int, capability: tuple) -> tuple[int, int, int]:
-    """(BLOCK_M rows, BLOCK_N keys, num_warps) of the partial kernel for a head dim, a program's
-    rows (GQA group x verify tokens) and the GPU's compute capability, as timed on an H100
-    (2026-12-05, BENCHMARKS). Up to head dim 128: 64 x 32; on sm_90 for 65-128 rows above head
-    dim 64, 128 x 16 (one row block instead of two: 1.16-1.28x at the 8B shape's 4 x 17 rows at
-    bs 16; 69-128 rows not timed), whose pipelined build needs 104 KiB of shared memory on sm_86
-    and sm_120, more than a block may have there. At 256: 32 x 32, level with or faster than
-    SGLang's extend kernel at every batch, context and width timed (1.00-7.1x)."""
+def block_config(head_dim: int) -> tuple[int, int, int]:
+    """(BLOCK_M rows, BLOCK_N keys, num_warps) of the partial kernel for a head dim. Above 64 and
+    up to 128: 64 x 64, timed per call inside a CUDA graph on an H100 (2026-12-06, BENCHMARKS) at
+    the 8B shape, 1 K prefix: 1.27-1.63x the former 64 x 32 / 128 x 16 tiles at bs 16 and N = 17
+    to 129, 0.95-1.33x at bs 1. It builds for sm_86, sm_90 and sm_120 within their shared memory
+    and without spills. Up to 64: 64 x 32. At 256: 32 x 32, level with or faster than SGLang's
+    extend kernel at every batch, context and width timed on 2026-12-05 (1.00-7.1x)."""
     if head_dim > 128:
         return 32, 32, 8
-    if head_dim > 64 and 64 < rows <= 128 and capability[0] == 9:
-        return 128, 16, 8
+    if head_dim > 64:
+        return 64, 64, 8
     return 64, 32, 8
-
-
-@functools.lru_cache(maxsize=None)
-def device_capability(device: torch.device) -> tuple:
-    """The compute capability block_config picks a tile for; off the GPU (the interpreter) sm_90's."""
-    return tuple(torch.cuda.get_device_capability(device)) if device.type == "cuda" else _CPU_CAPABILITY
 
 
 def row_blocks(group: int, num_verify_tokens: int, block_m: int) -> int:
@@ -292,7 +284,7 @@ def tree_verify_attention(
     if tail_mask.dtype == torch.bool:
         tail_mask = tail_mask.view(torch.uint8)
     group = num_q_heads // num_kv_heads
-    block_m, block_n, num_warps = block_config(head_dim, group * n, device_capability(q.device))
+    block_m, block_n, num_warps = block_config(head_dim)
     blocks = row_blocks(group, n, block_m)
     parts = int(num_splits) + 1
     part_o = torch.empty((tokens, num_q_heads, parts, v_dim), dtype=torch.float32, device=q.device)
@@ -412,11 +404,9 @@ class TreeVerifyAttention:
         self.max_prefix_len = int(max_prefix_len)
         self.sm_count = int(sm_count) if sm_count and sm_count > 0 else _CPU_SM_COUNT
 
-    def num_splits(
-        self, batch_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int, n: int, capability: tuple
-    ) -> int:
+    def num_splits(self, batch_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int, n: int) -> int:
         group = num_q_heads // num_kv_heads
-        block_m, _, _ = block_config(head_dim, group * n, capability)
+        block_m, _, _ = block_config(head_dim)
         programs = batch_size * num_kv_heads * row_blocks(group, n, block_m)
         return choose_num_splits(programs, self.max_prefix_len, self.sm_count)
 
@@ -444,9 +434,7 @@ class TreeVerifyAttention:
         return tree_verify_attention(
             q, k, v, o, k_buffer, v_buffer, kv_indptr, kv_indices, tail_mask,
             num_verify_tokens=num_verify_tokens,
-            num_splits=self.num_splits(
-                bs, q.shape[1], k.shape[1], q.shape[2], int(num_verify_tokens), device_capability(q.device)
-            ),
+            num_splits=self.num_splits(bs, q.shape[1], k.shape[1], q.shape[2], int(num_verify_tokens)),
             sm_scale=sm_scale, k_scale=k_scale, v_scale=v_scale,
         )
 
