@@ -174,10 +174,11 @@ SAMPLING = (Draws(0.6, top_p=0.95, top_k=20), Draws(1.0, top_p=0.8, top_k=50))
 # its top 20 tokens hold visibly less than all the mass (at the settings above, nearly all);
 # and the same with min-p, which eagle_sample ignores.
 FILTERS = (Draws(1.5, top_p=0.8, top_k=20), Draws(1.5, top_p=0.8, top_k=20, min_p=0.2))
-# SAMPLING's settings drawn again at another seed: a second, independent sample.
+# SAMPLING's settings drawn again at other seeds: a second and a third independent sample.
 REPEAT = tuple(replace(draws, seed=1) for draws in SAMPLING)
+THIRD = tuple(replace(draws, seed=2) for draws in SAMPLING)
 # Each family's tests (its settings x positions) share one level, whichever arms a run selects.
-SAMPLING_FAMILIES = (SAMPLING, FILTERS, REPEAT)
+SAMPLING_FAMILIES = (SAMPLING, FILTERS, REPEAT, THIRD)
 
 
 PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
@@ -252,8 +253,9 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     # flashinfer sampler the top k first, then min-p); each control keeps eagle_sample's
     # filters (top k first, min-p ignored), a change the test must detect.
     "sampling-filters": tuple(arm for draws in FILTERS for arm in (*_draws_pair(draws), _eagle_control(draws))),
-    # `sampling` again with every engine at random seed 1 (the other checks' engines draw at 0).
+    # `sampling` again with every engine at random seed 1, then 2 (the other checks' engines draw at 0).
     "sampling-repeat": tuple(arm for draws in REPEAT for arm in _draws_pair(draws)),
+    "sampling-third": tuple(arm for draws in THIRD for arm in _draws_pair(draws)),
     "flashinfer": (
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),

@@ -240,14 +240,15 @@ def test_the_summary_reports_the_combined_test_beside_the_verdicts():
     assert "positions 1-8 at once" in combined["text"] and "permutation p =" in combined["text"]
 
 
-def test_the_repeat_preset_draws_the_sampling_settings_again_at_another_seed():
+@pytest.mark.parametrize(("preset", "seed"), [("sampling-repeat", 1), ("sampling-third", 2)])
+def test_the_repeat_presets_draw_the_sampling_settings_again_at_other_seeds(preset: str, seed: int):
     first = {arm.name: arm for arm in check_presets.PRESETS["sampling"]}
-    arms = {arm.name: arm for arm in check_presets.PRESETS["sampling-repeat"]}
-    assert set(arms) == {f"{name}-seed1" for name in first}
+    arms = {arm.name: arm for arm in check_presets.PRESETS[preset]}
+    assert set(arms) == {f"{name}-seed{seed}" for name in first}
     for name, arm in first.items():
-        repeat = arms[f"{name}-seed1"]
-        assert repeat.baseline == (arm.baseline and f"{arm.baseline}-seed1")
+        repeat = arms[f"{name}-seed{seed}"]
+        assert repeat.baseline == (arm.baseline and f"{arm.baseline}-seed{seed}")
         runner, before = repeat.runner_arm(256), arm.runner_arm(256)
-        assert runner["sampling"] == before["sampling"] and runner["engine"]["random_seed"] == 1
+        assert runner["sampling"] == before["sampling"] and runner["engine"]["random_seed"] == seed
         assert "random_seed" not in before["engine"]  # the runner's own seed, 0
         assert checks.sampling_level(repeat.draws) == pytest.approx(0.01 / 16)
