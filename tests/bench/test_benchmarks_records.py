@@ -1184,3 +1184,93 @@ def test_the_min_split_timing_as_cited():
     long = [r for r in rows if r["prefix"] == 8192]
     spread = max(abs(v["ms"] / r["splitkv_ms"] - 1) for r in long for v in r["variants"].values())
     assert round(spread * 100, 1) == 2.4 and "within 2.4 % of the default" in " ".join(text.split())
+
+
+def test_the_8b_c16_b15_two_engines_as_cited():
+    rep = report("2026-12-06-qwen3-8b-c16-b15-two-engines-h100")
+    rows = {row["group"]: row for row in rep["steady"]["rows"]}
+    (column,) = project(rep, PAPER_QWEN3_8B)["steady"]
+    (b15,) = column["budgets"]
+    text = " ".join(section("Qwen3-8B shape, c = 16, steady state: B = 15 against DFLASH on flashinfer, two engines per arm (H100)").split())
+    for label, group in (("DFLASH, flashinfer", "dflash"), ("DDTREE B = 15, triton", "ddtree-b15")):
+        engines = [e["tok_per_s"] for e in rows[group]["engines"]]
+        assert len(engines) == 2
+        assert f"| {label} | {rows[group]['tok_per_s']:.0f} | {', '.join(f'{x:.0f}' for x in engines)} |" in text
+        assert max(engines) / min(engines) - 1 < 0.009
+    split = rows["ddtree-b15"]["profile"]["ms_per_round"]
+    assert f"| {split['round']:.2f} ({split['draft']:.2f} / {split['verify']:.2f}) |" in text
+    assert f"**{b15['step_ratio']:.3f}×** DFLASH's (worst case {b15['worst_step_ratio']:.3f}×" in text
+    assert b15["worst_step_ratio"] <= 1.08
+    assert f"breaks even with DFLASH at τ {b15['break_even_tau']:.2f}" in text
+    assert f"**{b15['step_ratio']:.3f}×** ({rows['ddtree-b15']['tok_per_s']:.0f} against {rows['dflash']['tok_per_s']:.0f} tok/s, medians) | worst case {b15['worst_step_ratio']:.3f}×" in summary()
+
+
+def test_the_8b_bs1_primer_trace_as_cited():
+    from ddtree_overlay.bench.trace_projection import project_trace
+
+    records = json.loads((BENCH / "2026-12-06-qwen3-8b-bs1-primer-drafter-flashinfer-round-trace-h100" / "round_trace.json").read_text())
+    assert records[0].get("primer") and records[0]["arm"] == "dflash-no-overlap@flashinfer"
+    by_arm = {r["arm"]: r for r in records if not r.get("primer")}
+    projected = {row["arm"]: row for row in project_trace(records, PAPER_QWEN3_8B)}
+    assert {row["dflash"] for row in projected.values()} == {"dflash-no-overlap@flashinfer"}
+    text = " ".join(section("Qwen3-8B shape, bs 1, a primer first: B = 32 with its drafter on flashinfer, and B = 64, against DFLASH on flashinfer (H100)").split())
+    for arm, r in by_arm.items():
+        g = r["trace"]["gpu"]
+        cells = f"| {r['step_ms']:.3f} | {r['tok_per_s']:.1f} | {g['kernel_ms']:.3f} | {g['families']['attention']:.3f} | {g['families'].get('ddtree', 0.0):.3f} |"
+        assert cells in text, cells
+        if arm in projected:
+            row = projected[arm]
+            assert f"| {row['wall_ratio']:.3f} | {row['kernel_ratio']:.3f} | {row['speedup_vs_dflash']:.2f}× | {row['kernel_speedup_vs_dflash']:.2f}× |" in text
+    b32, fi, b64 = (projected[a] for a in ("ddtree-b32-no-overlap", "ddtree-b32-no-overlap@speculative_draft_attention_backend=flashinfer", "ddtree-b64-no-overlap"))
+    assert f"**{b32['speedup_vs_dflash']:.2f}×** DFLASH at B = 32 ({b32['kernel_speedup_vs_dflash']:.2f}× on kernel time) and {b64['speedup_vs_dflash']:.2f}× at B = 64" in text
+    assert max(row["speedup_vs_dflash"] for row in projected.values()) < 1.25
+    assert f"{by_arm['dflash-no-overlap@flashinfer']['step_ms']:.2f} ms" in text
+    drafts = [by_arm[a]["trace"]["stages"]["draft"] for a in ("ddtree-b32-no-overlap@speculative_draft_attention_backend=flashinfer", "ddtree-b32-no-overlap")]
+    assert f"({drafts[0]['host_ms']:.2f} against {drafts[1]['host_ms']:.2f} ms, {drafts[0]['launches']:.0f} launches against {drafts[1]['launches']:.0f})" in text
+    assert f"B = 64's round is {b64['wall_ratio']:.2f}× DFLASH's step" in text
+    assert f"B = 32 **{b32['speedup_vs_dflash']:.2f}×** / {b32['kernel_speedup_vs_dflash']:.2f}× (its round {b32['wall_ratio']:.3f}× DFLASH's wall step), with its drafter on flashinfer {fi['speedup_vs_dflash']:.2f}× / {fi['kernel_speedup_vs_dflash']:.2f}×, B = 64 {b64['speedup_vs_dflash']:.2f}× / {b64['kernel_speedup_vs_dflash']:.2f}×" in summary()
+
+
+def test_the_verify_tiles_in_a_cuda_graph_as_cited():
+    record = json.loads((BENCH / "2026-12-06-verify-attention-graph-tiles-h100" / "verify_attention.json").read_text())
+    assert record["timing"] == "cuda graph"
+    rows = record["rows"]
+    text = section("The split-KV verify's tiles per call inside a CUDA graph, Qwen3-8B shape (H100)")
+    for r in rows:
+        v = r["variants"]
+        cells = [r["splitkv_ms"], v["64x64x8"]["ms"], v["32x64x4"]["ms"], v["stages 3"]["ms"], v["maxnreg 128"]["ms"], r["extend_ms"], r["chain16_ms"]]
+        line = f"| {r['bs']} | {r['n']} | " + " | ".join(f"{ms:.4f}" for ms in cells) + " |"
+        assert line in text, line
+    gain = {(r["bs"], r["n"]): r["splitkv_ms"] / r["variants"]["64x64x8"]["ms"] for r in rows}
+    at = lambda bs: [g for (b, _), g in gain.items() if b == bs]  # noqa: E731
+    flat = " ".join(text.split())
+    assert f"**{min(at(16)):.2f}–{max(at(16)):.2f}×** at bs 16 and {min(at(1)):.2f}–{max(at(1)):.2f}× at bs 1" in flat
+    assert sum(g > 1 for g in gain.values()) == 7
+    stages = [r["splitkv_ms"] / r["variants"]["stages 3"]["ms"] for r in rows]
+    assert f"changes little ({min(stages):.2f}–{max(stages):.2f}×)" in flat
+    by = {(r["bs"], r["n"]): r for r in rows}
+    assert f"({by[(16, 65)]['splitkv_ms'] / by[(16, 65)]['variants']['maxnreg 128']['ms']:.2f}× at bs 16, N = 65)" in flat
+    saved = (by[(16, 17)]["splitkv_ms"] - by[(16, 17)]["variants"]["64x64x8"]["ms"]) * 36
+    assert f"about {saved:.1f} ms of the round over 36 layers" in flat
+    assert f"**{min(at(16)):.2f}–{max(at(16)):.2f}×** at bs 16 (N = 17–129), {min(at(1)):.2f}–{max(at(1)):.2f}× at bs 1" in summary()
+
+
+def test_the_0517_t06_seed1_sample_as_cited():
+    from ddtree_overlay.bench import check_presets, checks
+
+    run = "2026-12-06-sampling-t0.6-seed1-0.5.17-h100"
+    records = arms(run)
+    verdicts = checks.summarize(list(records.values()), check_presets.PRESETS["sampling-repeat"], None)
+    tests = verdicts["sampling"]
+    assert [t["position"] for t in tests] == list(range(1, 9)) and verdicts["problems"] == []
+    assert all(t["passed"] and t["temperature"] == 0.6 and t["alpha"] == pytest.approx(0.01 / 16) for t in tests)
+    text = " ".join(section("A second sample at T = 0.6, on 0.5.17: every engine at random seed 1").split())
+    for t in tests:
+        assert f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |" in text
+    p = [t["p_value"] for t in tests]
+    (combined,) = verdicts["sampling_combined"]
+    assert f"(p = {min(p):.3f}–{max(p):.3f}, against α = 0.000625)" in text and f"(median {statistics.median(p):.3f};" in text
+    assert f"**p = {combined['p_value']:.4f}**" in text
+    log = lzma.decompress((BENCH / run / "device-log.txt.xz").read_bytes()).decode()
+    assert "sglang:       0.5.17" in log
+    assert f"χ² p = {min(p):.3f}–{max(p):.3f}, but all positions at once p = {combined['p_value']:.4f}" in summary()

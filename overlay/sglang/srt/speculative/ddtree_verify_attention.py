@@ -44,8 +44,8 @@ _CPU_SM_COUNT = 8  # stand-in SM count off the GPU (the interpreter)
 def block_config(head_dim: int) -> tuple[int, int, int]:
     """(BLOCK_M rows, BLOCK_N keys, num_warps) of the partial kernel for a head dim. Above 64 and
     up to 128: 64 x 64, timed per call inside a CUDA graph on an H100 (2026-12-06, BENCHMARKS) at
-    the 8B shape, 1 K prefix: 1.26-1.62x the former 64 x 32 / 128 x 16 tiles at bs 16 and N = 17
-    to 129, 0.98-1.32x at bs 1. It builds for sm_86, sm_90 and sm_120 within their shared memory
+    the 8B shape, 1 K prefix: 1.27-1.62x the former 64 x 32 / 128 x 16 tiles at bs 16 and N = 17
+    to 129, 0.99-1.32x at bs 1. It builds for sm_86, sm_90 and sm_120 within their shared memory
     and without spills. Up to 64: 64 x 32. At 256: 32 x 32, level with or faster than SGLang's
     extend kernel at every batch, context and width timed on 2026-12-05 (1.00-7.1x)."""
     if head_dim > 128:
