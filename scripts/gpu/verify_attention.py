@@ -73,10 +73,10 @@ def tile_name(tile: tuple) -> str:
 
 
 def min_split_list(text: str) -> list:
-    """``S,...``: prefix keys per split, each a multiple of 32 (every BLOCK_N divides it)."""
+    """``S,...``: prefix keys per split, each a multiple of 64 (every BLOCK_N divides it)."""
     sizes = ints(text)
-    if not sizes or any(size < 32 or size % 32 for size in sizes):
-        raise argparse.ArgumentTypeError(f"min splits {text!r} must be multiples of 32")
+    if not sizes or any(size < 64 or size % 64 for size in sizes):
+        raise argparse.ArgumentTypeError(f"min splits {text!r} must be multiples of 64")
     return sizes
 
 
