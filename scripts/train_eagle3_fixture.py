@@ -223,19 +223,7 @@ def main() -> int:
     torch.manual_seed(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    run_log: dict = {
-        "argv": sys.argv[1:],
-        "args": dict(vars(args)),
-        "torch": torch.__version__,
-        "device": "cpu",
-        "threads": torch.get_num_threads(),
-    }
-
-    def save_log() -> None:
-        run_log["total_seconds"] = round(time.perf_counter() - t_start, 2)
-        (out / "training_log.json").write_text(json.dumps(run_log, indent=1, sort_keys=True) + "\n")
-
+    run_log = tf.TrainingLog(out, args, "cpu", threads=torch.get_num_threads())
     target = load_target(FIXTURES / "target", dtype=torch.float32)
     for prm in target.parameters():
         prm.requires_grad_(False)
@@ -243,12 +231,12 @@ def main() -> int:
     tf.log(f"corpus: {json.dumps(run_log['corpus'])}")
     stream = tf.to_stream(train_files, "cpu")
     rows, plens, run_log["rollouts"] = tf.make_rollouts(target, stream, args, "cpu")
-    save_log()
+    run_log.save()
 
     draft, run_log["draft"] = train_drafter(target, rows, plens, args)
     save_checkpoint(draft, eagle3_config_json(draft.cfg, bos=tf.BOS, eos=tf.EOS, pad=tf.PAD), out)
     tf.log("drafter saved")
-    save_log()
+    run_log.save()
 
     prompts = json.loads((FIXTURES / "heldout_prompts.json").read_text())
     run_log["eval_eagle3"] = evaluate(target, out, prompts, args)
@@ -258,8 +246,8 @@ def main() -> int:
     run_log["bytes"] = {
         f.name: f.stat().st_size for f in sorted(out.iterdir()) if f.name != "training_log.json"
     }
-    save_log()
-    tf.log(f"sizes {run_log['bytes']}; done in {time.perf_counter() - t_start:.0f} s")
+    run_log.save()
+    tf.log(f"sizes {run_log['bytes']}; done in {run_log.seconds():.0f} s")
     return 0
 
 

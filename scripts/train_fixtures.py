@@ -209,6 +209,23 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+class TrainingLog(dict):
+    """A run's ``training_log.json`` in ``out``: what ran (argv, args, torch, device, ``fields``)
+    and each phase's results, rewritten with the seconds so far at every ``save``."""
+
+    def __init__(self, out: Path, args, device: str, **fields) -> None:
+        super().__init__(argv=sys.argv[1:], args=dict(vars(args)), torch=torch.__version__, device=device, **fields)
+        self._path = out / "training_log.json"
+        self._start = time.perf_counter()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self._start
+
+    def save(self) -> None:
+        self["total_seconds"] = round(self.seconds(), 2)
+        self._path.write_text(json.dumps(self, indent=1, sort_keys=True) + "\n")
+
+
 # ----------------------------------------------------------------------------------------------
 # Corpus
 
@@ -669,18 +686,7 @@ def main() -> int:
         log(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    t_start = time.perf_counter()
-    run_log: dict = {
-        "argv": sys.argv[1:],
-        "args": {k: v for k, v in vars(args).items()},
-        "torch": torch.__version__,
-        "device": device,
-    }
-
-    def save_log() -> None:
-        run_log["total_seconds"] = round(time.perf_counter() - t_start, 2)
-        (out / "training_log.json").write_text(json.dumps(run_log, indent=1, sort_keys=True) + "\n")
-
+    run_log = TrainingLog(out, args, device)
     train_files, held_files, corpus = stdlib_corpus(args.max_files)
     run_log["corpus"] = corpus
     log(f"corpus: {json.dumps(corpus)}")
@@ -694,18 +700,18 @@ def main() -> int:
     )
     pair.save_target(target, out / "target")
     log(f"target saved: {json.dumps({k: v for k, v in run_log['target'].items() if k != 'curve'})}")
-    save_log()
+    run_log.save()
 
     frozen = copy.deepcopy(target).to(torch.bfloat16 if device == "cuda" else torch.float32).eval()
     for prm in frozen.parameters():
         prm.requires_grad_(False)
     rows, plens, run_log["rollouts"] = make_rollouts(frozen, train_stream, args, device)
-    save_log()
+    run_log.save()
 
     draft, run_log["draft"] = train_draft(frozen, rows, plens, pair, args, device)
     save_checkpoint(draft, dflash_config_json(pair.draft_cfg), out / "draft")
     log("draft saved")
-    save_log()
+    run_log.save()
     del rows, plens
 
     run_log["eval_dflash"] = evaluate(out, prompts, args, device)
@@ -714,10 +720,10 @@ def main() -> int:
     )
     margin = run_log["eval_dflash"].get("target_margin", {})
     log(f"target top1-top2 logit margin at its greedy steps: median {margin.get('median')}")
-    save_log()
+    run_log.save()
     sizes = {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*.safetensors"))}
     log(
-        f"sizes {sizes} total {sum(sizes.values())} bytes; done in {time.perf_counter() - t_start:.0f} s"
+        f"sizes {sizes} total {sum(sizes.values())} bytes; done in {run_log.seconds():.0f} s"
     )
     return 0
 
