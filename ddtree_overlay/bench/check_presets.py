@@ -168,6 +168,20 @@ def _eagle_control(draws: Draws) -> CheckArm:
     )
 
 
+def _attention_control(draws: Draws) -> CheckArm:
+    """Target-only on flashinfer's attention drawing ``draws`` against target-only on triton's:
+    the same law through other kernels, so logits that differ by bf16 rounding. How far this
+    leans is how far such rounding alone moves the test, the scale against which a DDTREE arm's
+    lean (its verify computes the target's logits with other kernels than a decode step) reads."""
+    return CheckArm(
+        f"plain-{draws.tag}-flashinfer",
+        Arm(TARGET_ONLY),
+        engine={"attention_backend": "flashinfer"},
+        draws=draws,
+        baseline=f"plain-{draws.tag}",
+    )
+
+
 # Qwen3's recommended sampling (T 0.6, top-p 0.95, top-k 20) and a wider one.
 SAMPLING = (Draws(0.6, top_p=0.95, top_k=20), Draws(1.0, top_p=0.8, top_k=50))
 # Where top-k and top-p both bind on the fixture pair, so their order changes the law: at T 1.5
@@ -255,7 +269,11 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     "sampling-filters": tuple(arm for draws in FILTERS for arm in (*_draws_pair(draws), _eagle_control(draws))),
     # `sampling` again with every engine at random seed 1, then 2 (the other checks' engines draw at 0).
     "sampling-repeat": tuple(arm for draws in REPEAT for arm in _draws_pair(draws)),
-    "sampling-third": tuple(arm for draws in THIRD for arm in _draws_pair(draws)),
+    # ... with, at T = 0.6, the bf16-rounding control.
+    "sampling-third": (
+        *(arm for draws in THIRD for arm in _draws_pair(draws)),
+        _attention_control(THIRD[0]),
+    ),
     "flashinfer": (
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),

@@ -243,7 +243,7 @@ def test_the_summary_reports_the_combined_test_beside_the_verdicts():
 @pytest.mark.parametrize(("preset", "seed"), [("sampling-repeat", 1), ("sampling-third", 2)])
 def test_the_repeat_presets_draw_the_sampling_settings_again_at_other_seeds(preset: str, seed: int):
     first = {arm.name: arm for arm in check_presets.PRESETS["sampling"]}
-    arms = {arm.name: arm for arm in check_presets.PRESETS[preset]}
+    arms = {arm.name: arm for arm in check_presets.PRESETS[preset] if not arm.name.endswith("-flashinfer")}
     assert set(arms) == {f"{name}-seed{seed}" for name in first}
     for name, arm in first.items():
         repeat = arms[f"{name}-seed{seed}"]
@@ -252,3 +252,15 @@ def test_the_repeat_presets_draw_the_sampling_settings_again_at_other_seeds(pres
         assert runner["sampling"] == before["sampling"] and runner["engine"]["random_seed"] == seed
         assert "random_seed" not in before["engine"]  # the runner's own seed, 0
         assert checks.sampling_level(repeat.draws) == pytest.approx(0.01 / 16)
+
+
+def test_the_third_sample_draws_target_only_again_through_other_attention_kernels_as_a_control():
+    arms = {arm.name: arm for arm in check_presets.PRESETS["sampling-third"]}
+    control = arms["plain-t0.6-draws-seed2-flashinfer"]
+    plain = arms["plain-t0.6-draws-seed2"]
+    assert control.baseline == plain.name and not control.control  # judged, expected to pass
+    runner, baseline = control.runner_arm(256), plain.runner_arm(256)
+    assert runner["sampling"] == baseline["sampling"] and runner["engine"]["random_seed"] == 2
+    assert runner["engine"]["attention_backend"] == "flashinfer"
+    assert runner["engine"] | {"attention_backend": None} == baseline["engine"] | {"attention_backend": None}
+    assert checks.sampling_level(control.draws) == checks.sampling_level(plain.draws)
