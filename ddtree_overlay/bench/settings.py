@@ -114,10 +114,13 @@ FIXTURE_COST = CostModel(
     spec_round_ms=12.0,
     per_verify_token_us=2.0,
 )
+# On an H100 (2026-12-06, 1 K-token prompts, c = 16) engines started in 21-24 s on a machine that
+# had started one, the fresh machine's first in 38 s with the carried compile cache, and each
+# engine's health check, warm-up compiles and shutdown took about 5 s beyond its waves.
 QWEN3_8B_COST = CostModel(
-    engine_start_s=60,
+    engine_start_s=30,
     first_start_extra_s=90,
-    engine_overhead_s=20,
+    engine_overhead_s=10,
     plain_step_ms=8.0,
     spec_round_ms=14.0,
     per_verify_token_us=25.0,
