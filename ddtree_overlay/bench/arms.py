@@ -234,13 +234,13 @@ def fixed_budget(row: Mapping[str, Any]) -> bool:
 _ENV_SETTING = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
 # ServerArgs an arm may set for its own engine: the drafter's attention backend (DFLASH's draft
 # worker reads it, and DDTREE's inherits that).
-ENGINE_SETTINGS = ("speculative_draft_attention_backend",)
+ENGINE_SETTINGS = ("attention_backend", "speculative_draft_attention_backend")
 
 
 def parse_with_settings(text: str) -> tuple[Arm, dict[str, str], dict[str, str]]:
     """An arm, the environment its engine starts with and the engine keywords it adds:
     ``ddtree-b32@SGLANG_X=1@speculative_draft_attention_backend=flashinfer`` (an A/B of the
-    payload's switches or the drafter's backend in one run), a baseline arm's backend first
+    payload's switches, a DDTREE arm's backend or the drafter's in one run), a baseline arm's backend first
     where it names one (``dflash@flashinfer@SGLANG_X=1``). ValueError names what does not parse."""
     name, *settings = text.split("@")
     if settings and "=" not in settings[0]:  # a baseline arm's backend: dflash@flashinfer@SGLANG_X=1

@@ -23,7 +23,8 @@ ddtree-adaptive-<B1>-<B2>... (a budget per round among B1, B2, ...), ddtree-sche
 each with -no-overlap, every arm on triton unless a baseline arm names its backend (dflash@flashinfer),
 and each optionally with environment settings for its engine, e.g.
 ddtree-b256@SGLANG_DDTREE_COMMIT_GRAPH=1 (A/B of the payload's switches in one command), or the
-drafter's attention backend, ddtree-b32@speculative_draft_attention_backend=flashinfer. An arm
+drafter's attention backend, ddtree-b32@speculative_draft_attention_backend=flashinfer, or a DDTREE
+arm's own, ddtree-b32@attention_backend=flashinfer (its drafter's with it, as SGLang does). An arm
 the setting cannot run (nextn without an MTP head, or with overlap scheduling on a hybrid target
 where stock SGLang crashes, `bench.nextn_overlap`; eagle3, which needs a drafter this tool is
 not given) stops the command before any engine starts.

@@ -109,12 +109,12 @@ def test_an_untimed_primer_of_the_first_arm_starts_before_the_measured_ones(tmp_
 
 
 def test_an_arms_engine_setting_reaches_its_engine_only(tmp_path: Path) -> None:
-    done, records, engines = trace(
-        tmp_path, "--arms", "ddtree-b32@speculative_draft_attention_backend=flashinfer,ddtree-b32", "--no-primer"
-    )
+    arms = "ddtree-b32@speculative_draft_attention_backend=flashinfer,ddtree-b32,ddtree-b32@attention_backend=flashinfer"
+    done, records, engines = trace(tmp_path, "--arms", arms, "--no-primer")
     assert done.returncode == 0, done.stderr
-    assert [e.get("speculative_draft_attention_backend") for e in engines] == ["flashinfer", None]
-    assert [r["arm"] for r in records] == ["ddtree-b32@speculative_draft_attention_backend=flashinfer", "ddtree-b32"]
+    assert [e.get("speculative_draft_attention_backend") for e in engines] == ["flashinfer", None, None]
+    assert [e["attention_backend"] for e in engines] == ["triton", "triton", "flashinfer"]
+    assert [r["arm"] for r in records] == arms.split(",")
 
 
 def test_a_refused_arm_starts_no_engine_at_all(tmp_path: Path) -> None:
