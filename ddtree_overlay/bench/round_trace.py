@@ -234,14 +234,15 @@ def run_arm(traced: TracedArm, setting: Setting, args, out: Path) -> dict:
 
 def table(records: list) -> str:
     lines = [
-        "| arm | DDTREE paths | tok/s | ms/step | tokens/step | host ms/step (DDTREE: per round) | launches/step | graph launches/step |",
-        "|---|---|---|---|---|---|---|---|",
+        "| arm | DDTREE paths | tok/s | ms/step | tokens/step | host ms/step (DDTREE: per round) | of it waiting | launches/step | graph launches/step |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in records:
         t = r.get("trace", {}).get("steps", {})
         lines.append(
             f"| {r['arm']} | {paths_text(r.get('paths'))} | {r.get('tok_per_s')} | {r.get('step_ms')} | "
-            f"{r.get('tokens_per_step')} | {t.get('host_ms')} | {t.get('launches')} | {t.get('graph_launches')} |"
+            f"{r.get('tokens_per_step')} | {t.get('host_ms')} | {t.get('wait_ms', '')} | {t.get('launches')} | "
+            f"{t.get('graph_launches')} |"
         )
     stages = [(r["arm"], r["trace"]["stages"]) for r in records if r.get("trace", {}).get("stages")]
     for r in records:
@@ -253,14 +254,15 @@ def table(records: list) -> str:
     for arm, split in stages:
         lines += ["", f"{arm}: per round, host ms / launches, the GPU ms of what the stage launched, and the busiest ops", ""]
         lines += [
-            "| stage | host ms | launches | GPU ms | GPU span ms | GPU ms by family | top ops (calls per round) |",
-            "|---|---|---|---|---|---|---|",
+            "| stage | host ms | of it waiting | launches | GPU ms | GPU span ms | GPU ms by family | top ops (calls per round) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for name, s in split.items():
             ops = ", ".join(f"{op} {n}" for op, n in s["top_ops"])
             families = ", ".join(f"{f} {ms}" for f, ms in s.get("gpu_families", {}).items())
             lines.append(
-                f"| {name} | {s['host_ms']} | {s['launches']} | {s.get('gpu_ms', '')} | {s.get('gpu_span_ms', '')} | "
+                f"| {name} | {s['host_ms']} | {s.get('wait_ms', '')} | {s['launches']} | {s.get('gpu_ms', '')} | "
+                f"{s.get('gpu_span_ms', '')} | "
                 f"{families} | {ops} |"
             )
     return "\n".join(lines)

@@ -6,7 +6,9 @@ carry ``ddtree.<stage>`` annotations (``ddtree_profile`` adds them whenever a tr
 taken) and replay up to four graphs (draft, tree, verify, commit), so a DDTREE step is a round,
 from one round's draft to the next's, on the host as on the GPU; for each stage the host time,
 the launches and the busiest top-level ops are reported, and ``between`` is what the host does
-from one round's commit to the next round's draft.
+from one round's commit to the next round's draft. ``wait_ms`` (per step and per stage) is the
+host time inside blocking CUDA calls (``WAIT_CALLS``): of a stage's host ms, what it spent
+waiting for the GPU rather than working.
 
 A trace taken with Python stacks adds, per step (and for DDTREE's ``between``), the Python
 functions with the most self time (their own code and the torch ops they call directly) and the
@@ -43,6 +45,11 @@ ROUND_STAGE = "draft"  # a DDTREE round starts with its draft
 HOST_CATEGORIES = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
 LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# Runtime calls that block the host until the GPU has caught up (cudaMemcpy is the synchronous
+# copy; the async ones return at once): their time is the host waiting, not working.
+WAIT_CALLS = frozenset(
+    ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cuStreamSynchronize")
+)
 TOP_OPS = 6
 TOP_FUNCTIONS = 12
 TOP_KERNELS = 12
@@ -95,6 +102,7 @@ def summarize_trace(events: list[dict], *, graphs_per_step: int | None = None) -
     thread, thread_events = max(by_thread.items(), key=lambda kv: sum(map(_is_graph_launch, kv[1])))
     thread_events.sort(key=lambda e: e["ts"])
     launches = [e["ts"] for e in thread_events if _is_launch(e)]
+    waits = [e for e in thread_events if e["cat"] in LAUNCH_CATEGORIES and e["name"] in WAIT_CALLS]
     graphs = [e["ts"] for e in thread_events if _is_graph_launch(e)]
     stages = [e for e in thread_events if e["cat"] == "user_annotation" and e["name"].startswith(STAGE_PREFIX)]
     per_step = graphs_per_step or 2
@@ -117,6 +125,7 @@ def summarize_trace(events: list[dict], *, graphs_per_step: int | None = None) -
             "host_ms": round((stop - start) / steps / 1000, 3),
             "launches": round(_count_in(launches, start, stop) / steps, 1),
             "graph_launches": round(_count_in(graphs, start, stop) / steps, 2),
+            "wait_ms": round(_wait_us(waits, [(start, stop)]) / steps / 1000, 3),
         }
     python = [e for e in thread_events if e["cat"] == "python_function"]
     if python and "steps" in summary:
@@ -124,7 +133,7 @@ def summarize_trace(events: list[dict], *, graphs_per_step: int | None = None) -
     if stages:
         spans = _stage_spans(stages)
         ops = _top_level_ops([e for e in thread_events if e["cat"] == "cpu_op"])
-        summary["stages"] = _stage_split(spans, ops, launches)
+        summary["stages"] = _stage_split(spans, ops, launches, waits)
         if python and "between" in spans:
             summary["stages"]["between"]["python"] = _python_split(
                 python, spans["between"], len(spans["between"])
@@ -324,8 +333,16 @@ def _stage_spans(stages: list[dict]) -> dict[str, list[tuple[float, float]]]:
     return spans
 
 
+def _wait_us(waits: list[dict], intervals: list[tuple[float, float]]) -> float:
+    """Host time of the blocking calls that start inside the intervals (``waits`` sorted by start)."""
+    starts = [w["ts"] for w in waits]
+    return sum(
+        w.get("dur", 0) for start, stop in intervals for w in waits[bisect_left(starts, start) : bisect_left(starts, stop)]
+    )
+
+
 def _stage_split(
-    spans: dict[str, list[tuple[float, float]]], ops: list[dict], launches: list[float]
+    spans: dict[str, list[tuple[float, float]]], ops: list[dict], launches: list[float], waits: list[dict]
 ) -> dict[str, Any]:
     op_times = [op["ts"] for op in ops]
     split = {}
@@ -342,6 +359,7 @@ def _stage_split(
             "rounds": n,
             "host_ms": round(host / n / 1000, 3),
             "launches": round(n_launch / n, 1),
+            "wait_ms": round(_wait_us(waits, intervals) / n / 1000, 3),
             "top_ops": [(op, round(c / n, 1)) for op, c in names.most_common(TOP_OPS)],
         }
     return split

@@ -19,7 +19,8 @@ def ev(cat: str, name: str, ts: float, dur: float, tid: int = 1) -> dict:
 def ddtree_trace(rounds: int) -> list[dict]:
     """Rounds 1000 us apart. Each stage takes 100 us and launches two kernels from one
     top-level op (with a nested op that must not count); draft and verify replay a graph;
-    200 us between rounds hold one scheduler op that launches a kernel and a memcpy."""
+    200 us between rounds hold one scheduler op that launches a kernel and a memcpy, then wait
+    80 us for the GPU."""
     events = [ev("cpu_op", "aten::other_thread", 0, 5000, tid=2), ev("cuda_runtime", "cudaLaunchKernel", 1, 1, tid=2)]
     for r in range(rounds):
         t = 1000.0 * r
@@ -35,7 +36,7 @@ def ddtree_trace(rounds: int) -> list[dict]:
         events.append(ev("cpu_op", "scheduler::step", t + 700, 100))
         events.append(ev("cuda_runtime", "cudaLaunchKernel", t + 750, 2))
         events.append(ev("cuda_runtime", "cudaMemcpyAsync", t + 760, 2))
-        events.append(ev("cuda_runtime", "cudaStreamSynchronize", t + 770, 2))  # not a launch
+        events.append(ev("cuda_runtime", "cudaStreamSynchronize", t + 770, 80))  # not a launch: a wait
     return events
 
 
@@ -47,17 +48,21 @@ def test_a_ddtree_traces_steps_are_its_rounds() -> None:
     # 6 stages x 2 kernels + 2 graph launches + 2 between-round launches
     assert steps["launches"] == 16.0
     assert steps["graph_launches"] == 2.0
+    assert steps["wait_ms"] == 0.08
 
 
 def test_each_stage_gets_its_host_time_launches_and_top_level_ops() -> None:
     stages = summarize_trace(ddtree_trace(5))["stages"]
     assert list(stages) == [*STAGES, "between"]
-    assert stages["topk"] == {"rounds": 5, "host_ms": 0.1, "launches": 2.0, "top_ops": [("aten::topk_op", 1.0)]}
+    assert stages["topk"] == {
+        "rounds": 5, "host_ms": 0.1, "launches": 2.0, "wait_ms": 0.0, "top_ops": [("aten::topk_op", 1.0)]
+    }
     assert stages["verify"]["launches"] == 3.0
     between = stages["between"]
     assert between["rounds"] == 4
     assert between["host_ms"] == 0.4
     assert between["launches"] == 2.0
+    assert between["wait_ms"] == 0.08  # of its 0.4 host ms, the host waited 0.08 for the GPU
     assert between["top_ops"] == [("scheduler::step", 1.0)]
 
 
@@ -68,7 +73,9 @@ def test_plain_decoding_counts_one_graph_per_step() -> None:
         events.append(ev("cuda_runtime", "cudaGraphLaunch", t, 5))
         events.append(ev("cuda_runtime", "cudaLaunchKernel", t + 100, 2))
     summary = summarize_trace(events, graphs_per_step=1)
-    assert summary["steps"] == {"count": 5, "unit": "step", "host_ms": 0.5, "launches": 2.0, "graph_launches": 1.0}
+    assert summary["steps"] == {
+        "count": 5, "unit": "step", "host_ms": 0.5, "launches": 2.0, "graph_launches": 1.0, "wait_ms": 0.0
+    }
     assert "stages" not in summary
 
 
