@@ -98,9 +98,9 @@ def test_arms_without_a_gpu_trace_leave_the_gpu_table_out() -> None:
 def test_the_stage_table_gains_the_gpu_columns() -> None:
     stage = {"rounds": 5, "host_ms": 1.2, "launches": 3.0, "top_ops": [("aten::mm", 2.0)]}
     gpu_stage = stage | {"gpu_ms": 9.5, "gpu_span_ms": 9.8, "gpu_events": 300.0, "gpu_families": {"gemm": 7.0, "attention": 2.5}}
-    text = table([{"arm": "ddtree-b16", "trace": {"stages": {"verify": gpu_stage, "draft": stage}}}])
-    assert "| verify | 1.2 | 3.0 | 9.5 | 9.8 | gemm 7.0, attention 2.5 | aten::mm 2.0 |" in text
-    assert "| draft | 1.2 | 3.0 |  |  |  | aten::mm 2.0 |" in text
+    text = table([{"arm": "ddtree-b16", "trace": {"stages": {"verify": gpu_stage | {"wait_ms": 0.4}, "draft": stage}}}])
+    assert "| verify | 1.2 | 0.4 | 3.0 | 9.5 | 9.8 | gemm 7.0, attention 2.5 | aten::mm 2.0 |" in text
+    assert "| draft | 1.2 |  | 3.0 |  |  |  | aten::mm 2.0 |" in text  # a record from before wait_ms
 
 
 def test_the_arm_table_names_each_ddtree_arms_paths() -> None:
