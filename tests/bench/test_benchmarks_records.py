@@ -1274,3 +1274,96 @@ def test_the_0517_t06_seed1_sample_as_cited():
     log = lzma.decompress((BENCH / run / "device-log.txt.xz").read_bytes()).decode()
     assert "sglang:       0.5.17" in log
     assert f"χ² p = {min(p):.3f}–{max(p):.3f}, but all positions at once p = {combined['p_value']:.4f}" in summary()
+
+
+def test_the_8b_c16_tile64_two_engines_as_cited():
+    rep = report("2026-12-06-qwen3-8b-c16-b15-b16-tile64-two-engines-h100")
+    rows = {row["group"]: row for row in rep["steady"]["rows"]}
+    (column,) = project(rep, PAPER_QWEN3_8B)["steady"]
+    by_budget = {b["budget"]: b for b in column["budgets"]}
+    text = " ".join(section("Qwen3-8B shape, c = 16, steady state: the 64 × 64 tile in engines, B = 15 and B = 16 against DFLASH on flashinfer, two engines per arm (H100)").split())
+    dflash_engines = ", ".join(f"{e['tok_per_s']:.0f}" for e in rows["dflash"]["engines"])
+    assert f"| DFLASH, flashinfer | {rows['dflash']['tok_per_s']:.0f} | {dflash_engines} | – | – |" in text
+    for budget in (15, 16):
+        row, b = rows[f"ddtree-b{budget}"], by_budget[budget]
+        engines = [e["tok_per_s"] for e in row["engines"]]
+        assert len(engines) == 2 and max(engines) / min(engines) - 1 < 0.005
+        split = row["profile"]["ms_per_round"]
+        cells = (
+            f"| DDTREE B = {budget}, triton | {row['tok_per_s']:.0f} | {', '.join(f'{x:.0f}' for x in engines)} | "
+            f"{split['round']:.2f} ({split['draft']:.2f} / {split['verify']:.2f}) | {b['step_ratio']:.3f} ({b['worst_step_ratio']:.3f}) |"
+        )
+        assert cells in text, cells
+    b15, b16 = by_budget[15], by_budget[16]
+    assert f"B = 15 (DFLASH's 16 verify tokens) costs **{b15['step_ratio']:.3f}×**" in text
+    assert f"B = 16 (17 tokens) **{b16['step_ratio']:.3f}×**" in text and b16["step_ratio"] > 1.08
+    before = report("2026-12-06-qwen3-8b-c16-b15-b16-steady-h100")
+    verify_before = {r["group"]: r for r in before["steady"]["rows"]}["ddtree-b16"]["profile"]["ms_per_round"]["verify"]
+    verify = rows["ddtree-b16"]["profile"]["ms_per_round"]["verify"]
+    assert f"takes {verify:.2f} ms, {verify_before - verify:.2f} less than that command's {verify_before:.2f}" in text
+    assert f"B = 16 projects **{b16['speedup_vs_dflash']:.2f}×** DFLASH at c = 16 (worst case {b16['worst_speedup_vs_dflash']:.2f}×; it breaks even at τ {b16['break_even_tau']:.2f}" in text
+    assert b16["worst_speedup_vs_dflash"] >= 1.0
+    assert (
+        f"**{b15['step_ratio']:.3f}× / {b16['step_ratio']:.3f}×** ({rows['ddtree-b15']['tok_per_s']:.0f} / {rows['ddtree-b16']['tok_per_s']:.0f} "
+        f"against {rows['dflash']['tok_per_s']:.0f} tok/s, medians); the paper's curve projects B = 16 at **{b16['speedup_vs_dflash']:.2f}×** DFLASH"
+    ) in summary()
+
+
+def test_the_8b_bs1_both_modes_trace_as_cited():
+    from ddtree_overlay.bench.trace_projection import project_trace
+
+    run = BENCH / "2026-12-06-qwen3-8b-bs1-overlap-flashinfer-round-trace-h100"
+    records = json.loads((run / "round_trace.json").read_text())
+    assert records[0].get("primer")
+    by_arm = {r["arm"]: r for r in records if not r.get("primer")}
+    projected = {row["arm"]: row for row in project_trace(records, PAPER_QWEN3_8B)}
+    assert {row["dflash"] for row in projected.values()} == {"dflash@flashinfer"}  # DFLASH's faster mode
+    text = " ".join(section("Qwen3-8B shape, bs 1, a primer first: both scheduling modes, and DDTREE with the target on flashinfer (H100)").split())
+    for arm, r in by_arm.items():
+        g = r["trace"]["gpu"]
+        cells = f"| {r['step_ms']:.3f} | {r['tok_per_s']:.1f} | {g['kernel_ms']:.3f} | {g['families']['attention']:.3f} | {g['families'].get('ddtree', 0.0):.3f} |"
+        assert cells in text, cells
+        if arm in projected:
+            row = projected[arm]
+            assert f"| {row['wall_ratio']:.3f} | {row['kernel_ratio']:.3f} | {row['speedup_vs_dflash']:.2f}× | {row['kernel_speedup_vs_dflash']:.2f}× |" in text
+    dflash, dflash_no, b32, b32_no = (by_arm[a] for a in ("dflash@flashinfer", "dflash-no-overlap@flashinfer", "ddtree-b32", "ddtree-b32-no-overlap"))
+    overlap, fi = projected["ddtree-b32"], projected["ddtree-b32-no-overlap@attention_backend=flashinfer"]
+    assert f"B = 32 with overlap projects **{overlap['speedup_vs_dflash']:.2f}×** on the paper's curve ({overlap['kernel_speedup_vs_dflash']:.2f}× on kernel time)" in text
+    assert max(row["speedup_vs_dflash"] for row in projected.values()) < 1.25
+    assert f"overlap takes {dflash_no['step_ms'] - dflash['step_ms']:.2f} ms off DFLASH's step and {b32_no['step_ms'] - b32['step_ms']:.2f} ms off DDTREE's round" in text
+    needed = overlap["tau"] / PAPER_QWEN3_8B.chain / 1.25
+    assert f"at {needed:.2f}× DFLASH's step, about {b32['step_ms'] - needed * dflash['step_ms']:.2f} ms less than now" in text
+    idle = [r["step_ms"] - r["trace"]["gpu"]["kernel_ms"] for r in (b32, dflash)]
+    assert f"idle ({idle[0]:.1f} ms of B = 32's wall step, {idle[1]:.1f} ms of DFLASH's)" in text
+    draft = b32["trace"]["stages"]["draft"]
+    assert f"(GPU span {draft['gpu_span_ms']:.2f} ms for {draft['gpu_ms']:.2f} ms of kernels)" in text
+    partial = {a: dict((k[0], k[1]) for k in by_arm[a]["trace"]["gpu"]["top_kernels"]) for a in by_arm}
+    assert f"the split-KV partial kernel takes {partial['ddtree-b32']['_tree_attention_partial_kernel']:.3f}" in text
+    fi_verify = by_arm["ddtree-b32-no-overlap@attention_backend=flashinfer"]["trace"]["stages"]["verify"]
+    assert f"launches {fi_verify['launches']:.0f} kernels in {fi_verify['host_ms']:.1f} host ms" in text
+    assert f"**{overlap['speedup_vs_dflash']:.2f}×** / {overlap['kernel_speedup_vs_dflash']:.2f}× against DFLASH with overlap" in summary()
+    assert f"with the target on flashinfer (FULL-mask verify) {fi['speedup_vs_dflash']:.2f}×" in summary()
+
+
+def test_the_0514_t06_seed2_sample_as_cited():
+    from ddtree_overlay.bench import check_presets, checks
+
+    run = "2026-12-06-sampling-t0.6-seed2-0.5.14-h100"
+    records = arms(run)
+    verdicts = checks.summarize(list(records.values()), check_presets.PRESETS["sampling-third"], None)
+    tests = [t for t in verdicts["sampling"] if t["arm"] == "ddtree-b32-t0.6-draws-seed2"]
+    assert [t["position"] for t in tests] == list(range(1, 9)) and verdicts["problems"] == []
+    assert all(t["passed"] and t["alpha"] == pytest.approx(0.01 / 16) for t in tests)
+    text = " ".join(section("A third sample at T = 0.6, on 0.5.14: every engine at random seed 2").split())
+    for t in tests:
+        assert f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |" in text
+    p = [t["p_value"] for t in tests]
+    combined = {c["arm"]: c for c in verdicts["sampling_combined"]}
+    ddtree = combined["ddtree-b32-t0.6-draws-seed2"]["p_value"]
+    assert f"(p = {min(p):.3f}–{max(p):.3f}, median {statistics.median(p):.3f})" in text and f"**p = {ddtree:.3f}**" in text
+    plain, control = records["plain-t0.6-draws-seed2"]["outputs"], records["plain-t0.6-draws-seed2-flashinfer"]["outputs"]
+    same = sum(a == b for a, b in zip(plain, control, strict=True))
+    assert f"in {same} of {len(plain)} draws" in text and combined["plain-t0.6-draws-seed2-flashinfer"]["p_value"] == 1.0
+    log = lzma.decompress((BENCH / run / "device-log.txt.xz").read_bytes()).decode()
+    assert "sglang:       0.5.14" in log
+    assert f"χ² p = {min(p):.3f}–{max(p):.3f}, all positions at once p = {ddtree:.3f}, no lean" in summary()
