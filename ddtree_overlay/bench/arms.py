@@ -232,8 +232,9 @@ def fixed_budget(row: Mapping[str, Any]) -> bool:
 
 
 _ENV_SETTING = re.compile(r"^[A-Z][A-Z0-9_]*=[^@]*$")
-# ServerArgs an arm may set for its own engine: the drafter's attention backend (DFLASH's draft
-# worker reads it, and DDTREE's inherits that).
+# ServerArgs an arm may set for its own engine: the target's attention backend (a DDTREE arm's;
+# a baseline arm names its own as dflash@flashinfer) and the drafter's (DFLASH's draft worker
+# reads it, and DDTREE's inherits that).
 ENGINE_SETTINGS = ("attention_backend", "speculative_draft_attention_backend")
 
 

@@ -274,9 +274,9 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     # flashinfer sampler the top k first, then min-p); each control keeps eagle_sample's
     # filters (top k first, min-p ignored), a change the test must detect.
     "sampling-filters": tuple(arm for draws in FILTERS for arm in (*_draws_pair(draws), _eagle_control(draws))),
-    # `sampling` again with every engine at random seed 1, then 2 (the other checks' engines draw at 0).
+    # `sampling` again with every engine at random seed 1, then 2 (the other checks' engines draw
+    # at 0), the second with the bf16-rounding control at T = 0.6.
     "sampling-repeat": tuple(arm for draws in REPEAT for arm in _draws_pair(draws)),
-    # ... with, at T = 0.6, the bf16-rounding control.
     "sampling-third": (
         *(arm for draws in THIRD for arm in _draws_pair(draws)),
         _attention_control(THIRD[0]),
