@@ -63,6 +63,12 @@ def arms(run: str) -> dict[str, dict]:
     return {r["arm"]: r for r in map(json.loads, filter(str.strip, text.splitlines()))}
 
 
+def round_split(row: dict) -> str:
+    """A steady-state row's DDTREE round as the docs' tables cite it: round ms (draft / verify)."""
+    split = row["profile"]["ms_per_round"]
+    return f"{split['round']:.2f} ({split['draft']:.2f} / {split['verify']:.2f})"
+
+
 def column(run: str, batch_size: int) -> dict:
     return next(c for c in report(run)["fastest_modes"] if c["batch_size"] == batch_size and c["temperature"] == 0)
 
@@ -1120,10 +1126,9 @@ def test_the_8b_c16_b15_and_b16_steady_state_as_cited():
     text = " ".join(section("Qwen3-8B shape, c = 16, steady state: B = 16 and B = 15 against DFLASH on flashinfer (H100)").split())
     starts = {group["name"]: group for group in rep["groups"]}
     for group, budget in (("ddtree-b16", 16), ("ddtree-b15", 15)):
-        split = rows[group]["profile"]["ms_per_round"]
         cells = (
-            f"| {rows[group]['tok_per_s']:.0f} | {budgets[budget]['step_ratio']:.3f} | {split['round']:.2f} "
-            f"({split['draft']:.2f} / {split['verify']:.2f}) | {starts[group]['start_s']:.1f} / {starts[group]['warm_up_s']:.1f} |"
+            f"| {rows[group]['tok_per_s']:.0f} | {budgets[budget]['step_ratio']:.3f} | {round_split(rows[group])} | "
+            f"{starts[group]['start_s']:.1f} / {starts[group]['warm_up_s']:.1f} |"
         )
         assert cells in text, cells
     b15, b16 = budgets[15], budgets[16]
@@ -1197,23 +1202,24 @@ def test_the_8b_c16_b15_two_engines_as_cited():
         assert len(engines) == 2
         assert f"| {label} | {rows[group]['tok_per_s']:.0f} | {', '.join(f'{x:.0f}' for x in engines)} |" in text
         assert max(engines) / min(engines) - 1 < 0.009
-    split = rows["ddtree-b15"]["profile"]["ms_per_round"]
-    assert f"| {split['round']:.2f} ({split['draft']:.2f} / {split['verify']:.2f}) |" in text
+    assert f"| {round_split(rows['ddtree-b15'])} |" in text
     assert f"**{b15['step_ratio']:.3f}×** DFLASH's (worst case {b15['worst_step_ratio']:.3f}×" in text
     assert b15["worst_step_ratio"] <= 1.08
     assert f"breaks even with DFLASH at τ {b15['break_even_tau']:.2f}" in text
     assert f"**{b15['step_ratio']:.3f}×** ({rows['ddtree-b15']['tok_per_s']:.0f} against {rows['dflash']['tok_per_s']:.0f} tok/s, medians) | worst case {b15['worst_step_ratio']:.3f}×" in summary()
 
 
-def test_the_8b_bs1_primer_trace_as_cited():
+def bs1_trace_table(run: str, title: str, *, dflash: str) -> tuple[dict, dict, str]:
+    """A bs 1 round trace's arms, their projections against ``dflash`` (the trace's cheapest
+    DFLASH arm, a primer of it first) and its section's text, each arm's table row checked."""
     from ddtree_overlay.bench.trace_projection import project_trace
 
-    records = json.loads((BENCH / "2026-12-06-qwen3-8b-bs1-primer-drafter-flashinfer-round-trace-h100" / "round_trace.json").read_text())
+    records = json.loads((BENCH / run / "round_trace.json").read_text())
     assert records[0].get("primer") and records[0]["arm"] == "dflash-no-overlap@flashinfer"
     by_arm = {r["arm"]: r for r in records if not r.get("primer")}
     projected = {row["arm"]: row for row in project_trace(records, PAPER_QWEN3_8B)}
-    assert {row["dflash"] for row in projected.values()} == {"dflash-no-overlap@flashinfer"}
-    text = " ".join(section("Qwen3-8B shape, bs 1, a primer first: B = 32 with its drafter on flashinfer, and B = 64, against DFLASH on flashinfer (H100)").split())
+    assert {row["dflash"] for row in projected.values()} == {dflash}
+    text = " ".join(section(title).split())
     for arm, r in by_arm.items():
         g = r["trace"]["gpu"]
         cells = f"| {r['step_ms']:.3f} | {r['tok_per_s']:.1f} | {g['kernel_ms']:.3f} | {g['families']['attention']:.3f} | {g['families'].get('ddtree', 0.0):.3f} |"
@@ -1221,6 +1227,15 @@ def test_the_8b_bs1_primer_trace_as_cited():
         if arm in projected:
             row = projected[arm]
             assert f"| {row['wall_ratio']:.3f} | {row['kernel_ratio']:.3f} | {row['speedup_vs_dflash']:.2f}× | {row['kernel_speedup_vs_dflash']:.2f}× |" in text
+    return by_arm, projected, text
+
+
+def test_the_8b_bs1_primer_trace_as_cited():
+    by_arm, projected, text = bs1_trace_table(
+        "2026-12-06-qwen3-8b-bs1-primer-drafter-flashinfer-round-trace-h100",
+        "Qwen3-8B shape, bs 1, a primer first: B = 32 with its drafter on flashinfer, and B = 64, against DFLASH on flashinfer (H100)",
+        dflash="dflash-no-overlap@flashinfer",
+    )
     b32, fi, b64 = (projected[a] for a in ("ddtree-b32-no-overlap", "ddtree-b32-no-overlap@speculative_draft_attention_backend=flashinfer", "ddtree-b64-no-overlap"))
     assert f"**{b32['speedup_vs_dflash']:.2f}×** DFLASH at B = 32 ({b32['kernel_speedup_vs_dflash']:.2f}× on kernel time) and {b64['speedup_vs_dflash']:.2f}× at B = 64" in text
     assert max(row["speedup_vs_dflash"] for row in projected.values()) < 1.25
@@ -1288,10 +1303,9 @@ def test_the_8b_c16_tile64_two_engines_as_cited():
         row, b = rows[f"ddtree-b{budget}"], by_budget[budget]
         engines = [e["tok_per_s"] for e in row["engines"]]
         assert len(engines) == 2 and max(engines) / min(engines) - 1 < 0.005
-        split = row["profile"]["ms_per_round"]
         cells = (
             f"| DDTREE B = {budget}, triton | {row['tok_per_s']:.0f} | {', '.join(f'{x:.0f}' for x in engines)} | "
-            f"{split['round']:.2f} ({split['draft']:.2f} / {split['verify']:.2f}) | {b['step_ratio']:.3f} ({b['worst_step_ratio']:.3f}) |"
+            f"{round_split(row)} | {b['step_ratio']:.3f} ({b['worst_step_ratio']:.3f}) |"
         )
         assert cells in text, cells
     b15, b16 = by_budget[15], by_budget[16]
@@ -1310,22 +1324,11 @@ def test_the_8b_c16_tile64_two_engines_as_cited():
 
 
 def test_the_8b_bs1_both_modes_trace_as_cited():
-    from ddtree_overlay.bench.trace_projection import project_trace
-
-    run = BENCH / "2026-12-06-qwen3-8b-bs1-overlap-flashinfer-round-trace-h100"
-    records = json.loads((run / "round_trace.json").read_text())
-    assert records[0].get("primer")
-    by_arm = {r["arm"]: r for r in records if not r.get("primer")}
-    projected = {row["arm"]: row for row in project_trace(records, PAPER_QWEN3_8B)}
-    assert {row["dflash"] for row in projected.values()} == {"dflash@flashinfer"}  # DFLASH's faster mode
-    text = " ".join(section("Qwen3-8B shape, bs 1, a primer first: both scheduling modes, and DDTREE with the target on flashinfer (H100)").split())
-    for arm, r in by_arm.items():
-        g = r["trace"]["gpu"]
-        cells = f"| {r['step_ms']:.3f} | {r['tok_per_s']:.1f} | {g['kernel_ms']:.3f} | {g['families']['attention']:.3f} | {g['families'].get('ddtree', 0.0):.3f} |"
-        assert cells in text, cells
-        if arm in projected:
-            row = projected[arm]
-            assert f"| {row['wall_ratio']:.3f} | {row['kernel_ratio']:.3f} | {row['speedup_vs_dflash']:.2f}× | {row['kernel_speedup_vs_dflash']:.2f}× |" in text
+    by_arm, projected, text = bs1_trace_table(
+        "2026-12-06-qwen3-8b-bs1-overlap-flashinfer-round-trace-h100",
+        "Qwen3-8B shape, bs 1, a primer first: both scheduling modes, and DDTREE with the target on flashinfer (H100)",
+        dflash="dflash@flashinfer",  # DFLASH's faster mode there
+    )
     dflash, dflash_no, b32, b32_no = (by_arm[a] for a in ("dflash@flashinfer", "dflash-no-overlap@flashinfer", "ddtree-b32", "ddtree-b32-no-overlap"))
     overlap, fi = projected["ddtree-b32"], projected["ddtree-b32-no-overlap@attention_backend=flashinfer"]
     assert f"B = 32 with overlap projects **{overlap['speedup_vs_dflash']:.2f}×** on the paper's curve ({overlap['kernel_speedup_vs_dflash']:.2f}× on kernel time)" in text
