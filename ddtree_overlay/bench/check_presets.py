@@ -45,6 +45,10 @@ DIGITS_REGEX = r"[0-9]{1,8}(,[0-9]{1,8}){0,7};"  # what it never writes: the mas
 # rows, and the unconstrained requests outlive the others: the scheduler leaves its synchronous
 # grammar path mid-run.
 GRAMMAR_CYCLE = (LINE_REGEX, DIGITS_REGEX, None)
+# SGLang's spec-v2 plan stream (off by default; DFlash's published launch commands turn it on):
+# the next step's KV reservation runs on a side stream that waits for the last verify on the
+# GPU, where 0.5.14 otherwise waits for it on the host before scheduling the next step.
+PLAN_STREAM = {"SGLANG_ENABLE_OVERLAP_PLAN_STREAM": "1"}
 GRAMMAR_OVERLAP = {"SGLANG_DDTREE_GRAMMAR_OVERLAP": "1"}  # grammar batches overlapped, as DFLASH's
 GRAMMAR_PATH_MASK = {"SGLANG_DDTREE_GRAMMAR_MASK": "path"}  # rows filled along the accept path only
 
@@ -334,6 +338,16 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         _ddtree("ddtree-adaptive-splitkv", HYBRID_ADAPTIVE, env=SPLIT_KV | NO_SYNC),
         PLAIN_T1,
         _ddtree("ddtree-b32-splitkv-t1", 32, env=SPLIT_KV, sampled=True),
+    ),
+    # Overlap scheduling with SGLang's plan stream: DDTREE at one width and at adaptive widths
+    # (sync guard), greedy and T = 1, and DFLASH under the same setting.
+    "plan-stream": (
+        PLAIN,
+        _ddtree("ddtree-b32-plan-stream", 32, env=PLAN_STREAM),
+        _ddtree("ddtree-adaptive-plan-stream", ADAPTIVE, env=PLAN_STREAM | NO_SYNC),
+        _dflash("dflash-plan-stream", env=PLAN_STREAM),
+        PLAIN_T1,
+        _ddtree("ddtree-b32-plan-stream-t1", 32, env=PLAN_STREAM, sampled=True),
     ),
     # The hybrid's other serving settings, in the default (flat) state: paged KV (the mamba
     # track interval then follows the page), no overlap, a budget schedule switching widths

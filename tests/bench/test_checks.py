@@ -342,3 +342,14 @@ def test_logprob_arms_are_judged_against_target_only_where_their_tokens_agree(
     assert summary["problems"] == [
         "ddtree-b32-logprobs: output-token logprobs differ from plain's by up to 1 (bf16 noise 0.25) over 12 tokens"
     ]
+
+
+def test_the_plan_stream_preset_turns_sglangs_plan_stream_on_for_every_speculative_arm() -> None:
+    arms = {arm.name: arm for arm in check_presets.PRESETS["plan-stream"]}
+    speculative = [arm for arm in arms.values() if not arm.name.startswith("plain")]
+    assert {a.arm.algorithm for a in speculative} == {"DDTREE", "DFLASH"}
+    for arm in speculative:
+        assert arm.runner_arm(64)["env"]["SGLANG_ENABLE_OVERLAP_PLAN_STREAM"] == "1", arm.name
+        assert arm.arm.overlap  # the plan stream only matters under overlap scheduling
+    assert "env" not in arms["plain"].runner_arm(64)  # the baseline as SGLang serves it by default
+    assert arms["ddtree-adaptive-plan-stream"].runner_arm(64)["env"]["SGLANG_DDTREE_SYNC_DEBUG"] == "error"
