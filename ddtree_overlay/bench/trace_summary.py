@@ -335,10 +335,11 @@ def _stage_spans(stages: list[dict]) -> dict[str, list[tuple[float, float]]]:
 
 def _wait_us(waits: list[dict], intervals: list[tuple[float, float]]) -> float:
     """Host time of the blocking calls that start inside the intervals (``waits`` sorted by start)."""
-    starts = [w["ts"] for w in waits]
-    return sum(
-        w.get("dur", 0) for start, stop in intervals for w in waits[bisect_left(starts, start) : bisect_left(starts, stop)]
-    )
+
+    def at(ts: float) -> int:
+        return bisect_left(waits, ts, key=lambda w: w["ts"])
+
+    return sum(w.get("dur", 0) for start, stop in intervals for w in waits[at(start) : at(stop)])
 
 
 def _stage_split(

@@ -63,6 +63,12 @@ def arms(run: str) -> dict[str, dict]:
     return {r["arm"]: r for r in map(json.loads, filter(str.strip, text.splitlines()))}
 
 
+def chi2_row(test: dict) -> str:
+    """A sampling test's row as the docs' position tables cite it."""
+    t = test
+    return f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |"
+
+
 def round_split(row: dict) -> str:
     """A steady-state row's DDTREE round as the docs' tables cite it: round ms (draft / verify)."""
     split = row["profile"]["ms_per_round"]
@@ -856,7 +862,7 @@ def test_the_t1_sampling_check_reanalysed_at_the_presets_level_as_cited():
     assert row in summary(), row
     text = " ".join(section("Many prompts at T = 1, and at T = 0.6 on 0.5.17: DDTREE B = 32 against target-only sampling").split())
     for t in tests:
-        assert f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |" in text
+        assert chi2_row(t) in text
     assert f"(p = {min(p):.3f}–{max(p):.3f}, against α = {0.01 / 16:.6f})" in text
     assert f"{min(tv):.2f}–{max(tv):.2f} at every prompt" in text and f"{min(one):.2f}–{max(one):.2f} confined to a single prompt" in text
     t06 = json.loads((BENCH / "2026-12-05-sampling-t0.6-h100" / "summary.json").read_text())["sampling"]
@@ -979,7 +985,7 @@ def test_the_second_t1_sample_at_seed_1_on_0517_as_cited():
     assert same < len(seed0)  # another sample: seed 0 at 0.5.17 returned every sequence again
     text = " ".join(section("A second sample at T = 1, on 0.5.17: every engine at random seed 1").split())
     for t in tests:
-        assert f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |" in text
+        assert chi2_row(t) in text
     p = [t["p_value"] for t in tests]
     combined = verdicts["sampling_combined"][0]["p_value"]
     assert f"(p = {min(p):.3f}–{max(p):.3f}, against α = {0.01 / 16:.6f})" in text and f"{same} of its 8192" in text
@@ -1281,7 +1287,7 @@ def test_the_0517_t06_seed1_sample_as_cited():
     assert all(t["passed"] and t["temperature"] == 0.6 and t["alpha"] == pytest.approx(0.01 / 16) for t in tests)
     text = " ".join(section("A second sample at T = 0.6, on 0.5.17: every engine at random seed 1").split())
     for t in tests:
-        assert f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |" in text
+        assert chi2_row(t) in text
     p = [t["p_value"] for t in tests]
     (combined,) = verdicts["sampling_combined"]
     assert f"(p = {min(p):.3f}–{max(p):.3f}, against α = 0.000625)" in text and f"(median {statistics.median(p):.3f};" in text
@@ -1359,7 +1365,7 @@ def test_the_0514_t06_seed2_sample_as_cited():
     assert all(t["passed"] and t["alpha"] == pytest.approx(0.01 / 16) for t in tests)
     text = " ".join(section("A third sample at T = 0.6, on 0.5.14: every engine at random seed 2").split())
     for t in tests:
-        assert f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |" in text
+        assert chi2_row(t) in text
     p = [t["p_value"] for t in tests]
     combined = {c["arm"]: c for c in verdicts["sampling_combined"]}
     ddtree = combined["ddtree-b32-t0.6-draws-seed2"]["p_value"]
