@@ -31,6 +31,10 @@ SNAPSHOT_STATE = {"SGLANG_DDTREE_HYBRID_STATE": "snapshot"}  # SGLang's per-node
 # or the backend's kernel with the FULL-layout mask; unnamed, the payload picks (auto)
 SPLIT_KV = {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}
 EXTEND = {"SGLANG_DDTREE_VERIFY_ATTENTION": "extend"}
+# SGLang's spec-v2 plan stream (off by default; DFlash's published launch commands turn it on):
+# the next step's KV reservation runs on a side stream that waits for the last verify on the
+# GPU, where 0.5.14 otherwise waits for it on the host before scheduling the next step.
+PLAN_STREAM = {"SGLANG_ENABLE_OVERLAP_PLAN_STREAM": "1"}
 # B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
 SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
 ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
@@ -45,10 +49,6 @@ DIGITS_REGEX = r"[0-9]{1,8}(,[0-9]{1,8}){0,7};"  # what it never writes: the mas
 # rows, and the unconstrained requests outlive the others: the scheduler leaves its synchronous
 # grammar path mid-run.
 GRAMMAR_CYCLE = (LINE_REGEX, DIGITS_REGEX, None)
-# SGLang's spec-v2 plan stream (off by default; DFlash's published launch commands turn it on):
-# the next step's KV reservation runs on a side stream that waits for the last verify on the
-# GPU, where 0.5.14 otherwise waits for it on the host before scheduling the next step.
-PLAN_STREAM = {"SGLANG_ENABLE_OVERLAP_PLAN_STREAM": "1"}
 GRAMMAR_OVERLAP = {"SGLANG_DDTREE_GRAMMAR_OVERLAP": "1"}  # grammar batches overlapped, as DFLASH's
 GRAMMAR_PATH_MASK = {"SGLANG_DDTREE_GRAMMAR_MASK": "path"}  # rows filled along the accept path only
 
