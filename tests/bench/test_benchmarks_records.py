@@ -1215,13 +1215,13 @@ def test_the_8b_c16_b15_two_engines_as_cited():
     assert f"**{b15['step_ratio']:.3f}×** ({rows['ddtree-b15']['tok_per_s']:.0f} against {rows['dflash']['tok_per_s']:.0f} tok/s, medians) | worst case {b15['worst_step_ratio']:.3f}×" in summary()
 
 
-def bs1_trace_table(run: str, title: str, *, dflash: str) -> tuple[dict, dict, str]:
+def bs1_trace_table(run: str, title: str, *, dflash: str, primer: str = "dflash-no-overlap@flashinfer") -> tuple[dict, dict, str]:
     """A bs 1 round trace's arms, their projections against ``dflash`` (the trace's cheapest
-    DFLASH arm, a primer of it first) and its section's text, each arm's table row checked."""
+    DFLASH arm; ``primer`` the untimed engine first) and its section's text, each arm's table row checked."""
     from ddtree_overlay.bench.trace_projection import project_trace
 
     records = json.loads((BENCH / run / "round_trace.json").read_text())
-    assert records[0].get("primer") and records[0]["arm"] == "dflash-no-overlap@flashinfer"
+    assert records[0].get("primer") and records[0]["arm"] == primer
     by_arm = {r["arm"]: r for r in records if not r.get("primer")}
     projected = {row["arm"]: row for row in project_trace(records, PAPER_QWEN3_8B)}
     assert {row["dflash"] for row in projected.values()} == {dflash}
@@ -1376,3 +1376,43 @@ def test_the_0514_t06_seed2_sample_as_cited():
     log = lzma.decompress((BENCH / run / "device-log.txt.xz").read_bytes()).decode()
     assert "sglang:       0.5.14" in log
     assert f"χ² p = {min(p):.3f}–{max(p):.3f}, all positions at once p = {ddtree:.3f}, no lean" in summary()
+
+
+def test_the_8b_bs1_plan_stream_trace_as_cited():
+    plan = "@SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1"
+    by_arm, projected, text = bs1_trace_table(
+        "2026-12-06-qwen3-8b-bs1-plan-stream-round-trace-h100",
+        "Qwen3-8B shape, bs 1, a primer first: SGLang's plan stream for both methods (H100)",
+        dflash="dflash@flashinfer" + plan,  # DFLASH's fastest mode there
+        primer="dflash@flashinfer",
+    )
+    dflash, dflash_plan = by_arm["dflash@flashinfer"], by_arm["dflash@flashinfer" + plan]
+    b32, b32_plan, b64_plan = by_arm["ddtree-b32"], by_arm["ddtree-b32" + plan], by_arm["ddtree-b64" + plan]
+    assert dflash_plan["step_ms"] < dflash["step_ms"] and b32_plan["step_ms"] < b32["step_ms"]
+    assert f"takes {dflash['step_ms'] - dflash_plan['step_ms']:.2f} ms off its step ({dflash_plan['step_ms']:.2f} against {dflash['step_ms']:.2f} ms) and {b32['step_ms'] - b32_plan['step_ms']:.2f} ms off B = 32's round" in text
+    waits = [r["trace"]["steps"]["wait_ms"] for r in (dflash, dflash_plan, b32, b32_plan)]
+    assert f"falls from {waits[0]:.2f} to {waits[1]:.2f} ms per step for DFLASH and from {waits[2]:.2f} to {waits[3]:.2f} for DDTREE" in text
+    p32, p64 = projected["ddtree-b32" + plan], projected["ddtree-b64" + plan]
+    assert f"B = 32 with it costs **{p32['wall_ratio']:.3f}×** the wall time and {p32['kernel_ratio']:.3f}× the kernel time, and the paper's curve projects **{p32['speedup_vs_dflash']:.2f}×** ({p32['kernel_speedup_vs_dflash']:.2f}× on kernel time)" in text
+    assert f"B = 64 also projects {p64['speedup_vs_dflash']:.2f}×" in text
+    assert max(row["speedup_vs_dflash"] for row in projected.values()) < 1.25
+    needed = {b: curve_tau / PAPER_QWEN3_8B.chain / 1.25 for b, curve_tau in ((32, p32["tau"]), (64, p64["tau"]))}
+    gaps = {32: b32_plan["step_ms"] - needed[32] * dflash_plan["step_ms"], 64: b64_plan["step_ms"] - needed[64] * dflash_plan["step_ms"]}
+    assert f"cost {needed[32]:.3f}× DFLASH's step, {gaps[32]:.2f} ms less than now, or B = 64's {needed[64]:.3f}×, {gaps[64]:.2f} ms" in text
+    idle = [r["step_ms"] - r["trace"]["gpu"]["kernel_ms"] for r in (b32_plan, dflash_plan)]
+    assert f"idle {idle[0]:.2f} ms per round (B = 32) against DFLASH's {idle[1]:.2f} ms per step" in text
+    kernels = {a: dict((k[0], k[1]) for k in by_arm[a]["trace"]["gpu"]["top_kernels"]) for a in by_arm}
+    gap = b32_plan["trace"]["gpu"]["kernel_ms"] - dflash_plan["trace"]["gpu"]["kernel_ms"]
+    ours, theirs = kernels["ddtree-b32" + plan], kernels["dflash@flashinfer" + plan]
+    split = ours["_tree_attention_partial_kernel"] + ours["_tree_attention_merge_kernel"]
+    fi = next(v for k, v in theirs.items() if "BatchPrefillWithPagedKVCacheKernel" in k) + next(v for k, v in theirs.items() if "MergeStatesKernel" in k)
+    assert f"kernel time, {gap:.2f} ms: the drafter's attention on triton (Triton's `_fwd_kernel`, {ours['_fwd_kernel']:.3f} ms" in text
+    assert f"about {dflash_plan['trace']['gpu']['families']['attention'] - fi:.2f})" in text
+    assert f"(the split-KV kernels {split:.3f} ms against flashinfer's {fi:.3f} for 16" in text
+    assert f"DFLASH's step without the plan stream, {dflash['step_ms']:.2f} ms here" in text
+    assert (
+        f"**{p32['speedup_vs_dflash']:.2f}×** / {p32['kernel_speedup_vs_dflash']:.2f}× against DFLASH with the plan stream "
+        f"(its round {p32['wall_ratio']:.3f}× DFLASH's {dflash_plan['step_ms']:.2f} ms step), B = 64 "
+        f"{p64['speedup_vs_dflash']:.2f}× / {p64['kernel_speedup_vs_dflash']:.2f}×; the plan stream took "
+        f"{dflash['step_ms'] - dflash_plan['step_ms']:.2f} ms off DFLASH's step and {b32['step_ms'] - b32_plan['step_ms']:.2f} ms off B = 32's round"
+    ) in summary()
