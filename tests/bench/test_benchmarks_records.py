@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import lzma
+import math
 import re
 import statistics
 from functools import cache
@@ -1416,3 +1417,33 @@ def test_the_8b_bs1_plan_stream_trace_as_cited():
         f"{p64['speedup_vs_dflash']:.2f}× / {p64['kernel_speedup_vs_dflash']:.2f}×; the plan stream took "
         f"{dflash['step_ms'] - dflash_plan['step_ms']:.2f} ms off DFLASH's step and {b32['step_ms'] - b32_plan['step_ms']:.2f} ms off B = 32's round"
     ) in summary()
+
+
+def test_the_0517_t06_seed2_draws_are_the_0514_ones_and_the_three_samples_combine_as_cited():
+    from ddtree_overlay.bench import check_presets, checks
+
+    newer, older = arms("2026-12-06-sampling-t0.6-seed2-0.5.17-h100"), arms("2026-12-06-sampling-t0.6-seed2-0.5.14-h100")
+    assert set(newer) == {"plain-t0.6-draws-seed2", "ddtree-b32-t0.6-draws-seed2"}
+    for name in newer:
+        assert len(newer[name]["outputs"]) == 8192 and newer[name]["outputs"] == older[name]["outputs"]
+    run = BENCH / "2026-12-06-sampling-t0.6-seed2-0.5.17-h100"
+    log = lzma.decompress((run / "device-log.txt.xz").read_bytes()).decode()
+    assert "sglang:       0.5.17" in log and "cut off after 539 s" in log
+    assert json.loads((run / "summary.json").read_text())["not_run"] == ["plain-t0.6-draws-seed2-flashinfer"]
+    combined = {}
+    for seed, run_name, preset in (
+        (0, "2026-12-05-sampling-t0.6-h100", "sampling"),
+        (1, "2026-12-06-sampling-t0.6-seed1-0.5.17-h100", "sampling-repeat"),
+        (2, "2026-12-06-sampling-t0.6-seed2-0.5.17-h100", "sampling-third"),
+    ):
+        verdicts = checks.summarize(list(arms(run_name).values()), check_presets.PRESETS[preset], None)
+        (ddtree,) = [c for c in verdicts["sampling_combined"] if c["arm"].startswith("ddtree-b32-t0.6")]
+        combined[seed] = ddtree["p_value"]
+    # Fisher's method: -2 Σ ln p is χ² with 6 dof under the null; its survival function in closed form
+    half = -sum(math.log(p) for p in combined.values())
+    fisher = math.exp(-half) * (1 + half + half**2 / 2)
+    text = " ".join(section("The third sample at T = 0.6 on 0.5.17: the same draws as on 0.5.14").split())
+    assert f"are {combined[0]:.3f} (seed 0), {combined[1]:.4f} (seed 1) and {combined[2]:.3f} (seed 2)" in text
+    assert f"gives p = {fisher:.3f}, and the smallest times three is {3 * min(combined.values()):.4f}" in text
+    assert f"all-positions p = {combined[2]:.3f} are the section above's" in text
+    assert f"the three T = 0.6 samples together (Fisher's method) **p = {fisher:.3f}**" in summary()
