@@ -1447,3 +1447,35 @@ def test_the_0517_t06_seed2_draws_are_the_0514_ones_and_the_three_samples_combin
     assert f"gives p = {fisher:.3f}, and the smallest times three is {3 * min(combined.values()):.4f}" in text
     assert f"all-positions p = {combined[2]:.3f} are the section above's" in text
     assert f"the three T = 0.6 samples together (Fisher's method) **p = {fisher:.3f}**" in summary()
+
+
+PLAN_STREAM_CHECK_LABELS = {
+    "ddtree-b32-plan-stream": "DDTREE B = 32",
+    "ddtree-adaptive-plan-stream": "DDTREE adaptive 8/32/128, sync guard",
+    "dflash-plan-stream": "DFLASH",
+}
+
+
+def test_the_plan_stream_check_as_cited():
+    from ddtree_overlay.bench import decode_compare
+
+    run = "2026-12-06-plan-stream-check-dense-h100"
+    by_name, summary_json = arms(run), json.loads((BENCH / run / "summary.json").read_text())
+    verdicts = {v["arm"]: v for v in summary_json["lossless"]}
+    text = " ".join(section("Overlap scheduling with SGLang's plan stream, dense pair, T = 0 and T = 1").split())
+    margins_all = []
+    for name, label in PLAN_STREAM_CHECK_LABELS.items():
+        verdict = decode_compare.lossless_report(by_name["plain"], by_name[name])
+        assert verdict == verdicts[name] and verdict["passed"]
+        margins = [d["margin"] for d in verdict["divergences"]]
+        margins_all += margins
+        rounds = decode_compare.acceptance_summary(by_name[name])["mean_acceptance_length"]
+        cells = [label, f"{verdict['identical']} / {verdict['prompts']}", f"{len(margins)} ({max(margins):g})", str(verdict["unexplained"]), f"{rounds:.3f}"]
+        assert "| " + " | ".join(cells) + " |" in text, cells
+    assert f"(margin ≤ {max(margins_all):g}, the judge's bound 0.25)" in text
+    before = arms("2026-12-04-splitkv-check-dense")["ddtree-b32-splitkv"]["outputs"]
+    assert by_name["ddtree-b32-plan-stream"]["outputs"] == before
+    assert by_name["ddtree-b32-plan-stream-t1"]["outputs"] == arms("2026-12-04-splitkv-dense-t1")["ddtree-b32-splitkv-t1"]["outputs"]
+    p = " / ".join(f"{d['p_value']:.3f}" for d in summary_json["distribution"])
+    assert f"{p} at positions 1–3" in text and summary_json["problems"] == []
+    assert f"margin ≤ {max(margins_all):g} (0 unexplained in {len(PLAN_STREAM_CHECK_LABELS)} arms)" in summary()
