@@ -1479,3 +1479,21 @@ def test_the_plan_stream_check_as_cited():
     p = " / ".join(f"{d['p_value']:.3f}" for d in summary_json["distribution"])
     assert f"{p} at positions 1–3" in text and summary_json["problems"] == []
     assert f"margin ≤ {max(margins_all):g} (0 unexplained in {len(PLAN_STREAM_CHECK_LABELS)} arms)" in summary()
+
+
+def test_the_verify_tiles_at_8k_as_cited():
+    record = json.loads((BENCH / "2026-12-06-verify-attention-graph-8k-h100" / "verify_attention.json").read_text())
+    assert record["timing"] == "cuda graph"
+    rows = record["rows"]
+    assert {r["prefix"] for r in rows} == {8192}
+    text = " ".join(section("The split-KV verify's 64 × 64 tile at 8 K prefixes, inside a CUDA graph, Qwen3-8B shape (H100)").split())
+    for r in rows:
+        cells = [r["splitkv_ms"], r["variants"]["64x32x8"]["ms"], r["extend_ms"], r["chain16_ms"]]
+        assert f"| {r['bs']} | {r['n']} | {r['splits']} | " + " | ".join(f"{ms:.4f}" for ms in cells) + " |" in text
+    tile = [r["variants"]["64x32x8"]["ms"] / r["splitkv_ms"] for r in rows]
+    extend = [r["extend_ms"] / r["splitkv_ms"] for r in rows]
+    assert min(tile) > 1 and f"**{min(tile):.2f}–{max(tile):.2f}×**" in text
+    assert f"it is {min(extend):.2f}–{max(extend):.2f}× faster" in text
+    (bs1_n33,) = [r for r in rows if (r["bs"], r["n"]) == (1, 33)]
+    assert f"{bs1_n33['chain16_ms'] / bs1_n33['splitkv_ms']:.1f}× at bs 1 and N = 33" in text
+    assert f"takes {36 * bs1_n33['splitkv_ms']:.2f} ms per round over 36 layers at 8 K" in text
