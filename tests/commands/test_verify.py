@@ -40,6 +40,7 @@ PAYLOAD_MODULES = [
     "sglang.srt.speculative.ddtree_hybrid",
     "sglang.srt.speculative.ddtree_gdn_tree",
     "sglang.srt.speculative.ddtree_cuda_graph_runner",
+    "sglang.srt.speculative.ddtree_attention_choice",
     "sglang.srt.speculative.ddtree_verify_attention",
     "sglang.srt.speculative.ddtree_warmup",
     "sglang.srt.speculative.ddtree_kv_move",

@@ -39,6 +39,7 @@ def test_the_shipped_manifest_loads_with_a_consistent_file_table() -> None:
         "sglang/srt/speculative/ddtree_adaptive.py",
         "sglang/srt/speculative/ddtree_adaptive_tp.py",
         "sglang/srt/speculative/ddtree_cuda_graph_runner.py",
+        "sglang/srt/speculative/ddtree_attention_choice.py",
         "sglang/srt/speculative/ddtree_verify_attention.py",
         "sglang/srt/speculative/ddtree_warmup.py",
         "sglang/srt/speculative/ddtree_kv_move.py",

@@ -1,12 +1,14 @@
-"""The split-KV tree verify's triton_backend hunk (SGLANG_DDTREE_VERIFY_ATTENTION=splitkv) on every
-release, against that release's own stock file (read from its wheel in the matrix cache,
+"""The split-KV triton_backend hunk (SGLANG_DDTREE_VERIFY_ATTENTION=splitkv for the target's verify,
+SGLANG_DDTREE_DRAFT_ATTENTION=splitkv for the drafter's block) on every release, against that
+release's own stock file (read from its wheel in the matrix cache,
 ~/.cache/ddtree-overlay/matrix/wheels; `ddtree-overlay matrix` fills it).
 
 The hunk must apply at its own lines (no offset), ask ``tree_verify_for`` in the backend's
 ``__init__`` once the SM count is known, and in ``forward_extend`` run DDTREE's branch on a
-target verify with a mask before SGLang's own verify kernels and its extend kernel, handing it the
-kv rails, the mask and every layer feature the extend call would get (so the module refuses what
-it does not compute rather than the backend dropping it). Only the deterministic and
+forward its call ``serves`` (a target verify with DDTREE's mask, or the drafter's block with none)
+before SGLang's own verify kernels and its extend kernel, handing it the kv rails, the mask and
+every layer feature the extend call would get (so the module refuses what it does not compute
+rather than the backend dropping it). Only the deterministic and
 decode-context-parallel paths return before it; the server-args hook refuses the switch with
 those. The stock backend must keep the cuda-graph mask where the tail-only mask can live: the
 spec input's mask copied to the head of the graph's buffer, the eager path reading the spec
@@ -29,7 +31,10 @@ WIRED = (
     "0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23",
 )  # fmt: skip
 BACKEND = "sglang/srt/layers/attention/triton_backend.py"
-BRANCH = "if self.ddtree_tree_verify is not None and forward_batch.forward_mode.is_target_verify()"
+BRANCH = (
+    "if self.ddtree_tree_verify is not None and self.ddtree_tree_verify.serves("
+    "forward_batch.forward_mode, self.forward_metadata.custom_mask)"
+)
 # What forward_extend runs after DDTREE's branch on a target verify, per release.
 SGLANG_VERIFY = (
     "self.verify_splitkv_fwd(", "verify_fwd(", "self.extend_attention_fwd(", "self._forward_extend_kernel(",
@@ -66,7 +71,7 @@ def call_named(node: ast.AST, name: str) -> ast.Call:
 @pytest.mark.parametrize("version", WIRED)
 def test_the_backend_asks_for_the_tree_verify_once_it_knows_the_sm_count(version):
     _, patched = stock_and_patched(version)
-    assert "\nfrom sglang.srt.speculative.ddtree_verify_attention import tree_verify_for\n" in patched
+    assert "\nfrom sglang.srt.speculative.ddtree_attention_choice import tree_verify_for\n" in patched
     init = ast.unparse(method(patched, "__init__"))
     asked = init.index("self.ddtree_tree_verify = tree_verify_for(model_runner, self.device_core_count)")
     assert init.index("self.device_core_count = get_device_core_count(") < asked
@@ -77,7 +82,7 @@ def test_the_ddtree_branch_runs_before_sglangs_verify_and_extend_kernels(version
     _, patched = stock_and_patched(version)
     node = method(patched, "forward_extend")
     forward = ast.unparse(node)
-    branch_at = forward.index(BRANCH + " and (self.forward_metadata.custom_mask is not None):")
+    branch_at = forward.index(BRANCH + ":")
     for call in SGLANG_VERIFY:
         at = forward.find(call)
         assert at == -1 or at > branch_at, call

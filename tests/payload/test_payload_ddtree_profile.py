@@ -141,14 +141,14 @@ def test_an_attached_view_is_written_with_every_window(tmp_path: Path) -> None:
 
 def test_every_window_names_the_paths_the_engine_runs(tmp_path: Path) -> None:
     profiler, gpu, clock = make(tmp_path, window_rounds=2)
-    paths = dp.engine_paths(split_kv_verify=True, hybrid_state="flat")
+    paths = dp.engine_paths(split_kv_verify=True, split_kv_draft=True, hybrid_state="flat")
     profiler.attach("paths", lambda: paths)
     for _ in range(4):
         one_round(profiler, gpu, clock)
-    expected = {"verify_attention": "splitkv", "hybrid_state": "flat"}
+    expected = {"verify_attention": "splitkv", "draft_attention": "splitkv", "hybrid_state": "flat"}
     assert [w["paths"] for w in lines(tmp_path)] == [expected, expected]
-    # a dense target has no recurrent state to name
-    assert dp.engine_paths(split_kv_verify=False, hybrid_state=None) == {"verify_attention": "full-mask"}
+    # a dense target has no recurrent state to name, a drafter on SGLang's kernel no path of DDTREE's
+    assert dp.engine_paths(split_kv_verify=False, split_kv_draft=False, hybrid_state=None) == {"verify_attention": "full-mask"}
 
 
 def test_rounds_wait_for_their_events_without_a_host_sync(tmp_path: Path) -> None:

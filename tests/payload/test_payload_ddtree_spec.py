@@ -35,6 +35,7 @@ FILES = (
     "sglang/srt/speculative/ddtree_sampling.py",
     "sglang/srt/speculative/ddtree_hybrid.py",
     "sglang/srt/speculative/ddtree_gdn_tree.py",
+    "sglang/srt/speculative/ddtree_attention_choice.py",
     "sglang/srt/speculative/ddtree_verify_attention.py",
     "sglang/srt/arg_groups/speculative_hook.py",
 )
@@ -171,6 +172,14 @@ CASES = {
     },
     "splitkv_dcp": {"dcp_size": 2, "env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}},
     "splitkv": {"env": {"SGLANG_DDTREE_VERIFY_ATTENTION": "splitkv"}},
+    "draft_splitkv": {"env": {"SGLANG_DDTREE_DRAFT_ATTENTION": "splitkv"}},
+    "draft_splitkv_flashinfer": {
+        "speculative_draft_attention_backend": "flashinfer", "env": {"SGLANG_DDTREE_DRAFT_ATTENTION": "splitkv"},
+    },
+    "draft_splitkv_on_flashinfer_target": {
+        "attention_backend": "flashinfer", "env": {"SGLANG_DDTREE_DRAFT_ATTENTION": "splitkv"},
+    },
+    "draft_attention_typo": {"env": {"SGLANG_DDTREE_DRAFT_ATTENTION": "split"}},
     "dcp": {"dcp_size": 2},
 }
 for name, changes in CASES.items():
@@ -267,6 +276,7 @@ def test_splitkv_verify_attention_and_dcp_are_each_accepted_on_triton(
     ddtree_report: dict,
 ) -> None:
     assert ddtree_report["cases"]["splitkv"] == ddtree_report["cases"]["default"]
+    assert ddtree_report["cases"]["draft_splitkv"] == ddtree_report["cases"]["default"]  # the drafter on triton
     assert ddtree_report["cases"]["dcp"] == ddtree_report["cases"]["default"]  # extend: no refusal
 
 
@@ -301,6 +311,9 @@ def test_splitkv_verify_attention_and_dcp_are_each_accepted_on_triton(
         ("splitkv_deterministic", "and --enable-deterministic-inference is set"),
         ("splitkv_dcp", "and --dcp-size is 2: pass --attention-backend triton"),
         ("hybrid_conv5", "got linear_conv_kernel_dim=5"),
+        ("draft_splitkv_flashinfer", "SGLANG_DDTREE_DRAFT_ATTENTION=splitkv runs in the triton backend, and the drafter's is flashinfer"),
+        ("draft_splitkv_on_flashinfer_target", "and the drafter's is flashinfer: pass --speculative-draft-attention-backend triton"),
+        ("draft_attention_typo", "SGLANG_DDTREE_DRAFT_ATTENTION must be 'extend' or 'splitkv', got 'split'"),
     ],
 )
 def test_unsupported_settings_are_refused_with_a_clear_message(ddtree_report: dict, case: str, fragment: str) -> None:

@@ -1,8 +1,12 @@
-"""DDTREE's split-KV tree-verify attention (overlay/.../ddtree_verify_attention.py).
+"""DDTREE's split-KV tree-verify attention (overlay/.../ddtree_verify_attention.py) and the call
+a patched triton backend makes (ddtree_attention_choice).
 
 Two oracles on the same inputs: a plain-torch attention in fp64 (every tree node attends to its
 request's whole prefix and to its ancestors and itself), and SGLang 0.5.14's own
 ``extend_attention_fwd`` (read from the wheel) with the FULL-layout mask DDTREE gives it today.
+The drafter's block (every tail key visible, no mask) against the same two: the fp64 attention
+with every node seeing every node, and ``extend_attention_fwd`` as the drafter's non-causal
+layers call it (no mask, ``is_causal`` False).
 Random trees with unreachable padding nodes, batches of several requests whose prefixes run from
 0 keys to more than one split, prefix slots shuffled through the pool, GQA groups of 2 to 4
 heads, head dims 128 and 256. The kernels run in Triton's CPU interpreter (see
@@ -32,6 +36,7 @@ torch = pytest.importorskip("torch")
 with triton_interpreter():
     triton = pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
     va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
+    ac = load_payload_module("sglang.srt.speculative.ddtree_attention_choice")
     du = load_payload_module("sglang.srt.speculative.ddtree_utils")
 skip_unless_interpreted(triton)
 
@@ -97,19 +102,20 @@ class Verify:
     def prefix_slots(self, b):
         return self.kv_indices[int(self.kv_indptr[b]) : int(self.kv_indptr[b + 1])]
 
-    def sglang_extend(self, sglang_extend) -> torch.Tensor:
+    def sglang_extend(self, sglang_extend, *, block=False) -> torch.Tensor:
         """SGLang's extend_attention_fwd on DDTREE's FULL-layout mask (per request [N, prefix + N],
-        prefix columns True, as the payload's ``build_tree_custom_mask`` makes it)."""
+        prefix columns True, as the payload's ``build_tree_custom_mask`` makes it); ``block``: as
+        the drafter's non-causal layers call it, no mask and not causal."""
         prefix_lens = torch.tensor(self.prefix_lens)
         sizes = self.n * (prefix_lens + self.n)
-        full_mask = du.build_tree_custom_mask(self.ancestors, prefix_lens, int(sizes.sum()))
+        full_mask = None if block else du.build_tree_custom_mask(self.ancestors, prefix_lens, int(sizes.sum()))
         mask_indptr = torch.cat([torch.zeros(1, dtype=torch.int64), sizes.cumsum(0)])
         qo_indptr = torch.arange(0, (self.bs + 1) * self.n, self.n, dtype=torch.int32)
         out = torch.empty_like(self.q)
         with triton_interpreter():
             sglang_extend.extend_attention_fwd(
                 self.q, self.k, self.v, out, self.k_buffer, self.v_buffer,
-                qo_indptr, self.kv_indptr, self.kv_indices, full_mask, True, mask_indptr,
+                qo_indptr, self.kv_indptr, self.kv_indices, full_mask, not block, mask_indptr,
                 self.n, 1.0, 1.0, self.sm_scale,
             )
         return out
@@ -131,12 +137,14 @@ class Verify:
                 out[rows, h] = torch.softmax(scores, dim=-1) @ values
         return out
 
-    def run(self, num_splits, k_scale=1.0, v_scale=1.0, tail_mask=None) -> torch.Tensor:
+    def run(self, num_splits, k_scale=1.0, v_scale=1.0, tail_mask=None, block=False) -> torch.Tensor:
+        """The kernel under this tree's mask, ``tail_mask`` instead, or (``block``) none."""
         o = torch.empty_like(self.q)
+        mask = self.ancestors.reshape(-1) if tail_mask is None else tail_mask
         with triton_interpreter():
             va.tree_verify_attention(
                 self.q, self.k, self.v, o, self.k_buffer, self.v_buffer, self.kv_indptr, self.kv_indices,
-                self.ancestors.reshape(-1) if tail_mask is None else tail_mask,
+                None if block else mask,
                 num_verify_tokens=self.n, num_splits=num_splits, sm_scale=self.sm_scale,
                 k_scale=k_scale, v_scale=v_scale,
             )
@@ -219,14 +227,16 @@ def test_a_node_whose_mask_row_is_empty_still_sees_itself():
     torch.testing.assert_close(out.double(), verify.reference(), atol=1e-5, rtol=1e-5)
 
 
-def backend_call(verify: Verify, **layer) -> torch.Tensor:
-    """The call a patched triton backend's forward_extend makes (TreeVerifyAttention)."""
+def backend_call(verify: Verify, call=ac.TreeVerifyAttention, **layer) -> torch.Tensor:
+    """The call a patched triton backend's forward_extend makes (TreeVerifyAttention, or
+    DraftBlockAttention with the drafter's mask: none)."""
     o = torch.empty_like(verify.q)
+    mask = None if call is ac.DraftBlockAttention else verify.ancestors.reshape(-1)
     with triton_interpreter():
-        va.TreeVerifyAttention(max_prefix_len=4 * SPLIT, sm_count=8)(
+        call(max_prefix_len=4 * SPLIT, sm_count=8)(
             verify.q, verify.k, verify.v, o, layer.pop("k_buffer", verify.k_buffer),
             layer.pop("v_buffer", verify.v_buffer), verify.kv_indptr, verify.kv_indices,
-            verify.ancestors.reshape(-1), num_verify_tokens=verify.n, sm_scale=verify.sm_scale,
+            mask, num_verify_tokens=verify.n, sm_scale=verify.sm_scale,
             k_scale=1.0, v_scale=1.0, **layer,
         )
     return o
@@ -259,6 +269,24 @@ def test_the_backend_call_refuses_what_the_kernel_does_not_compute(layer, named)
         backend_call(verify, **layer)
 
 
+def test_the_drafter_block_call_computes_a_non_causal_layer_over_prefix_and_block():
+    verify = Verify(8, 2, 128, 16, [SPLIT + 3, 0, 5], dtype=torch.float32, seed=11)
+    out = backend_call(verify, call=ac.DraftBlockAttention, causal=False)
+    verify.ancestors = torch.ones(verify.bs, verify.n, verify.n, dtype=torch.bool)
+    torch.testing.assert_close(out.double(), verify.reference(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("layer", "named"),
+    [({"causal": True}, "a causal layer"), ({"sliding_window_size": 128}, "a sliding window")],
+    ids=["causal", "sliding-window"],
+)
+def test_the_drafter_block_call_refuses_what_the_kernel_does_not_compute(layer, named):
+    verify = Verify(4, 2, 128, 16, [SPLIT + 3], dtype=torch.float32, seed=12)
+    with pytest.raises(ValueError, match=f"does not compute {named}: set SGLANG_DDTREE_DRAFT_ATTENTION=extend"):
+        backend_call(verify, call=ac.DraftBlockAttention, **{"causal": False, **layer})
+
+
 # SGLang's kernel divides its padded query rows (BLOCK_M past N) by zero; they are never stored.
 SGLANG_PADDED_ROWS = pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")
 
@@ -270,6 +298,15 @@ def test_fp16_matches_the_plain_attention_and_sglangs_extend_kernel(shape, sglan
     out = verify.run(num_splits=3)
     torch.testing.assert_close(out.double(), verify.reference(), atol=5e-3, rtol=5e-3)
     torch.testing.assert_close(out, verify.sglang_extend(sglang_extend), atol=2e-3, rtol=2e-3)
+
+
+@SGLANG_PADDED_ROWS
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float16, 2e-3)], ids=["fp32", "fp16"])
+def test_the_drafter_block_matches_sglangs_extend_kernel_as_the_drafter_calls_it(sglang_extend, dtype, tol):
+    """The DFlash drafter's block: 16 tokens, non-causal, no mask, prefixes of 0 to several splits."""
+    verify = Verify(8, 2, 128, 16, [2 * SPLIT + 9, 0, 33], dtype=dtype, seed=13)
+    out = verify.run(num_splits=3, block=True)
+    torch.testing.assert_close(out, verify.sglang_extend(sglang_extend, block=True), atol=tol, rtol=tol)
 
 
 @SGLANG_PADDED_ROWS
@@ -337,17 +374,17 @@ partial = {
 merge = {"part_o_ptr": "*fp32", "part_lse_ptr": "*fp32", "o_ptr": "*bf16", "stride_ot": "i32", "stride_oh": "i32"}
 built = []
 # Qwen3-8B (32 q / 8 kv heads, dim 128) and Qwen3.6-27B (24 q / 4 kv heads, dim 256) at N = 17 and
-# 33, each with block_config's tile.
+# 33, each with block_config's tile; the 8B shape's drafter block too (N = 16, every key visible).
 for capability in CAPABILITIES:
     for q_heads, kv_heads, dim in ((32, 8, 128), (24, 4, 256)):
         group = q_heads // kv_heads
-        for n in (17, 33):
+        for n in (16, 17, 33) if dim == 128 else (17, 33):  # 16: the drafter's block, no mask
             block_m, block_n, warps = va.block_config(dim)
             splits = 8
             consts = dict(
                 N=n, GROUP=group, NUM_Q_HEADS=q_heads, ROW_BLOCKS=va.row_blocks(group, n, block_m),
                 NUM_SPLITS=splits, HEAD_DIM=dim, V_DIM=dim, BLOCK_D=dim, BLOCK_DV=dim,
-                BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=va.MIN_SPLIT_TOKENS,
+                BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=va.MIN_SPLIT_TOKENS, TAIL_ALL_VISIBLE=n == 16,
             )
             sig = dict(partial, **{name: "constexpr" for name in consts})
             built.append([capability, dim, *compile_for(va._tree_attention_partial_kernel, sig, consts, capability, divisible=strides, num_warps=warps, num_stages=va.NUM_STAGES, maxnreg=va.MAX_REGISTERS)])
@@ -360,7 +397,7 @@ print(json.dumps(built))
 
 @pytest.mark.slow
 def test_the_kernels_compile_ahead_of_time_for_sm86_sm90_and_sm120():
-    """bf16 at both model shapes, for the RTX A6000, the H200 and the RTX PRO 6000, without a
+    """bf16 at both model shapes and the 8B drafter's block, for the RTX A6000, the H200 and the RTX PRO 6000, without a
     GPU (ptxas ships in the triton wheel), each with the tile block_config gives that GPU and as
     the launcher specializes it there (aligned pointers and strides: the prefix loop pipelined).
     Each build fits the GPU's shared memory per block (compile_for) and spills no register to
@@ -368,5 +405,5 @@ def test_the_kernels_compile_ahead_of_time_for_sm86_sm90_and_sm120():
     from aot_build import run_aot_script
 
     built = run_aot_script(AOT_SCRIPT, timeout=600)
-    assert len(built) == 24 and all(size > 0 for _, _, size, _ in built), built
+    assert len(built) == 30 and all(size > 0 for _, _, size, _ in built), built
     assert all(stack == 0 for *_, stack in built), built

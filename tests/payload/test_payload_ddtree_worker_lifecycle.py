@@ -59,8 +59,15 @@ def calls(function: ast.FunctionDef) -> set[str]:
 
 def test_the_kv_mover_and_the_verify_attention_are_read_once_the_target_is_built():
     assert "token_to_kv_pool_allocator" in model_runner_reads(worker_method("init_attention_backends"))
-    # which verify attention the target's backend runs (ddtree_verify_attention), read off it
+    # which verify attention the target's backend runs (ddtree_attention_choice), read off it
     assert "verify_attention_in_use" in calls(worker_method("init_attention_backends"))
     assert "verify_attention_in_use" not in calls(worker_method("__init__"))
     # the profile's lines name what was chosen there (ddtree_profile.engine_paths)
     assert "engine_paths" in calls(worker_method("init_attention_backends"))
+
+
+def test_the_drafters_attention_is_read_once_its_backend_is_built():
+    """DFlash's init_attention_backends builds the drafter's backends: what it chose
+    (ddtree_attention_choice.draft_attention_in_use) is read after that call."""
+    source = ast.unparse(worker_method("init_attention_backends"))
+    assert source.index("super().init_attention_backends()") < source.index("draft_attention_in_use(self.draft_model_runner)")

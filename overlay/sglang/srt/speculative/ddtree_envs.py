@@ -91,6 +91,12 @@ class DDTreeEnvs:
         "the prefix, a tail-only [bs, N, N] mask); auto: splitkv where it was measured faster "
         "and computes every layer, extend elsewhere (ddtree_verify_attention.auto_keeps_extend)",
     )
+    SGLANG_DDTREE_DRAFT_ATTENTION = DDTreeEnvChoice(
+        ("extend", "splitkv"),
+        "the drafter's attention over its block on the triton backend: SGLang's "
+        "extend_attention_fwd, or splitkv (ddtree_draft_attention: the verify's split-KV kernel, "
+        "every block key visible); splitkv refuses a drafter whose layers it does not compute",
+    )
 
     SGLANG_DDTREE_SAMPLING_FILTERS = DDTreeEnvChoice(
         ("sampler", "eagle"),

@@ -95,12 +95,15 @@ class DDTreeNullProfiler:
         return None
 
 
-def engine_paths(*, split_kv_verify: bool, hybrid_state: Optional[str]) -> Dict[str, str]:
+def engine_paths(*, split_kv_verify: bool, split_kv_draft: bool, hybrid_state: Optional[str]) -> Dict[str, str]:
     """The ``paths`` of a window line: the target verify's attention (``splitkv``: the split-KV
-    kernel with a tail-only tree mask, ddtree_verify_attention; ``full-mask``: the backend's own
-    kernel with the FULL-layout tree mask) and, on a hybrid target, its recurrent state during
-    the verify (``flat`` or ``snapshot``, ddtree_hybrid)."""
+    kernel with a tail-only tree mask, ddtree_attention_choice; ``full-mask``: the backend's own
+    kernel with the FULL-layout tree mask), the drafter's where it runs the split-KV kernel
+    (``draft_attention``: ``splitkv``) and, on a hybrid target, its recurrent state during the
+    verify (``flat`` or ``snapshot``, ddtree_hybrid)."""
     paths = {"verify_attention": "splitkv" if split_kv_verify else "full-mask"}
+    if split_kv_draft:
+        paths["draft_attention"] = "splitkv"
     if hybrid_state is not None:
         paths["hybrid_state"] = hybrid_state
     return paths

@@ -157,13 +157,14 @@ def _unsupported_ddtree_settings(cfg):
                 "(on Hopper fa3 is the default: pass --attention-backend triton)."
             )
     try:
-        # auto settles at the backend's start (ddtree_verify_attention.auto_keeps_extend)
+        # auto settles at the backend's start (ddtree_attention_choice.auto_keeps_extend)
         split_kv_asked = envs.SGLANG_DDTREE_VERIFY_ATTENTION.get() == "splitkv"
+        draft_split_kv_asked = envs.SGLANG_DDTREE_DRAFT_ATTENTION.get() == "splitkv"
     except ValueError as bad_value:
         yield str(bad_value)
     else:
         if split_kv_asked:
-            from sglang.srt.speculative.ddtree_verify_attention import (
+            from sglang.srt.speculative.ddtree_attention_choice import (
                 split_kv_server_conflict,
             )
 
@@ -173,6 +174,14 @@ def _unsupported_ddtree_settings(cfg):
                     f"verify path, and {conflict}: pass --attention-backend triton without "
                     "that setting, or unset SGLANG_DDTREE_VERIFY_ATTENTION."
                 )
+        # The drafter's backend as DFlash's worker picks it: its own flag, else the target's.
+        draft_backend = getattr(cfg, "speculative_draft_attention_backend", None) or prefill_backend
+        if draft_split_kv_asked and draft_backend != "triton":
+            yield (
+                "SGLANG_DDTREE_DRAFT_ATTENTION=splitkv runs in the triton backend, and the "
+                f"drafter's is {draft_backend}: pass --speculative-draft-attention-backend "
+                "triton, or unset SGLANG_DDTREE_DRAFT_ATTENTION."
+            )
     if _attention_dp(cfg):
         # DFlash allows it from 0.5.20 (NPU) / 0.5.23 (CUDA). DDTREE's top-K runs collectives
         # over the whole TP group each round, which attention-DP ranks (other batches, or

@@ -1,6 +1,5 @@
-"""DDTREE target-verify attention for SGLang's triton backend: split-KV over the prefix, a
-tail-only tree mask (``SGLANG_DDTREE_VERIFY_ATTENTION=splitkv``, or ``auto`` where
-``auto_keeps_extend`` finds nothing against it).
+"""DDTREE's split-KV attention kernels for SGLang's triton backend: split-KV over the prefix, a
+tail-only tree mask. Which forwards run them: ``ddtree_attention_choice``.
 
 Every verify node of a request sees its whole committed prefix and, of the N tree nodes, its
 ancestors and itself. SGLang's ``extend_attention_fwd`` runs this with a FULL-layout mask (an
@@ -21,7 +20,8 @@ host sync and a grid fixed by shapes: CUDA-graph capturable.
 
 The verify tokens are the backend's target-verify layout: request b's N nodes are rows
 b * N .. b * N + N - 1 of q, k and v; padded requests of a graph batch read whatever mask the
-buffer holds, and each node always sees itself, so their (discarded) rows stay finite.
+buffer holds, and each node always sees itself, so their (discarded) rows stay finite. The
+DFlash drafter's block is the same problem with every tail key visible (``tail_mask=None``).
 """
 
 from __future__ import annotations
@@ -32,13 +32,10 @@ import torch
 import triton
 import triton.language as tl
 
-from sglang.srt.speculative.ddtree_envs import envs
-
 MIN_SPLIT_TOKENS = 256  # fewest prefix keys a split walks (a multiple of every BLOCK_N)
 MAX_SPLITS = 64
 NUM_STAGES, MAX_REGISTERS = 2, None  # the partial kernel's pipelining depth, registers per thread cap
 _WAVES = 2  # programs per SM the split count aims for
-_CPU_SM_COUNT = 8  # stand-in SM count off the GPU (the interpreter)
 
 
 def block_config(head_dim: int) -> tuple[int, int, int]:
@@ -91,7 +88,7 @@ def _tree_attention_partial_kernel(
     v_buffer_ptr,  # [slots, Hkv, Dv]
     kv_indptr_ptr,  # [bs + 1] each request's prefix rows of kv_indices
     kv_indices_ptr,  # pool slot of each prefix position
-    tail_mask_ptr,  # [bs, N, N] uint8, nonzero = visible
+    tail_mask_ptr,  # [bs, N, N] uint8, nonzero = visible; unread with TAIL_ALL_VISIBLE
     part_o_ptr,  # [bs * N, Hq, S + 1, Dv] fp32 out
     part_lse_ptr,  # [bs * N, Hq, S + 1] fp32 out
     sm_scale,
@@ -114,6 +111,7 @@ def _tree_attention_partial_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     MIN_SPLIT: tl.constexpr,
+    TAIL_ALL_VISIBLE: tl.constexpr,
 ):
     """One split's partial for BLOCK_M rows (q head, node) of one request and kv head; split
     NUM_SPLITS is the tree tail."""
@@ -183,12 +181,15 @@ def _tree_attention_partial_kernel(
                 mask=key_ok[:, None] & dv_ok[None, :],
                 other=0.0,
             )
-            bits = tl.load(
-                tail_mask_ptr + req * N * N + node[:, None] * N + key[None, :],
-                mask=row_ok[:, None] & key_ok[None, :],
-                other=0,
-            )
-            visible = ((bits != 0) & key_ok[None, :]) | (node[:, None] == key[None, :])
+            if TAIL_ALL_VISIBLE:
+                visible = key_ok[None, :]
+            else:
+                bits = tl.load(
+                    tail_mask_ptr + req * N * N + node[:, None] * N + key[None, :],
+                    mask=row_ok[:, None] & key_ok[None, :],
+                    other=0,
+                )
+                visible = ((bits != 0) & key_ok[None, :]) | (node[:, None] == key[None, :])
             e_max, e_sum, acc = _attend(q, k, v, visible, sm_scale, 1.0, e_max, e_sum, acc)
 
     seen = e_sum > 0
@@ -248,7 +249,7 @@ def tree_verify_attention(
     v_buffer: torch.Tensor,
     kv_indptr: torch.Tensor,
     kv_indices: torch.Tensor,
-    tail_mask: torch.Tensor,
+    tail_mask: Optional[torch.Tensor],
     *,
     num_verify_tokens: int,
     num_splits: int,
@@ -266,7 +267,7 @@ def tree_verify_attention(
         kv_indptr / kv_indices: request b's prefix sits in pool slots
             ``kv_indices[kv_indptr[b]:kv_indptr[b + 1]]``. Shape: [bs + 1], [>= total].
         tail_mask: row-major [bs, N, N] ancestor-or-self bits (bool or uint8, True = visible),
-            possibly the head of a longer buffer.
+            possibly the head of a longer buffer; None: every node sees every tail key.
         num_splits: prefix splits S (``choose_num_splits``).
         k_scale / v_scale: dequant multipliers of the pool's keys and values (prefix only,
             as ``extend_attention_fwd`` applies them).
@@ -279,9 +280,9 @@ def tree_verify_attention(
         raise ValueError(f"DDTREE tree verify expects bs * N = {bs} * {n} query rows, got {tokens}.")
     if num_q_heads % num_kv_heads:
         raise ValueError(f"DDTREE tree verify needs q heads ({num_q_heads}) a multiple of kv heads ({num_kv_heads}).")
-    if tail_mask.numel() < bs * n * n:
+    if tail_mask is not None and tail_mask.numel() < bs * n * n:
         raise ValueError(f"DDTREE tail mask holds {tail_mask.numel()} entries, fewer than bs * N * N = {bs * n * n}.")
-    if tail_mask.dtype == torch.bool:
+    if tail_mask is not None and tail_mask.dtype == torch.bool:
         tail_mask = tail_mask.view(torch.uint8)
     group = num_q_heads // num_kv_heads
     block_m, block_n, num_warps = block_config(head_dim)
@@ -292,14 +293,14 @@ def tree_verify_attention(
     if bs == 0:
         return o
     _tree_attention_partial_kernel[(bs, num_kv_heads * blocks, parts)](
-        q, k, v, k_buffer, v_buffer, kv_indptr, kv_indices, tail_mask, part_o, part_lse,
+        q, k, v, k_buffer, v_buffer, kv_indptr, kv_indices, q if tail_mask is None else tail_mask, part_o, part_lse,
         float(sm_scale), float(k_scale), float(v_scale),
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
         N=n, GROUP=group, NUM_Q_HEADS=num_q_heads, ROW_BLOCKS=blocks, NUM_SPLITS=parts - 1,
         HEAD_DIM=head_dim, V_DIM=v_dim,
         BLOCK_D=triton.next_power_of_2(head_dim), BLOCK_DV=triton.next_power_of_2(v_dim),
-        BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=MIN_SPLIT_TOKENS,
+        BLOCK_M=block_m, BLOCK_N=block_n, MIN_SPLIT=MIN_SPLIT_TOKENS, TAIL_ALL_VISIBLE=tail_mask is None,
         num_warps=num_warps, num_stages=NUM_STAGES, maxnreg=MAX_REGISTERS,
     )
     _tree_attention_merge_kernel[(tokens, num_q_heads)](
@@ -309,180 +310,3 @@ def tree_verify_attention(
         num_warps=2,
     )
     return o
-
-
-# The attention head dims at which ``auto`` runs the split-KV verify: where engines measured it
-# faster than the extend kernel (128: H200, Qwen3-8B shape, bs 16, 2026-12-04; 256: H100,
-# Qwen3.6-27B shape, B = 15 and 32, 2026-12-05; 64: H100, the dense fixture, 2026-12-05).
-AUTO_HEAD_DIMS = (64, 128, 256)
-# Models whose attention hands the backend a score_mod at forward time, where no layer attribute
-# shows it: Inkling's relative-position bias (sglang 0.5.16+, ``models/inkling_common``).
-SCORE_MOD_MODEL_MODULES = ("sglang.srt.models.inkling",)
-
-
-def verify_attention_mode() -> str:
-    """SGLANG_DDTREE_VERIFY_ATTENTION: auto, extend or splitkv."""
-    return envs.SGLANG_DDTREE_VERIFY_ATTENTION.get()
-
-
-def uncomputed_features(
-    *, causal=True, logit_cap=0.0, sliding_window_size=-1, sinks=False, xai_temperature_len=-1,
-    score_mod=False, page_major=False,
-) -> list:
-    """The layer features of an attention call that the split-KV kernel does not compute."""
-    return [
-        name
-        for name, present in (
-            ("a non-causal layer", not causal),
-            ("a logit cap", logit_cap and logit_cap > 0),
-            ("a sliding window", sliding_window_size is not None and sliding_window_size > 0),
-            ("attention sinks", sinks),
-            ("xai temperature", xai_temperature_len is not None and xai_temperature_len > 0),
-            ("a score_mod", score_mod),
-            ("a page-major KV pool", page_major),
-        )
-        if present
-    ]
-
-
-def split_kv_server_conflict(server_args) -> Optional[str]:
-    """The server setting under which the split-KV verify cannot run (None: none): a backend
-    other than triton, or a triton path that runs before the split-KV hunk (deterministic
-    inference, decode context parallelism) or addresses the pool page-major (unified memory)."""
-    from sglang.srt.speculative.ddtree_compat import attention_backends
-
-    prefill, decode = attention_backends(server_args)
-    if (prefill, decode) != ("triton", "triton"):
-        return f"the attention backends are {prefill} (prefill) and {decode} (decode)"
-    for flag in ("enable_deterministic_inference", "enable_unified_memory"):
-        if getattr(server_args, flag, False):
-            return f"--{flag.replace('_', '-')} is set"
-    if (getattr(server_args, "dcp_size", 1) or 1) > 1:
-        return f"--dcp-size is {server_args.dcp_size}"
-    return None
-
-
-def auto_keeps_extend(server_args, model) -> Optional[str]:
-    """Why ``auto`` keeps SGLang's ``extend_attention_fwd`` for this target (None: the split-KV
-    verify): a ``split_kv_server_conflict``, an attention layer the kernel does not compute, or
-    a head dim outside ``AUTO_HEAD_DIMS``. ``splitkv`` refuses the first two instead."""
-    from sglang.srt.layers.radix_attention import AttentionType, RadixAttention
-
-    if conflict := split_kv_server_conflict(server_args):
-        return conflict
-    # Sinks reach the backend as a forward argument (gpt-oss): the layer's parameter shows them.
-    if any(name.rsplit(".", 1)[-1] == "sinks" for name, _ in model.named_parameters()):
-        return "the model's attention has sinks"
-    if any(type(module).__module__.startswith(SCORE_MOD_MODEL_MODULES) for module in model.modules()):
-        return "the model's attention passes a score_mod"
-    layers = [module for module in model.modules() if isinstance(module, RadixAttention)]
-    if not layers:
-        return "the model has no RadixAttention layer to check"
-    for layer in layers:
-        features = uncomputed_features(
-            causal=not layer.is_cross_attention and layer.attn_type == AttentionType.DECODER,
-            logit_cap=layer.logit_cap,
-            sliding_window_size=layer.sliding_window_size,
-            xai_temperature_len=getattr(layer, "xai_temperature_len", -1),
-        )
-        if features:
-            return f"layer {layer.layer_id} has {', '.join(features)}"
-        head_dims = {layer.qk_head_dim, layer.v_head_dim}
-        if not head_dims <= set(AUTO_HEAD_DIMS):
-            return (
-                f"its attention head dim is {'/'.join(map(str, sorted(head_dims)))}; engines "
-                f"measured the split-KV verify faster at {', '.join(map(str, AUTO_HEAD_DIMS))} only"
-            )
-    return None
-
-
-class TreeVerifyAttention:
-    """What a patched triton backend's ``forward_extend`` calls on a DDTREE target verify
-    instead of ``extend_attention_fwd``; it refuses the layer features it does not compute."""
-
-    def __init__(self, max_prefix_len: int, sm_count: int):
-        self.max_prefix_len = int(max_prefix_len)
-        self.sm_count = int(sm_count) if sm_count and sm_count > 0 else _CPU_SM_COUNT
-
-    def num_splits(self, batch_size: int, num_q_heads: int, num_kv_heads: int, head_dim: int, n: int) -> int:
-        group = num_q_heads // num_kv_heads
-        block_m, _, _ = block_config(head_dim)
-        programs = batch_size * num_kv_heads * row_blocks(group, n, block_m)
-        return choose_num_splits(programs, self.max_prefix_len, self.sm_count)
-
-    def __call__(
-        self, q, k, v, o, k_buffer, v_buffer, kv_indptr, kv_indices, tail_mask, *,
-        num_verify_tokens, sm_scale, k_scale, v_scale,
-        causal=True, logit_cap=0.0, sliding_window_size=-1, sinks=None, xai_temperature_len=-1,
-        score_mod=None,
-    ):
-        unsupported = uncomputed_features(
-            causal=causal, logit_cap=logit_cap, sliding_window_size=sliding_window_size,
-            sinks=sinks is not None, xai_temperature_len=xai_temperature_len,
-            score_mod=score_mod is not None,
-            # Page-major [pages, page size, heads, dim] views (--enable-unified-memory): the
-            # kernel addresses a pool slot as slot * stride(0).
-            page_major=k_buffer.dim() != 3 or v_buffer.dim() != 3,
-        )
-        if unsupported:
-            raise ValueError(
-                f"DDTREE's split-KV verify (SGLANG_DDTREE_VERIFY_ATTENTION={verify_attention_mode()}) "
-                f"does not compute {', '.join(unsupported)}: set SGLANG_DDTREE_VERIFY_ATTENTION=extend "
-                "for this model."
-            )
-        bs = int(kv_indptr.shape[0]) - 1
-        return tree_verify_attention(
-            q, k, v, o, k_buffer, v_buffer, kv_indptr, kv_indices, tail_mask,
-            num_verify_tokens=num_verify_tokens,
-            num_splits=self.num_splits(bs, q.shape[1], k.shape[1], q.shape[2], int(num_verify_tokens)),
-            sm_scale=sm_scale, k_scale=k_scale, v_scale=v_scale,
-        )
-
-
-def tree_verify_for(model_runner, sm_count: int) -> Optional[TreeVerifyAttention]:
-    """The tree verify a triton backend of this model runner calls: DDTREE's target under
-    ``splitkv``, or under ``auto`` where ``auto_keeps_extend`` finds no reason against it;
-    None otherwise (extend_attention_fwd; the draft and other algorithms: SGLang's path)."""
-    from sglang.srt.speculative.ddtree_compat import spec_arg  # 0.5.19+: the spec bag's
-
-    algorithm = spec_arg(model_runner.server_args, "speculative_algorithm")
-    if model_runner.is_draft_worker or str(algorithm) != "DDTREE":
-        return None
-    mode = verify_attention_mode()
-    if mode == "extend":
-        return None
-    if mode == "auto" and auto_keeps_extend(model_runner.server_args, model_runner.model):
-        return None
-    return TreeVerifyAttention(model_runner.model_config.context_len, sm_count)
-
-
-def full_attention_backend(attn_backend):
-    """The backend that runs a target's full-attention layers (hybrid wrappers keep it inside)."""
-    backend = attn_backend
-    for _ in range(4):
-        inner = getattr(backend, "full_attn_backend", None)
-        if inner is None:
-            break
-        backend = inner
-    return backend
-
-
-def verify_attention_in_use(model_runner) -> tuple:
-    """(whether the target verifies through the split-KV kernel, the log line that says which
-    and why); ValueError where ``splitkv`` is asked for and the backend does not run it."""
-    mode = verify_attention_mode()
-    switch = f"SGLANG_DDTREE_VERIFY_ATTENTION={mode}"
-    backend = full_attention_backend(model_runner.attn_backend)
-    if getattr(backend, "ddtree_tree_verify", None) is not None:
-        return True, f"DDTREE target verify: the split-KV kernel, a tail-only tree mask ({switch})"
-    if mode == "splitkv":
-        import sglang
-
-        raise ValueError(
-            "SGLANG_DDTREE_VERIFY_ATTENTION=splitkv runs in the triton attention backend as DDTREE's "
-            f"patch set wires it (sglang 0.5.14 - 0.5.23), not {type(backend).__name__} on "
-            f"{getattr(sglang, '__version__', 'this release')}: unset it."
-        )
-    reason = auto_keeps_extend(model_runner.server_args, model_runner.model) if mode == "auto" else None
-    why = f": {reason}" if reason else ""
-    return False, f"DDTREE target verify: the backend's kernel, the FULL-layout tree mask ({switch}{why})"

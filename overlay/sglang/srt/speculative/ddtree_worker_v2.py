@@ -9,7 +9,7 @@ One decode round, as the paper defines it:
             CUDA-graph replay per round (ddtree_cuda_graph_runner), two around
             the all-gather under TP
   tree      verify tensors and the tree mask of the round's shape (FULL layout,
-            or tail-only where the split-KV verify runs, ddtree_verify_attention):
+            or tail-only where the split-KV verify runs, ddtree_attention_choice):
             the chain, or the first nodes of the tree, as many as the round's
             budget (with adaptive budgets chosen per round; see ddtree_adaptive)
   verify    one TARGET_VERIFY forward over root + B nodes: positions = prefix +
@@ -40,6 +40,10 @@ from sglang.srt.managers.scheduler import GenerationBatchResult
 from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
 from sglang.srt.speculative.ddtree_adaptive import AdaptiveBudget, grammar_requests
 from sglang.srt.speculative.ddtree_adaptive_tp import RankZeroBudget
+from sglang.srt.speculative.ddtree_attention_choice import (
+    draft_attention_in_use,
+    verify_attention_in_use,
+)
 from sglang.srt.speculative.ddtree_budget import BudgetPolicy
 from sglang.srt.speculative.ddtree_compat import (
     draft_commit_loc,
@@ -90,7 +94,6 @@ from sglang.srt.speculative.ddtree_tp import (
 )
 from sglang.srt.speculative.ddtree_tree_stage import select_tree_stage
 from sglang.srt.speculative.ddtree_utils import DDTreeDrafts, DDTreeDraftTopK, draft_logits
-from sglang.srt.speculative.ddtree_verify_attention import verify_attention_in_use
 from sglang.srt.speculative.ddtree_warmup import warm_round_kernels
 from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
 from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
@@ -164,13 +167,14 @@ class DDTreeWorkerV2(DFlashWorkerV2):
             logger.info(verify_line)
         self.move_accepted_kv = accepted_kv_mover(model_runner.token_to_kv_pool_allocator.get_kvcache())
         self.recurrent_state = self._recurrent_state_commit()
+        with draft_width_scope(self):
+            super().init_attention_backends()
         paths = engine_paths(
             split_kv_verify=self.tail_mask,
+            split_kv_draft=draft_attention_in_use(self.draft_model_runner),
             hybrid_state=self.recurrent_state.mode if self.recurrent_state is not None else None,
         )
         self.profiler.attach("paths", lambda: paths)
-        with draft_width_scope(self):
-            super().init_attention_backends()
 
     def _recurrent_state_commit(self) -> Optional[RecurrentStateCommit]:
         """On a hybrid Gated-DeltaNet target, the commit of its per-node recurrent state."""

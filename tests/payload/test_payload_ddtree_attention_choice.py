@@ -1,6 +1,7 @@
-"""Which target-verify attention DDTREE runs (overlay/.../ddtree_verify_attention.py):
-``SGLANG_DDTREE_VERIFY_ATTENTION`` auto, extend or splitkv, decided when the target's triton
-backend starts, and what the worker reads back from that backend.
+"""Which attention DDTREE's forwards run (overlay/.../ddtree_attention_choice.py): the target
+verify's by ``SGLANG_DDTREE_VERIFY_ATTENTION`` auto, extend or splitkv, the drafter block's by
+``SGLANG_DDTREE_DRAFT_ATTENTION`` extend or splitkv, each decided when that model's triton
+backend starts, and what the worker reads back from the backends.
 
 SGLang's ``RadixAttention`` / ``AttentionType`` and the release shim's ``attention_backends``
 are stand-ins here (the payload module imports them when the backend starts); the layers carry
@@ -20,7 +21,7 @@ from payload_modules import load_payload_module, triton_interpreter
 torch = pytest.importorskip("torch")
 with triton_interpreter():
     pytest.importorskip("triton", reason="triton is not installed (the `test` extra brings it)")
-    va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
+    ac = load_payload_module("sglang.srt.speculative.ddtree_attention_choice")
 
 
 class AttentionType(enum.Enum):
@@ -85,18 +86,19 @@ def sglang_stand_ins(monkeypatch):
                            ("sglang.srt.speculative.ddtree_compat", compat)):
         monkeypatch.setitem(sys.modules, name, stand_in)
     monkeypatch.delenv("SGLANG_DDTREE_VERIFY_ATTENTION", raising=False)
+    monkeypatch.delenv("SGLANG_DDTREE_DRAFT_ATTENTION", raising=False)
 
 
 def test_a_misspelt_mode_is_refused(monkeypatch):
     monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "split")
     with pytest.raises(ValueError, match="must be 'auto' or 'extend' or 'splitkv', got 'split'"):
-        va.verify_attention_mode()
+        ac.verify_attention_mode()
 
 
 def test_auto_runs_split_kv_on_plain_causal_layers_of_head_dim_64_128_and_256():
-    assert va.auto_keeps_extend(server_args(), model()) is None
-    assert va.auto_keeps_extend(server_args(), model(Block(0), Block(1, head_dim=256))) is None
-    assert va.auto_keeps_extend(server_args(), model(Block(0, head_dim=64))) is None
+    assert ac.auto_keeps_extend(server_args(), model()) is None
+    assert ac.auto_keeps_extend(server_args(), model(Block(0), Block(1, head_dim=256))) is None
+    assert ac.auto_keeps_extend(server_args(), model(Block(0, head_dim=64))) is None
 
 
 @pytest.mark.parametrize(
@@ -121,7 +123,7 @@ def test_auto_runs_split_kv_on_plain_causal_layers_of_head_dim_64_128_and_256():
     ],
 )
 def test_auto_keeps_extend_and_says_why(args, layers, reason):
-    assert reason in va.auto_keeps_extend(server_args(**args), model(*layers))
+    assert reason in ac.auto_keeps_extend(server_args(**args), model(*layers))
 
 
 def model_runner(*layers, draft=False, **args):
@@ -139,32 +141,32 @@ def model_runner(*layers, draft=False, **args):
         ("auto", model_runner(Block(0, head_dim=96)), False),
         ("extend", model_runner(), False),
         ("splitkv", model_runner(Block(0, head_dim=256)), True),
-        (None, model_runner(draft=True), False),
+        (None, model_runner(draft=True), False),  # the drafter: its own switch, below
         (None, model_runner(speculative_algorithm="DFLASH"), False),
     ],
 )
 def test_the_triton_backend_gets_the_split_kv_verify_where_the_mode_asks(monkeypatch, mode, runner, runs):
     if mode:
         monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", mode)
-    verify = va.tree_verify_for(runner, sm_count=132)
-    assert isinstance(verify, va.TreeVerifyAttention) if runs else verify is None
+    verify = ac.tree_verify_for(runner, sm_count=132)
+    assert isinstance(verify, ac.TreeVerifyAttention) if runs else verify is None
 
 
 def backend_of(runner):
     """A triton backend as the patch set starts it, inside a hybrid wrapper."""
-    triton = SimpleNamespace(ddtree_tree_verify=va.tree_verify_for(runner, sm_count=132))
+    triton = SimpleNamespace(ddtree_tree_verify=ac.tree_verify_for(runner, sm_count=132))
     return SimpleNamespace(full_attn_backend=triton)
 
 
 def test_the_worker_reads_the_choice_back_from_the_target_backend(monkeypatch):
     runner = model_runner()
     runner.attn_backend = backend_of(runner)
-    assert va.verify_attention_in_use(runner) == (
+    assert ac.verify_attention_in_use(runner) == (
         True, "DDTREE target verify: the split-KV kernel, a tail-only tree mask (SGLANG_DDTREE_VERIFY_ATTENTION=auto)"
     )
     runner = model_runner(Block(0, head_dim=96))
     runner.attn_backend = backend_of(runner)
-    tail_only, line = va.verify_attention_in_use(runner)
+    tail_only, line = ac.verify_attention_in_use(runner)
     assert not tail_only and "FULL-layout tree mask (SGLANG_DDTREE_VERIFY_ATTENTION=auto: its attention head dim is 96" in line
 
 
@@ -177,4 +179,73 @@ def test_splitkv_on_a_backend_without_it_is_refused(monkeypatch):
 
     runner.attn_backend = FlashInferAttnBackend()
     with pytest.raises(ValueError, match=r"splitkv runs in the triton attention backend .* not FlashInferAttnBackend"):
-        va.verify_attention_in_use(runner)
+        ac.verify_attention_in_use(runner)
+
+
+ENCODER = AttentionType.ENCODER_ONLY  # a DFlash drafter's full-attention layers
+
+
+@pytest.mark.parametrize(
+    ("mode", "runner", "runs"),
+    [
+        (None, model_runner(Block(0, attn_type=ENCODER), draft=True), False),
+        ("extend", model_runner(Block(0, attn_type=ENCODER), draft=True), False),
+        ("splitkv", model_runner(Block(0, attn_type=ENCODER), Block(1, attn_type=ENCODER), draft=True), True),
+        # DFLASH's own drafter never: the switch is DDTREE's
+        ("splitkv", model_runner(Block(0, attn_type=ENCODER), draft=True, speculative_algorithm="DFLASH"), False),
+    ],
+)
+def test_the_drafter_gets_the_split_kv_block_attention_where_its_switch_asks(monkeypatch, mode, runner, runs):
+    if mode:
+        monkeypatch.setenv("SGLANG_DDTREE_DRAFT_ATTENTION", mode)
+    monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "splitkv")  # the target's switch does not reach it
+    draft = ac.tree_verify_for(runner, sm_count=132)
+    assert isinstance(draft, ac.DraftBlockAttention) if runs else draft is None
+
+
+@pytest.mark.parametrize(
+    ("args", "layers", "reason"),
+    [
+        ({}, (Block(0, attn_type=ENCODER), Block(1)), "layer 1 has a causal layer"),
+        ({}, (Block(0, attn_type=ENCODER, sliding_window_size=2048),), "layer 0 has a sliding window"),
+        ({}, (Block(0, attn_type=ENCODER, head_dim=96),), "its attention head dim is 96"),
+        ({"enable_deterministic_inference": True}, (Block(0, attn_type=ENCODER),), "--enable-deterministic-inference is set"),
+    ],
+)
+def test_splitkv_refuses_a_drafter_it_cannot_run_and_says_why(monkeypatch, args, layers, reason):
+    monkeypatch.setenv("SGLANG_DDTREE_DRAFT_ATTENTION", "splitkv")
+    with pytest.raises(ValueError, match=f"SGLANG_DDTREE_DRAFT_ATTENTION=splitkv cannot run DDTREE's drafter: .*{reason}"):
+        ac.tree_verify_for(model_runner(*layers, draft=True, **args), sm_count=132)
+
+
+class Mode:
+    def __init__(self, target_verify: bool):
+        self.target_verify = target_verify
+
+    def is_target_verify(self) -> bool:
+        return self.target_verify
+
+
+def test_each_call_serves_its_own_forwards():
+    """The target's verify carries DDTREE's mask; the drafter's block none."""
+    verify, draft = ac.TreeVerifyAttention(4096, 132), ac.DraftBlockAttention(4096, 132)
+    mask = torch.ones(4, dtype=torch.uint8)
+    assert verify.serves(Mode(True), mask) and not verify.serves(Mode(True), None)
+    assert draft.serves(Mode(True), None) and not draft.serves(Mode(True), mask)
+    assert not verify.serves(Mode(False), mask) and not draft.serves(Mode(False), None)
+
+
+def test_the_worker_reads_the_drafters_choice_back_from_its_backend(monkeypatch):
+    monkeypatch.setenv("SGLANG_DDTREE_DRAFT_ATTENTION", "splitkv")
+    runner = model_runner(Block(0, attn_type=ENCODER), draft=True)
+    runner.attn_backend = backend_of(runner)
+    assert ac.draft_attention_in_use(runner) is True
+
+    class FlashInferAttnBackend:
+        pass
+
+    runner.attn_backend = FlashInferAttnBackend()
+    with pytest.raises(ValueError, match="SGLANG_DDTREE_DRAFT_ATTENTION=splitkv runs in the triton attention backend, not the drafter's FlashInferAttnBackend"):
+        ac.draft_attention_in_use(runner)
+    monkeypatch.delenv("SGLANG_DDTREE_DRAFT_ATTENTION")
+    assert ac.draft_attention_in_use(runner) is False
