@@ -2,7 +2,8 @@
 
 A DDTREE engine chooses some of its paths itself: under ``SGLANG_DDTREE_VERIFY_ATTENTION=auto``
 the target verify runs the split-KV kernel or the backend's own kernel by the target's head dim
-and layers, and a hybrid target's verify keeps the flat state or SGLang's snapshots. The payload
+and layers, its drafter runs the split-KV kernel where ``SGLANG_DDTREE_DRAFT_ATTENTION=splitkv``
+asks, and a hybrid target's verify keeps the flat state or SGLang's snapshots. The payload
 writes what it chose into every profile window (``paths``, ``ddtree_profile.engine_paths``), the
 runner keeps an engine's windows in its record, and the report names the paths beside each engine,
 so a record says what ran rather than what the arm asked for. Engines that wrote no window
@@ -24,6 +25,7 @@ FLAT_STATE_KERNELS = frozenset({"_tree_verify_kernel", "_replay_commit_kernel"})
 
 TEXT = {
     "verify_attention": {"splitkv": "split-KV verify", "full-mask": "FULL-mask verify"},
+    "draft_attention": {"splitkv": "split-KV draft"},
     "hybrid_state": {"flat": "flat state", "snapshot": "snapshots"},
 }
 

@@ -1,4 +1,4 @@
-"""DDTREE's target-verify attention on the triton backend, timed against SGLang's kernel.
+"""DDTREE's target-verify and drafter-block attention on the triton backend, timed against SGLang's kernel.
 
     python3 scripts/gpu/verify_attention.py [--out DIR] [--batch-sizes 1,4,16] [--prefixes 1024,8192]
         [--widths 16,17,33] [--shapes qwen3-8b,qwen3.6-27b] [--tiles 64x32,32x32x4] [--min-splits 64,128]
@@ -16,6 +16,9 @@ engine, where a short call otherwise times its own launch) of
 - ``extend``: SGLang's ``extend_attention_fwd`` with DDTREE's FULL-layout mask (today's path);
 - ``chain16``: ``extend_attention_fwd`` causal at 16 tokens, no mask (DFLASH's chain verify) at
   the same batch and prefix;
+- ``draft16``: the drafter's block at the shape's heads, 16 tokens that each see the prefix and
+  all 16, no mask: ``extend_attention_fwd`` not causal (SGLang's path for DFlash's drafter) and
+  ``tree_verify_attention`` without a tail mask (``SGLANG_DDTREE_DRAFT_ATTENTION=splitkv``);
 - with ``--tiles MxN[xW],...``, ``splitkv`` again with each candidate's BLOCK_M x BLOCK_N tiles
   and W warps (8 unless given) instead of ``block_config``'s (64 x 64 at head dim 128, 32 x 32 at
   256: both build without spills for sm_86 / 90 / 120 within their shared memory, as the
@@ -187,10 +190,11 @@ def main() -> int:
     from ddtree_overlay.bench.payload_modules import load_payload_module
 
     va = load_payload_module("sglang.srt.speculative.ddtree_verify_attention")
+    ac = load_payload_module("sglang.srt.speculative.ddtree_attention_choice")
     du = load_payload_module("sglang.srt.speculative.ddtree_utils")
     props = torch.cuda.get_device_properties(0)
     context = 40960  # the Qwen3 models' context: the backend's cap on the split count
-    policy = va.TreeVerifyAttention(context, props.multi_processor_count)
+    policy = ac.TreeVerifyAttention(context, props.multi_processor_count)
     print(f"GPU: {props.name}, {props.multi_processor_count} SMs; triton {__import__('triton').__version__}")
 
     def splitkv(case, o, mask):
@@ -215,15 +219,15 @@ def main() -> int:
             for attr, value in defaults.items():
                 setattr(va, attr, value)
 
-    def extend(case, o, mask):
+    def extend(case, o, mask, causal=True):
         extend_attention_fwd(
             case.q, case.k, case.v, o, case.k_buffer, case.v_buffer, case.qo_indptr, case.kv_indptr,
-            case.kv_indices, mask, True, None if mask is None else case.mask_indptr, case.n, 1.0, 1.0,
+            case.kv_indices, mask, causal, None if mask is None else case.mask_indptr, case.n, 1.0, 1.0,
             case.sm_scale,
         )
 
     rows, failed = [], False
-    header = f"{'shape':<12} {'bs':>3} {'prefix':>6} {'N':>3} {'S':>3} {'splitkv ms':>10} {'extend ms':>9} {'speedup':>7} {'chain16 ms':>10} {'|diff|':>8} {'chain |diff|':>12}"
+    header = f"{'shape':<12} {'bs':>3} {'prefix':>6} {'N':>3} {'S':>3} {'splitkv ms':>10} {'extend ms':>9} {'speedup':>7} {'chain16 ms':>10} {'|diff|':>8} {'chain |diff|':>12} {'draft16 ext':>11} {'draft16 ms':>10} {'|diff|':>8}"
     for name in timed_variants:
         header += f" {name + ' ms':>10} {'|diff|':>8}"
     print(header)
@@ -237,6 +241,14 @@ def main() -> int:
                 splitkv(chain, o_ours, chain.ancestors.reshape(-1))
                 chain_diff = float((o_ours.float() - o_chain.float()).abs().max())
                 del chain
+                block = Case(du, q_heads, kv_heads, dim, bs, prefix, 16, chain=True, seed=2)
+                o_block_ext, o_block = torch.empty_like(block.q), torch.empty_like(block.q)
+                draft = dict(
+                    draft16_extend_ms=timed(partial(extend, block, o_block_ext, None, causal=False)),
+                    draft16_splitkv_ms=timed(partial(splitkv, block, o_block, None)),
+                )
+                draft["draft16_max_abs_diff"] = float((o_block.float() - o_block_ext.float()).abs().max())
+                del block
                 for n in args.widths:
                     case = Case(du, q_heads, kv_heads, dim, bs, prefix, n, seed=n)
                     o_ours, o_ext = torch.empty_like(case.q), torch.empty_like(case.q)
@@ -246,9 +258,10 @@ def main() -> int:
                     ext_ms = timed(partial(extend, case, o_ext, case.full_mask))
                     diff = float((o_ours.float() - o_ext.float()).abs().max())
                     row = dict(shape=shape, bs=bs, prefix=prefix, n=n, splits=splits, splitkv_ms=ours_ms,
-                               extend_ms=ext_ms, chain16_ms=chain_ms, max_abs_diff=diff, chain_max_abs_diff=chain_diff)
+                               extend_ms=ext_ms, chain16_ms=chain_ms, max_abs_diff=diff, chain_max_abs_diff=chain_diff, **draft)
                     line = (f"{shape:<12} {bs:>3} {prefix:>6} {n:>3} {splits:>3} {ours_ms:>10.3f} {ext_ms:>9.3f} "
-                            f"{ext_ms / ours_ms:>6.2f}x {chain_ms:>10.3f} {diff:>8.1e} {chain_diff:>12.1e}")
+                            f"{ext_ms / ours_ms:>6.2f}x {chain_ms:>10.3f} {diff:>8.1e} {chain_diff:>12.1e} "
+                            f"{draft['draft16_extend_ms']:>11.3f} {draft['draft16_splitkv_ms']:>10.3f} {draft['draft16_max_abs_diff']:>8.1e}")
                     row["variants"] = {}
                     for name in timed_variants:
                         o_variant = torch.empty_like(case.q)
@@ -260,7 +273,7 @@ def main() -> int:
                         )
                         line += f" {result['ms']:>10.3f} {result['max_abs_diff']:>8.1e}"
                     variant_diffs = [result["max_abs_diff"] for result in row["variants"].values()]
-                    bad = max(diff, chain_diff, *variant_diffs) > TOLERANCE
+                    bad = max(diff, chain_diff, draft["draft16_max_abs_diff"], *variant_diffs) > TOLERANCE
                     failed |= bad
                     rows.append(row)
                     print(line + ("  DISAGREE" if bad else ""))

@@ -826,6 +826,7 @@ def test_each_ddtree_engine_names_the_paths_its_profile_windows_say_it_ran(tmp_p
     assert "| ddtree-b8 | 2 | ok | 40.0 | ok | split-KV verify, snapshots |" in table
     assert "| dflash | 1 | ok | 40.0 | ok | \u2013 |" in table
     assert paths_text({"verify_attention": "full-mask"}) == "FULL-mask verify"
+    assert paths_text({"verify_attention": "splitkv", "draft_attention": "splitkv"}) == "split-KV verify, split-KV draft"
     assert paths_text({"verify_attention": "tiled"}) == "verify_attention tiled"  # a newer payload's word
 
 
