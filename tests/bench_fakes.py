@@ -75,8 +75,10 @@ class Engine:
                 self.replies = json.load(f).get(engine, {})
         self.at_once = self.b.get("at_once", {}).get(engine, kwargs.get("max_running_requests") or 48)
         logged = dict(kwargs)
-        if os.environ.get("SGLANG_DDTREE_TREE_KERNEL"):  # an arm's "env", as the scheduler would see it
-            logged["env:SGLANG_DDTREE_TREE_KERNEL"] = os.environ["SGLANG_DDTREE_TREE_KERNEL"]
+        # an arm's "env", and a switch every engine inherits, as the scheduler would see them
+        for name in ("SGLANG_DDTREE_TREE_KERNEL", "SGLANG_ENABLE_OVERLAP_PLAN_STREAM"):
+            if os.environ.get(name):
+                logged[f"env:{name}"] = os.environ[name]
         with open(os.environ["FAKE_SGLANG_LOG"], "a") as f:
             f.write(json.dumps(logged, sort_keys=True) + "\n")
 

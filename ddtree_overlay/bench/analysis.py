@@ -453,6 +453,7 @@ def analyse(
             "primer": plan.config.primer,
             "only": list(plan.config.only),
             "hybrid_state": plan.config.hybrid_state,
+            "sglang_env": dict(plan.config.sglang_env),
         },
         "context": dict(context or {}),
         "primer": primer,

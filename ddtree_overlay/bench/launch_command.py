@@ -11,6 +11,7 @@ from ddtree_overlay.bench.arms import CHAIN_DRAFT, DDTREE, DFLASH, EAGLE3, NEXTN
 from ddtree_overlay.bench.attention import AUTO
 from ddtree_overlay.bench.capacity import launch_max_running
 from ddtree_overlay.bench.plan import asks_for_widest_batch
+from ddtree_overlay.bench.sglang_env import env_assignments
 from ddtree_overlay.bench.state_memory import DEFAULT_HYBRID_STATE, HYBRID_STATE_ENV
 
 
@@ -27,14 +28,18 @@ def launch_command(
 ) -> dict[str, Any]:
     """The `python -m sglang.launch_server` line serving ``segment``'s configuration with the
     engine settings the bench measured it under (``ddtree_flags``: the DDTREE budget policy's;
-    on a hybrid target, where the run measured DDTREE in a state other than the payload's
-    default, the snapshot one, its switch in front; ``streaming``: measured in continuous-batching
+    the SGLang switches every engine inherited in front, ``bench.sglang_env``, among them, on a
+    hybrid target measured in a state other than the payload's default, DDTREE's state switch;
+    ``streaming``: measured in continuous-batching
     cells), at --max-running-requests the widest batch, or what its ``engines`` served at once
     where that was fewer (`capacity.launch_max_running`)."""
     setting, config = report["setting"], report["config"]
     algorithm = segment["algorithm"]
+    inherited = dict(config.get("sglang_env") or {})  # every engine's (`bench.sglang_env`)
+    env = env_assignments(inherited, ddtree=algorithm == DDTREE)
     named = algorithm == DDTREE and hybrid and ddtree_state != DEFAULT_HYBRID_STATE
-    env = [f"{HYBRID_STATE_ENV}={ddtree_state}"] if named else []
+    if named and HYBRID_STATE_ENV not in inherited:  # reports from before they recorded the switches
+        env.append(f"{HYBRID_STATE_ENV}={ddtree_state}")
     words = ["python", "-m", "sglang.launch_server", "--model-path", setting["target"]]
     if algorithm == DDTREE:
         words += ["--speculative-algorithm", DDTREE, "--speculative-draft-model-path", setting["draft"]]

@@ -16,6 +16,7 @@ from ddtree_overlay.bench.policy_markdown import policy_lines
 from ddtree_overlay.bench.projection import projection_markdown
 from ddtree_overlay.bench.recommend import markdown_section
 from ddtree_overlay.bench.round_split import STAGES
+from ddtree_overlay.bench.sglang_env import env_text
 from ddtree_overlay.bench.state_memory import HYBRID_STATE_ENV, SNAPSHOT
 from ddtree_overlay.bench.steady_markdown import STEADY_TITLE, steady_section, steady_table
 from ddtree_overlay.bench.table_cells import DASH, cell
@@ -346,7 +347,8 @@ def markdown_report(report: Mapping[str, Any]) -> str:
             if config.get("ddtree_no_overlap")
             else "DDTREE and DFLASH with overlap scheduling, DFLASH also without."
         )
-        + _hybrid_state_text(setting, config),
+        + _hybrid_state_text(setting, config)
+        + env_text(config),
         f"- **Prompts**: {_lengths(config)} tokens.",
         *(
             [

@@ -58,6 +58,7 @@ from ddtree_overlay.bench.estimates import (
 )
 from ddtree_overlay.bench.nextn_overlap import only_refusal
 from ddtree_overlay.bench.settings import CostModel, Setting
+from ddtree_overlay.bench.sglang_env import SglangEnv
 from ddtree_overlay.bench.state_memory import DEFAULT_HYBRID_STATE
 
 DEFAULT_BUDGETS = (4, 8, 16, 32, 64, 128, 256)
@@ -125,6 +126,9 @@ class BenchConfig:
     # DDTREE's verify state on a Gated-DeltaNet target, flat or snapshot: the engines inherit
     # SGLANG_DDTREE_HYBRID_STATE from the bench's environment, read at plan time (`bench.state_memory`)
     hybrid_state: str = DEFAULT_HYBRID_STATE
+    # The SGLANG_* switches the engines inherit from the bench's environment, read at plan time
+    # (`bench.sglang_env`: SGLang's plan stream among them)
+    sglang_env: SglangEnv = ()
 
     @property
     def baseline_backends(self) -> tuple[str, ...]:

@@ -38,6 +38,7 @@ def config_from_report(raw: Mapping[str, Any]) -> BenchConfig:
     values.setdefault("primer", False)
     values.setdefault("hybrid_state", SNAPSHOT)
     values.setdefault("baseline_attention_backend", values.get("attention_backend", BenchConfig.attention_backend))
+    values["sglang_env"] = tuple(sorted(dict(values.get("sglang_env") or {}).items()))
     schedule = values.get("budget_schedule")
     if isinstance(schedule, str):
         values["budget_schedule"] = BudgetPolicy.parse_schedule(schedule).schedule if schedule else ()

@@ -47,6 +47,7 @@ from ddtree_overlay.bench.settings import (
     load_prompts,
     make_setting,
 )
+from ddtree_overlay.bench.sglang_env import inherited_sglang_env
 from ddtree_overlay.bench.state_memory import hybrid_state_from_env
 from ddtree_overlay.bench.supervision import OnEvent, run_bench, write_report
 from ddtree_overlay.bench.target_config import read_target_config
@@ -91,8 +92,9 @@ def default_out(setting: str) -> Path:
 
 
 def bench(env: EnvInfo, request: BenchRequest, *, on_event: OnEvent = lambda _: None) -> Result:
-    # the engines inherit DDTREE's hybrid state switch from this process: the plan states its memory
-    config = replace(request.config, hybrid_state=hybrid_state_from_env())
+    # the engines inherit DDTREE's hybrid state switch and SGLang's own from this process: the
+    # plan states the state's memory, the report every switch
+    config = replace(request.config, hybrid_state=hybrid_state_from_env(), sglang_env=inherited_sglang_env())
     sglang = None if request.dry_run else require_sglang(env)  # before chat prompts need the env
     prompt_ids, prompt_note = prompts_of(env.python, request)
     setting = make_setting(

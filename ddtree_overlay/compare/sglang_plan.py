@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ddtree_overlay.bench.plan import BenchConfig, SweepPlan, plan_sweep
 from ddtree_overlay.bench.settings import make_setting
+from ddtree_overlay.bench.sglang_env import inherited_sglang_env
 from ddtree_overlay.bench.state_memory import hybrid_state_from_env
 from ddtree_overlay.compare.runfile import OfflineRun, arm_of
 
@@ -34,7 +35,8 @@ def replay_config(run: OfflineRun) -> BenchConfig:
         stop_at_eos=True,
         primer=False,  # outputs and acceptance are compared, not speed
         baseline_attention_backend="triton",  # every engine on DDTREE's backend: one set of numerics
-        hybrid_state=hybrid_state_from_env(),  # the engines inherit the switch, as the bench's do
+        hybrid_state=hybrid_state_from_env(),  # the engines inherit the switches, as the bench's do
+        sglang_env=inherited_sglang_env(),
     )
 
 

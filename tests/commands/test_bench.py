@@ -4,6 +4,7 @@ stand-in sglang."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from overlay_helpers import run_cli
 
 from ddtree_overlay.bench import analysis, reanalysis, settings, supervision
 from ddtree_overlay.bench import plan as bp
+from ddtree_overlay.bench.sglang_env import inherited_sglang_env
 from ddtree_overlay.commands import bench as bench_module
 from ddtree_overlay.engine.envprobe import probe_env
 from ddtree_overlay.engine.errors import ExitCode
@@ -674,3 +676,27 @@ def test_a_primer_that_crashes_the_runner_is_charged_to_the_primer_and_the_timed
     primer = next(json.loads(line) for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()
                   if json.loads(line)["arm"] == "primer")
     assert primer["primer"] is True and primer["kind"] == "engine"
+
+
+def test_sglangs_switches_in_the_bench_environment_reach_every_engine_the_report_and_the_launch_commands(
+    tmp_path: Path, fake_sglang, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SGLang's plan stream set where the bench runs: every engine starts with it, and the
+    report, its Engines line, the launch commands and a re-analysis all say so."""
+    monkeypatch.setattr(supervision, "start_references", lambda *a, **k: None)
+    for name in [name for name in os.environ if name.startswith("SGLANG_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("SGLANG_ENABLE_OVERLAP_PLAN_STREAM", "1")
+    plan = small_plan(tmp_path, sglang_env=inherited_sglang_env())
+    report = run(tmp_path, plan)
+    engines = [json.loads(line) for line in (tmp_path / "engines.log").read_text().splitlines()]
+    assert engines and all(e.get("env:SGLANG_ENABLE_OVERLAP_PLAN_STREAM") == "1" for e in engines)
+    assert report["config"]["sglang_env"] == {"SGLANG_ENABLE_OVERLAP_PLAN_STREAM": "1"}
+    out = tmp_path / "out"
+    result = bench_module._result(report, out)
+    assert "Every engine's environment: `SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1`." in (out / "bench.md").read_text()
+    launches = result.data["report"]["recommendation"]["launch"]
+    assert launches and all(
+        launch["command"].startswith("SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1 python -m sglang.launch_server") for launch in launches
+    )
+    assert reanalyse(out)["config"]["sglang_env"] == report["config"]["sglang_env"]
