@@ -218,6 +218,15 @@ def test_a_uint8_mask_buffer_longer_than_the_batch_reads_its_head():
     torch.testing.assert_close(verify.run(2, tail_mask=buffer), verify.run(2), atol=0, rtol=0)
 
 
+def test_splits_past_a_short_prefix_leave_their_partials_unwritten_and_unread(monkeypatch):
+    """The partial buffers come from ``torch.empty`` (the graph's pool: stale memory): a split
+    that saw no key writes only its lse, and the merge never reads its o, whatever is there."""
+    verify = Verify(4, 2, 128, 9, [0, 3, SPLIT + 5], dtype=torch.float32, seed=14)
+    monkeypatch.setattr(va.torch, "empty", lambda *shape, **kw: torch.full(*shape, float("nan"), **kw))
+    out = verify.run(num_splits=6)  # at most two splits of any prefix here hold keys
+    torch.testing.assert_close(out.double(), verify.reference(), atol=1e-5, rtol=1e-5)
+
+
 def test_a_node_whose_mask_row_is_empty_still_sees_itself():
     """A padded request of a graph batch may read a stale or zero mask: its rows stay finite."""
     verify = Verify(4, 2, 128, 9, [0, 4], dtype=torch.float32, seed=8)

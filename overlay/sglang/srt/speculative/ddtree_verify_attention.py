@@ -196,10 +196,11 @@ def _tree_attention_partial_kernel(
     lse = tl.where(seen, e_max + tl.log(tl.where(seen, e_sum, 1.0)), float("-inf"))
     out = (token * NUM_Q_HEADS + head) * (NUM_SPLITS + 1) + split
     tl.store(part_lse_ptr + out, lse, mask=row_ok)
+    # A split past a short prefix saw no key: its lse alone says so, and the merge skips its o.
     tl.store(
         part_o_ptr + out[:, None] * V_DIM + offs_dv[None, :],
         acc / tl.where(seen, e_sum, 1.0)[:, None],
-        mask=row_ok[:, None] & dv_ok[None, :],
+        mask=row_ok[:, None] & dv_ok[None, :] & seen[:, None],
     )
 
 
@@ -217,7 +218,8 @@ def _tree_attention_merge_kernel(
     BLOCK_DV: tl.constexpr,
 ):
     """The log-sum-exp merge of one token and q head's S + 1 partials. The tail's partial
-    always sees its own node, so the maximum is finite and empty splits weigh 0."""
+    always sees its own node, so the maximum is finite and empty splits weigh 0; their o was
+    never written, so it is not read."""
     token = tl.program_id(0)
     head = tl.program_id(1)
     parts = tl.arange(0, BLOCK_PARTS)
@@ -229,7 +231,7 @@ def _tree_attention_merge_kernel(
     weight = tl.exp(lse - tl.max(lse, 0))
     o = tl.load(
         part_o_ptr + base[:, None] * V_DIM + offs_dv[None, :],
-        mask=part_ok[:, None] & dv_ok[None, :],
+        mask=(part_ok & (lse > float("-inf")))[:, None] & dv_ok[None, :],
         other=0.0,
     )
     merged = tl.sum(o * weight[:, None], 0) / tl.sum(weight, 0)
