@@ -1,5 +1,5 @@
 """How many requests each engine really served at once, against the widest batch its cells
-asked for.
+asked for, and whether an engine asks for its widest batch at all (`asks_for_widest_batch`).
 
 SGLang caps --max-running-requests to what its memory holds (the KV cache, and on a hybrid
 target the recurrent-state pool, which a speculative engine's per-verify-token snapshots or
@@ -17,6 +17,20 @@ from typing import Any
 
 from ddtree_overlay.bench.arms import TARGET_ONLY, Arm
 from ddtree_overlay.bench.state_memory import SNAPSHOT, state_of
+
+# SGLang caps a speculative engine at 48 running requests unless told otherwise.
+SPEC_DEFAULT_MAX_RUNNING = 48
+
+
+def asks_for_widest_batch(widest: int, *, hybrid: bool, streaming: bool = False) -> bool:
+    """Whether an engine passes --max-running-requests = its widest batch: when SGLang's cap of
+    48 would cut a wave, when cells keep a concurrency running, and on a hybrid target, where a
+    DDTREE engine refuses to start if its verify state leaves fewer requests than asked for and
+    SGLang's default of 48 counts as asked (the Qwen3.6-27B shape's B = 32 snapshots hold 6). The
+    bench's own DDTREE engines serve SGLang's cap there instead (`Arm.engine_env`); a launch
+    command a user pastes does not."""
+    return widest > SPEC_DEFAULT_MAX_RUNNING or streaming or hybrid
+
 
 # What a dry run on a hybrid target with DDTREE engines says of them
 DRY_RUN_LINE = (

@@ -9,8 +9,7 @@ from typing import Any
 
 from ddtree_overlay.bench.arms import CHAIN_DRAFT, DDTREE, DFLASH, EAGLE3, NEXTN, TARGET_ONLY
 from ddtree_overlay.bench.attention import AUTO
-from ddtree_overlay.bench.capacity import launch_max_running
-from ddtree_overlay.bench.plan import asks_for_widest_batch
+from ddtree_overlay.bench.capacity import asks_for_widest_batch, launch_max_running
 from ddtree_overlay.bench.sglang_env import env_assignments
 from ddtree_overlay.bench.state_memory import DEFAULT_HYBRID_STATE, HYBRID_STATE_ENV
 

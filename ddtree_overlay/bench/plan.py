@@ -51,6 +51,7 @@ from ddtree_overlay.bench.arms import (
     Schedule,
     engine_keywords,
 )
+from ddtree_overlay.bench.capacity import asks_for_widest_batch
 from ddtree_overlay.bench.estimates import (
     estimate_cell_s,
     estimate_overhead_s,
@@ -74,20 +75,6 @@ CHAIN_BUDGET = 15  # the chain control verifies DFLASH's block: 16 tokens
 # wave that shrinks as its requests finish pads up to the next one), prefill graphs off (prefill is
 # not what is measured). Both cut the engine start, which is most of the sweep's time.
 ENGINE_COMMON: Mapping[str, Any] = {"disable_prefill_cuda_graph": True}
-# SGLang caps a speculative engine at 48 running requests unless told otherwise.
-SPEC_DEFAULT_MAX_RUNNING = 48
-
-
-def asks_for_widest_batch(widest: int, *, hybrid: bool, streaming: bool = False) -> bool:
-    """Whether an engine passes --max-running-requests = its widest batch: when SGLang's cap of
-    48 would cut a wave, when cells keep a concurrency running, and on a hybrid target, where a
-    DDTREE engine refuses to start if its verify state leaves fewer requests than asked for and
-    SGLang's default of 48 counts as asked (the Qwen3.6-27B shape's B = 32 snapshots hold 6). The
-    bench's own DDTREE engines serve SGLang's cap there instead (`Arm.engine_env`); a launch
-    command a user pastes does not."""
-    return widest > SPEC_DEFAULT_MAX_RUNNING or streaming or hybrid
-
-
 def capture_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
     top = max(batch_sizes)
     powers = [1 << i for i in range(top.bit_length()) if 1 << i <= top]

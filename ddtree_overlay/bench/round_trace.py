@@ -62,10 +62,11 @@ from ddtree_overlay.bench.arms import (
     engine_keywords,
     parse_with_settings,
 )
+from ddtree_overlay.bench.capacity import asks_for_widest_batch
 from ddtree_overlay.bench.engine_paths import paths_text, traced_paths
 from ddtree_overlay.bench.kernel_families import FAMILIES, short_kernel_name
 from ddtree_overlay.bench.nextn_overlap import crash_reason
-from ddtree_overlay.bench.plan import asks_for_widest_batch, baseline_draft
+from ddtree_overlay.bench.plan import baseline_draft
 from ddtree_overlay.bench.settings import SETTINGS, Setting, make_setting
 from ddtree_overlay.bench.trace_projection import project_trace, trace_projection_lines
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
