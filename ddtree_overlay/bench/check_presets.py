@@ -204,8 +204,10 @@ FILTERS = (Draws(1.5, top_p=0.8, top_k=20), Draws(1.5, top_p=0.8, top_k=20, min_
 # SAMPLING's settings drawn again at other seeds: a second and a third independent sample.
 REPEAT = tuple(replace(draws, seed=1) for draws in SAMPLING)
 THIRD = tuple(replace(draws, seed=2) for draws in SAMPLING)
+# T = 0.6 alone at a fourth seed: the setting whose seed-1 sample leaned (2026-12-06).
+FOURTH = (replace(SAMPLING[0], seed=3),)
 # Each family's tests (its settings x positions) share one level, whichever arms a run selects.
-SAMPLING_FAMILIES = (SAMPLING, FILTERS, REPEAT, THIRD)
+SAMPLING_FAMILIES = (SAMPLING, FILTERS, REPEAT, THIRD, FOURTH)
 
 
 PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
@@ -287,6 +289,8 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
         *(arm for draws in THIRD for arm in _draws_pair(draws)),
         _attention_control(THIRD[0]),
     ),
+    # T = 0.6 at seed 3 with its attention control: a fourth independent sample of that setting.
+    "sampling-fourth": (*_draws_pair(FOURTH[0]), _attention_control(FOURTH[0])),
     "flashinfer": (
         CheckArm("plain-flashinfer", Arm(TARGET_ONLY), engine={"attention_backend": "flashinfer"}, top2=True),
         _ddtree("ddtree-b32-flashinfer", 32, engine={"attention_backend": "flashinfer"}, baseline="plain-flashinfer"),

@@ -254,6 +254,16 @@ def test_the_repeat_presets_draw_the_sampling_settings_again_at_other_seeds(pres
         assert checks.sampling_level(repeat.draws) == pytest.approx(0.01 / 16)
 
 
+def test_the_fourth_sample_draws_t06_alone_at_seed_3_with_its_control_at_one_level():
+    arms = {arm.name: arm for arm in check_presets.PRESETS["sampling-fourth"]}
+    assert set(arms) == {"plain-t0.6-draws-seed3", "ddtree-b32-t0.6-draws-seed3", "plain-t0.6-draws-seed3-flashinfer"}
+    runners = {name: arm.runner_arm(256) for name, arm in arms.items()}
+    assert runners["ddtree-b32-t0.6-draws-seed3"]["engine"]["random_seed"] == 3
+    assert runners["plain-t0.6-draws-seed3-flashinfer"]["engine"]["random_seed"] == 3 + check_presets.CONTROL_SEED_OFFSET
+    # one setting, eight positions: its own family, so the level is 0.01 / 8
+    assert all(checks.sampling_level(arm.draws) == pytest.approx(0.01 / 8) for arm in arms.values())
+
+
 def test_the_third_sample_draws_target_only_again_through_other_attention_kernels_as_a_control():
     arms = {arm.name: arm for arm in check_presets.PRESETS["sampling-third"]}
     control = arms["plain-t0.6-draws-seed2-flashinfer"]
