@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ddtree_overlay.bench.arms import DFLASH, TARGET_ONLY, Arm, BudgetPolicy
+from ddtree_overlay.bench.sglang_env import PLAN_STREAM_ENV
 from ddtree_overlay.fixture_paths import BYTE_TOKENIZER
 
 # Decode graphs for the batch sizes the preset arms reach (32 prompts at once, fewer as they
@@ -34,7 +35,7 @@ EXTEND = {"SGLANG_DDTREE_VERIFY_ATTENTION": "extend"}
 # SGLang's spec-v2 plan stream (off by default; DFlash's published launch commands turn it on):
 # the next step's KV reservation runs on a side stream that waits for the last verify on the
 # GPU, where 0.5.14 otherwise waits for it on the host before scheduling the next step.
-PLAN_STREAM = {"SGLANG_ENABLE_OVERLAP_PLAN_STREAM": "1"}
+PLAN_STREAM = {PLAN_STREAM_ENV: "1"}
 # The drafter's block through the split-KV kernel, every block key visible (the drafter on triton)
 DRAFT_SPLIT_KV = {"SGLANG_DDTREE_DRAFT_ATTENTION": "splitkv"}
 # B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 SGLANG_PREFIX = "SGLANG_"
 DDTREE_PREFIX = "SGLANG_DDTREE_"  # the payload's own switches: only DDTREE's engines read them
@@ -32,10 +33,10 @@ def env_assignments(env: Mapping[str, str], *, ddtree: bool) -> list[str]:
     return [f"{name}={value}" for name, value in sorted(env.items()) if ddtree or not name.startswith(DDTREE_PREFIX)]
 
 
-def env_text(config: Mapping[str, object]) -> str:
+def env_text(config: Mapping[str, Any]) -> str:
     """The Engines line's sentence on the inherited switches ("" where none was set)."""
     env = config.get("sglang_env") or {}
     if not env:
         return ""
-    words = ", ".join(f"`{word}`" for word in env_assignments(env, ddtree=True))  # type: ignore[arg-type]
+    words = ", ".join(f"`{word}`" for word in env_assignments(env, ddtree=True))
     return f" Every engine's environment: {words}."

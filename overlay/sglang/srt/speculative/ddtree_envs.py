@@ -89,12 +89,12 @@ class DDTreeEnvs:
         "the target verify's attention on the triton backend: SGLang's extend_attention_fwd "
         "with the FULL-layout tree mask, or splitkv (ddtree_verify_attention: split-KV over "
         "the prefix, a tail-only [bs, N, N] mask); auto: splitkv where it was measured faster "
-        "and computes every layer, extend elsewhere (ddtree_verify_attention.auto_keeps_extend)",
+        "and computes every layer, extend elsewhere (ddtree_attention_choice.auto_keeps_extend)",
     )
     SGLANG_DDTREE_DRAFT_ATTENTION = DDTreeEnvChoice(
         ("extend", "splitkv"),
         "the drafter's attention over its block on the triton backend: SGLang's "
-        "extend_attention_fwd, or splitkv (ddtree_draft_attention: the verify's split-KV kernel, "
+        "extend_attention_fwd, or splitkv (ddtree_attention_choice: the verify's split-KV kernel, "
         "every block key visible); splitkv refuses a drafter whose layers it does not compute",
     )
 
