@@ -68,6 +68,7 @@ from ddtree_overlay.bench.kernel_families import FAMILIES, short_kernel_name
 from ddtree_overlay.bench.nextn_overlap import crash_reason
 from ddtree_overlay.bench.plan import baseline_draft
 from ddtree_overlay.bench.settings import SETTINGS, Setting, make_setting
+from ddtree_overlay.bench.target_config import read_target_config
 from ddtree_overlay.bench.trace_projection import project_trace, trace_projection_lines
 from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
 from ddtree_overlay.in_target.engine_runner import BASE_ENGINE, environment, requests_at_once
@@ -224,9 +225,13 @@ def run_arm(traced: TracedArm, setting: Setting, args, out: Path) -> dict:
     if traces:
         events = load_trace(traces[-1])
         record["trace"] = summarize_trace(events, graphs_per_step=1 if arm.algorithm == TARGET_ONLY else 2)
-        if arm.algorithm == DDTREE:
-            kernels = (e["name"] for e in events if e["cat"] == "kernel")
-            record["paths"] = traced_paths(kernels, hybrid=setting.hybrid)
+        if arm.algorithm == DDTREE and "gpu" in record["trace"]:
+            record["paths"] = traced_paths(
+                record["trace"]["gpu"]["path_kernel_calls"],
+                hybrid=setting.hybrid,
+                target_layers=setting.facts.attention_layers,
+                draft_layers=read_target_config(setting.draft).attention_layers,
+            )
         if not args.keep_traces:
             for path in traces:
                 os.remove(path)

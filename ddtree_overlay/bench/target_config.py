@@ -59,6 +59,7 @@ class TargetConfig:
     context_tokens: int | None = None
     attention_heads: int = 0  # query heads of the attention layers; 0: not stated
     kv_heads: int = 0  # key-value heads; 0: not stated
+    attention_layers: int = 0  # full-attention layers (a hybrid's others are Gated-DeltaNet); 0: not stated
 
     def tp_refusal(self, tp_size: int) -> str | None:
         """Why SGLang cannot shard this target over ``tp_size`` GPUs (its heads do not split);
@@ -95,7 +96,15 @@ def target_config(raw: Mapping[str, Any]) -> TargetConfig:
         context_tokens=context or None,
         attention_heads=_int(model.get("num_attention_heads")),
         kv_heads=_int(model.get("num_key_value_heads")),
+        attention_layers=_attention_layers(model),
     )
+
+
+def _attention_layers(cfg: Mapping[str, Any]) -> int:
+    kinds = cfg.get("layer_types")
+    if kinds:
+        return sum(1 for kind in kinds if kind == "full_attention")
+    return _int(cfg.get("num_hidden_layers"))
 
 
 def _gated_deltanet(cfg: Mapping[str, Any], top: Mapping[str, Any]) -> GatedDeltaNet | None:

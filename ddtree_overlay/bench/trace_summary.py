@@ -38,6 +38,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ddtree_overlay.bench.engine_paths import PATH_KERNELS
 from ddtree_overlay.bench.kernel_families import FAMILIES, kernel_family, short_kernel_name
 
 STAGE_PREFIX = "ddtree."
@@ -223,6 +224,9 @@ def _gpu_split(
         (name, round(us / count / 1000, 3), round(calls[name] / count, 2))
         for name, us in kernel_us.most_common(TOP_KERNELS)
     ]
+    # calls per step of the kernels that tell DDTREE's paths apart (engine_paths.traced_paths),
+    # busy or not
+    split["path_kernel_calls"] = {name: round(calls[name] / count, 2) for name in sorted(PATH_KERNELS) if calls[name]}
     graph_launches = [
         e for e in events if _is_graph_launch(e) and start <= e["ts"] < stop and _correlation(e) is not None
     ]

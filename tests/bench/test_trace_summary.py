@@ -6,8 +6,9 @@ import gzip
 import json
 from pathlib import Path
 
+from ddtree_overlay.bench.engine_paths import SPLIT_KV_KERNEL
 from ddtree_overlay.bench.kernel_families import MEMORY
-from ddtree_overlay.bench.trace_summary import load_trace, summarize_trace
+from ddtree_overlay.bench.trace_summary import TOP_KERNELS, load_trace, summarize_trace
 
 STAGES = ("draft", "topk", "tree", "verify", "accept", "commit")
 
@@ -203,6 +204,20 @@ def test_gpu_time_per_step_by_family_and_kernel_with_graph_replays_counted() -> 
         {"graph": "graph 10", "launches": 1.0, "events": 2.0, "kernel_ms": 0.05, "span_ms": 0.05},
     ]
     assert gpu["graph_launches_without_kernels"] == 0
+
+
+def test_the_path_kernels_calls_are_counted_even_when_they_are_not_among_the_busiest() -> None:
+    trace = KinetoTrace()
+    busy = [(f"gemm_{i}", 100.0 + 10 * i, 9) for i in range(TOP_KERNELS)]  # a dozen kernels longer than the partial kernel
+    for step in range(6):
+        t = 1000.0 * step
+        partials = [(SPLIT_KV_KERNEL, t + 600 + 10 * i, 1) for i in range(3)]
+        trace.launch("cudaGraphLaunch", t + 10, [(name, t + start, dur) for name, start, dur in busy] + partials, graph=10)
+        trace.launch("cudaGraphLaunch", t + 100, [(GEMM_VERIFY, t + 700, 50)], graph=11)
+    gpu = summarize_trace(trace.events)["gpu"]
+    assert SPLIT_KV_KERNEL not in {name for name, _ms, _calls in gpu["top_kernels"]}
+    assert gpu["path_kernel_calls"] == {SPLIT_KV_KERNEL: 3.0}
+    assert summarize_trace(dflash_trace(6).events)["gpu"]["path_kernel_calls"] == {}
 
 
 def test_graph_launches_without_kernels_are_counted_and_the_span_still_covers_them() -> None:
