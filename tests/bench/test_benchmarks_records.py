@@ -1638,7 +1638,7 @@ def test_the_draft_split_kv_check_as_cited():
         cells = [label, f"{verdict['identical']} / {verdict['prompts']}", f"{len(margins)} ({max(margins):g})", str(verdict["unexplained"]), f"{rounds[name]:.3f}"]
         assert "| " + " | ".join(cells) + " |" in text, cells
     assert f"(margin ≤ {max(margins_all):g}, the judge's bound 0.25)" in text
-    same = sum(a == b for a, b in zip(by_name["ddtree-b32"]["outputs"], by_name["ddtree-b32-draft-splitkv"]["outputs"]))
+    same = sum(a == b for a, b in zip(by_name["ddtree-b32"]["outputs"], by_name["ddtree-b32-draft-splitkv"]["outputs"], strict=True))
     assert f"agree on {same} of 32 prompts" in text
     adaptive_before = decode_compare.acceptance_summary(arms("2026-12-06-plan-stream-check-dense-h100")["ddtree-adaptive-plan-stream"])["mean_acceptance_length"]
     assert f"({rounds['ddtree-b32-draft-splitkv']:.3f} against {rounds['ddtree-b32']:.3f} at B = 32" in text

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from ddtree_overlay.bench.engine_paths import FLAT_STATE_KERNELS, PATH_KERNELS, SPLIT_KV_KERNEL, traced_paths
+from ddtree_overlay.bench.engine_paths import (
+    FLAT_STATE_KERNELS,
+    PATH_KERNELS,
+    SPLIT_KV_KERNEL,
+    traced_paths,
+)
 from ddtree_overlay.bench.kernel_families import DDTREE_KERNELS
 from ddtree_overlay.bench.target_config import read_target_config, target_config
 
@@ -79,4 +84,4 @@ def test_the_attention_layers_a_config_names() -> None:
 
 
 def test_the_path_kernels_are_the_payloads() -> None:
-    assert PATH_KERNELS == {SPLIT_KV_KERNEL, *FLAT_STATE_KERNELS} and PATH_KERNELS <= DDTREE_KERNELS
+    assert {SPLIT_KV_KERNEL, *FLAT_STATE_KERNELS} == PATH_KERNELS and PATH_KERNELS <= DDTREE_KERNELS
