@@ -36,8 +36,10 @@ EXTEND = {"SGLANG_DDTREE_VERIFY_ATTENTION": "extend"}
 # the next step's KV reservation runs on a side stream that waits for the last verify on the
 # GPU, where 0.5.14 otherwise waits for it on the host before scheduling the next step.
 PLAN_STREAM = {PLAN_STREAM_ENV: "1"}
-# The drafter's block through the split-KV kernel, every block key visible (the drafter on triton)
+# The drafter's block through the split-KV kernel, every block key visible (the drafter on triton),
+# or SGLang's extend kernel; unnamed, the payload picks (auto: split-KV where it can run)
 DRAFT_SPLIT_KV = {"SGLANG_DDTREE_DRAFT_ATTENTION": "splitkv"}
+DRAFT_EXTEND = {"SGLANG_DDTREE_DRAFT_ATTENTION": "extend"}
 # B = 64 up to 8 requests, 32 for 9-16, 8 from 17 (the draft block's width, 16).
 SCHEDULE = BudgetPolicy.parse_schedule("1:64,9:32,17:8")
 ADAPTIVE = BudgetPolicy.parse_adaptive("8,32,128")
@@ -358,10 +360,11 @@ PRESETS: Mapping[str, tuple[CheckArm, ...]] = {
     ),
     # The drafter's block through the split-KV kernel: the drafter only proposes, so every arm
     # stays lossless and accepts about what the drafter on SGLang's kernel does (B = 32 beside
-    # it); paged KV, adaptive widths (sync guard), the plan stream and T = 1 too.
+    # it, its drafter pinned to that kernel); paged KV, adaptive widths (sync guard), the plan
+    # stream and T = 1 too.
     "draft-splitkv": (
         PLAIN,
-        _ddtree("ddtree-b32", 32),
+        _ddtree("ddtree-b32", 32, env=DRAFT_EXTEND),
         _ddtree("ddtree-b32-draft-splitkv", 32, env=DRAFT_SPLIT_KV),
         _ddtree("ddtree-b32-draft-splitkv-page16", 32, env=DRAFT_SPLIT_KV, engine={"page_size": 16}),
         _ddtree("ddtree-adaptive-draft-splitkv", ADAPTIVE, env=DRAFT_SPLIT_KV | PLAN_STREAM | NO_SYNC),

@@ -355,11 +355,12 @@ def test_the_plan_stream_preset_turns_sglangs_plan_stream_on_for_every_speculati
     assert arms["ddtree-adaptive-plan-stream"].runner_arm(64)["env"]["SGLANG_DDTREE_SYNC_DEBUG"] == "error"
 
 
-def test_the_draft_splitkv_preset_switches_the_drafters_attention_beside_a_ddtree_arm_without_it() -> None:
+def test_the_draft_splitkv_preset_switches_the_drafters_attention_beside_a_ddtree_arm_pinned_to_sglangs_kernel() -> None:
     arms = {arm.name: arm for arm in check_presets.PRESETS["draft-splitkv"]}
     switched = [name for name, arm in arms.items() if arm.runner_arm(64).get("env", {}).get("SGLANG_DDTREE_DRAFT_ATTENTION") == "splitkv"]
     assert switched == [name for name in arms if "draft-splitkv" in name] and len(switched) == 4
     assert {arms[name].arm.algorithm for name in switched} == {"DDTREE"}
-    assert "env" not in arms["ddtree-b32"].runner_arm(64)  # the acceptance it is read against
+    # the acceptance they are read against: named, since the default (auto) runs the split-KV kernel
+    assert arms["ddtree-b32"].runner_arm(64)["env"] == {"SGLANG_DDTREE_DRAFT_ATTENTION": "extend"}
     adaptive = arms["ddtree-adaptive-draft-splitkv"].runner_arm(64)["env"]
     assert adaptive["SGLANG_DDTREE_SYNC_DEBUG"] == "error" and adaptive["SGLANG_ENABLE_OVERLAP_PLAN_STREAM"] == "1"

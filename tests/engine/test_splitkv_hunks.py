@@ -1,6 +1,6 @@
-"""The split-KV triton_backend hunk (SGLANG_DDTREE_VERIFY_ATTENTION=splitkv for the target's verify,
-SGLANG_DDTREE_DRAFT_ATTENTION=splitkv for the drafter's block) on every release, against that
-release's own stock file (read from its wheel in the matrix cache,
+"""The split-KV triton_backend hunk (the split-KV kernel for the target's verify,
+SGLANG_DDTREE_VERIFY_ATTENTION, and for the drafter's block, SGLANG_DDTREE_DRAFT_ATTENTION) on
+every release, against that release's own stock file (read from its wheel in the matrix cache,
 ~/.cache/ddtree-overlay/matrix/wheels; `ddtree-overlay matrix` fills it).
 
 The hunk must apply at its own lines (no offset), ask ``tree_verify_for`` in the backend's
@@ -9,8 +9,8 @@ forward its call ``serves`` (a target verify with DDTREE's mask, or the drafter'
 before SGLang's own verify kernels and its extend kernel, handing it the kv rails, the mask and
 every layer feature the extend call would get (so the module refuses what it does not compute
 rather than the backend dropping it). Only the deterministic and
-decode-context-parallel paths return before it; the server-args hook refuses the switch with
-those. The stock backend must keep the cuda-graph mask where the tail-only mask can live: the
+decode-context-parallel paths return before it; with those settings ``auto`` keeps SGLang's
+kernel and ``splitkv`` is refused (``split_kv_path_conflict``). The stock backend must keep the cuda-graph mask where the tail-only mask can live: the
 spec input's mask copied to the head of the graph's buffer, the eager path reading the spec
 input's own.
 """
@@ -39,7 +39,8 @@ BRANCH = (
 SGLANG_VERIFY = (
     "self.verify_splitkv_fwd(", "verify_fwd(", "self.extend_attention_fwd(", "self._forward_extend_kernel(",
 )  # fmt: skip
-# Paths that return before the branch, each refused by the server-args hook with the switch on.
+# Paths that return before the branch: under their settings auto keeps SGLang's kernel and
+# splitkv is refused.
 EARLIER = ("return self._forward_extend_unified(", "return self._forward_extend_dcp(")
 
 

@@ -1,7 +1,7 @@
 """Which attention DDTREE's forwards run (overlay/.../ddtree_attention_choice.py): the target
 verify's by ``SGLANG_DDTREE_VERIFY_ATTENTION`` auto, extend or splitkv, the drafter block's by
-``SGLANG_DDTREE_DRAFT_ATTENTION`` extend or splitkv, each decided when that model's triton
-backend starts, and what the worker reads back from the backends.
+``SGLANG_DDTREE_DRAFT_ATTENTION`` auto, extend or splitkv, each decided when that model's
+triton backend starts, and what the worker reads back from the backends.
 
 SGLang's ``RadixAttention`` / ``AttentionType`` and the release shim's ``attention_backends``
 are stand-ins here (the payload module imports them when the backend starts); the layers carry
@@ -158,6 +158,10 @@ def backend_of(runner):
     return SimpleNamespace(full_attn_backend=triton)
 
 
+class FlashInferAttnBackend:
+    """A backend the patch set does not wire: it has no ``ddtree_tree_verify``."""
+
+
 def test_the_worker_reads_the_choice_back_from_the_target_backend(monkeypatch):
     runner = model_runner()
     runner.attn_backend = backend_of(runner)
@@ -173,10 +177,6 @@ def test_the_worker_reads_the_choice_back_from_the_target_backend(monkeypatch):
 def test_splitkv_on_a_backend_without_it_is_refused(monkeypatch):
     monkeypatch.setenv("SGLANG_DDTREE_VERIFY_ATTENTION", "splitkv")
     runner = model_runner(attention_backend="flashinfer")
-
-    class FlashInferAttnBackend:
-        pass
-
     runner.attn_backend = FlashInferAttnBackend()
     with pytest.raises(ValueError, match=r"splitkv runs in the triton attention backend .* not FlashInferAttnBackend"):
         ac.verify_attention_in_use(runner)
@@ -188,11 +188,13 @@ ENCODER = AttentionType.ENCODER_ONLY  # a DFlash drafter's full-attention layers
 @pytest.mark.parametrize(
     ("mode", "runner", "runs"),
     [
-        (None, model_runner(Block(0, attn_type=ENCODER), draft=True), False),
+        (None, model_runner(Block(0, attn_type=ENCODER), draft=True), True),
+        ("auto", model_runner(Block(0, attn_type=ENCODER), Block(1, attn_type=ENCODER, head_dim=256), draft=True), True),
         ("extend", model_runner(Block(0, attn_type=ENCODER), draft=True), False),
         ("splitkv", model_runner(Block(0, attn_type=ENCODER), Block(1, attn_type=ENCODER), draft=True), True),
         # DFLASH's own drafter never: the switch is DDTREE's
         ("splitkv", model_runner(Block(0, attn_type=ENCODER), draft=True, speculative_algorithm="DFLASH"), False),
+        (None, model_runner(Block(0, attn_type=ENCODER), draft=True, speculative_algorithm="DFLASH"), False),
     ],
 )
 def test_the_drafter_gets_the_split_kv_block_attention_where_its_switch_asks(monkeypatch, mode, runner, runs):
@@ -203,19 +205,38 @@ def test_the_drafter_gets_the_split_kv_block_attention_where_its_switch_asks(mon
     assert isinstance(draft, ac.DraftBlockAttention) if runs else draft is None
 
 
-@pytest.mark.parametrize(
+DRAFTERS_THE_KERNEL_CANNOT_RUN = pytest.mark.parametrize(
     ("args", "layers", "reason"),
     [
         ({}, (Block(0, attn_type=ENCODER), Block(1)), "layer 1 has a causal layer"),
         ({}, (Block(0, attn_type=ENCODER, sliding_window_size=2048),), "layer 0 has a sliding window"),
+        ({}, (Block(0, attn_type=ENCODER, logit_cap=30.0),), "layer 0 has a logit cap"),
         ({}, (Block(0, attn_type=ENCODER, head_dim=96),), "its attention head dim is 96"),
+        ({}, (Block(0, attn_type=ENCODER, sinks=True),), "the model's attention has sinks"),
         ({"enable_deterministic_inference": True}, (Block(0, attn_type=ENCODER),), "--enable-deterministic-inference is set"),
+        ({"enable_unified_memory": True}, (Block(0, attn_type=ENCODER),), "--enable-unified-memory is set"),
+        ({"dcp_size": 2}, (Block(0, attn_type=ENCODER),), "--dcp-size is 2"),
     ],
 )
+
+
+@DRAFTERS_THE_KERNEL_CANNOT_RUN
 def test_splitkv_refuses_a_drafter_it_cannot_run_and_says_why(monkeypatch, args, layers, reason):
     monkeypatch.setenv("SGLANG_DDTREE_DRAFT_ATTENTION", "splitkv")
     with pytest.raises(ValueError, match=f"SGLANG_DDTREE_DRAFT_ATTENTION=splitkv cannot run DDTREE's drafter: .*{reason}"):
         ac.tree_verify_for(model_runner(*layers, draft=True, **args), sm_count=132)
+
+
+@DRAFTERS_THE_KERNEL_CANNOT_RUN
+@pytest.mark.parametrize("mode", [None, "auto"])
+def test_auto_leaves_a_drafter_it_cannot_run_on_sglangs_kernel_without_refusing(monkeypatch, mode, args, layers, reason):
+    if mode:
+        monkeypatch.setenv("SGLANG_DDTREE_DRAFT_ATTENTION", mode)
+    runner = model_runner(*layers, draft=True, **args)
+    assert reason in ac.draft_keeps_extend(runner.server_args, runner.model)
+    runner.attn_backend = backend_of(runner)
+    assert runner.attn_backend.full_attn_backend.ddtree_tree_verify is None
+    assert ac.draft_attention_in_use(runner) is False
 
 
 class Mode:
@@ -235,17 +256,28 @@ def test_each_call_serves_its_own_forwards():
     assert not verify.serves(Mode(False), mask) and not draft.serves(Mode(False), None)
 
 
-def test_the_worker_reads_the_drafters_choice_back_from_its_backend(monkeypatch):
-    monkeypatch.setenv("SGLANG_DDTREE_DRAFT_ATTENTION", "splitkv")
+@pytest.mark.parametrize("mode", [None, "auto", "splitkv"])
+def test_the_worker_reads_the_drafters_choice_back_from_its_triton_backend(monkeypatch, mode):
+    if mode:
+        monkeypatch.setenv("SGLANG_DDTREE_DRAFT_ATTENTION", mode)
     runner = model_runner(Block(0, attn_type=ENCODER), draft=True)
     runner.attn_backend = backend_of(runner)
+    assert isinstance(runner.attn_backend.full_attn_backend.ddtree_tree_verify, ac.DraftBlockAttention)
     assert ac.draft_attention_in_use(runner) is True
 
-    class FlashInferAttnBackend:
-        pass
 
+@pytest.mark.parametrize("mode", [None, "auto", "extend"])
+def test_a_drafter_on_another_backend_runs_its_kernel_unless_splitkv_is_asked_for(monkeypatch, mode):
+    if mode:
+        monkeypatch.setenv("SGLANG_DDTREE_DRAFT_ATTENTION", mode)
+    runner = model_runner(Block(0, attn_type=ENCODER), draft=True, attention_backend="flashinfer")
+    runner.attn_backend = FlashInferAttnBackend()
+    assert ac.draft_attention_in_use(runner) is False
+
+
+def test_splitkv_refuses_a_drafter_on_another_backend(monkeypatch):
+    monkeypatch.setenv("SGLANG_DDTREE_DRAFT_ATTENTION", "splitkv")
+    runner = model_runner(Block(0, attn_type=ENCODER), draft=True, attention_backend="flashinfer")
     runner.attn_backend = FlashInferAttnBackend()
     with pytest.raises(ValueError, match="SGLANG_DDTREE_DRAFT_ATTENTION=splitkv runs in the triton attention backend, not the drafter's FlashInferAttnBackend"):
         ac.draft_attention_in_use(runner)
-    monkeypatch.delenv("SGLANG_DDTREE_DRAFT_ATTENTION")
-    assert ac.draft_attention_in_use(runner) is False

@@ -26,6 +26,7 @@ def test_unset_switches_read_their_defaults(monkeypatch):
     assert envs.SGLANG_DDTREE_HYBRID_STATE.get() == "flat"
     assert envs.SGLANG_DDTREE_SERVE_FEWER_REQUESTS.get() is False
     assert envs.SGLANG_DDTREE_VERIFY_ATTENTION.get() == "auto"
+    assert envs.SGLANG_DDTREE_DRAFT_ATTENTION.get() == "auto"
 
 
 def test_set_switches_parse(monkeypatch):

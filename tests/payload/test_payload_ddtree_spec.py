@@ -180,6 +180,11 @@ CASES = {
         "attention_backend": "flashinfer", "env": {"SGLANG_DDTREE_DRAFT_ATTENTION": "splitkv"},
     },
     "draft_attention_typo": {"env": {"SGLANG_DDTREE_DRAFT_ATTENTION": "split"}},
+    "draft_default_flashinfer": {"speculative_draft_attention_backend": "flashinfer"},
+    "draft_auto_flashinfer": {
+        "speculative_draft_attention_backend": "flashinfer", "env": {"SGLANG_DDTREE_DRAFT_ATTENTION": "auto"},
+    },
+    "draft_auto_on_flashinfer_target": {"attention_backend": "flashinfer", "env": {"SGLANG_DDTREE_DRAFT_ATTENTION": "auto"}},
     "dcp": {"dcp_size": 2},
 }
 for name, changes in CASES.items():
@@ -280,6 +285,12 @@ def test_splitkv_verify_attention_and_dcp_are_each_accepted_on_triton(
     assert ddtree_report["cases"]["dcp"] == ddtree_report["cases"]["default"]  # extend: no refusal
 
 
+def test_auto_leaves_a_drafter_off_triton_on_its_own_kernel_without_refusing(ddtree_report: dict) -> None:
+    cases = ddtree_report["cases"]
+    assert cases["draft_default_flashinfer"] == cases["draft_auto_flashinfer"] == cases["default"]
+    assert cases["draft_auto_on_flashinfer_target"] == cases["default"]  # the drafter on the target's flashinfer
+
+
 @pytest.mark.parametrize(
     ("case", "fragment"),
     [
@@ -313,7 +324,7 @@ def test_splitkv_verify_attention_and_dcp_are_each_accepted_on_triton(
         ("hybrid_conv5", "got linear_conv_kernel_dim=5"),
         ("draft_splitkv_flashinfer", "SGLANG_DDTREE_DRAFT_ATTENTION=splitkv runs in the triton backend, and the drafter's is flashinfer"),
         ("draft_splitkv_on_flashinfer_target", "and the drafter's is flashinfer: pass --speculative-draft-attention-backend triton"),
-        ("draft_attention_typo", "SGLANG_DDTREE_DRAFT_ATTENTION must be 'extend' or 'splitkv', got 'split'"),
+        ("draft_attention_typo", "SGLANG_DDTREE_DRAFT_ATTENTION must be 'auto' or 'extend' or 'splitkv', got 'split'"),
     ],
 )
 def test_unsupported_settings_are_refused_with_a_clear_message(ddtree_report: dict, case: str, fragment: str) -> None:

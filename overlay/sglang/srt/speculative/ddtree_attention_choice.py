@@ -6,13 +6,14 @@ built (``tree_verify_for``, which each release's patched ``TritonAttnBackend.__i
   ``SGLANG_DDTREE_VERIFY_ATTENTION`` says (``auto``: where ``auto_keeps_extend`` finds nothing
   against it);
 - the DFlash drafter's block: ``extend_attention_fwd``, or the same split-KV kernel with every
-  block key visible (``SGLANG_DDTREE_DRAFT_ATTENTION=splitkv``). Each round the drafter runs one
+  block key visible, as ``SGLANG_DDTREE_DRAFT_ATTENTION`` says (``auto``: where
+  ``draft_keeps_extend`` finds nothing against it). Each round the drafter runs one
   target-verify forward of its block (the bonus token and its mask tokens) against the
   committed context, no mask, its layers non-causal: every block token sees the whole prefix
   and the whole block. SGLang's kernel walks the prefix in one program per request and q head
-  with 16 of its 128 query rows in use, 0.362 ms for the 5 layers of the Qwen3-8B-shaped
-  drafter at bs 1 and a 1 K context on an H100 (2026-12-06, BENCHMARKS), where the target's 36
-  layers of 33 tokens take 0.674 ms through the split-KV kernel. The drafter only proposes
+  with 16 of its 128 query rows in use: for the 5 layers of the Qwen3-8B-shaped drafter at bs 1
+  and a 1 K context on an H100 (2026-12-06) it took 0.376 ms per round, the split-KV kernel
+  about 0.08, and the round's wall time fell from 9.63 to 9.39 ms. The drafter only proposes
   tokens, so its kernel changes which tokens are tried, never which are committed.
 
 A patched backend's ``forward_extend`` hands a call to the object ``tree_verify_for`` gave it
@@ -192,14 +193,24 @@ class DraftBlockAttention(TreeVerifyAttention):
         return forward_mode.is_target_verify() and custom_mask is None
 
 
+def draft_keeps_extend(server_args, model) -> Optional[str]:
+    """Why the drafter's triton backend cannot run its block through the split-KV kernel (None:
+    it can): a ``split_kv_path_conflict`` or ``layers_not_computed`` of its non-causal layers."""
+    return split_kv_path_conflict(server_args) or layers_not_computed(model, causal=False)
+
+
 def draft_block_attention_for(model_runner, sm_count: int) -> Optional[DraftBlockAttention]:
-    """The drafter's block attention under ``SGLANG_DDTREE_DRAFT_ATTENTION=splitkv`` (None under
-    extend); ValueError naming the server setting or drafter layer the kernel cannot run."""
-    if envs.SGLANG_DDTREE_DRAFT_ATTENTION.get() == "extend":
+    """The drafter's block attention on its triton backend: under ``auto`` where
+    ``draft_keeps_extend`` finds no reason against it, under ``splitkv`` always (ValueError
+    naming the reason where there is one); None otherwise (extend_attention_fwd)."""
+    mode = envs.SGLANG_DDTREE_DRAFT_ATTENTION.get()
+    if mode == "extend":
         return None
-    reason = split_kv_path_conflict(model_runner.server_args) or layers_not_computed(model_runner.model, causal=False)
-    if reason:
+    reason = draft_keeps_extend(model_runner.server_args, model_runner.model)
+    if reason and mode == "splitkv":
         raise ValueError(f"SGLANG_DDTREE_DRAFT_ATTENTION=splitkv cannot run DDTREE's drafter: {reason}; unset it.")
+    if reason:
+        return None
     return DraftBlockAttention(model_runner.model_config.context_len, sm_count)
 
 
@@ -255,8 +266,9 @@ def verify_attention_in_use(model_runner) -> tuple:
 
 
 def draft_attention_in_use(draft_model_runner) -> bool:
-    """Whether the drafter's backend runs its block through the split-KV kernel; ValueError
-    where ``splitkv`` is asked for and the drafter's backend is not triton."""
+    """Whether the drafter's backend runs its block through the split-KV kernel (under ``auto``,
+    whatever it chose); ValueError where ``splitkv`` is asked for and the drafter's backend is
+    not triton."""
     backend = full_attention_backend(draft_model_runner.attn_backend)
     if getattr(backend, "ddtree_tree_verify", None) is not None:
         return True

@@ -92,10 +92,12 @@ class DDTreeEnvs:
         "and computes every layer, extend elsewhere (ddtree_attention_choice.auto_keeps_extend)",
     )
     SGLANG_DDTREE_DRAFT_ATTENTION = DDTreeEnvChoice(
-        ("extend", "splitkv"),
+        ("auto", "extend", "splitkv"),
         "the drafter's attention over its block on the triton backend: SGLang's "
         "extend_attention_fwd, or splitkv (ddtree_attention_choice: the verify's split-KV kernel, "
-        "every block key visible); splitkv refuses a drafter whose layers it does not compute",
+        "every block key visible); auto: splitkv where the drafter is on triton and the kernel "
+        "computes its layers, extend elsewhere (ddtree_attention_choice.draft_keeps_extend); "
+        "splitkv refuses a drafter it cannot run",
     )
 
     SGLANG_DDTREE_SAMPLING_FILTERS = DDTreeEnvChoice(

@@ -157,7 +157,8 @@ def _unsupported_ddtree_settings(cfg):
                 "(on Hopper fa3 is the default: pass --attention-backend triton)."
             )
     try:
-        # auto settles at the backend's start (ddtree_attention_choice.auto_keeps_extend)
+        # auto settles at each backend's start (ddtree_attention_choice: auto_keeps_extend,
+        # draft_keeps_extend): only splitkv's server settings are checked here
         split_kv_asked = envs.SGLANG_DDTREE_VERIFY_ATTENTION.get() == "splitkv"
         draft_split_kv_asked = envs.SGLANG_DDTREE_DRAFT_ATTENTION.get() == "splitkv"
     except ValueError as bad_value:

@@ -169,9 +169,16 @@ class DDTreeWorkerV2(DFlashWorkerV2):
         self.recurrent_state = self._recurrent_state_commit()
         with draft_width_scope(self):
             super().init_attention_backends()
+        split_kv_draft = draft_attention_in_use(self.draft_model_runner)
+        if getattr(self, "tp_rank", 0) == 0:
+            logger.info(
+                "DDTREE drafter block: %s (SGLANG_DDTREE_DRAFT_ATTENTION=%s)",
+                "the split-KV kernel" if split_kv_draft else "the backend's kernel",
+                envs.SGLANG_DDTREE_DRAFT_ATTENTION.get(),
+            )
         paths = engine_paths(
             split_kv_verify=self.tail_mask,
-            split_kv_draft=draft_attention_in_use(self.draft_model_runner),
+            split_kv_draft=split_kv_draft,
             hybrid_state=self.recurrent_state.mode if self.recurrent_state is not None else None,
         )
         self.profiler.attach("paths", lambda: paths)
