@@ -1652,3 +1652,69 @@ def test_the_draft_split_kv_check_as_cited():
         f"{rounds['ddtree-b32']:.3f} with the drafter on SGLang's kernel at B = 32, the adaptive arm's {rounds['ddtree-adaptive-draft-splitkv']:.3f} "
         f"against {adaptive_before:.3f}; T = 1 χ² p = {p}"
     ) in summary()
+
+
+EXACT_LAW_LABELS = {
+    "plain-t0.6-draws": "target-only",
+    "ddtree-b32-t0.6-draws": "DDTREE B = 32",
+    "plain-t0.6-draws-seed1": "target-only",
+    "ddtree-b32-t0.6-draws-seed1": "DDTREE B = 32",
+    "plain-t0.6-draws-seed2": "target-only",
+    "ddtree-b32-t0.6-draws-seed2": "DDTREE B = 32",
+    "plain-t0.6-draws-seed2-flashinfer": "target-only, flashinfer attention",
+}
+
+
+def fisher_p(p_values: list[float]) -> float:
+    """Fisher's method in closed form: -2 Σ ln p is χ² with 2k dof under the null."""
+    half = -sum(math.log(p) for p in p_values)
+    return math.exp(-half) * sum(half**i / math.factorial(i) for i in range(len(p_values)))
+
+
+def test_the_t06_samples_against_the_exact_law_as_cited():
+    run = BENCH / "2026-12-06-sampling-t0.6-exact-law-cpu"
+    record = json.loads(lzma.decompress((run / "sampling_exact_law.json.xz").read_bytes()))
+    assert record["sampling"] == {"temperature": 0.6, "top_p": 0.95, "top_k": 20} and record["rounds"] == 2000
+    text = " ".join(section("The three T = 0.6 samples against the fixture target's exact law (CPU)").split())
+    assert f"{record['laws']} distinct prefixes" in text
+    core = {"plain": [], "ddtree": []}
+    off, edge = [], []
+    from ddtree_overlay.bench import check_presets, checks
+
+    presets = {"0": "sampling", "1": "sampling-repeat", "2": "sampling-third"}
+    for seed, result in record["seeds"].items():
+        # the script's homogeneity test is the check's own: its p-value is the check's, within Monte Carlo noise
+        verdicts = checks.summarize(list(arms(result["run"]).values()), check_presets.PRESETS[presets[seed]], None)
+        (ddtree,) = [c for c in verdicts["sampling_combined"] if c["arm"].startswith("ddtree-b32-t0.6")]
+        assert result["homogeneity_combined"]["p_value"] == pytest.approx(ddtree["p_value"], abs=0.02)
+        for arm, fit in result["arms"].items():
+            cells = [seed, EXACT_LAW_LABELS[arm], f"{fit['fisher_full_1_8']:.2g}" if fit["fisher_full_1_8"] < 0.01 else f"{fit['fisher_full_1_8']:.3g}",
+                     f"{fit['fisher_core_1_8']:.3f}", f"{fit['edge_1_8']} ({fit['edge_expected_1_8']:.1f})", str(fit["off_support_1_8"])]
+            assert "| " + " | ".join(cells) + " |" in text, cells
+            off.append(fit["off_support_1_8"])
+            edge.append(fit["edge_1_8"])
+            if arm in (result["plain"], result["ddtree"]):
+                core["plain" if arm == result["plain"] else "ddtree"].append(fit["fisher_core_1_8"])
+    assert f"draws {min(off)}–{max(off)} of its 65 536 tokens" in text and f"lands {min(edge)}–{max(edge)} draws outside the core" in text
+    assert f"over the three seeds (Fisher) DDTREE {fisher_p(core['ddtree']):.2f}, target-only {fisher_p(core['plain']):.2f}" in text
+    assert min(core["ddtree"]) > 0.01
+    bf16 = record["bf16"]
+    assert f"changes the kept tokens of {bf16['support_differs']} of the {record['laws']} prefixes (total variation {bf16['tv_mean']:.4f}" in text
+    seed1 = record["seeds"]["1"]
+    combined, collapsed = seed1["homogeneity_combined"], seed1["homogeneity_combined_edge_collapsed"]
+    assert f"p = {combined['p_value']:.4f} stays {collapsed['p_value']:.4f}" in text
+    assert f"χ² ({combined['chi2']:.0f} against a null mean of {combined['null_mean']:.0f})" in text
+    (first, excess_22), (second, excess_10) = seed1["homogeneity_excess_by_prompt"][:2]
+    assert (first, second) == (22, 10) and f"prompts 22 (+{excess_22:.0f}) and 10 (+{excess_10:.1f})" in text
+    cells = {(c["prompt"], c["position"]): {(a["seed"], a["arm"]): a for a in c["arms"]} for c in record["cells"]}
+    p22, p10 = cells[22, 1], cells[10, 1]
+    d = next(t for t in p22[1, "plain-t0.6-draws-seed1"]["tokens"] if t["token"] == ord("d"))
+    assert f"target-only drew 'd' {d['observed']} times where fp32 expects {d['fp32']:.1f} (core p {p22[1, 'plain-t0.6-draws-seed1']['core_p']:.4f}" in text
+    assert f"DDTREE's {p22[1, 'ddtree-b32-t0.6-draws-seed1']['core_p']:.3f})" in text
+    assert f"target-only's p is {p10[1, 'plain-t0.6-draws-seed1']['core_p']:.4f}, DDTREE's {p10[1, 'ddtree-b32-t0.6-draws-seed1']['core_p']:.3f}" in text
+    others = [f"{cells[i, 1][s, a]['core_p']:.3f}" for i in (22, 10) for s, a in ((0, "plain-t0.6-draws"), (2, "plain-t0.6-draws-seed2"))]
+    assert f"(target-only {others[0]} and {others[1]}, {others[2]} and {others[3]})" in text
+    assert (
+        f"DDTREE's core p {' / '.join(f'{p:.3f}' for p in core['ddtree'])} at seeds 0 / 1 / 2, target-only's "
+        f"{' / '.join(f'{p:.3f}' for p in core['plain'])}"
+    ) in summary()
