@@ -100,6 +100,7 @@ def test_an_untimed_primer_of_the_first_arm_starts_before_the_measured_ones(tmp_
         ("nextn-no-overlap", True), ("nextn-no-overlap", False), ("ddtree-b32", False),
     ]
     assert "tok_per_s" not in records[0] and records[0]["start_s"] >= 0
+    assert all(len(r["timed_step_ms"]) == 2 and r["step_ms"] == min(r["timed_step_ms"]) for r in records[1:])
     assert records[2]["requests_at_once"] == 1  # --batch-size 1 asked for on a hybrid target
     rows = [line for line in done.stdout.splitlines() if line.startswith("| nextn-no-overlap |")]
     assert len(rows) == 1  # the table lists the measured arm once

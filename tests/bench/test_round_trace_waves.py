@@ -12,9 +12,11 @@ from ddtree_overlay.bench import round_trace
 from ddtree_overlay.bench.arms import Arm
 from ddtree_overlay.bench.round_trace import (
     engine_kwargs,
+    fastest_decode,
     gpu_table,
     prompt_waves,
     table,
+    timing_notes,
     wave_timing,
 )
 
@@ -53,6 +55,18 @@ def test_a_waves_steps_are_its_longest_requests_rounds() -> None:
     }
     # target-only reports no verify count: a step per token
     assert wave_timing([[{"completion_tokens": 8}]], 0.08)["step_ms"] == 10.0
+
+
+def test_the_arms_step_is_its_fastest_timed_decode_and_a_disturbed_one_is_named() -> None:
+    # 2026-12-06: a fresh machine's DFLASH engine timed one decode at 30.86 ms per step, its trace 11.5
+    disturbed = {"tokens": 512, "tok_per_s": 32.7, "step_ms": 30.863, "tokens_per_step": 1.008}
+    steady = {"tokens": 512, "tok_per_s": 103.4, "step_ms": 9.749, "tokens_per_step": 1.008}
+    timed = fastest_decode([disturbed, steady])
+    assert timed == steady | {"timed_step_ms": [30.863, 9.749]}
+    assert fastest_decode([steady]) == steady  # one timed decode: the record as before
+    close = fastest_decode([steady, steady | {"step_ms": 10.5}])
+    notes = timing_notes([{"arm": "dflash"} | timed, {"arm": "ddtree-b32"} | close, {"arm": "plain"} | steady])
+    assert notes == ["note: dflash's timed decodes took 30.863, 9.749 ms per step; its step is the fastest, 9.749"]
 
 
 def gpu(count: int, kernel: float, families: dict, *, span: float | None = None, empty: int = 0) -> dict:
