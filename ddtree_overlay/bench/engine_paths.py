@@ -42,10 +42,10 @@ def traced_paths(
     kernel_calls: Mapping[str, float], *, hybrid: bool, target_layers: int, draft_layers: int
 ) -> dict[str, str]:
     """The paths of a DDTREE engine whose trace launched ``kernel_calls`` (kernel name -> calls
-    per round; the ``PATH_KERNELS`` at least). Only the split-KV paths launch its partial kernel, once per attention layer of
-    the model that runs it: ``target_layers`` calls a round for the target's verify,
-    ``draft_layers`` for the drafter's block; the count nearest the traced one says which ran.
-    Only the flat state launches its GDN tree verify and replay."""
+    per round; the ``PATH_KERNELS`` at least). Only the split-KV paths launch its partial
+    kernel, once per attention layer of the model that runs it: ``target_layers`` calls a round
+    for the target's verify, ``draft_layers`` for the drafter's block; the count nearest the
+    traced one says which ran. Only the flat state launches its GDN tree verify and replay."""
     calls = kernel_calls.get(SPLIT_KV_KERNEL, 0.0)
     verify, draft = min(
         ((v, d) for v in (False, True) for d in (False, True)),
