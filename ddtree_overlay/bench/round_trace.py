@@ -9,10 +9,10 @@ For each arm: start an sglang Engine on the bench setting's pair (decode graphs 
 waves of --batch-size at once, once untimed and then --timed-decodes times timed (tok/s; ms per
 step, a wave's steps being its longest request's; tokens per step per request; the fastest
 timed decode's, every decode's ms per step kept beside it), then trace --trace-tokens more
-tokens of one wave with SGLang's own torch profiler and reduce the trace with ``ddtree_overlay.bench.trace_summary``: host ms and
-launches per stage and per step (with --with-stack also the Python functions that hold the host,
-per step and between rounds), and GPU ms per step by kernel family, side by side across arms with
-each arm's difference from the first. A DDTREE arm's record names the paths its engine ran
+tokens of one wave with SGLang's own torch profiler and reduce the trace with
+``ddtree_overlay.bench.trace_summary``: host ms and launches per stage and per step (with
+--with-stack also the Python functions that hold the host, per step and between rounds), and GPU
+ms per step by kernel family, side by side across arms with each arm's difference from the first. A DDTREE arm's record names the paths its engine ran
 (``paths``: the verify's attention, the drafter's and a hybrid's recurrent state, read from the
 kernels its trace launched and how often, ``bench.engine_paths``), so an arm left to ``auto``
 says what it chose.
