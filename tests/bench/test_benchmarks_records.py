@@ -1307,12 +1307,15 @@ def test_the_0517_t06_seed1_sample_as_cited():
     assert f"χ² p = {min(p):.3f}–{max(p):.3f}, but all positions at once p = {combined['p_value']:.4f}" in summary()
 
 
-def test_the_8b_c16_tile64_two_engines_as_cited():
-    rep = report("2026-12-06-qwen3-8b-c16-b15-b16-tile64-two-engines-h100")
+def c16_two_engine_table(run: str, title: str) -> tuple[dict, dict, str]:
+    """A c = 16 run's rows by group, its projection per budget and its section's text, the
+    DFLASH row and the B = 15 and 16 rows of the section's table checked (two engines per arm,
+    within 0.5 % of each other)."""
+    rep = report(run)
     rows = {row["group"]: row for row in rep["steady"]["rows"]}
     (column,) = project(rep, PAPER_QWEN3_8B)["steady"]
     by_budget = {b["budget"]: b for b in column["budgets"]}
-    text = " ".join(section("Qwen3-8B shape, c = 16, steady state: the 64 × 64 tile in engines, B = 15 and B = 16 against DFLASH on flashinfer, two engines per arm (H100)").split())
+    text = " ".join(section(title).split())
     dflash_engines = ", ".join(f"{e['tok_per_s']:.0f}" for e in rows["dflash"]["engines"])
     assert f"| DFLASH, flashinfer | {rows['dflash']['tok_per_s']:.0f} | {dflash_engines} | – | – |" in text
     for budget in (15, 16):
@@ -1324,6 +1327,14 @@ def test_the_8b_c16_tile64_two_engines_as_cited():
             f"{round_split(row)} | {b['step_ratio']:.3f} ({b['worst_step_ratio']:.3f}) |"
         )
         assert cells in text, cells
+    return rows, by_budget, text
+
+
+def test_the_8b_c16_tile64_two_engines_as_cited():
+    rows, by_budget, text = c16_two_engine_table(
+        "2026-12-06-qwen3-8b-c16-b15-b16-tile64-two-engines-h100",
+        "Qwen3-8B shape, c = 16, steady state: the 64 × 64 tile in engines, B = 15 and B = 16 against DFLASH on flashinfer, two engines per arm (H100)",
+    )
     b15, b16 = by_budget[15], by_budget[16]
     assert f"B = 15 (DFLASH's 16 verify tokens) costs **{b15['step_ratio']:.3f}×**" in text
     assert f"B = 16 (17 tokens) **{b16['step_ratio']:.3f}×**" in text and b16["step_ratio"] > 1.08
@@ -1465,29 +1476,41 @@ PLAN_STREAM_CHECK_LABELS = {
 }
 
 
-def test_the_plan_stream_check_as_cited():
+def lossless_check_table(run: str, title: str, labels: dict[str, str]) -> tuple[dict, dict, str, float, dict]:
+    """A T = 0 check's arms, its summary and its section's text, each labelled arm's row
+    checked (identical prompts, divergences and the largest margin, unexplained, tokens per
+    round) against a fresh judgement that passes; also the largest margin of them all and each
+    arm's tokens per round."""
     from ddtree_overlay.bench import decode_compare
 
-    run = "2026-12-06-plan-stream-check-dense-h100"
     by_name, summary_json = arms(run), json.loads((BENCH / run / "summary.json").read_text())
     verdicts = {v["arm"]: v for v in summary_json["lossless"]}
-    text = " ".join(section("Overlap scheduling with SGLang's plan stream, dense pair, T = 0 and T = 1").split())
-    margins_all = []
-    for name, label in PLAN_STREAM_CHECK_LABELS.items():
+    text = " ".join(section(title).split())
+    margins_all, rounds = [], {}
+    for name, label in labels.items():
         verdict = decode_compare.lossless_report(by_name["plain"], by_name[name])
         assert verdict == verdicts[name] and verdict["passed"]
         margins = [d["margin"] for d in verdict["divergences"]]
         margins_all += margins
-        rounds = decode_compare.acceptance_summary(by_name[name])["mean_acceptance_length"]
-        cells = [label, f"{verdict['identical']} / {verdict['prompts']}", f"{len(margins)} ({max(margins):g})", str(verdict["unexplained"]), f"{rounds:.3f}"]
+        rounds[name] = decode_compare.acceptance_summary(by_name[name])["mean_acceptance_length"]
+        cells = [label, f"{verdict['identical']} / {verdict['prompts']}", f"{len(margins)} ({max(margins):g})", str(verdict["unexplained"]), f"{rounds[name]:.3f}"]
         assert "| " + " | ".join(cells) + " |" in text, cells
     assert f"(margin ≤ {max(margins_all):g}, the judge's bound 0.25)" in text
+    return by_name, summary_json, text, max(margins_all), rounds
+
+
+def test_the_plan_stream_check_as_cited():
+    by_name, summary_json, text, largest, _ = lossless_check_table(
+        "2026-12-06-plan-stream-check-dense-h100",
+        "Overlap scheduling with SGLang's plan stream, dense pair, T = 0 and T = 1",
+        PLAN_STREAM_CHECK_LABELS,
+    )
     before = arms("2026-12-04-splitkv-check-dense")["ddtree-b32-splitkv"]["outputs"]
     assert by_name["ddtree-b32-plan-stream"]["outputs"] == before
     assert by_name["ddtree-b32-plan-stream-t1"]["outputs"] == arms("2026-12-04-splitkv-dense-t1")["ddtree-b32-splitkv-t1"]["outputs"]
     p = " / ".join(f"{d['p_value']:.3f}" for d in summary_json["distribution"])
     assert f"{p} at positions 1–3" in text and summary_json["problems"] == []
-    assert f"margin ≤ {max(margins_all):g} (0 unexplained in {len(PLAN_STREAM_CHECK_LABELS)} arms)" in summary()
+    assert f"margin ≤ {largest:g} (0 unexplained in {len(PLAN_STREAM_CHECK_LABELS)} arms)" in summary()
 
 
 def test_the_verify_tiles_at_8k_as_cited():
@@ -1579,23 +1602,11 @@ def test_the_8b_bs1_drafter_switch_trace_as_cited():
 
 def test_the_8b_c16_with_both_switches_as_cited():
     run = "2026-12-06-qwen3-8b-c16-b15-b16-both-switches-h100"
-    rep = report(run)
-    assert rep["config"]["sglang_env"] == {"SGLANG_DDTREE_DRAFT_ATTENTION": "splitkv", "SGLANG_ENABLE_OVERLAP_PLAN_STREAM": "1"}
-    rows = {row["group"]: row for row in rep["steady"]["rows"]}
-    (column,) = project(rep, PAPER_QWEN3_8B)["steady"]
-    by_budget = {b["budget"]: b for b in column["budgets"]}
-    text = " ".join(section("Qwen3-8B shape, c = 16, steady state: the drafter on the split-KV kernel and the plan stream for both, B = 15 and B = 16, two engines per arm (H100)").split())
-    dflash_engines = ", ".join(f"{e['tok_per_s']:.0f}" for e in rows["dflash"]["engines"])
-    assert f"| DFLASH, flashinfer | {rows['dflash']['tok_per_s']:.0f} | {dflash_engines} | – | – |" in text
-    for budget in (15, 16):
-        row, b = rows[f"ddtree-b{budget}"], by_budget[budget]
-        engines = [e["tok_per_s"] for e in row["engines"]]
-        assert len(engines) == 2 and max(engines) / min(engines) - 1 < 0.005
-        cells = (
-            f"| DDTREE B = {budget}, triton | {row['tok_per_s']:.0f} | {', '.join(f'{x:.0f}' for x in engines)} | "
-            f"{round_split(row)} | {b['step_ratio']:.3f} ({b['worst_step_ratio']:.3f}) |"
-        )
-        assert cells in text, cells
+    assert report(run)["config"]["sglang_env"] == {"SGLANG_DDTREE_DRAFT_ATTENTION": "splitkv", "SGLANG_ENABLE_OVERLAP_PLAN_STREAM": "1"}
+    rows, by_budget, text = c16_two_engine_table(
+        run,
+        "Qwen3-8B shape, c = 16, steady state: the drafter on the split-KV kernel and the plan stream for both, B = 15 and B = 16, two engines per arm (H100)",
+    )
     b15, b16 = by_budget[15], by_budget[16]
     assert f"B = 16 (17 verify tokens) costs **{b16['step_ratio']:.3f}×** DFLASH per request and round (worst case {b16['worst_step_ratio']:.3f}×)" in text
     assert b16["worst_step_ratio"] <= 1.08
@@ -1624,20 +1635,11 @@ DRAFT_SPLIT_KV_CHECK_LABELS = {
 def test_the_draft_split_kv_check_as_cited():
     from ddtree_overlay.bench import decode_compare
 
-    run = "2026-12-06-draft-splitkv-check-dense-h100"
-    by_name, summary_json = arms(run), json.loads((BENCH / run / "summary.json").read_text())
-    verdicts = {v["arm"]: v for v in summary_json["lossless"]}
-    text = " ".join(section("The drafter's block on the split-KV kernel, dense pair, T = 0 and T = 1").split())
-    margins_all, rounds = [], {}
-    for name, label in DRAFT_SPLIT_KV_CHECK_LABELS.items():
-        verdict = decode_compare.lossless_report(by_name["plain"], by_name[name])
-        assert verdict == verdicts[name] and verdict["passed"]
-        margins = [d["margin"] for d in verdict["divergences"]]
-        margins_all += margins
-        rounds[name] = decode_compare.acceptance_summary(by_name[name])["mean_acceptance_length"]
-        cells = [label, f"{verdict['identical']} / {verdict['prompts']}", f"{len(margins)} ({max(margins):g})", str(verdict["unexplained"]), f"{rounds[name]:.3f}"]
-        assert "| " + " | ".join(cells) + " |" in text, cells
-    assert f"(margin ≤ {max(margins_all):g}, the judge's bound 0.25)" in text
+    by_name, summary_json, text, largest, rounds = lossless_check_table(
+        "2026-12-06-draft-splitkv-check-dense-h100",
+        "The drafter's block on the split-KV kernel, dense pair, T = 0 and T = 1",
+        DRAFT_SPLIT_KV_CHECK_LABELS,
+    )
     same = sum(a == b for a, b in zip(by_name["ddtree-b32"]["outputs"], by_name["ddtree-b32-draft-splitkv"]["outputs"], strict=True))
     assert f"agree on {same} of 32 prompts" in text
     adaptive_before = decode_compare.acceptance_summary(arms("2026-12-06-plan-stream-check-dense-h100")["ddtree-adaptive-plan-stream"])["mean_acceptance_length"]
@@ -1648,7 +1650,7 @@ def test_the_draft_split_kv_check_as_cited():
     p = " / ".join(f"{d['p_value']:.3f}" for d in summary_json["distribution"])
     assert f"{p} at positions 1–3" in text and summary_json["problems"] == []
     assert (
-        f"margin ≤ {max(margins_all):g} (0 unexplained in 3 arms); tokens per round {rounds['ddtree-b32-draft-splitkv']:.3f} against "
+        f"margin ≤ {largest:g} (0 unexplained in 3 arms); tokens per round {rounds['ddtree-b32-draft-splitkv']:.3f} against "
         f"{rounds['ddtree-b32']:.3f} with the drafter on SGLang's kernel at B = 32, the adaptive arm's {rounds['ddtree-adaptive-draft-splitkv']:.3f} "
         f"against {adaptive_before:.3f}; T = 1 χ² p = {p}"
     ) in summary()
