@@ -1,7 +1,8 @@
 """The T = 0.6 sampling draws against the dense fixture target's exact fp32 law, on the CPU.
 
-    .venv/bin/python scripts/sampling_exact_law.py [--seeds 0,1,2] [--rounds 2000] [--bf16]
-        [--eps 0.01] [--delta 0.1] [--cells 22:1,10:1] [--json /tmp/sampling_exact_law.json]
+    .venv/bin/python scripts/sampling_exact_law.py [--seeds 0,1,2] [--run SEED=RECORD]
+        [--rounds 2000] [--bf16] [--eps 0.01] [--delta 0.1] [--cells 22:1,10:1]
+        [--json /tmp/sampling_exact_law.json]
 
 The `sampling*` checks compare DDTREE's draws with target-only's (a homogeneity test). This
 tests every arm against the law both must draw instead. For each draw and output position k
@@ -454,7 +455,11 @@ def print_report(report: dict) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--seeds", help="the seeds to test, comma-separated (default: every record's)")
+    parser.add_argument(
+        "--run", action="append", default=[], metavar="SEED=RECORD",
+        help="a sample's record under docs/bench, added or in place of that seed's (e.g. 3=DIR); repeatable",
+    )
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--eps", type=float, default=0.01, help="core margin on the nucleus mass")
     parser.add_argument("--delta", type=float, default=0.1, help="core margin on the scaled logit against the (k+1)-th")
@@ -467,13 +472,21 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     import torch
 
-    seeds = [int(s) for s in args.seeds.split(",")]
-    prompts = load_prompts(RUNS[seeds[0]])
-    assert all(load_prompts(RUNS[s]) == prompts for s in seeds), "the records' prompts differ"
+    runs = dict(RUNS)
+    for pair in args.run:
+        seed, sep, record = pair.partition("=")
+        if not (sep and seed.strip().isdigit() and (BENCH / record / "arms.jsonl.xz").is_file()):
+            parser.error(f"--run takes SEED=RECORD with RECORD/arms.jsonl.xz under docs/bench, got {pair!r}")
+        runs[int(seed)] = record
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else sorted(runs)
+    if unknown := [s for s in seeds if s not in runs]:
+        parser.error(f"no record for seed {unknown[0]}: name it with --run {unknown[0]}=RECORD")
+    prompts = load_prompts(runs[seeds[0]])
+    assert all(load_prompts(runs[s]) == prompts for s in seeds), "the records' prompts differ"
     prefixes: list[set] = [set() for _ in prompts]
     sampling = None
     for s in seeds:
-        for record in load_arms(RUNS[s]).values():
+        for record in load_arms(runs[s]).values():
             sampling = sampling or record["sampling"]
             assert all(record["sampling"][key] == sampling[key] for key in ("temperature", "top_p", "top_k"))
             for d, out in enumerate(record["outputs"]):
@@ -483,12 +496,12 @@ def main(argv: list[str] | None = None) -> dict:
     report = {
         "sampling": {k: sampling[k] for k in ("temperature", "top_p", "top_k")},
         "eps": args.eps, "delta": args.delta, "rounds": args.rounds, "cell_rounds": args.cell_rounds, "laws": len(laws.index),
-        "seeds": {s: run_seed(RUNS[s], len(prompts), laws, args, rng) for s in seeds},
+        "seeds": {s: run_seed(runs[s], len(prompts), laws, args, rng) for s in seeds},
     }
     laws16 = Laws(logits_by_prefix(prompts, prefixes, torch.bfloat16), sampling, args.eps, args.delta) if args.bf16 else None
     if laws16:
         report["bf16"] = bf16_shift(laws, laws16, report)
-    records = {s: load_arms(RUNS[s]) for s in seeds}
+    records = {s: load_arms(runs[s]) for s in seeds}
     report["cells"] = [
         {"prompt": i, "position": k, "arms": cell_report(laws, laws16, records, i, k, args.cell_rounds, rng)}
         for i, k in (tuple(map(int, c.split(":"))) for c in filter(None, args.cells.split(",")))
