@@ -207,11 +207,11 @@ def draft_block_attention_for(model_runner, sm_count: int) -> Optional[DraftBloc
     if mode == "extend":
         return None
     reason = draft_keeps_extend(model_runner.server_args, model_runner.model)
-    if reason and mode == "splitkv":
+    if reason is None:
+        return DraftBlockAttention(model_runner.model_config.context_len, sm_count)
+    if mode == "splitkv":
         raise ValueError(f"SGLANG_DDTREE_DRAFT_ATTENTION=splitkv cannot run DDTREE's drafter: {reason}; unset it.")
-    if reason:
-        return None
-    return DraftBlockAttention(model_runner.model_config.context_len, sm_count)
+    return None
 
 
 def tree_verify_for(model_runner, sm_count: int) -> Optional[TreeVerifyAttention]:
