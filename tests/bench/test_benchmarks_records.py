@@ -64,6 +64,12 @@ def arms(run: str) -> dict[str, dict]:
     return {r["arm"]: r for r in map(json.loads, filter(str.strip, text.splitlines()))}
 
 
+def fisher_p(p_values: list[float]) -> float:
+    """Fisher's method in closed form: -2 Σ ln p is χ² with 2k dof under the null."""
+    half = -sum(math.log(p) for p in p_values)
+    return math.exp(-half) * sum(half**i / math.factorial(i) for i in range(len(p_values)))
+
+
 def chi2_row(test: dict) -> str:
     """A sampling test's row as the docs' position tables cite it."""
     t = test
@@ -343,6 +349,10 @@ def cited_splitkv_trace(run: str, title: str, tile: str) -> tuple[dict, dict, st
 
 def top_kernels(arm: dict) -> dict[str, float]:
     return {name: ms for name, ms, _ in arm["trace"]["gpu"]["top_kernels"]}
+
+
+def top_kernel_calls(arm: dict) -> dict[str, float]:
+    return {name: calls for name, _, calls in arm["trace"]["gpu"]["top_kernels"]}
 
 
 def assert_kernel_time_moved(extend: dict, split: dict, budget: int, text: str) -> None:
@@ -1422,7 +1432,7 @@ def test_the_8b_bs1_plan_stream_trace_as_cited():
     assert f"cost {needed[32]:.3f}× DFLASH's step, {gaps[32]:.2f} ms less than now, or B = 64's {needed[64]:.3f}×, {gaps[64]:.2f} ms" in text
     idle = [r["step_ms"] - r["trace"]["gpu"]["kernel_ms"] for r in (b32_plan, dflash_plan)]
     assert f"idle {idle[0]:.2f} ms per round (B = 32) against DFLASH's {idle[1]:.2f} ms per step" in text
-    kernels = {a: dict((k[0], k[1]) for k in by_arm[a]["trace"]["gpu"]["top_kernels"]) for a in by_arm}
+    kernels = {a: top_kernels(by_arm[a]) for a in by_arm}
     gap = b32_plan["trace"]["gpu"]["kernel_ms"] - dflash_plan["trace"]["gpu"]["kernel_ms"]
     ours, theirs = kernels["ddtree-b32" + plan], kernels["dflash@flashinfer" + plan]
     split = ours["_tree_attention_partial_kernel"] + ours["_tree_attention_merge_kernel"]
@@ -1459,9 +1469,7 @@ def test_the_0517_t06_seed2_draws_are_the_0514_ones_and_the_three_samples_combin
         verdicts = checks.summarize(list(arms(run_name).values()), check_presets.PRESETS[preset], None)
         (ddtree,) = [c for c in verdicts["sampling_combined"] if c["arm"].startswith("ddtree-b32-t0.6")]
         combined[seed] = ddtree["p_value"]
-    # Fisher's method: -2 Σ ln p is χ² with 6 dof under the null; its survival function in closed form
-    half = -sum(math.log(p) for p in combined.values())
-    fisher = math.exp(-half) * (1 + half + half**2 / 2)
+    fisher = fisher_p(list(combined.values()))
     text = " ".join(section("The third sample at T = 0.6 on 0.5.17: the same draws as on 0.5.14").split())
     assert f"are {combined[0]:.3f} (seed 0), {combined[1]:.4f} (seed 1) and {combined[2]:.3f} (seed 2)" in text
     assert f"gives p = {fisher:.3f}, and the smallest times three is {3 * min(combined.values()):.4f}" in text
@@ -1535,9 +1543,6 @@ PLAN = "@SGLANG_ENABLE_OVERLAP_PLAN_STREAM=1"
 DRAFT_SPLIT_KV = "@SGLANG_DDTREE_DRAFT_ATTENTION=splitkv"
 
 
-def kernel_ms(arm: dict) -> dict[str, tuple[float, float]]:
-    """A traced arm's busiest kernels: name -> (ms, calls) per step."""
-    return {name: (ms, calls) for name, ms, calls in arm["trace"]["gpu"]["top_kernels"]}
 
 
 def test_the_8b_bs1_trace_with_both_switches_as_cited():
@@ -1549,7 +1554,7 @@ def test_the_8b_bs1_trace_with_both_switches_as_cited():
     )
     dflash, ddtree = by_arm["dflash@flashinfer" + PLAN], by_arm["ddtree-b32" + PLAN + DRAFT_SPLIT_KV]
     assert set(by_arm) == {"dflash@flashinfer" + PLAN, "ddtree-b32" + PLAN + DRAFT_SPLIT_KV}  # the second DFLASH cut off
-    assert "_fwd_kernel" not in kernel_ms(ddtree) and "attention" not in ddtree["trace"]["gpu"]["families"]
+    assert "_fwd_kernel" not in top_kernels(ddtree) and "attention" not in ddtree["trace"]["gpu"]["families"]
     (p32,) = projected.values()
     assert f"B = 32's round costs **{p32['wall_ratio']:.3f}×** DFLASH's step in wall time and {p32['kernel_ratio']:.3f}× in kernel time" in text
     assert f"projects **{p32['speedup_vs_dflash']:.2f}×** DFLASH ({p32['speedup_vs_dflash']:.4f}; {p32['kernel_speedup_vs_dflash']:.2f}× on kernel time)" in text
@@ -1578,10 +1583,10 @@ def test_the_8b_bs1_drafter_switch_trace_as_cited():
     assert f"**{extend['step_ms'] - split['step_ms']:.2f} ms** off B = 32's round ({split['step_ms']:.2f} against {extend['step_ms']:.2f} ms)" in text
     kernel_gain = extend["trace"]["gpu"]["kernel_ms"] - split["trace"]["gpu"]["kernel_ms"]
     assert f"and {kernel_gain:.2f} ms of kernel time" in text
-    k_extend, k_split = kernel_ms(extend), kernel_ms(split)
-    fwd_ms, fwd_calls = k_extend["_fwd_kernel"]
-    draft_split = sum(k_split[n][0] - k_extend[n][0] for n in ("_tree_attention_partial_kernel", "_tree_attention_merge_kernel"))
-    calls = [k["_tree_attention_partial_kernel"][1] for k in (k_split, k_extend)]
+    k_extend, k_split = top_kernels(extend), top_kernels(split)
+    fwd_ms, fwd_calls = k_extend["_fwd_kernel"], top_kernel_calls(extend)["_fwd_kernel"]
+    draft_split = sum(k_split[n] - k_extend[n] for n in ("_tree_attention_partial_kernel", "_tree_attention_merge_kernel"))
+    calls = [top_kernel_calls(arm)["_tree_attention_partial_kernel"] for arm in (split, extend)]
     assert f"{fwd_ms:.3f} ms in SGLang's `_fwd_kernel` ({fwd_calls:.0f} calls per round), becomes {draft_split:.3f} ms" in text
     assert f"({calls[0]:.0f} partial and merge launches per round against the target's {calls[1]:.0f})" in text
     dflash = by_arm["dflash@flashinfer" + PLAN]
@@ -1665,12 +1670,6 @@ EXACT_LAW_LABELS = {
     "ddtree-b32-t0.6-draws-seed2": "DDTREE B = 32",
     "plain-t0.6-draws-seed2-flashinfer": "target-only, flashinfer attention",
 }
-
-
-def fisher_p(p_values: list[float]) -> float:
-    """Fisher's method in closed form: -2 Σ ln p is χ² with 2k dof under the null."""
-    half = -sum(math.log(p) for p in p_values)
-    return math.exp(-half) * sum(half**i / math.factorial(i) for i in range(len(p_values)))
 
 
 def test_the_t06_samples_against_the_exact_law_as_cited():
