@@ -54,6 +54,7 @@ RUNS = {  # seed: record (seed 2 on 0.5.14: the same draws as on 0.5.17, plus th
     0: "2026-12-05-sampling-t0.6-h100",
     1: "2026-12-06-sampling-t0.6-seed1-0.5.17-h100",
     2: "2026-12-06-sampling-t0.6-seed2-0.5.14-h100",
+    3: "2026-12-06-sampling-t0.6-seed3-0.5.14-h100",
 }
 PER_PROMPT = 256
 POSITIONS = 9  # output positions 0 ... 8
