@@ -1246,12 +1246,12 @@ def bs1_trace_table(
         projected = {row["arm"]: row for row in project_trace(records, PAPER_QWEN3_8B)}
         assert {row["dflash"] for row in projected.values()} == {dflash}
     text = " ".join(section(title).split())
-    for arm, r in by_arm.items():
+    for r in (r for r in records if not r.get("primer")):  # every engine, where an arm ran several
         g = r["trace"]["gpu"]
         cells = f"| {r['step_ms']:.3f} | {r['tok_per_s']:.1f} | {g['kernel_ms']:.3f} | {g['families'].get('attention', 0.0):.3f} | {g['families'].get('ddtree', 0.0):.3f} |"
         assert cells in text, cells
-        if arm in projected:
-            row = projected[arm]
+    for row in projected.values():
+        if row["engines"] == 1:
             assert f"| {row['wall_ratio']:.3f} | {row['kernel_ratio']:.3f} | {row['speedup_vs_dflash']:.2f}× | {row['kernel_speedup_vs_dflash']:.2f}× |" in text
     return by_arm, projected, text
 
@@ -1407,6 +1407,58 @@ def test_the_0514_t06_seed2_sample_as_cited():
     log = lzma.decompress((BENCH / run / "device-log.txt.xz").read_bytes()).decode()
     assert "sglang:       0.5.14" in log
     assert f"χ² p = {min(p):.3f}–{max(p):.3f}, all positions at once p = {ddtree:.3f}, no lean" in summary()
+
+
+def test_the_fourth_t06_sample_and_the_attention_controls_as_cited():
+    from ddtree_overlay.bench import check_presets, checks
+
+    text = " ".join(section("A fourth sample at T = 0.6, on 0.5.14: every engine at random seed 3, and the attention control on seeds of its own").split())
+    fourth, control = arms("2026-12-06-sampling-t0.6-seed3-0.5.14-h100"), arms("2026-12-06-sampling-t0.6-seed2-flashinfer-control-h100")
+    assert set(fourth) == {"plain-t0.6-draws-seed3", "ddtree-b32-t0.6-draws-seed3", "plain-t0.6-draws-seed3-flashinfer"}
+    assert set(control) == {"plain-t0.6-draws-seed2", "plain-t0.6-draws-seed2-flashinfer"}
+    assert [fourth["plain-t0.6-draws-seed3-flashinfer"]["engine"]["random_seed"], control["plain-t0.6-draws-seed2-flashinfer"]["engine"]["random_seed"]] == [103, 102]
+    assert "seed of its own (102, then 103)" in text
+    # target-only at seed 2 draws its earlier sequences again, on another machine
+    assert control["plain-t0.6-draws-seed2"]["outputs"] == arms("2026-12-06-sampling-t0.6-seed2-0.5.14-h100")["plain-t0.6-draws-seed2"]["outputs"]
+    v4 = checks.summarize(list(fourth.values()), check_presets.PRESETS["sampling-fourth"], None)
+    vc = checks.summarize(list(control.values()), check_presets.PRESETS["sampling-third"], None)
+    assert v4["problems"] == vc["problems"] == []
+    tests = [t for t in v4["sampling"] if t["arm"] == "ddtree-b32-t0.6-draws-seed3"]
+    assert [t["position"] for t in tests] == list(range(1, 9)) and all(t["passed"] and t["alpha"] == pytest.approx(0.01 / 8) for t in tests)
+    for t in tests:
+        assert chi2_row(t) in text
+    p = [t["p_value"] for t in tests]
+    combined = {c["arm"]: c["p_value"] for c in (*v4["sampling_combined"], *vc["sampling_combined"])}
+    assert f"Every position passes (p = {min(p):.3f}–{max(p):.3f}), and all positions at once, by the permutation test, give **p = {combined['ddtree-b32-t0.6-draws-seed3']:.3f}**" in text
+    ranges = []
+    for verdicts, arm in ((vc, "plain-t0.6-draws-seed2-flashinfer"), (v4, "plain-t0.6-draws-seed3-flashinfer")):
+        ps = [t["p_value"] for t in verdicts["sampling"] if t["arm"] == arm]
+        assert len(ps) == 8 and all(t["passed"] for t in verdicts["sampling"] if t["arm"] == arm)
+        ranges.append(f"{min(ps):.3f}–{max(ps):.3f}")
+    assert f"p = {ranges[0]} at seed 2 and {ranges[1]} at seed 3" in text
+    c2, c3 = combined["plain-t0.6-draws-seed2-flashinfer"], combined["plain-t0.6-draws-seed3-flashinfer"]
+    assert f"All positions at once give p = {c2:.3f} and {c3:.3f}" in text
+    accepted = json.loads((BENCH / "2026-12-06-sampling-t0.6-seed3-0.5.14-h100" / "summary.json").read_text())["arms"]["ddtree-b32-t0.6-draws-seed3"]["mean_acceptance_length"]
+    assert f"DDTREE accepted {accepted:.2f} tokens per round" in text
+    samples = {}
+    for seed, run, preset in (
+        (0, "2026-12-05-sampling-t0.6-h100", "sampling"),
+        (1, "2026-12-06-sampling-t0.6-seed1-0.5.17-h100", "sampling-repeat"),
+        (2, "2026-12-06-sampling-t0.6-seed2-0.5.14-h100", "sampling-third"),
+    ):
+        verdicts = checks.summarize(list(arms(run).values()), check_presets.PRESETS[preset], None)
+        (samples[seed],) = [c["p_value"] for c in verdicts["sampling_combined"] if c["arm"].startswith("ddtree-b32-t0.6")]
+    samples[3] = combined["ddtree-b32-t0.6-draws-seed3"]
+    four = fisher_p(list(samples.values()))
+    assert f"are {samples[0]:.3f}, {samples[1]:.4f}, {samples[2]:.3f} and {samples[3]:.3f} (seeds 0–3). Fisher's method gives p = {four:.3f}" in text
+    assert fisher_p([samples[s] for s in (0, 2, 3)]) > 0.3  # "all of it from seed 1"
+    law = json.loads(lzma.decompress((BENCH / "2026-12-06-sampling-t0.6-exact-law-cpu" / "sampling_exact_law.json.xz").read_bytes()))["seeds"]["3"]["arms"]
+    cores = [law[a]["fisher_core_1_8"] for a in ("ddtree-b32-t0.6-draws-seed3", "plain-t0.6-draws-seed3", "plain-t0.6-draws-seed3-flashinfer")]
+    assert f"DDTREE's core p is {cores[0]:.3f}, target-only's {cores[1]:.3f}, the control's {cores[2]:.3f}" in text
+    assert (
+        f"χ² p = {min(p):.3f}–{max(p):.3f}, all positions at once p = {samples[3]:.3f}, no lean; the four samples together p = {four:.3f}, all of it seed 1's; "
+        f"**the attention control on seeds of its own** (target-only on flashinfer against triton, the scale of bf16 rounding alone): all positions at once p = {c2:.3f} / {c3:.3f} at seeds 2 / 3"
+    ) in summary()
 
 
 def test_the_8b_bs1_plan_stream_trace_as_cited():
@@ -1570,6 +1622,119 @@ def test_the_8b_bs1_trace_with_both_switches_as_cited():
     ) in summary()
 
 
+BS1_TWO_ENGINE_RUNS = (
+    "2026-12-06-qwen3-8b-bs1-two-engines-round-trace-h100",
+    "2026-12-06-qwen3-8b-bs1-two-engines-ddtree-first-round-trace-h100",
+)
+BS1_LABELS = {"dflash@flashinfer" + PLAN: "DFLASH, flashinfer", "ddtree-b32" + PLAN: "DDTREE B = 32", "ddtree-b64" + PLAN: "DDTREE B = 64"}
+
+
+def test_the_8b_bs1_traces_with_two_engines_per_arm_as_cited():
+    from ddtree_overlay.bench.trace_projection import project_trace
+
+    title = "Qwen3-8B shape, bs 1: B = 32 and B = 64 against DFLASH with the plan stream, two engines per arm in two commands (H100)"
+    text = " ".join(section(title).split())
+    b32, spreads, dflash_steps, b32_steps = [], [], [], []
+    for command, run in enumerate(BS1_TWO_ENGINE_RUNS, 1):
+        bs1_trace_table(run, title, dflash=None, primer=None)  # every engine's row
+        records = json.loads((BENCH / run / "round_trace.json").read_text())
+        assert {r["paths"]["draft_attention"] for r in records if r["arm"].startswith("ddtree")} == {"splitkv"}
+        for engine, r in enumerate(records, 1):
+            timed = ", ".join(f"{t:.3f}" for t in r["timed_step_ms"])
+            assert r["step_ms"] == min(r["timed_step_ms"]) and f"| {command} | {engine} | {BS1_LABELS[r['arm']]} | {r['step_ms']:.3f} |" in text
+            assert f"| {timed} |" in text
+        steps = {arm: [r["step_ms"] for r in records if r["arm"] == arm] for arm in BS1_LABELS}
+        dflash = statistics.median(steps["dflash@flashinfer" + PLAN])
+        dflash_steps.append(steps["dflash@flashinfer" + PLAN])
+        b32_steps.append(steps["ddtree-b32" + PLAN])
+        for row in project_trace(records, PAPER_QWEN3_8B):
+            assert row["engines"] == row["dflash_engines"] == 2
+            median = statistics.median(steps[row["arm"]])
+            assert (
+                f"| {command} | {BS1_LABELS[row['arm']]} | 2 | {median:.3f} | {dflash:.3f} | {row['wall_ratio']:.3f} | {row['kernel_ratio']:.3f} | "
+                f"{row['speedup_vs_dflash']:.2f}× | {row['worst_speedup_vs_dflash']:.2f}× | {row['kernel_speedup_vs_dflash']:.2f}× |"
+            ) in text
+            if row["budget"] == 32:
+                b32.append(row)
+                spreads.append((median, dflash, row["tau"]))
+            else:
+                assert f"**B = 64 projects {row['speedup_vs_dflash']:.2f}×**, below B = 32. Its round costs {row['wall_ratio']:.3f}× DFLASH's step" in text
+    assert all(row["speedup_vs_dflash"] < 1.25 and row["worst_speedup_vs_dflash"] < 1.25 for row in b32)
+    assert (
+        f"**B = 32 projects {b32[0]['speedup_vs_dflash']:.2f}× and {b32[1]['speedup_vs_dflash']:.2f}× DFLASH** (worst cases "
+        f"{b32[0]['worst_speedup_vs_dflash']:.2f}× and {b32[1]['worst_speedup_vs_dflash']:.2f}×)"
+    ) in text
+    assert f"here it is {b32[0]['wall_ratio']:.3f}× and {b32[1]['wall_ratio']:.3f}×" in text
+    for steps in (*dflash_steps, *b32_steps):
+        assert max(steps) / min(steps) < 1.016
+    assert (
+        f"DFLASH {dflash_steps[0][0]:.3f} / {dflash_steps[0][1]:.3f} and {dflash_steps[1][0]:.3f} / {dflash_steps[1][1]:.3f} ms, "
+        f"B = 32 {b32_steps[0][0]:.3f} / {b32_steps[0][1]:.3f} and {b32_steps[1][0]:.3f} / {b32_steps[1][1]:.3f}"
+    ) in text
+    # against the one-engine command on another machine: kernel time shifted alike, the idle time did not
+    records = json.loads((BENCH / BS1_TWO_ENGINE_RUNS[0] / "round_trace.json").read_text())
+    one = {r["arm"]: r for r in json.loads((BENCH / "2026-12-06-qwen3-8b-bs1-both-switches-round-trace-h100" / "round_trace.json").read_text())}
+    then_d, then_t = one["dflash@flashinfer" + PLAN], one["ddtree-b32" + PLAN + DRAFT_SPLIT_KV]
+    now_d, now_t = records[0], records[1]
+    kernel = lambda r: r["trace"]["gpu"]["kernel_ms"]  # noqa: E731
+    assert f"(DFLASH {kernel(now_d):.3f} against {kernel(then_d):.3f} ms, B = 32 {kernel(now_t):.3f} against {kernel(then_t):.3f})" in text
+    assert f"({kernel(now_t) / kernel(now_d):.3f} against {kernel(then_t) / kernel(then_d):.3f})" in text
+    idle = {a: [r["step_ms"] - kernel(r) for run in BS1_TWO_ENGINE_RUNS for r in json.loads((BENCH / run / "round_trace.json").read_text()) if r["arm"] == a] for a in ("dflash@flashinfer" + PLAN, "ddtree-b32" + PLAN)}
+    d_idle, t_idle = idle["dflash@flashinfer" + PLAN], idle["ddtree-b32" + PLAN]
+    assert f"DFLASH's GPU idles {min(d_idle):.2f}–{max(d_idle):.2f} ms a step here against {then_d['step_ms'] - kernel(then_d):.2f} there" in text
+    assert f"B = 32's idles {min(t_idle):.2f}–{max(t_idle):.2f} ms a round against {then_t['step_ms'] - kernel(then_t):.2f}" in text
+    families = {k: now_t["trace"]["gpu"]["families"].get(k, 0.0) - now_d["trace"]["gpu"]["families"].get(k, 0.0) for k in ("norm/act/rope/elementwise", "gemm", "sampling/top-k")}
+    assert f"**Where B = 32's extra {kernel(now_t) - kernel(now_d):.2f} ms of kernel time goes**" in text
+    own, theirs = now_t["trace"]["gpu"]["families"]["ddtree"], now_d["trace"]["gpu"]["families"]["attention"]
+    verify = now_t["trace"]["stages"]["verify"]["gpu_families"]["ddtree"]
+    assert f"DDTREE's own kernels take {own:.3f} ms against flashinfer's {theirs:.3f} for DFLASH's attention (the split-KV verify is {verify:.3f} ms of the {own:.3f})" in text
+    assert f"norms and elementwise ops +{families['norm/act/rope/elementwise']:.3f}" in text and f"GEMMs +{families['gemm']:.3f}" in text
+    assert f"sampling and top-K +{families['sampling/top-k']:.3f}" in text
+    needed = spreads[0][2] / PAPER_QWEN3_8B.chain / 1.25
+    gaps = [median - needed * dflash for median, dflash, _ in spreads]
+    assert f"B = 32's round at {needed:.3f}× DFLASH's step, which is {gaps[0]:.2f} / {gaps[1]:.2f} ms less than now" in text
+    assert (
+        f"B = 32 **{b32[0]['speedup_vs_dflash']:.2f}× / {b32[1]['speedup_vs_dflash']:.2f}×** (its round {b32[0]['wall_ratio']:.3f}× / "
+        f"{b32[1]['wall_ratio']:.3f}× DFLASH's step, medians of the engines), worst case {b32[0]['worst_speedup_vs_dflash']:.2f}× / "
+        f"{b32[1]['worst_speedup_vs_dflash']:.2f}×, **below the 1.25× target**"
+    ) in summary()
+
+
+def test_the_8b_8k_bs1_trace_as_cited():
+    extend = "ddtree-b32" + PLAN + "@SGLANG_DDTREE_DRAFT_ATTENTION=extend"
+    by_arm, projected, text = bs1_trace_table(
+        "2026-12-06-qwen3-8b-8k-bs1-round-trace-h100",
+        "Qwen3-8B shape, bs 1, 8 K prompts: B = 32 and B = 64 against DFLASH with the plan stream, and the drafter on SGLang's kernel as the control (H100)",
+        dflash="dflash@flashinfer" + PLAN,
+        primer=None,
+    )
+    dflash, b32, ctrl = by_arm["dflash@flashinfer" + PLAN], by_arm["ddtree-b32" + PLAN], by_arm[extend]
+    assert b32["paths"] == {"verify_attention": "splitkv", "draft_attention": "splitkv"} and ctrl["paths"] == {"verify_attention": "splitkv"}
+    p32, p64 = projected["ddtree-b32" + PLAN], projected["ddtree-b64" + PLAN]
+    assert f"**At 8 K, B = 32 projects {p32['speedup_vs_dflash']:.2f}×** ({p32['kernel_speedup_vs_dflash']:.2f}× on kernel time)" in text
+    assert f"B = 64 falls below DFLASH ({p64['speedup_vs_dflash']:.2f}×)" in text and p64["speedup_vs_dflash"] < 1
+    g = {a: by_arm[a]["trace"]["gpu"] for a in by_arm}
+    assert f"B = 32's GPU works {g['ddtree-b32' + PLAN]['kernel_ms'] - g['dflash@flashinfer' + PLAN]['kernel_ms']:.2f} ms longer than DFLASH's" in text
+    k32, kd, kc, k64 = (top_kernels(r) for r in (b32, dflash, ctrl, by_arm["ddtree-b64" + PLAN]))
+    c32, cd, cc = (top_kernel_calls(r) for r in (b32, dflash, ctrl))
+    (prefill,) = [k for k in kd if "BatchPrefillWithPagedKVCacheKernel" in k and "MaskMode)1" in k]
+    assert f"takes {kc['_tree_attention_partial_kernel'] / cc['_tree_attention_partial_kernel']:.3f} ms for B = 32's 33 rows ({kc['_tree_attention_partial_kernel']:.3f} ms over {cc['_tree_attention_partial_kernel']:.0f} calls" in text
+    assert f"takes {kd[prefill] / cd[prefill]:.3f} ms for DFLASH's 16 ({kd[prefill]:.3f} ms over {cd[prefill]:.0f})" in text
+    assert f"B = 64's partial kernel takes {k64['_tree_attention_partial_kernel']:.3f} ms a round" in text
+    assert f"costs {ctrl['step_ms'] - b32['step_ms']:.2f} ms more ({ctrl['step_ms']:.3f} against {b32['step_ms']:.3f} ms)" in text
+    drafts = [r["trace"]["stages"]["draft"]["gpu_ms"] for r in (ctrl, b32)]
+    assert f"Its draft stage takes {drafts[0]:.3f} against {drafts[1]:.3f} GPU ms" in text
+    split = sum(k32[n] - kc[n] for n in ("_tree_attention_partial_kernel", "_tree_attention_merge_kernel"))
+    assert c32["_tree_attention_partial_kernel"] - cc["_tree_attention_partial_kernel"] == 5 == cc["_fwd_kernel"]
+    assert f"take {kc['_fwd_kernel']:.3f} ms, against {split:.3f} ms of split-KV partial and merge kernels on the default path: {kc['_fwd_kernel'] / split:.1f}×" in text
+    graph = {r["n"]: r["splitkv_ms"] for r in json.loads((BENCH / "2026-12-06-verify-attention-graph-8k-h100" / "verify_attention.json").read_text())["rows"] if r["bs"] == 1}
+    assert "take " + ", ".join(f"{graph[n]:.4f}" for n in (16, 17, 33)) + f" and {graph[65]:.4f} ms" in text
+    third = graph[33] - graph[17]
+    assert f"about {third:.3f} ms a layer at 8 K" in text and f"{36 * third:.2f} ms a round over 36 layers" in text
+    assert f"The curve's τ at 31 is {PAPER_QWEN3_8B.tau(31):.2f} against {PAPER_QWEN3_8B.tau(32):.2f}" in text
+    assert f"B = 32 **{p32['speedup_vs_dflash']:.2f}×** / {p32['kernel_speedup_vs_dflash']:.2f}× (its round {p32['wall_ratio']:.3f}× DFLASH's {dflash['step_ms']:.2f} ms step), B = 64 {p64['speedup_vs_dflash']:.2f}×" in summary()
+
+
 def test_the_8b_bs1_drafter_switch_trace_as_cited():
     run = "2026-12-06-qwen3-8b-bs1-draft-splitkv-round-trace-h100"
     by_arm, _, text = bs1_trace_table(
@@ -1669,6 +1834,9 @@ EXACT_LAW_LABELS = {
     "plain-t0.6-draws-seed2": "target-only",
     "ddtree-b32-t0.6-draws-seed2": "DDTREE B = 32",
     "plain-t0.6-draws-seed2-flashinfer": "target-only, flashinfer attention",
+    "plain-t0.6-draws-seed3": "target-only",
+    "ddtree-b32-t0.6-draws-seed3": "DDTREE B = 32",
+    "plain-t0.6-draws-seed3-flashinfer": "target-only, flashinfer attention",
 }
 
 
@@ -1676,13 +1844,14 @@ def test_the_t06_samples_against_the_exact_law_as_cited():
     run = BENCH / "2026-12-06-sampling-t0.6-exact-law-cpu"
     record = json.loads(lzma.decompress((run / "sampling_exact_law.json.xz").read_bytes()))
     assert record["sampling"] == {"temperature": 0.6, "top_p": 0.95, "top_k": 20} and record["rounds"] == 2000
-    text = " ".join(section("The three T = 0.6 samples against the fixture target's exact law (CPU)").split())
+    text = " ".join(section("The four T = 0.6 samples against the fixture target's exact law (CPU)").split())
     assert f"{record['laws']} distinct prefixes" in text
     core = {"plain": [], "ddtree": []}
     off, edge = [], []
     from ddtree_overlay.bench import check_presets, checks
 
-    presets = {"0": "sampling", "1": "sampling-repeat", "2": "sampling-third"}
+    presets = {"0": "sampling", "1": "sampling-repeat", "2": "sampling-third", "3": "sampling-fourth"}
+    assert sorted(record["seeds"]) == sorted(presets)
     for seed, result in record["seeds"].items():
         # the script's homogeneity test is the check's own: its p-value is the check's, within Monte Carlo noise
         verdicts = checks.summarize(list(arms(result["run"]).values()), check_presets.PRESETS[presets[seed]], None)
@@ -1697,7 +1866,7 @@ def test_the_t06_samples_against_the_exact_law_as_cited():
             if arm in (result["plain"], result["ddtree"]):
                 core["plain" if arm == result["plain"] else "ddtree"].append(fit["fisher_core_1_8"])
     assert f"draws {min(off)}–{max(off)} of its 65 536 tokens" in text and f"lands {min(edge)}–{max(edge)} draws outside the core" in text
-    assert f"over the three seeds (Fisher) DDTREE {fisher_p(core['ddtree']):.2f}, target-only {fisher_p(core['plain']):.2f}" in text
+    assert f"over the four seeds (Fisher) DDTREE {fisher_p(core['ddtree']):.2f}, target-only {fisher_p(core['plain']):.2f}" in text
     assert min(core["ddtree"]) > 0.01
     bf16 = record["bf16"]
     assert f"changes the kept tokens of {bf16['support_differs']} of the {record['laws']} prefixes (total variation {bf16['tv_mean']:.4f}" in text
@@ -1713,9 +1882,11 @@ def test_the_t06_samples_against_the_exact_law_as_cited():
     assert f"target-only drew 'd' {d['observed']} times where fp32 expects {d['fp32']:.1f} (core p {p22[1, 'plain-t0.6-draws-seed1']['core_p']:.4f}" in text
     assert f"DDTREE's {p22[1, 'ddtree-b32-t0.6-draws-seed1']['core_p']:.3f})" in text
     assert f"target-only's p is {p10[1, 'plain-t0.6-draws-seed1']['core_p']:.4f}, DDTREE's {p10[1, 'ddtree-b32-t0.6-draws-seed1']['core_p']:.3f}" in text
-    others = [f"{cells[i, 1][s, a]['core_p']:.3f}" for i in (22, 10) for s, a in ((0, "plain-t0.6-draws"), (2, "plain-t0.6-draws-seed2"))]
-    assert f"(target-only {others[0]} and {others[1]}, {others[2]} and {others[3]})" in text
+    others = [f"{cells[i, 1][s, a]['core_p']:.3f}" for i in (22, 10) for s, a in ((0, "plain-t0.6-draws"), (2, "plain-t0.6-draws-seed2"), (3, "plain-t0.6-draws-seed3"))]
+    assert f"(target-only {others[0]}, {others[1]} and {others[2]}; {others[3]}, {others[4]} and {others[5]})" in text
+    controls = [f"{record['seeds'][seed]['arms'][f'plain-t0.6-draws-seed{seed}-flashinfer']['fisher_core_1_8']:.3f}" for seed in ("2", "3")]
+    assert f"(the flashinfer arms {controls[0]} and {controls[1]})" in text
     assert (
-        f"DDTREE's core p {' / '.join(f'{p:.3f}' for p in core['ddtree'])} at seeds 0 / 1 / 2, target-only's "
+        f"DDTREE's core p {' / '.join(f'{p:.3f}' for p in core['ddtree'])} at seeds 0 / 1 / 2 / 3, target-only's "
         f"{' / '.join(f'{p:.3f}' for p in core['plain'])}"
     ) in summary()
