@@ -76,6 +76,22 @@ def chi2_row(test: dict) -> str:
     return f"| {t['position']} | {t['chi2']:.1f} | {t['dof']} | {t['p_value']:.3f} | {t['detectable_tv']:.3f} | {t['detectable_tv_one_prompt']:.2f} |"
 
 
+T06_SAMPLES = {  # seed: the T = 0.6 sample's record and its preset
+    0: ("2026-12-05-sampling-t0.6-h100", "sampling"),
+    1: ("2026-12-06-sampling-t0.6-seed1-0.5.17-h100", "sampling-repeat"),
+    2: ("2026-12-06-sampling-t0.6-seed2-0.5.14-h100", "sampling-third"),
+    3: ("2026-12-06-sampling-t0.6-seed3-0.5.14-h100", "sampling-fourth"),
+}
+
+def ddtree_all_positions_p(run: str, preset: str) -> float:
+    """A T = 0.6 sample's permutation p over positions 1-8 for its DDTREE B = 32 arm, judged afresh."""
+    from ddtree_overlay.bench import check_presets, checks
+
+    verdicts = checks.summarize(list(arms(run).values()), check_presets.PRESETS[preset], None)
+    (p,) = [c["p_value"] for c in verdicts["sampling_combined"] if c["arm"].startswith("ddtree-b32-t0.6")]
+    return p
+
+
 def round_split(row: dict) -> str:
     """A steady-state row's DDTREE round as the docs' tables cite it: round ms (draft / verify)."""
     split = row["profile"]["ms_per_round"]
@@ -1440,14 +1456,7 @@ def test_the_fourth_t06_sample_and_the_attention_controls_as_cited():
     assert f"All positions at once give p = {c2:.3f} and {c3:.3f}" in text
     accepted = json.loads((BENCH / "2026-12-06-sampling-t0.6-seed3-0.5.14-h100" / "summary.json").read_text())["arms"]["ddtree-b32-t0.6-draws-seed3"]["mean_acceptance_length"]
     assert f"DDTREE accepted {accepted:.2f} tokens per round" in text
-    samples = {}
-    for seed, run, preset in (
-        (0, "2026-12-05-sampling-t0.6-h100", "sampling"),
-        (1, "2026-12-06-sampling-t0.6-seed1-0.5.17-h100", "sampling-repeat"),
-        (2, "2026-12-06-sampling-t0.6-seed2-0.5.14-h100", "sampling-third"),
-    ):
-        verdicts = checks.summarize(list(arms(run).values()), check_presets.PRESETS[preset], None)
-        (samples[seed],) = [c["p_value"] for c in verdicts["sampling_combined"] if c["arm"].startswith("ddtree-b32-t0.6")]
+    samples = {seed: ddtree_all_positions_p(run, preset) for seed, (run, preset) in T06_SAMPLES.items() if seed < 3}
     samples[3] = combined["ddtree-b32-t0.6-draws-seed3"]
     four = fisher_p(list(samples.values()))
     assert f"are {samples[0]:.3f}, {samples[1]:.4f}, {samples[2]:.3f} and {samples[3]:.3f} (seeds 0–3). Fisher's method gives p = {four:.3f}" in text
@@ -1502,8 +1511,6 @@ def test_the_8b_bs1_plan_stream_trace_as_cited():
 
 
 def test_the_0517_t06_seed2_draws_are_the_0514_ones_and_the_three_samples_combine_as_cited():
-    from ddtree_overlay.bench import check_presets, checks
-
     newer, older = arms("2026-12-06-sampling-t0.6-seed2-0.5.17-h100"), arms("2026-12-06-sampling-t0.6-seed2-0.5.14-h100")
     assert set(newer) == {"plain-t0.6-draws-seed2", "ddtree-b32-t0.6-draws-seed2"}
     for name in newer:
@@ -1512,15 +1519,8 @@ def test_the_0517_t06_seed2_draws_are_the_0514_ones_and_the_three_samples_combin
     log = lzma.decompress((run / "device-log.txt.xz").read_bytes()).decode()
     assert "sglang:       0.5.17" in log and "cut off after 539 s" in log
     assert json.loads((run / "summary.json").read_text())["not_run"] == ["plain-t0.6-draws-seed2-flashinfer"]
-    combined = {}
-    for seed, run_name, preset in (
-        (0, "2026-12-05-sampling-t0.6-h100", "sampling"),
-        (1, "2026-12-06-sampling-t0.6-seed1-0.5.17-h100", "sampling-repeat"),
-        (2, "2026-12-06-sampling-t0.6-seed2-0.5.17-h100", "sampling-third"),
-    ):
-        verdicts = checks.summarize(list(arms(run_name).values()), check_presets.PRESETS[preset], None)
-        (ddtree,) = [c for c in verdicts["sampling_combined"] if c["arm"].startswith("ddtree-b32-t0.6")]
-        combined[seed] = ddtree["p_value"]
+    combined = {seed: ddtree_all_positions_p(run_name, preset) for seed, (run_name, preset) in T06_SAMPLES.items() if seed < 3}
+    assert combined[2] == ddtree_all_positions_p("2026-12-06-sampling-t0.6-seed2-0.5.17-h100", "sampling-third")  # the same draws
     fisher = fisher_p(list(combined.values()))
     text = " ".join(section("The third sample at T = 0.6 on 0.5.17: the same draws as on 0.5.14").split())
     assert f"are {combined[0]:.3f} (seed 0), {combined[1]:.4f} (seed 1) and {combined[2]:.3f} (seed 2)" in text
@@ -1848,15 +1848,12 @@ def test_the_t06_samples_against_the_exact_law_as_cited():
     assert f"{record['laws']} distinct prefixes" in text
     core = {"plain": [], "ddtree": []}
     off, edge = [], []
-    from ddtree_overlay.bench import check_presets, checks
-
-    presets = {"0": "sampling", "1": "sampling-repeat", "2": "sampling-third", "3": "sampling-fourth"}
-    assert sorted(record["seeds"]) == sorted(presets)
+    assert sorted(record["seeds"]) == [str(seed) for seed in T06_SAMPLES]
     for seed, result in record["seeds"].items():
         # the script's homogeneity test is the check's own: its p-value is the check's, within Monte Carlo noise
-        verdicts = checks.summarize(list(arms(result["run"]).values()), check_presets.PRESETS[presets[seed]], None)
-        (ddtree,) = [c for c in verdicts["sampling_combined"] if c["arm"].startswith("ddtree-b32-t0.6")]
-        assert result["homogeneity_combined"]["p_value"] == pytest.approx(ddtree["p_value"], abs=0.02)
+        run, preset = T06_SAMPLES[int(seed)]
+        assert result["run"] == run
+        assert result["homogeneity_combined"]["p_value"] == pytest.approx(ddtree_all_positions_p(run, preset), abs=0.02)
         for arm, fit in result["arms"].items():
             cells = [seed, EXACT_LAW_LABELS[arm], f"{fit['fisher_full_1_8']:.2g}" if fit["fisher_full_1_8"] < 0.01 else f"{fit['fisher_full_1_8']:.3g}",
                      f"{fit['fisher_core_1_8']:.3f}", f"{fit['edge_1_8']} ({fit['edge_expected_1_8']:.1f})", str(fit["off_support_1_8"])]
