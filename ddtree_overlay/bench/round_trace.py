@@ -12,7 +12,8 @@ timed decode's, every decode's ms per step kept beside it), then trace --trace-t
 tokens of one wave with SGLang's own torch profiler and reduce the trace with
 ``ddtree_overlay.bench.trace_summary``: host ms and launches per stage and per step (with
 --with-stack also the Python functions that hold the host, per step and between rounds), and GPU
-ms per step by kernel family, side by side across arms with each arm's difference from the first. A DDTREE arm's record names the paths its engine ran
+ms per step by kernel family and where the GPU idled (``bench.gpu_idle``), side by side across
+arms with each arm's difference from the first. A DDTREE arm's record names the paths its engine ran
 (``paths``: the verify's attention, the drafter's and a hybrid's recurrent state, read from the
 kernels its trace launched and how often, ``bench.engine_paths``), so an arm left to ``auto``
 says what it chose.
@@ -305,6 +306,12 @@ def table(records: list) -> str:
 
 
 TOP_KERNEL_LINES = 8
+IDLE_ROWS = (
+    ("idle_ms", "idle ms"),
+    ("inside_graphs_ms", "idle inside graphs"),
+    ("launched_late_ms", "idle, launched late"),
+    ("queued_ms", "idle, queued"),
+)
 
 
 def gpu_table(records: list) -> list[str]:
@@ -332,6 +339,8 @@ def gpu_table(records: list) -> list[str]:
     lines.append(row("steps", [g["count"] for _, g in traced], delta=False))
     for key, label in (("kernel_ms", "kernel ms"), ("busy_ms", "busy ms"), ("span_ms", "span ms")):
         lines.append(row(label, [g.get(key) for _, g in traced]))
+    for key, label in IDLE_ROWS:
+        lines.append(row(label, [g.get("idle", {}).get(key) for _, g in traced]))
     for family in FAMILIES:
         if any(family in g["families"] for _, g in traced):
             lines.append(row(family, [g["families"].get(family, 0.0) for _, g in traced]))
@@ -343,6 +352,12 @@ def gpu_table(records: list) -> list[str]:
             f"- {x['graph']}: {x['launches']} per step, {x['kernel_ms']} ms in {x['events']} events, span {x['span_ms']} ms"
             for x in g["graphs"]
         ]
+        idle = g.get("idle")
+        if idle:
+            lines += ["", f"{arm}: the GPU's idle ms (gaps) per step, before the events whose gaps add up to most", ""]
+            lines += [f"- {x['before']} ({x['kind']}): {x['ms']} ({x['gaps']})" for x in idle["largest"]]
+            if "by_stage" in idle:
+                lines.append("- by the stage that launched the event ending the gap: " + ", ".join(f"{stage} {s['idle_ms']}" for stage, s in idle["by_stage"].items()))
     return lines
 
 

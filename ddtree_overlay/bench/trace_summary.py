@@ -25,7 +25,8 @@ the ``cudaGraphLaunch`` (with ``graph id`` and ``graph node id`` in its args), s
 kernels count like eager ones; a graph launch that brought no GPU event into the trace is counted
 in ``graph_launches_without_kernels``, its time is then missing from kernel and busy ms and shows
 only in span ms. For DDTREE each stage also gets the GPU ms, span and families of what its host
-range launched (its graph's kernels under the graph launch's correlation).
+range launched (its graph's kernels under the graph launch's correlation). ``idle``: where the GPU
+sat idle, by what it waited for and, for DDTREE, by stage (``gpu_idle``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ddtree_overlay.bench.engine_paths import PATH_KERNELS
+from ddtree_overlay.bench.gpu_idle import idle_split
 from ddtree_overlay.bench.kernel_families import FAMILIES, kernel_family, short_kernel_name
 
 STAGE_PREFIX = "ddtree."
@@ -143,7 +145,7 @@ def summarize_trace(events: list[dict], *, graphs_per_step: int | None = None) -
     if not launched:
         return summary
     if "steps" in summary:
-        summary["gpu"] = _gpu_split(events, launched, start, stop, steps, summary["steps"]["unit"])
+        summary["gpu"] = _gpu_split(events, launched, start, stop, steps, summary["steps"]["unit"], spans if stages else None, thread)
     if stages:
         on_thread = [g for g in launched if g.thread == thread]
         for name, intervals in spans.items():
@@ -197,9 +199,17 @@ def _family_ms(events: list[dict], per: int) -> dict[str, float]:
 
 
 def _gpu_split(
-    events: list[dict], launched: list[_Launched], start: float, stop: float, count: int, per: str
+    events: list[dict],
+    launched: list[_Launched],
+    start: float,
+    stop: float,
+    count: int,
+    per: str,
+    stages: dict[str, list[tuple[float, float]]] | None = None,
+    thread: tuple | None = None,
 ) -> dict[str, Any]:
-    """GPU ms per step of what the host launched in [start, stop), ``count`` steps."""
+    """GPU ms per step of what the host launched in [start, stop), ``count`` steps; where the GPU
+    idled (``gpu_idle``), by stage given DDTREE's ``stages`` on the decode ``thread``."""
     times = [g.at for g in launched]
     lo, hi = bisect_left(times, start), bisect_left(times, stop)
     inside = launched[lo:hi]
@@ -231,6 +241,8 @@ def _gpu_split(
         e for e in events if _is_graph_launch(e) and start <= e["ts"] < stop and _correlation(e) is not None
     ]
     split.update(_graph_split(graph_launches, inside, count))
+    after = min(launched[hi:], key=lambda g: g.event["ts"], default=None)
+    split["idle"] = idle_split(inside, count, after=after, stages=stages, thread=thread)
     return split
 
 

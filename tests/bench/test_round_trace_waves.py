@@ -69,10 +69,12 @@ def test_the_arms_step_is_its_fastest_timed_decode_and_a_disturbed_one_is_named(
     assert notes == ["note: dflash's timed decodes took 30.863, 9.749 ms per step; its step is the fastest, 9.749"]
 
 
-def gpu(count: int, kernel: float, families: dict, *, span: float | None = None, empty: int = 0) -> dict:
+def gpu(count: int, kernel: float, families: dict, *, span: float | None = None, empty: int = 0, idle: dict | None = None) -> dict:
     g = {"per": "step", "count": count, "kernel_ms": kernel, "busy_ms": kernel, "families": families}
     if span is not None:
         g["span_ms"] = span
+    if idle is not None:
+        g["idle"] = idle
     return g | {
         "top_kernels": [("void at::native::reduce_kernel<512, 1>(int)", 0.2, 1.0)],
         "graphs": [{"graph": "graph 3", "launches": 1.0, "events": 300.0, "kernel_ms": 9.5, "span_ms": 9.8}],
@@ -80,9 +82,15 @@ def gpu(count: int, kernel: float, families: dict, *, span: float | None = None,
     }
 
 
+IDLE = {
+    "idle_ms": 0.6, "inside_graphs_ms": 0.26, "launched_late_ms": 0.3, "queued_ms": 0.04,
+    "largest": [{"before": "_draft_block_kernel", "kind": "launched_late", "ms": 0.2, "gaps": 1.0}],
+    "by_stage": {"draft": {"idle_ms": 0.2, "launched_late_ms": 0.2}, "verify": {"idle_ms": 0.26, "inside_graphs_ms": 0.26}},
+}
+
 RECORDS = [
     {"arm": "dflash", "step_ms": 13.38, "trace": {"gpu": gpu(95, 12.0, {"gemm": 9.0, "attention": 2.0}, span=13.0)}},
-    {"arm": "ddtree-b15", "step_ms": 16.0, "trace": {"gpu": gpu(96, 14.5, {"ddtree": 0.5, "gemm": 9.25, "attention": 3.5})}},
+    {"arm": "ddtree-b15", "step_ms": 16.0, "trace": {"gpu": gpu(96, 14.5, {"ddtree": 0.5, "gemm": 9.25, "attention": 3.5}, idle=IDLE)}},
     {"arm": "ddtree-b16", "step_ms": 16.67, "trace": {"gpu": gpu(96, 15.0, {"ddtree": 0.5, "gemm": 10.0, "attention": 3.5}, empty=4)}},
 ]
 
@@ -103,6 +111,11 @@ def test_the_gpu_table_sets_the_arms_side_by_side_with_each_ones_difference_from
     assert rows["graph launches without kernels"] == "| graph launches without kernels | 0 | 0 | 4 |  |  |"
     assert "- at::native::reduce_kernel<512, 1>: 0.2 (1.0)" in lines
     assert "- graph 3: 1.0 per step, 9.5 ms in 300.0 events, span 9.8 ms" in lines
+    # where the GPU idled: the kinds as rows, each traced arm's largest gaps and stages as lines
+    assert rows["idle ms"] == "| idle ms |  | 0.6 |  |  |  |"
+    assert rows["idle, launched late"] == "| idle, launched late |  | 0.3 |  |  |  |"
+    assert "- _draft_block_kernel (launched_late): 0.2 (1.0)" in lines
+    assert "- by the stage that launched the event ending the gap: draft 0.2, verify 0.26" in lines
 
 
 def test_arms_without_a_gpu_trace_leave_the_gpu_table_out() -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ddtree_overlay.bench.engine_paths import SPLIT_KV_KERNEL
-from ddtree_overlay.bench.kernel_families import MEMORY
+from ddtree_overlay.bench.kernel_families import MEMORY, short_kernel_name
 from ddtree_overlay.bench.trace_summary import TOP_KERNELS, load_trace, summarize_trace
 
 STAGES = ("draft", "topk", "tree", "verify", "accept", "commit")
@@ -298,3 +298,40 @@ def test_each_ddtree_stage_gets_the_gpu_time_of_what_it_launched() -> None:
     assert gpu["between"] == {"gpu_ms": 0.002, "gpu_span_ms": 0.002, "gpu_events": 1.0, "gpu_families": {MEMORY: 0.002}}
     # the host side is untouched
     assert stages["verify"]["launches"] == 1.0 and stages["verify"]["rounds"] == 5
+
+
+def test_each_gpu_gap_is_charged_to_the_event_that_ends_it_by_what_it_waited_for() -> None:
+    """Steps 1000 us apart: a graph of two kernels 5 us apart, an eager kernel launched after
+    the GPU ran dry, one launched early that starts 5 us after the previous ends, and the long
+    wait until the next step's graph, whose launch came after the GPU had gone idle."""
+    trace = KinetoTrace()
+    for step in range(6):
+        t = 1000.0 * step
+        trace.launch("cudaGraphLaunch", t + 10, [(GEMM_VERIFY, t + 300, 30), ("_fwd_kernel", t + 335, 20)], graph=3)
+        trace.launch("cudaLaunchKernel", t + 360, [(ARGMAX, t + 365, 10)])
+        trace.launch("cudaLaunchKernel", t + 200, [(RMSNORM, t + 380, 5)])
+    gpu = summarize_trace(trace.events, graphs_per_step=1)["gpu"]
+    idle = gpu["idle"]
+    assert idle["idle_ms"] == round(gpu["span_ms"] - gpu["busy_ms"], 3) == 0.935
+    assert (idle["inside_graphs_ms"], idle["launched_late_ms"], idle["queued_ms"]) == (0.005, 0.925, 0.005)
+    assert idle["largest"][:2] == [
+        {"before": short_kernel_name(GEMM_VERIFY), "kind": "launched_late", "ms": 0.915, "gaps": 1.0},
+        {"before": short_kernel_name(ARGMAX), "kind": "launched_late", "ms": 0.01, "gaps": 1.0},
+    ]
+    assert "by_stage" not in idle
+
+
+def test_a_ddtree_rounds_gpu_idle_is_split_by_the_stage_that_launched_what_ended_it() -> None:
+    idle = summarize_trace(ddtree_gpu_trace(5).events)["gpu"]["idle"]
+    assert idle["idle_ms"] == 1.746  # a 2000 us round, 254 us busy
+    assert idle["inside_graphs_ms"] == 0.0 and idle["queued_ms"] == 0.026 and idle["launched_late_ms"] == 1.72
+    assert idle["by_stage"] == {
+        "draft": {"idle_ms": 0.983, "launched_late_ms": 0.983},  # the next round's draft graph
+        "between": {"idle_ms": 0.51, "launched_late_ms": 0.51},  # the result's copy back
+        "other": {"idle_ms": 0.203, "launched_late_ms": 0.203},  # another thread's kernel
+        "tree": {"idle_ms": 0.016, "queued_ms": 0.016},
+        "topk": {"idle_ms": 0.01, "queued_ms": 0.01},
+        "accept": {"idle_ms": 0.01, "launched_late_ms": 0.01},
+        "verify": {"idle_ms": 0.008, "launched_late_ms": 0.008},  # its graph launched 58 us after the copy ended
+        "commit": {"idle_ms": 0.006, "launched_late_ms": 0.006},
+    }
