@@ -322,6 +322,16 @@ def homogeneity_cells(reference: dict, arm: dict, prompts: int) -> list[dict]:
     return sorted(cells, key=lambda c: -c["excess"])
 
 
+def pair_of(arms: dict) -> tuple[str | None, str | None]:
+    """The record's target-only arm (on triton) and its DDTREE arm, the pair its check compares."""
+    plain = next((a for a in arms if a.startswith("plain") and not a.endswith("flashinfer")), None)
+    return plain, next((a for a in arms if a.startswith("ddtree")), None)
+
+
+def has_pair(arms: dict) -> bool:
+    return None not in pair_of(arms)
+
+
 def run_seed(run: str, n: int, laws: Laws, args, rng) -> dict:
     from ddtree_overlay.bench import sampled
 
@@ -330,8 +340,7 @@ def run_seed(run: str, n: int, laws: Laws, args, rng) -> dict:
     for name, record in arms.items():
         assert len(record["outputs"]) == n * PER_PROMPT
         result["arms"][name] = test_arm(laws, record["outputs"], n, args.rounds, rng)
-    plain = next(a for a in arms if a.startswith("plain") and not a.endswith("flashinfer"))
-    ddtree = next(a for a in arms if a.startswith("ddtree"))
+    plain, ddtree = pair_of(arms)
     ref, arm = arms[plain], arms[ddtree]
     combined = sampled.combined_test(ref, arm, PER_PROMPT, POSITIONS - 1)
     core = laws.law["core"]
@@ -478,6 +487,8 @@ def main(argv: list[str] | None = None) -> dict:
         seed, sep, record = pair.partition("=")
         if not (sep and seed.strip().isdigit() and (BENCH / record / "arms.jsonl.xz").is_file()):
             parser.error(f"--run takes SEED=RECORD with RECORD/arms.jsonl.xz under docs/bench, got {pair!r}")
+        if not has_pair(load_arms(record)):
+            parser.error(f"--run {pair}: the record has no target-only and DDTREE arms to compare; a control-only sample has no pair")
         runs[int(seed)] = record
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else sorted(runs)
     if unknown := [s for s in seeds if s not in runs]:

@@ -1,5 +1,6 @@
 """scripts/sampling_exact_law.py's pure statistics: SGLang's filter law, the conditional
-goodness-of-fit against per-draw laws and its Monte Carlo null, Fisher's method, the collapse."""
+goodness-of-fit against per-draw laws and its Monte Carlo null, Fisher's method, the collapse; and
+which records it takes."""
 
 from __future__ import annotations
 
@@ -117,3 +118,14 @@ def test_collapse_keeps_the_prefill_token_and_marks_the_rest_outside_the_core():
     collapsed = law_script.collapse(outputs, lambda d, k: (d, k) != (1, 1))
     assert collapsed == [[5, 6, 7], [5, law_script.EDGE, 9]]
     assert law_script.collapse(outputs, lambda d, k: False) == [[5, -1, -1], [5, -1, -1]]
+
+
+def test_a_record_without_the_target_only_and_ddtree_pair_is_refused_in_one_line(capsys):
+    control_only = "2026-12-06-sampling-t0.6-seed2-flashinfer-control-h100"  # target-only on triton and on flashinfer
+    assert law_script.pair_of(law_script.load_arms(control_only)) == ("plain-t0.6-draws-seed2", None)
+    with pytest.raises(SystemExit) as stop:
+        law_script.main(["--run", f"2={control_only}"])
+    assert stop.value.code == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if "error:" in x]
+    assert f"--run 2={control_only}: the record has no target-only and DDTREE arms to compare" in line
+    assert law_script.has_pair(law_script.load_arms("2026-12-06-sampling-t0.6-seed3-0.5.14-h100"))
