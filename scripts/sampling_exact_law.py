@@ -41,6 +41,7 @@ import lzma
 import math
 import sys
 from collections import Counter
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -167,7 +168,10 @@ def collapse(outputs: list[list[int]], in_core) -> list[list[int]]:
 # The records and the model
 
 
+@cache
 def load_arms(run: str) -> dict[str, dict]:
+    """A record's arms by name, read once (main reads each seed's for its prefixes, its test and
+    its cells)."""
     text = lzma.decompress((BENCH / run / "arms.jsonl.xz").read_bytes()).decode()
     return {r["arm"]: r for r in map(json.loads, filter(str.strip, text.splitlines()))}
 

@@ -363,6 +363,16 @@ def cited_splitkv_trace(run: str, title: str, tile: str) -> tuple[dict, dict, st
     return extend, split, " ".join(text.split())
 
 
+@cache
+def trace_records(run: str) -> list[dict]:
+    """A round trace's engine records (``round_trace.json``), read once."""
+    return json.loads((BENCH / run / "round_trace.json").read_text())
+
+
+def kernel_ms(arm: dict) -> float:
+    return arm["trace"]["gpu"]["kernel_ms"]
+
+
 def top_kernels(arm: dict) -> dict[str, float]:
     return {name: ms for name, ms, _ in arm["trace"]["gpu"]["top_kernels"]}
 
@@ -1251,7 +1261,7 @@ def bs1_trace_table(
     first (None: no primer)."""
     from ddtree_overlay.bench.trace_projection import project_trace
 
-    records = json.loads((BENCH / run / "round_trace.json").read_text())
+    records = trace_records(run)
     if primer is None:
         assert not any(r.get("primer") for r in records)
     else:
@@ -1637,7 +1647,7 @@ def test_the_8b_bs1_traces_with_two_engines_per_arm_as_cited():
     b32, spreads, dflash_steps, b32_steps = [], [], [], []
     for command, run in enumerate(BS1_TWO_ENGINE_RUNS, 1):
         bs1_trace_table(run, title, dflash=None, primer=None)  # every engine's row
-        records = json.loads((BENCH / run / "round_trace.json").read_text())
+        records = trace_records(run)
         assert {r["paths"]["draft_attention"] for r in records if r["arm"].startswith("ddtree")} == {"splitkv"}
         for engine, r in enumerate(records, 1):
             timed = ", ".join(f"{t:.3f}" for t in r["timed_step_ms"])
@@ -1672,19 +1682,18 @@ def test_the_8b_bs1_traces_with_two_engines_per_arm_as_cited():
         f"B = 32 {b32_steps[0][0]:.3f} / {b32_steps[0][1]:.3f} and {b32_steps[1][0]:.3f} / {b32_steps[1][1]:.3f}"
     ) in text
     # against the one-engine command on another machine: kernel time shifted alike, the idle time did not
-    records = json.loads((BENCH / BS1_TWO_ENGINE_RUNS[0] / "round_trace.json").read_text())
-    one = {r["arm"]: r for r in json.loads((BENCH / "2026-12-06-qwen3-8b-bs1-both-switches-round-trace-h100" / "round_trace.json").read_text())}
+    records = trace_records(BS1_TWO_ENGINE_RUNS[0])
+    one = {r["arm"]: r for r in trace_records("2026-12-06-qwen3-8b-bs1-both-switches-round-trace-h100")}
     then_d, then_t = one["dflash@flashinfer" + PLAN], one["ddtree-b32" + PLAN + DRAFT_SPLIT_KV]
     now_d, now_t = records[0], records[1]
-    kernel = lambda r: r["trace"]["gpu"]["kernel_ms"]  # noqa: E731
-    assert f"(DFLASH {kernel(now_d):.3f} against {kernel(then_d):.3f} ms, B = 32 {kernel(now_t):.3f} against {kernel(then_t):.3f})" in text
-    assert f"({kernel(now_t) / kernel(now_d):.3f} against {kernel(then_t) / kernel(then_d):.3f})" in text
-    idle = {a: [r["step_ms"] - kernel(r) for run in BS1_TWO_ENGINE_RUNS for r in json.loads((BENCH / run / "round_trace.json").read_text()) if r["arm"] == a] for a in ("dflash@flashinfer" + PLAN, "ddtree-b32" + PLAN)}
+    assert f"(DFLASH {kernel_ms(now_d):.3f} against {kernel_ms(then_d):.3f} ms, B = 32 {kernel_ms(now_t):.3f} against {kernel_ms(then_t):.3f})" in text
+    assert f"({kernel_ms(now_t) / kernel_ms(now_d):.3f} against {kernel_ms(then_t) / kernel_ms(then_d):.3f})" in text
+    idle = {a: [r["step_ms"] - kernel_ms(r) for run in BS1_TWO_ENGINE_RUNS for r in trace_records(run) if r["arm"] == a] for a in ("dflash@flashinfer" + PLAN, "ddtree-b32" + PLAN)}
     d_idle, t_idle = idle["dflash@flashinfer" + PLAN], idle["ddtree-b32" + PLAN]
-    assert f"DFLASH's GPU idles {min(d_idle):.2f}–{max(d_idle):.2f} ms a step here against {then_d['step_ms'] - kernel(then_d):.2f} there" in text
-    assert f"B = 32's idles {min(t_idle):.2f}–{max(t_idle):.2f} ms a round against {then_t['step_ms'] - kernel(then_t):.2f}" in text
+    assert f"DFLASH's GPU idles {min(d_idle):.2f}–{max(d_idle):.2f} ms a step here against {then_d['step_ms'] - kernel_ms(then_d):.2f} there" in text
+    assert f"B = 32's idles {min(t_idle):.2f}–{max(t_idle):.2f} ms a round against {then_t['step_ms'] - kernel_ms(then_t):.2f}" in text
     families = {k: now_t["trace"]["gpu"]["families"].get(k, 0.0) - now_d["trace"]["gpu"]["families"].get(k, 0.0) for k in ("norm/act/rope/elementwise", "gemm", "sampling/top-k")}
-    assert f"**Where B = 32's extra {kernel(now_t) - kernel(now_d):.2f} ms of kernel time goes**" in text
+    assert f"**Where B = 32's extra {kernel_ms(now_t) - kernel_ms(now_d):.2f} ms of kernel time goes**" in text
     own, theirs = now_t["trace"]["gpu"]["families"]["ddtree"], now_d["trace"]["gpu"]["families"]["attention"]
     verify = now_t["trace"]["stages"]["verify"]["gpu_families"]["ddtree"]
     assert f"DDTREE's own kernels take {own:.3f} ms against flashinfer's {theirs:.3f} for DFLASH's attention (the split-KV verify is {verify:.3f} ms of the {own:.3f})" in text
